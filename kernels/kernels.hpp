@@ -1,0 +1,121 @@
+// The compute kernels behind one interface. CPU implementations (Kokkos host execution space +
+// OpenBLAS) live in kernels/cpu/, CUDA twins in kernels/cuda/. All tensors are row-major,
+// contiguous unless a leading dimension is given. T is float (training) or double (gradient checks).
+//
+// Shapes: N tokens of a packed micro-batch (documents back to back, cu_seqlens gives their
+// offsets), C = d_model, H query heads, Hkv key/value heads, D head_dim, V vocab, F ffn_dim.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace sb::kernels {
+
+// ---- dense algebra (cblas) ----
+// C (M,N) = alpha * op(A) @ op(B) + beta * C; op(A) is (M,K), op(B) is (K,N).
+template <class T>
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda, const T* B,
+          int ldb, T beta, T* C, int ldc);
+// y (N,out) = x (N,in) @ W^T, W (out,in) as PyTorch stores it.
+template <class T>
+void linear_fwd(const T* x, const T* W, T* y, int N, int in, int out);
+// dx (N,in) += dy @ W  (skipped when dx == nullptr);  dW (out,in) += dy^T @ x.
+template <class T>
+void linear_bwd(const T* x, const T* W, const T* dy, T* dx, T* dW, int N, int in, int out);
+
+// ---- elementwise / per-row ----
+// y = x / rms(x) * w, rstd (N) saved for backward.
+template <class T>
+void rmsnorm_fwd(const T* x, const T* w, T* y, T* rstd, int N, int C, double eps);
+// dx (N,C) += ..., dw (C) += ...
+template <class T>
+void rmsnorm_bwd(const T* x, const T* w, const T* rstd, const T* dy, T* dx, T* dw, int N, int C);
+// RoPE in place on x (N, nh, D), rotate-half convention (Hugging Face Llama): pairs (d, d+D/2),
+// angle pos[t] * theta^(-2d/D). pos is the position inside the token's document.
+template <class T>
+void rope_fwd(T* x, const int32_t* pos, int N, int nh, int D, double theta);
+// Backward of rope_fwd, in place on the gradient (the inverse rotation).
+template <class T>
+void rope_bwd(T* dx, const int32_t* pos, int N, int nh, int D, double theta);
+// h = silu(gate) * up, elementwise over n.
+template <class T>
+void swiglu_fwd(const T* gate, const T* up, T* h, size_t n);
+// dgate, dup (overwritten) from dh.
+template <class T>
+void swiglu_bwd(const T* gate, const T* up, const T* dh, T* dgate, T* dup, size_t n);
+// out (N,C) = table[ids]
+template <class T>
+void embedding_fwd(const int32_t* ids, const T* table, T* out, int N, int C);
+// dtable[ids] += dout
+template <class T>
+void embedding_bwd(const int32_t* ids, const T* dout, T* dtable, int N, int C);
+// Cross-entropy over logits (N,V) with targets (N) (-1 = no target). Returns the SUM of the
+// losses over targeted rows; writes dlogits = scale * (softmax - onehot) on targeted rows and 0
+// elsewhere (dlogits may alias logits). `correct` (optional, N) = 1 where argmax == target.
+template <class T>
+double cross_entropy(const T* logits, const int32_t* targets, T* dlogits, int N, int V, T scale,
+                     uint8_t* correct = nullptr);
+
+// AdamW with decoupled weight decay and bias correction; step counts from 1.
+void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
+           float eps, float weight_decay, int64_t step);
+
+// ---- block-sparse attention ----
+struct AttnShape {
+  int n_heads, n_kv_heads, head_dim, block_size;
+};
+
+// The kept key blocks of every (document, kv head, query block) row, CSR-style.
+// Rows are enumerated doc by doc, then kv head, then query block:
+//   row(d, g, i) = doc_row_base[d] + g * nblocks(d) + i
+// cols[row_ptr[r] .. row_ptr[r+1]) are key block indices j <= i within the document, ascending.
+struct BlockSelection {
+  std::vector<int64_t> doc_row_base;  // (ndocs + 1)
+  std::vector<int64_t> row_ptr;       // (rows + 1)
+  std::vector<int32_t> cols;          // kept blocks
+  std::vector<float> recall;          // (rows) attention mass kept, sum of p_ij over kept j
+};
+
+struct GatingParams {
+  int k;             // budget: blocks per row besides the anchors (the knob DST turns)
+  int local_blocks;  // w local blocks before the diagonal, always kept
+  double theta;      // drop candidates with s_ij < a_i - theta
+};
+
+struct GatingStats {
+  double rows = 0;           // rows gated (doc x kv head x query block)
+  double kept_blocks = 0;    // blocks kept over all rows
+  double causal_blocks = 0;  // blocks a dense causal mask would keep
+  double recall_sum = 0;     // sum over rows of the row's recall
+  double density() const { return causal_blocks > 0 ? kept_blocks / causal_blocks : 1.0; }
+  double recall() const { return rows > 0 ? recall_sum / rows : 1.0; }
+};
+
+// Gating: pooled scores s_ij = mean(q_i) . mean(k_j) / sqrt(D), q pooled over the block's tokens
+// and over the kv head's group of query heads, k over the block's tokens; p_ij = softmax over
+// j <= i. Anchors (sink j=0, diagonal j=i, w local blocks) always kept; candidates within theta
+// of the anchor score a_i; at most k of them, best first. q (N,H,D), k (N,Hkv,D).
+template <class T>
+GatingStats gate_blocks(const T* q, const T* k, const int32_t* cu_seqlens, int ndocs, AttnShape s,
+                        GatingParams p, BlockSelection& sel);
+// Every causal block kept (dense attention through the same kernel); recall = 1.
+GatingStats select_all_causal(const int32_t* cu_seqlens, int ndocs, AttnShape s, BlockSelection& sel);
+
+// Attention over the kept blocks only, causal inside each document, softmax scale 1/sqrt(D).
+// q,out (N,H,D); k,v (N,Hkv,D); lse (N,H) log-sum-exp saved for backward.
+template <class T>
+void block_attention_fwd(const T* q, const T* k, const T* v, const int32_t* cu_seqlens, int ndocs,
+                         AttnShape s, const BlockSelection& sel, T* out, T* lse);
+// dq (N,H,D), dk, dv (N,Hkv,D) are overwritten.
+template <class T>
+void block_attention_bwd(const T* q, const T* k, const T* v, const T* out, const T* lse, const T* dout,
+                         const int32_t* cu_seqlens, int ndocs, AttnShape s, const BlockSelection& sel,
+                         T* dq, T* dk, T* dv);
+
+// Plain reference: materialises each document's score matrix, masks to the selection (token
+// causal inside kept blocks), softmax, weighted sum. For tests only.
+template <class T>
+void reference_attention_fwd(const T* q, const T* k, const T* v, const int32_t* cu_seqlens, int ndocs,
+                             AttnShape s, const BlockSelection& sel, T* out);
+
+}  // namespace sb::kernels

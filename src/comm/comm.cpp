@@ -1,0 +1,106 @@
+#include "src/comm/comm.hpp"
+
+#include <algorithm>
+#include <climits>
+
+#include "src/common/error.hpp"
+
+namespace sb {
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  int inited = 0;
+  MPI_CHECK(MPI_Initialized(&inited));
+  if (!inited) {
+    int provided = 0;
+    MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+    owner_ = true;
+    // Errors come back as codes so MPI_CHECK can name the call instead of MPI aborting silently.
+    MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  }
+}
+
+MpiSession::~MpiSession() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (owner_ && !finalized) MPI_Finalize();
+}
+
+Comm::Comm() {
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+  MPI_Comm local;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local));
+  MPI_CHECK(MPI_Comm_rank(local, &local_rank_));
+  MPI_CHECK(MPI_Comm_size(local, &local_size_));
+  MPI_CHECK(MPI_Comm_free(&local));
+}
+
+void Comm::barrier() const { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+
+double Comm::allreduce_max(double x) const {
+  double out = 0;
+  MPI_CHECK(MPI_Allreduce(&x, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  return out;
+}
+
+double Comm::allreduce_sum(double x) const {
+  double out = 0;
+  MPI_CHECK(MPI_Allreduce(&x, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+  return out;
+}
+
+int64_t Comm::allreduce_sum(int64_t x) const {
+  int64_t out = 0;
+  MPI_CHECK(MPI_Allreduce(&x, &out, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
+  return out;
+}
+
+void Comm::allreduce_sum_inplace(std::span<double> x) const {
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, x.data(), int(x.size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+}
+
+std::vector<double> Comm::allgather(std::span<const double> mine) const {
+  std::vector<double> out(mine.size() * size_);
+  MPI_CHECK(MPI_Allgather(mine.data(), int(mine.size()), MPI_DOUBLE, out.data(), int(mine.size()),
+                          MPI_DOUBLE, MPI_COMM_WORLD));
+  return out;
+}
+
+std::vector<double> Comm::allgatherv(std::span<const double> mine, std::vector<int>* counts_out) const {
+  int n = int(mine.size());
+  std::vector<int> counts(size_), displs(size_);
+  MPI_CHECK(MPI_Allgather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD));
+  int total = 0;
+  for (int r = 0; r < size_; ++r) displs[r] = total, total += counts[r];
+  std::vector<double> out(total);
+  MPI_CHECK(MPI_Allgatherv(mine.data(), n, MPI_DOUBLE, out.data(), counts.data(), displs.data(),
+                           MPI_DOUBLE, MPI_COMM_WORLD));
+  if (counts_out) *counts_out = std::move(counts);
+  return out;
+}
+
+void Comm::broadcast(std::string& s, int root) const {
+  int64_t n = int64_t(s.size());
+  MPI_CHECK(MPI_Bcast(&n, 1, MPI_INT64_T, root, MPI_COMM_WORLD));
+  s.resize(size_t(n));
+  broadcast(std::span<unsigned char>(reinterpret_cast<unsigned char*>(s.data()), s.size()), root);
+}
+
+void Comm::broadcast(std::span<unsigned char> bytes, int root) const {
+  for (size_t off = 0; off < bytes.size(); off += INT_MAX / 2) {
+    int n = int(std::min<size_t>(INT_MAX / 2, bytes.size() - off));
+    MPI_CHECK(MPI_Bcast(bytes.data() + off, n, MPI_BYTE, root, MPI_COMM_WORLD));
+  }
+}
+
+void MpiGradReducer::allreduce_sum(float* data, size_t n) {
+  if (comm_.size() == 1) return;
+  // Buckets bound the size of one message (and, on GPUs, let reduction overlap the backward).
+  size_t b = std::max<size_t>(bucket_, 1);
+  for (size_t off = 0; off < n; off += b) {
+    int cnt = int(std::min(b, n - off));
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data + off, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+  }
+}
+
+}  // namespace sb

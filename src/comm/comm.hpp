@@ -1,0 +1,71 @@
+// The communicator: MPI for control, the workload exchange and (on CPU) gradients.
+// GradReducer is the interface the GPU path puts NCCL behind.
+#pragma once
+#include <mpi.h>
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace sb {
+
+// MPI_Init/MPI_Finalize for the life of main(). Safe to construct when MPI is already up (tests).
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+
+ private:
+  bool owner_ = false;
+};
+
+// MPI_COMM_WORLD with typed helpers; every call is checked.
+class Comm {
+ public:
+  Comm();
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  bool root() const { return rank_ == 0; }
+  // Ranks sharing this node, and this rank's index among them (device choice by local rank).
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+
+  void barrier() const;
+  double allreduce_max(double x) const;
+  double allreduce_sum(double x) const;
+  int64_t allreduce_sum(int64_t x) const;
+  void allreduce_sum_inplace(std::span<double> x) const;
+  // Every rank's `mine` (same length on all ranks), concatenated in rank order.
+  std::vector<double> allgather(std::span<const double> mine) const;
+  // Variable-length gather to every rank (Allgatherv); `counts` receives each rank's length.
+  std::vector<double> allgatherv(std::span<const double> mine, std::vector<int>* counts = nullptr) const;
+  void broadcast(std::string& s, int root = 0) const;
+  void broadcast(std::span<unsigned char> bytes, int root = 0) const;
+  MPI_Comm raw() const { return MPI_COMM_WORLD; }
+
+ private:
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+};
+
+// Sum of gradients over ranks, in place. The CPU path is bucketed MPI_Allreduce; the CUDA
+// path is NCCL on device buffers behind the same call.
+class GradReducer {
+ public:
+  virtual ~GradReducer() = default;
+  virtual void allreduce_sum(float* data, size_t n) = 0;
+};
+
+class MpiGradReducer final : public GradReducer {
+ public:
+  MpiGradReducer(const Comm& comm, size_t bucket_bytes) : comm_(comm), bucket_(bucket_bytes / sizeof(float)) {}
+  void allreduce_sum(float* data, size_t n) override;
+
+ private:
+  const Comm& comm_;
+  size_t bucket_;
+};
+
+}  // namespace sb

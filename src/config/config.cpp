@@ -1,0 +1,255 @@
+#include "src/config/config.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+#include "src/common/error.hpp"
+#include "src/config/schema.hpp"
+
+namespace sb {
+
+const std::vector<KeySpec>& config_schema() {
+  static const std::vector<KeySpec> all = [] {
+    std::vector<KeySpec> v;
+    for (auto part : {schema_model_train(), schema_data(), schema_balance()})
+      v.insert(v.end(), part.begin(), part.end());
+    return v;
+  }();
+  return all;
+}
+
+const KeySpec* find_key(std::string_view key) {
+  for (const auto& k : config_schema())
+    if (k.key == key) return &k;
+  return nullptr;
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string nearest_key(std::string_view key) {
+  std::string best;
+  size_t best_d = SIZE_MAX;
+  for (const auto& k : config_schema()) {
+    // Compare against the full key and against its name within the section, so that a
+    // misplaced key ("train.block_size") still finds its home ("attention.block_size").
+    size_t d = edit_distance(key, k.key);
+    auto dot = key.find('.');
+    auto kdot = k.key.find('.');
+    if (dot != std::string_view::npos && kdot != std::string::npos)
+      d = std::min(d, edit_distance(key.substr(dot + 1), std::string_view(k.key).substr(kdot + 1)) + 1);
+    if (d < best_d) best_d = d, best = k.key;
+  }
+  return best_d <= std::max<size_t>(3, key.size() / 3) ? best : "";
+}
+
+namespace {
+
+const char* type_name(KeyType t) {
+  switch (t) {
+    case KeyType::Int: return "an integer";
+    case KeyType::Float: return "a number";
+    case KeyType::Bool: return "a boolean (true or false)";
+    case KeyType::String: return "a string";
+  }
+  return "?";
+}
+
+std::string fmt_num(double x) {
+  std::ostringstream os;
+  os << x;
+  return os.str();
+}
+
+[[noreturn]] void unknown_key(const std::string& origin, const std::string& key) {
+  std::string msg = origin + ": unknown key '" + key + "'";
+  if (auto n = nearest_key(key); !n.empty()) msg += "; did you mean '" + n + "'?";
+  msg += " (see README.md, 'Configuration')";
+  throw Error(msg);
+}
+
+// Range and choice checks shared by TOML values and --set strings.
+ConfigValue checked(const KeySpec& spec, ConfigValue v, const std::string& origin) {
+  auto where = origin + ": '" + spec.key + "'";
+  if (spec.type == KeyType::Int || spec.type == KeyType::Float) {
+    double x = spec.type == KeyType::Int ? double(std::get<int64_t>(v)) : std::get<double>(v);
+    if (!std::isfinite(x)) throw Error(where + " must be finite, got " + fmt_num(x));
+    if (x < spec.min || x > spec.max)
+      throw Error(where + " = " + fmt_num(x) + " is out of range: expected " + fmt_num(spec.min) +
+                  " <= value <= " + fmt_num(spec.max));
+  }
+  if (spec.type == KeyType::String && !spec.choices.empty()) {
+    const auto& s = std::get<std::string>(v);
+    if (std::find(spec.choices.begin(), spec.choices.end(), s) == spec.choices.end()) {
+      std::string list;
+      for (const auto& c : spec.choices) list += (list.empty() ? "" : ", ") + c;
+      throw Error(where + " = \"" + s + "\" is not allowed: expected one of " + list);
+    }
+  }
+  return v;
+}
+
+ConfigValue parse_string_value(const KeySpec& spec, const std::string& text, const std::string& origin) {
+  auto bad = [&]() -> Error {
+    return Error(origin + ": '" + spec.key + "' must be " + type_name(spec.type) + ", got '" + text + "'");
+  };
+  switch (spec.type) {
+    case KeyType::Int: {
+      size_t pos = 0;
+      long long x;
+      try { x = std::stoll(text, &pos, 0); } catch (...) { throw bad(); }
+      if (pos != text.size()) throw bad();
+      return checked(spec, int64_t(x), origin);
+    }
+    case KeyType::Float: {
+      size_t pos = 0;
+      double x;
+      try { x = std::stod(text, &pos); } catch (...) { throw bad(); }
+      if (pos != text.size()) throw bad();
+      return checked(spec, x, origin);
+    }
+    case KeyType::Bool:
+      if (text == "true" || text == "1") return true;
+      if (text == "false" || text == "0") return false;
+      throw bad();
+    case KeyType::String: {
+      std::string s = text;  // accept --set k="quoted" as well as k=bare
+      if (s.size() >= 2 && s.front() == '"' && s.back() == '"') s = s.substr(1, s.size() - 2);
+      return checked(spec, s, origin);
+    }
+  }
+  throw bad();
+}
+
+ConfigValue parse_toml_value(const KeySpec& spec, const toml::node& node, const std::string& origin) {
+  auto bad = [&]() -> Error {
+    std::ostringstream got;
+    got << node.type();
+    return Error(origin + ": '" + spec.key + "' must be " + type_name(spec.type) + ", got a " + got.str());
+  };
+  switch (spec.type) {
+    case KeyType::Int:
+      if (auto x = node.value_exact<int64_t>()) return checked(spec, *x, origin);
+      throw bad();
+    case KeyType::Float:
+      if (node.is_integer()) return checked(spec, double(*node.value<int64_t>()), origin);
+      if (auto x = node.value_exact<double>()) return checked(spec, *x, origin);
+      throw bad();
+    case KeyType::Bool:
+      if (auto x = node.value_exact<bool>()) return *x;
+      throw bad();
+    case KeyType::String:
+      if (auto x = node.value_exact<std::string>()) return checked(spec, *x, origin);
+      throw bad();
+  }
+  throw bad();
+}
+
+void apply_table(Config& cfg, std::map<std::string, ConfigValue, std::less<>>& values,
+                 const toml::table& root, const std::string& origin) {
+  (void)cfg;
+  for (auto&& [section, node] : root) {
+    std::string sec(section.str());
+    const auto* tbl = node.as_table();
+    if (!tbl) {
+      // A top-level scalar: maybe "steps = 3" meant for a section.
+      unknown_key(origin, sec);
+    }
+    for (auto&& [name, val] : *tbl) {
+      std::string key = sec + "." + std::string(name.str());
+      const KeySpec* spec = find_key(key);
+      if (!spec) unknown_key(origin, key);
+      values[key] = parse_toml_value(*spec, val, origin);
+    }
+  }
+}
+
+}  // namespace
+
+Config::Config() {
+  for (const auto& k : config_schema()) values_[k.key] = parse_string_value(k, k.def, "default");
+}
+
+void Config::set(const std::string& key, const std::string& value, const std::string& origin) {
+  const KeySpec* spec = find_key(key);
+  if (!spec) unknown_key(origin, key);
+  values_[key] = parse_string_value(*spec, value, origin);
+}
+
+Config Config::from_text(const std::string& text, const std::string& origin) {
+  Config cfg;
+  toml::table root;
+  try {
+    root = toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream os;
+    os << origin << ":" << e.source().begin.line << ":" << e.source().begin.column
+       << ": invalid TOML: " << e.description();
+    throw Error(os.str());
+  }
+  apply_table(cfg, cfg.values_, root, origin);
+  cfg.source_ = origin;
+  return cfg;
+}
+
+Config Config::load(const std::string& path, std::span<const std::string> overrides) {
+  Config cfg;
+  if (!path.empty()) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw Error(path + ": cannot open config file");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    cfg = from_text(ss.str(), path);
+  }
+  for (const auto& ov : overrides) {
+    auto eq = ov.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw Error("--set " + ov + ": expected key=value, e.g. --set train.steps=100");
+    cfg.set(ov.substr(0, eq), ov.substr(eq + 1), "--set " + ov);
+  }
+  return cfg;
+}
+
+const ConfigValue& Config::get(std::string_view key, KeyType t) const {
+  auto it = values_.find(key);
+  const KeySpec* spec = find_key(key);
+  if (it == values_.end() || !spec || spec->type != t)
+    throw std::logic_error("config key read with the wrong type or not in the schema: " + std::string(key));
+  return it->second;
+}
+
+int64_t Config::i(std::string_view key) const { return std::get<int64_t>(get(key, KeyType::Int)); }
+double Config::f(std::string_view key) const { return std::get<double>(get(key, KeyType::Float)); }
+bool Config::b(std::string_view key) const { return std::get<bool>(get(key, KeyType::Bool)); }
+const std::string& Config::s(std::string_view key) const {
+  return std::get<std::string>(get(key, KeyType::String));
+}
+
+std::string Config::to_toml() const {
+  toml::table root;
+  for (const auto& [key, val] : values_) {
+    auto dot = key.find('.');
+    std::string sec = key.substr(0, dot), name = key.substr(dot + 1);
+    if (!root.contains(sec)) root.insert(sec, toml::table{});
+    auto& tbl = *root[sec].as_table();
+    std::visit([&](const auto& x) { tbl.insert_or_assign(name, x); }, val);
+  }
+  std::ostringstream os;
+  os << root << "\n";
+  return os.str();
+}
+
+}  // namespace sb

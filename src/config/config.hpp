@@ -1,0 +1,63 @@
+// The run configuration: a TOML file plus `--set key=value` overrides, checked against one schema.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace sb {
+
+enum class KeyType { Int, Float, Bool, String };
+
+// One known key: its type, default, bounds and a line of help. The schema is the single
+// source of truth for validation, `--help` and the README's key table.
+struct KeySpec {
+  std::string key;                   // "section.name"
+  KeyType type;
+  std::string def;                   // default, as it would be written after --set
+  double min = -1e300, max = 1e300;  // inclusive bounds for Int/Float
+  std::vector<std::string> choices;  // allowed values for String (empty: any)
+  std::string help;
+};
+
+const std::vector<KeySpec>& config_schema();
+const KeySpec* find_key(std::string_view key);
+
+using ConfigValue = std::variant<int64_t, double, bool, std::string>;
+
+class Config {
+ public:
+  // Defaults only.
+  Config();
+  // Parse a TOML file (path may be empty: defaults), then apply overrides "key=value" in order.
+  // Throws sb::Error naming the file/flag, the key and what was expected.
+  static Config load(const std::string& path, std::span<const std::string> overrides = {});
+  // Parse TOML text (e.g. the config stored in a checkpoint); `origin` names it in errors.
+  static Config from_text(const std::string& text, const std::string& origin);
+
+  void set(const std::string& key, const std::string& value, const std::string& origin);
+
+  int64_t i(std::string_view key) const;
+  double f(std::string_view key) const;
+  bool b(std::string_view key) const;
+  const std::string& s(std::string_view key) const;
+
+  // The effective configuration as TOML text (every key), stored in checkpoints.
+  std::string to_toml() const;
+  // The file this config came from ("" for defaults only).
+  const std::string& source() const { return source_; }
+
+ private:
+  const ConfigValue& get(std::string_view key, KeyType t) const;
+  std::map<std::string, ConfigValue, std::less<>> values_;
+  std::string source_;
+};
+
+// Nearest known key by edit distance, for "did you mean" hints ("" when nothing is close).
+std::string nearest_key(std::string_view key);
+size_t edit_distance(std::string_view a, std::string_view b);
+
+}  // namespace sb

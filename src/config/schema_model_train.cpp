@@ -1,0 +1,59 @@
+#include "src/config/schema.hpp"
+
+namespace sb {
+
+std::vector<KeySpec> schema_model_train() {
+  using T = KeyType;
+  constexpr double BIG = 9.0e15;
+  return {
+      // [model] Llama-style decoder; shapes follow Hugging Face names.
+      {"model.n_layers", T::Int, "2", 1, 1024, {}, "transformer layers"},
+      {"model.d_model", T::Int, "64", 8, 65536, {}, "hidden size C"},
+      {"model.n_heads", T::Int, "4", 1, 1024, {}, "query heads H (d_model must divide by it)"},
+      {"model.n_kv_heads", T::Int, "2", 1, 1024, {}, "key/value heads (must divide n_heads; GQA)"},
+      {"model.ffn_dim", T::Int, "192", 1, 1 << 20, {}, "SwiGLU hidden size"},
+      {"model.vocab_size", T::Int, "0", 0, 1 << 24, {}, "vocabulary; 0 = take the data's vocab_size"},
+      {"model.rope_theta", T::Float, "10000", 1, 1e12, {}, "RoPE base (rotate-half convention)"},
+      {"model.norm_eps", T::Float, "1e-5", 1e-12, 1, {}, "RMSNorm epsilon"},
+      {"model.tie_embeddings", T::Bool, "true", 0, 0, {}, "LM head shares the embedding matrix"},
+      {"model.init_std", T::Float, "0.02", 1e-6, 1, {}, "normal init std (output projections / sqrt(2L))"},
+      // [train]
+      {"train.steps", T::Int, "40", 0, BIG, {}, "optimizer steps to run (total, across resumes)"},
+      {"train.global_batch_tokens", T::Int, "8192", 1, BIG, {}, "tokens per step over all ranks (whole documents are drawn until this is reached)"},
+      {"train.micro_batch_tokens", T::Int, "2048", 16, BIG, {}, "token capacity of one micro-batch (memory); longer documents are windowed or rejected (data.long_docs)"},
+      {"train.lr", T::Float, "3e-3", 1e-12, 10, {}, "peak learning rate"},
+      {"train.min_lr_ratio", T::Float, "0.1", 0, 1, {}, "cosine schedule floor as a fraction of lr"},
+      {"train.warmup_steps", T::Int, "4", 0, BIG, {}, "linear warmup steps"},
+      {"train.weight_decay", T::Float, "0.1", 0, 10, {}, "AdamW decoupled weight decay (not on norms)"},
+      {"train.beta1", T::Float, "0.9", 0, 0.999999, {}, "AdamW beta1"},
+      {"train.beta2", T::Float, "0.95", 0, 0.999999, {}, "AdamW beta2"},
+      {"train.adam_eps", T::Float, "1e-8", 1e-30, 1, {}, "AdamW epsilon"},
+      {"train.grad_clip", T::Float, "1.0", 0, 1e9, {}, "clip the global gradient norm to this (0 = off)"},
+      {"train.seed", T::Int, "42", 0, BIG, {}, "seed of parameter init and of every random choice in training"},
+      {"train.device", T::String, "cpu", 0, 0, {"cpu", "cuda"}, "where the model runs"},
+      {"train.threads", T::Int, "1", 0, 1024, {}, "BLAS threads per rank (0 = library default)"},
+      {"train.bucket_mb", T::Float, "4", 0.001, 4096, {}, "gradient all-reduce bucket size in MiB"},
+      {"train.nonfinite", T::String, "skip", 0, 0, {"skip", "stop"}, "on NaN/inf loss or gradient: skip the step or stop"},
+      {"train.max_skips", T::Int, "5", 0, BIG, {}, "consecutive skipped steps before stopping"},
+      // [attention]
+      {"attention.mode", T::String, "sparse", 0, 0, {"dense", "sparse"}, "dense or block-sparse attention"},
+      {"attention.block_size", T::Int, "32", 4, 4096, {}, "block size Bs in tokens"},
+      {"attention.k", T::Int, "4", 0, 1 << 20, {}, "default budget k0: blocks per query row besides the anchors"},
+      {"attention.local_blocks", T::Int, "1", 0, 1 << 20, {}, "w local blocks before the diagonal, always kept"},
+      {"attention.theta", T::Float, "8", 0, 1e30, {}, "threshold: drop blocks scoring below anchor - theta"},
+      // [checkpoint]
+      {"checkpoint.dir", T::String, "runs/tiny/ckpt", 0, 0, {}, "directory of checkpoints (ckpt_<step>.h5)"},
+      {"checkpoint.every", T::Int, "10", 0, BIG, {}, "steps between checkpoints (0 = only the final one)"},
+      {"checkpoint.keep", T::Int, "3", 1, 1 << 20, {}, "newest checkpoints kept"},
+      {"checkpoint.on_error", T::String, "stop", 0, 0, {"stop", "continue"}, "when a checkpoint cannot be written"},
+      // [log]
+      {"log.path", T::String, "runs/tiny/metrics.h5", 0, 0, {}, "HDF5 metrics log"},
+      {"log.every", T::Int, "2", 1, BIG, {}, "steps between log flushes"},
+      {"log.progress", T::Bool, "true", 0, 0, {}, "print a progress line per step on rank 0"},
+      // [eval]
+      {"eval.docs", T::Int, "32", 1, BIG, {}, "validation documents evaluated"},
+      {"eval.buckets", T::String, "256,1024,4096", 0, 0, {}, "upper bounds of document-length buckets for the loss report"},
+  };
+}
+
+}  // namespace sb

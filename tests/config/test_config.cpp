@@ -1,0 +1,99 @@
+// Config loading, overrides and validation errors.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "src/cli/args.hpp"
+#include "src/common/error.hpp"
+#include "src/config/config.hpp"
+
+using sb::Config;
+
+namespace {
+std::string write_tmp(const std::string& name, const std::string& text) {
+  auto p = std::filesystem::temp_directory_path() / name;
+  std::ofstream(p) << text;
+  return p.string();
+}
+std::string error_of(auto&& f) {
+  try {
+    f();
+  } catch (const sb::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+}  // namespace
+
+TEST(Config, DefaultsAndFileAndOverrides) {
+  auto path = write_tmp("sb_cfg_ok.toml", "[model]\nn_layers = 3\n[train]\nlr = 1\n[attention]\nmode = \"dense\"\n");
+  std::vector<std::string> sets = {"train.steps=7", "model.tie_embeddings=false", "attention.mode=sparse"};
+  Config c = Config::load(path, sets);
+  EXPECT_EQ(c.i("model.n_layers"), 3);
+  EXPECT_DOUBLE_EQ(c.f("train.lr"), 1.0);  // integer accepted for a float key
+  EXPECT_EQ(c.i("train.steps"), 7);
+  EXPECT_FALSE(c.b("model.tie_embeddings"));
+  EXPECT_EQ(c.s("attention.mode"), "sparse");  // override wins over the file
+  EXPECT_EQ(c.i("model.d_model"), Config().i("model.d_model"));
+  // The effective config round-trips through its TOML text (as stored in checkpoints).
+  Config back = Config::from_text(c.to_toml(), "roundtrip");
+  EXPECT_EQ(back.to_toml(), c.to_toml());
+  EXPECT_EQ(back.i("train.steps"), 7);
+}
+
+TEST(Config, UnknownKeySuggestsNearest) {
+  auto path = write_tmp("sb_cfg_typo.toml", "[model]\nn_layer = 3\n");
+  auto msg = error_of([&] { Config::load(path); });
+  EXPECT_NE(msg.find("sb_cfg_typo.toml"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("unknown key 'model.n_layer'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("did you mean 'model.n_layers'"), std::string::npos) << msg;
+  std::vector<std::string> sets = {"train.block_size=64"};
+  msg = error_of([&] { Config::load("", sets); });
+  EXPECT_NE(msg.find("--set train.block_size=64"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("attention.block_size"), std::string::npos) << msg;
+}
+
+TEST(Config, WrongTypeAndRange) {
+  auto path = write_tmp("sb_cfg_type.toml", "[model]\nn_heads = \"4\"\n");
+  auto msg = error_of([&] { Config::load(path); });
+  EXPECT_NE(msg.find("'model.n_heads' must be an integer, got a string"), std::string::npos) << msg;
+  std::vector<std::string> neg = {"train.lr=-1"};
+  msg = error_of([&] { Config::load("", neg); });
+  EXPECT_NE(msg.find("'train.lr' = -1 is out of range"), std::string::npos) << msg;
+  std::vector<std::string> huge = {"model.n_layers=1000000"};
+  msg = error_of([&] { Config::load("", huge); });
+  EXPECT_NE(msg.find("out of range"), std::string::npos) << msg;
+  std::vector<std::string> choice = {"attention.mode=fast"};
+  msg = error_of([&] { Config::load("", choice); });
+  EXPECT_NE(msg.find("expected one of dense, sparse"), std::string::npos) << msg;
+  std::vector<std::string> notnum = {"train.steps=ten"};
+  msg = error_of([&] { Config::load("", notnum); });
+  EXPECT_NE(msg.find("'train.steps' must be an integer, got 'ten'"), std::string::npos) << msg;
+  std::vector<std::string> noeq = {"train.steps"};
+  msg = error_of([&] { Config::load("", noeq); });
+  EXPECT_NE(msg.find("expected key=value"), std::string::npos) << msg;
+}
+
+TEST(Config, BadTomlAndMissingFile) {
+  auto path = write_tmp("sb_cfg_bad.toml", "[model\nn_layers = 3\n");
+  auto msg = error_of([&] { Config::load(path); });
+  EXPECT_NE(msg.find("sb_cfg_bad.toml:1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("invalid TOML"), std::string::npos) << msg;
+  msg = error_of([&] { Config::load("/nonexistent/x.toml"); });
+  EXPECT_NE(msg.find("/nonexistent/x.toml: cannot open"), std::string::npos) << msg;
+}
+
+TEST(Args, FlagsAndSets) {
+  std::vector<sb::FlagSpec> flags = {{"input", -1, "inputs"}, {"output", 1, "out"}, {"json", 0, "json"}};
+  const char* argv[] = {"cfg.toml", "--input", "a", "b", "--output=o", "--set", "train.steps=3", "--json"};
+  auto a = sb::parse_args(std::span<char* const>(const_cast<char**>(argv), 8), flags, "sparsebalance x");
+  EXPECT_EQ(a.positional, std::vector<std::string>{"cfg.toml"});
+  EXPECT_EQ(a.all("input"), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(a.get("output"), "o");
+  EXPECT_EQ(a.sets, std::vector<std::string>{"train.steps=3"});
+  EXPECT_TRUE(a.has("json"));
+  const char* bad[] = {"--ouptut", "x"};
+  auto msg = error_of([&] { sb::parse_args(std::span<char* const>(const_cast<char**>(bad), 2), flags, "sparsebalance x"); });
+  EXPECT_NE(msg.find("unknown flag --ouptut; did you mean --output?"), std::string::npos) << msg;
+}
