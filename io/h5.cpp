@@ -1,0 +1,190 @@
+#include "io/h5.hpp"
+
+#include <filesystem>
+#include <sstream>
+
+namespace sb::h5 {
+
+void Id::reset() {
+  if (id_ < 0) return;
+  switch (H5Iget_type(id_)) {
+    case H5I_FILE: H5Fclose(id_); break;
+    case H5I_GROUP: H5Gclose(id_); break;
+    case H5I_DATASET: H5Dclose(id_); break;
+    case H5I_DATASPACE: H5Sclose(id_); break;
+    case H5I_DATATYPE: H5Tclose(id_); break;
+    case H5I_ATTR: H5Aclose(id_); break;
+    case H5I_GENPROP_LST: H5Pclose(id_); break;
+    default: break;
+  }
+  id_ = H5I_INVALID_HID;
+}
+
+void quiet_errors() {
+  static bool done = false;
+  if (!done) H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr), done = true;
+}
+
+Id open_read(const std::string& path) {
+  quiet_errors();
+  if (!std::filesystem::exists(path)) throw Error(path + ": no such file");
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) throw Error(path + ": not a readable HDF5 file (truncated or corrupt?)");
+  return Id(f);
+}
+
+Id create(const std::string& path) {
+  quiet_errors();
+  hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (f < 0) throw Error(path + ": cannot create HDF5 file (directory missing or not writable?)");
+  return Id(f);
+}
+
+bool exists(hid_t loc, const std::string& path) {
+  std::string cur;
+  std::stringstream ss(path);
+  for (std::string part; std::getline(ss, part, '/');) {
+    if (part.empty()) continue;
+    cur += (cur.empty() ? "" : "/") + part;
+    if (H5Lexists(loc, cur.c_str(), H5P_DEFAULT) <= 0) return false;
+  }
+  return true;
+}
+
+Id group(hid_t loc, const std::string& name, bool create_missing) {
+  if (exists(loc, name)) return Id(H5_CHECK(H5Gopen2(loc, name.c_str(), H5P_DEFAULT)));
+  if (!create_missing) throw Error("missing HDF5 group '" + name + "'");
+  Id lcpl(H5_CHECK(H5Pcreate(H5P_LINK_CREATE)));
+  H5_CHECK(H5Pset_create_intermediate_group(lcpl, 1));
+  return Id(H5_CHECK(H5Gcreate2(loc, name.c_str(), lcpl, H5P_DEFAULT, H5P_DEFAULT)));
+}
+
+static void write_attr_raw(hid_t obj, const std::string& name, hid_t type, const void* data) {
+  if (H5Aexists(obj, name.c_str()) > 0) H5_CHECK(H5Adelete(obj, name.c_str()));
+  Id space(H5_CHECK(H5Screate(H5S_SCALAR)));
+  Id attr(H5_CHECK(H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT)));
+  H5_CHECK(H5Awrite(attr, type, data));
+}
+
+void write_attr(hid_t obj, const std::string& name, const std::string& value) {
+  Id type(H5_CHECK(H5Tcopy(H5T_C_S1)));
+  H5_CHECK(H5Tset_size(type, value.empty() ? 1 : value.size()));
+  H5_CHECK(H5Tset_strpad(type, H5T_STR_NULLPAD));
+  std::string v = value.empty() ? std::string(1, '\0') : value;
+  write_attr_raw(obj, name, type, v.data());
+}
+void write_attr(hid_t obj, const std::string& name, int64_t value) {
+  write_attr_raw(obj, name, H5T_NATIVE_INT64, &value);
+}
+void write_attr(hid_t obj, const std::string& name, double value) {
+  write_attr_raw(obj, name, H5T_NATIVE_DOUBLE, &value);
+}
+
+bool has_attr(hid_t obj, const std::string& name) { return H5Aexists(obj, name.c_str()) > 0; }
+
+static Id open_attr(hid_t obj, const std::string& name, const std::string& file) {
+  if (!has_attr(obj, name)) throw Error(file + ": missing attribute '" + name + "'");
+  return Id(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT)));
+}
+
+std::string read_attr_string(hid_t obj, const std::string& name, const std::string& file) {
+  Id attr = open_attr(obj, name, file);
+  Id type(H5_CHECK(H5Aget_type(attr)));
+  if (H5Tget_class(type) != H5T_STRING) throw Error(file + ": attribute '" + name + "' must be a string");
+  if (H5Tis_variable_str(type) > 0) {
+    Id mem(H5_CHECK(H5Tcopy(H5T_C_S1)));
+    H5_CHECK(H5Tset_size(mem, H5T_VARIABLE));
+    char* s = nullptr;
+    H5_CHECK(H5Aread(attr, mem, &s));
+    std::string out = s ? s : "";
+    H5free_memory(s);
+    return out;
+  }
+  size_t n = H5Tget_size(type);
+  std::string out(n, '\0');
+  Id mem(H5_CHECK(H5Tcopy(H5T_C_S1)));
+  H5_CHECK(H5Tset_size(mem, n));
+  H5_CHECK(H5Tset_strpad(mem, H5T_STR_NULLPAD));
+  H5_CHECK(H5Aread(attr, mem, out.data()));
+  out.resize(out.find('\0') == std::string::npos ? n : out.find('\0'));
+  return out;
+}
+
+int64_t read_attr_int(hid_t obj, const std::string& name, const std::string& file) {
+  Id attr = open_attr(obj, name, file);
+  Id type(H5_CHECK(H5Aget_type(attr)));
+  if (H5Tget_class(type) != H5T_INTEGER) throw Error(file + ": attribute '" + name + "' must be an integer");
+  int64_t v = 0;
+  H5_CHECK(H5Aread(attr, H5T_NATIVE_INT64, &v));
+  return v;
+}
+
+double read_attr_double(hid_t obj, const std::string& name, const std::string& file) {
+  Id attr = open_attr(obj, name, file);
+  Id type(H5_CHECK(H5Aget_type(attr)));
+  auto cls = H5Tget_class(type);
+  if (cls != H5T_FLOAT && cls != H5T_INTEGER) throw Error(file + ": attribute '" + name + "' must be a number");
+  double v = 0;
+  H5_CHECK(H5Aread(attr, H5T_NATIVE_DOUBLE, &v));
+  return v;
+}
+
+template <> hid_t native_type<float>() { return H5T_NATIVE_FLOAT; }
+template <> hid_t native_type<double>() { return H5T_NATIVE_DOUBLE; }
+template <> hid_t native_type<int32_t>() { return H5T_NATIVE_INT32; }
+template <> hid_t native_type<int64_t>() { return H5T_NATIVE_INT64; }
+template <> hid_t native_type<uint8_t>() { return H5T_NATIVE_UINT8; }
+template <> hid_t native_type<uint32_t>() { return H5T_NATIVE_UINT32; }
+template <> hid_t native_type<uint64_t>() { return H5T_NATIVE_UINT64; }
+
+template <class T>
+void write_vector(hid_t loc, const std::string& name, const std::vector<T>& data, const std::vector<hsize_t>& dims) {
+  std::vector<hsize_t> d = dims.empty() ? std::vector<hsize_t>{hsize_t(data.size())} : dims;
+  Id space(H5_CHECK(H5Screate_simple(int(d.size()), d.data(), nullptr)));
+  Id lcpl(H5_CHECK(H5Pcreate(H5P_LINK_CREATE)));
+  H5_CHECK(H5Pset_create_intermediate_group(lcpl, 1));
+  Id ds(H5_CHECK(H5Dcreate2(loc, name.c_str(), native_type<T>(), space, lcpl, H5P_DEFAULT, H5P_DEFAULT)));
+  if (!data.empty()) H5_CHECK(H5Dwrite(ds, native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()));
+}
+
+template <class T>
+std::vector<T> read_vector(hid_t loc, const std::string& name, const std::string& file, int64_t expect,
+                           std::vector<hsize_t>* dims_out) {
+  if (!exists(loc, name)) throw Error(file + ": missing dataset '" + name + "'");
+  Id ds(H5_CHECK(H5Dopen2(loc, name.c_str(), H5P_DEFAULT)));
+  Id type(H5_CHECK(H5Dget_type(ds)));
+  Id mem(H5_CHECK(H5Tget_native_type(type, H5T_DIR_ASCEND)));
+  if (H5Tequal(mem, native_type<T>()) <= 0)
+    throw Error(file + ": dataset '" + name + "' has the wrong element type (expected " +
+                std::to_string(sizeof(T)) + "-byte " +
+                (std::is_floating_point_v<T> ? "float" : std::is_signed_v<T> ? "signed int" : "unsigned int") + ")");
+  Id space(H5_CHECK(H5Dget_space(ds)));
+  int rank = H5_CHECK(H5Sget_simple_extent_ndims(space));
+  std::vector<hsize_t> dims(rank);
+  H5_CHECK(H5Sget_simple_extent_dims(space, dims.data(), nullptr));
+  hsize_t n = 1;
+  for (auto x : dims) n *= x;
+  if (expect >= 0 && n != hsize_t(expect))
+    throw Error(file + ": dataset '" + name + "' has " + std::to_string(n) + " elements, expected " +
+                std::to_string(expect));
+  std::vector<T> out(n);
+  if (n) {
+    if (H5Dread(ds, native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
+      throw Error(file + ": cannot read dataset '" + name + "' (file truncated or corrupt?)");
+  }
+  if (dims_out) *dims_out = dims;
+  return out;
+}
+
+#define SB_H5_INSTANTIATE(T)                                                                          \
+  template void write_vector<T>(hid_t, const std::string&, const std::vector<T>&, const std::vector<hsize_t>&); \
+  template std::vector<T> read_vector<T>(hid_t, const std::string&, const std::string&, int64_t, std::vector<hsize_t>*);
+SB_H5_INSTANTIATE(float)
+SB_H5_INSTANTIATE(double)
+SB_H5_INSTANTIATE(int32_t)
+SB_H5_INSTANTIATE(int64_t)
+SB_H5_INSTANTIATE(uint8_t)
+SB_H5_INSTANTIATE(uint32_t)
+SB_H5_INSTANTIATE(uint64_t)
+
+}  // namespace sb::h5

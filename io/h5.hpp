@@ -1,0 +1,71 @@
+// RAII for HDF5 ids and a few checked helpers used by every format in io/ (shards, checkpoints,
+// logs, latency profiles). Calls go straight to the HDF5 C API; H5_CHECK names file and line.
+#pragma once
+#include <hdf5.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "src/common/error.hpp"
+
+namespace sb::h5 {
+
+// Owns one HDF5 id and closes it with the right H5*close.
+class Id {
+ public:
+  Id() = default;
+  explicit Id(hid_t id) : id_(id) {}
+  ~Id() { reset(); }
+  Id(Id&& o) noexcept : id_(std::exchange(o.id_, H5I_INVALID_HID)) {}
+  Id& operator=(Id&& o) noexcept {
+    if (this != &o) reset(), id_ = std::exchange(o.id_, H5I_INVALID_HID);
+    return *this;
+  }
+  Id(const Id&) = delete;
+  Id& operator=(const Id&) = delete;
+  hid_t get() const { return id_; }
+  operator hid_t() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+  void reset();
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+};
+
+// Turn off HDF5's automatic error-stack printing: failures are reported as sb::Error with
+// the file and object named, which is what a user needs (once per process).
+void quiet_errors();
+
+// Open a file read-only; error names the path when it is missing or not HDF5.
+Id open_read(const std::string& path);
+// Create (truncate) a file.
+Id create(const std::string& path);
+
+bool exists(hid_t loc, const std::string& path);  // link exists (intermediate groups checked)
+Id group(hid_t loc, const std::string& name, bool create_missing);
+
+// Attributes (scalar) on any object.
+void write_attr(hid_t obj, const std::string& name, const std::string& value);
+void write_attr(hid_t obj, const std::string& name, int64_t value);
+void write_attr(hid_t obj, const std::string& name, double value);
+bool has_attr(hid_t obj, const std::string& name);
+// The read_* helpers throw sb::Error "<file>: attribute '<name>' ..." with `file` for context.
+std::string read_attr_string(hid_t obj, const std::string& name, const std::string& file);
+int64_t read_attr_int(hid_t obj, const std::string& name, const std::string& file);
+double read_attr_double(hid_t obj, const std::string& name, const std::string& file);
+
+// Whole 1-D (or n-D, flattened) datasets of a native type.
+template <class T>
+hid_t native_type();
+template <class T>
+void write_vector(hid_t loc, const std::string& name, const std::vector<T>& data,
+                  const std::vector<hsize_t>& dims = {});
+// Reads a dataset whose class/size must match T exactly and whose element count must be
+// `expect` (or any count when expect < 0); errors name the file and the dataset.
+template <class T>
+std::vector<T> read_vector(hid_t loc, const std::string& name, const std::string& file,
+                           int64_t expect = -1, std::vector<hsize_t>* dims = nullptr);
+
+}  // namespace sb::h5
