@@ -69,12 +69,14 @@ Args parse_args(std::span<char* const> argv, const std::vector<FlagSpec>& flags,
       continue;
     }
     size_t taken = 0;
-    while (i + 1 < argv.size() && (spec->arity < 0 || taken < size_t(spec->arity))) {
+    const size_t most = spec->arity == -1 ? SIZE_MAX : spec->arity == -2 ? 1 : size_t(spec->arity);
+    while (i + 1 < argv.size() && taken < most) {
       std::string next = argv[i + 1];
       if (next.rfind("--", 0) == 0 && next.size() > 2) break;
       vals.push_back(next), ++i, ++taken;
     }
-    if (taken == 0) throw Error(cmd + ": flag --" + name + " needs a value (" + spec->metavar + ")");
+    if (taken == 0 && spec->arity == -2) vals.push_back("");
+    if (taken == 0 && spec->arity != -2) throw Error(cmd + ": flag --" + name + " needs a value (" + spec->metavar + ")");
     if (name == "set") a.sets.push_back(vals.back());
   }
   return a;
@@ -84,7 +86,7 @@ std::string flags_help(const std::vector<FlagSpec>& flags) {
   std::string out = "options:\n";
   for (const auto& f : with_common(flags)) {
     std::string left = "  --" + f.name;
-    if (f.arity != 0) left += " " + f.metavar + (f.arity < 0 ? "..." : "");
+    if (f.arity != 0) left += " " + f.metavar + (f.arity == -1 ? "..." : "");
     if (left.size() < 30) left.resize(30, ' ');
     else left += "\n" + std::string(30, ' ');
     out += left + f.help + "\n";

@@ -12,7 +12,7 @@ namespace sb {
 
 struct FlagSpec {
   std::string name;  // without the leading "--"
-  int arity;         // 0 = switch, 1 = one value, -1 = one or more values (until the next flag)
+  int arity;  // 0 = switch, 1 = one value, -1 = one or more values (until the next flag), -2 = optional value
   std::string help;
   std::string metavar = "VALUE";
 };

@@ -1,8 +1,91 @@
-// PLACEHOLDER: replaced by the real command.
-#include <stdexcept>
+// sparsebalance train: the training run (DESIGN.md, "The step").
+#include <csignal>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+#include <openblas_config.h>
+
 #include "src/cli/args.hpp"
+#include "src/comm/comm.hpp"
+#include "src/common/error.hpp"
+#include "src/step/trainer.hpp"
+
+extern "C" void openblas_set_num_threads(int);
+
 namespace sb {
-Command cmd_train() {
-  return {"train", "(not built yet)", "", {}, [](const Args&) -> int { throw std::runtime_error("train: not built yet"); }};
+
+static void on_stop_signal(int sig) { g_stop_signal.store(sig); }
+
+static int run_train(const Args& args) {
+  if (args.positional.size() > 1) throw Error("train: expected at most one config file, got " + std::to_string(args.positional.size()));
+  Config cfg = Config::load(args.positional.empty() ? "" : args.positional[0], args.sets);
+  Comm comm;
+  if (cfg.i("train.threads") > 0) openblas_set_num_threads(int(cfg.i("train.threads")));
+  // A scheduler's warning signal (Slurm --signal=B:USR1@N, or SIGTERM at preemption): finish the
+  // step, write a checkpoint, exit cleanly so the job can requeue and resume.
+  std::signal(SIGUSR1, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+  std::string resume;
+  if (args.has("resume")) resume = args.get("resume", "").empty() ? "latest" : args.get("resume");
+  int64_t stop_at = args.has("stop-at") ? std::stoll(args.get("stop-at")) : 0;
+  if (comm.root())
+    std::printf("train: %d rank(s), config %s, data %s, batching %s, tuning %s, attention %s\n", comm.size(),
+                cfg.source().empty() ? "(defaults)" : cfg.source().c_str(), cfg.s("data.path").c_str(),
+                cfg.s("balance.batching").c_str(), cfg.s("balance.tuning").c_str(), cfg.s("attention.mode").c_str());
+  Trainer trainer(cfg, comm, resume, stop_at);
+  if (comm.root())
+    std::printf("model: %lld parameters (%d layers, d_model %d, %d heads, %d kv heads, vocab %d)\n",
+                static_cast<long long>(trainer.model().shape().num_params()), trainer.model().shape().n_layers,
+                trainer.model().shape().d_model, trainer.model().shape().n_heads, trainer.model().shape().n_kv_heads,
+                trainer.model().shape().vocab);
+  TrainResult r = trainer.run();
+  if (comm.root()) {
+    std::printf("done: steps %lld..%lld, loss %.4f -> %.4f, %.0f tok/s, mean imbalance %.3f\n",
+                static_cast<long long>(r.first_step), static_cast<long long>(r.last_step), r.first_loss, r.last_loss,
+                r.tokens_per_s, r.mean_imbalance);
+    std::printf("checkpoint: %s\nmetrics log: %s\ninspect them: sparsebalance inspect %s ; sparsebalance inspect %s\n",
+                r.checkpoint.c_str(), r.log.c_str(), r.checkpoint.c_str(), r.log.c_str());
+    if (args.has("summary")) {
+      nlohmann::json j = {{"steps", r.last_step >= r.first_step ? r.last_step - r.first_step + 1 : 0},
+                          {"first_step", r.first_step},
+                          {"last_step", r.last_step},
+                          {"first_loss", r.first_loss},
+                          {"last_loss", r.last_loss},
+                          {"losses", r.losses},
+                          {"tokens_per_s", r.tokens_per_s},
+                          {"mean_step_ms", r.mean_step_ms},
+                          {"mean_imbalance", r.mean_imbalance},
+                          {"mean_bubble", r.mean_bubble},
+                          {"mean_density", r.mean_density},
+                          {"mean_recall", r.mean_recall},
+                          {"mean_pred_error", r.mean_pred_error},
+                          {"budgets_above_k0", r.budgets_above_k0},
+                          {"budgets_below_k0", r.budgets_below_k0},
+                          {"ranks", comm.size()},
+                          {"batching", cfg.s("balance.batching")},
+                          {"tuning", cfg.s("balance.tuning")},
+                          {"attention", cfg.s("attention.mode")},
+                          {"stopped_early", r.stopped_early},
+                          {"checkpoint", r.checkpoint},
+                          {"log", r.log}};
+      write_summary(args.get("summary"), j);
+    }
+  }
+  return 0;
 }
+
+Command cmd_train() {
+  return {"train",
+          "train a model (MPI data parallel, SparseBalance)",
+          "train [CONFIG.toml] [--set key=value]... [--resume [PATH|latest]] [--stop-at STEP] [--summary PATH]\n\n"
+          "Trains on the shards of data.path for train.steps steps. Every step: plan (batching), predict,\n"
+          "exchange, tune (DST), compute, reduce, update, measure, record. Writes checkpoints to\n"
+          "checkpoint.dir every checkpoint.every steps and a metrics log to log.path.\n"
+          "--resume continues from a checkpoint (latest in checkpoint.dir when no PATH is given) with\n"
+          "the same results as an uninterrupted run. SIGUSR1/SIGTERM: finish the step, checkpoint, exit 0.\n",
+          {{"resume", -2, "continue from a checkpoint: PATH, or 'latest' in checkpoint.dir (default)", "[PATH]"},
+           {"stop-at", 1, "stop after this step (writing a checkpoint), like a preempted job", "STEP"}},
+          run_train};
+}
+
 }  // namespace sb

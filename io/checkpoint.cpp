@@ -1,0 +1,191 @@
+#include "io/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "io/h5.hpp"
+#include "src/common/error.hpp"
+
+namespace sb {
+
+namespace fs = std::filesystem;
+
+uint64_t fnv1a(const void* data, size_t n, uint64_t h) {
+  auto p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+// Over everything a resume depends on, so a flipped bit anywhere in the state is caught.
+static uint64_t checksum(const Checkpoint& ck) {
+  uint64_t h = fnv1a(&ck.step, sizeof ck.step);
+  h = fnv1a(&ck.data_epoch, sizeof ck.data_epoch, h);
+  h = fnv1a(&ck.data_cursor, sizeof ck.data_cursor, h);
+  h = fnv1a(ck.config_toml.data(), ck.config_toml.size(), h);
+  for (const auto* buf : {&ck.params, &ck.m, &ck.v}) h = fnv1a(buf->data(), buf->size() * sizeof(float), h);
+  return h;
+}
+
+std::string checkpoint_path(const std::string& dir, int64_t step) {
+  char name[64];
+  std::snprintf(name, sizeof name, "ckpt_%08lld.h5", static_cast<long long>(step));
+  return (fs::path(dir) / name).string();
+}
+
+static void write_text(hid_t loc, const std::string& name, const std::string& text) {
+  h5::Id type(H5_CHECK(H5Tcopy(H5T_C_S1)));
+  H5_CHECK(H5Tset_size(type, std::max<size_t>(1, text.size())));
+  h5::Id space(H5_CHECK(H5Screate(H5S_SCALAR)));
+  h5::Id ds(H5_CHECK(H5Dcreate2(loc, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+  std::string buf = text.empty() ? std::string(1, '\0') : text;
+  H5_CHECK(H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()));
+}
+
+static std::string read_text(hid_t loc, const std::string& name, const std::string& file) {
+  if (!h5::exists(loc, name)) throw Error(file + ": missing dataset '" + name + "'");
+  h5::Id ds(H5_CHECK(H5Dopen2(loc, name.c_str(), H5P_DEFAULT)));
+  h5::Id type(H5_CHECK(H5Dget_type(ds)));
+  if (H5Tget_class(type) != H5T_STRING || H5Tis_variable_str(type) > 0)
+    throw Error(file + ": dataset '" + name + "' must be a fixed-length string");
+  size_t n = H5Tget_size(type);
+  std::string out(n, '\0');
+  if (H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
+    throw Error(file + ": cannot read dataset '" + name + "'");
+  if (auto z = out.find('\0'); z != std::string::npos) out.resize(z);
+  return out;
+}
+
+static void fsync_path(const std::string& path, bool dir) {
+  int fd = ::open(path.c_str(), dir ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0) throw Error(path + ": cannot open for fsync");
+  int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) throw Error(path + ": fsync failed");
+}
+
+void write_checkpoint(const std::string& path, const Checkpoint& ck, const std::function<void(hid_t)>& extra) {
+  fs::path p(path);
+  std::error_code ec;
+  if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
+  if (ec) throw Error(path + ": cannot create checkpoint directory: " + ec.message());
+  const std::string tmp = path + ".tmp";
+  try {
+    h5::Id f = h5::create(tmp);
+    h5::write_attr(f, "format", std::string("sparsebalance-checkpoint"));
+    h5::write_attr(f, "version", int64_t(kCheckpointVersion));
+    h5::write_attr(f, "step", ck.step);
+    h5::write_attr(f, "ranks", ck.ranks);
+    h5::write_attr(f, "num_params", int64_t(ck.params.size()));
+    h5::write_attr(f, "checksum", std::to_string(checksum(ck)));
+    write_text(f, "config", ck.config_toml);
+    std::string names;
+    for (const auto& t : ck.tensors) names += t.name + "\n";
+    write_text(f, "param_names", names);  // the order the flat buffers and the checksum use
+    {
+      h5::Id st = h5::group(f, "state", true);
+      h5::write_attr(st, "data_epoch", ck.data_epoch);
+      h5::write_attr(st, "data_cursor", ck.data_cursor);
+      h5::write_attr(st, "skipped_steps", ck.skipped_steps);
+    }
+    h5::Id params = h5::group(f, "params", true), mg = h5::group(f, "optim/m", true),
+           vg = h5::group(f, "optim/v", true);
+    for (const auto& t : ck.tensors) {
+      std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
+      auto slice = [&](const std::vector<float>& buf) {
+        return std::vector<float>(buf.begin() + t.offset, buf.begin() + t.offset + t.size);
+      };
+      h5::write_vector(params, t.name, slice(ck.params), dims);
+      h5::write_vector(mg, t.name, slice(ck.m), dims);
+      h5::write_vector(vg, t.name, slice(ck.v), dims);
+    }
+    if (extra) extra(f);
+    if (H5Fflush(f, H5F_SCOPE_GLOBAL) < 0) throw Error(tmp + ": flush failed (disk full?)");
+    f.reset();
+    fsync_path(tmp, false);
+  } catch (const std::exception& e) {
+    fs::remove(tmp, ec);
+    throw Error(path + ": checkpoint write failed, previous checkpoints untouched: " + e.what());
+  }
+  fs::rename(tmp, p, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    throw Error(path + ": cannot move the checkpoint into place: " + ec.message());
+  }
+  fsync_path(p.has_parent_path() ? p.parent_path().string() : ".", true);
+}
+
+Checkpoint read_checkpoint(const std::string& path, const std::function<void(hid_t)>& extra) {
+  h5::Id f = h5::open_read(path);
+  Checkpoint ck;
+  std::string fmt = h5::read_attr_string(f, "format", path);
+  if (fmt != "sparsebalance-checkpoint")
+    throw Error(path + ": attribute 'format' is '" + fmt + "', expected 'sparsebalance-checkpoint'");
+  int64_t ver = h5::read_attr_int(f, "version", path);
+  if (ver != kCheckpointVersion)
+    throw Error(path + ": attribute 'version' is " + std::to_string(ver) + ", this program reads version " +
+                std::to_string(kCheckpointVersion));
+  ck.step = h5::read_attr_int(f, "step", path);
+  ck.ranks = h5::read_attr_int(f, "ranks", path);
+  ck.config_toml = read_text(f, "config", path);
+  h5::Id st = h5::group(f, "state", false);
+  ck.data_epoch = h5::read_attr_int(st, "data_epoch", path);
+  ck.data_cursor = h5::read_attr_int(st, "data_cursor", path);
+  ck.skipped_steps = h5::read_attr_int(st, "skipped_steps", path);
+  if (ck.step < 0 || ck.data_epoch < 0 || ck.data_cursor < 0)
+    throw Error(path + ": negative step or data cursor in the checkpoint");
+  std::string names = read_text(f, "param_names", path);
+  size_t off = 0;
+  for (size_t a = 0, b; (b = names.find('\n', a)) != std::string::npos; a = b + 1) {
+    CheckpointTensor t;
+    t.name = names.substr(a, b - a);
+    std::vector<hsize_t> dims;
+    auto w = h5::read_vector<float>(f, "params/" + t.name, path, -1, &dims);
+    t.shape.assign(dims.begin(), dims.end());
+    t.offset = off, t.size = w.size();
+    off += w.size();
+    auto m = h5::read_vector<float>(f, "optim/m/" + t.name, path, int64_t(t.size));
+    auto v = h5::read_vector<float>(f, "optim/v/" + t.name, path, int64_t(t.size));
+    ck.params.insert(ck.params.end(), w.begin(), w.end());
+    ck.m.insert(ck.m.end(), m.begin(), m.end());
+    ck.v.insert(ck.v.end(), v.begin(), v.end());
+    ck.tensors.push_back(std::move(t));
+  }
+  if (int64_t(ck.params.size()) != h5::read_attr_int(f, "num_params", path))
+    throw Error(path + ": parameters add up to " + std::to_string(ck.params.size()) +
+                " values, attribute 'num_params' says " + std::to_string(h5::read_attr_int(f, "num_params", path)));
+  std::string want = h5::read_attr_string(f, "checksum", path);
+  if (std::to_string(checksum(ck)) != want)
+    throw Error(path + ": checksum mismatch (stored " + want + ", contents give " + std::to_string(checksum(ck)) +
+                "): the checkpoint is corrupt");
+  if (extra) extra(f);
+  return ck;
+}
+
+std::vector<std::string> list_checkpoints(const std::string& dir) {
+  std::vector<std::pair<long long, std::string>> found;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return {};
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::string name = e.path().filename().string();
+    long long step = 0;
+    char tail[8] = {0};
+    if (std::sscanf(name.c_str(), "ckpt_%lld.h%2s", &step, tail) == 2 && name == fs::path(checkpoint_path(dir, step)).filename().string())
+      found.emplace_back(step, e.path().string());
+  }
+  std::sort(found.begin(), found.end(), [](auto& a, auto& b) { return a.first > b.first; });
+  std::vector<std::string> out;
+  for (auto& [s, p] : found) out.push_back(p);
+  return out;
+}
+
+void prune_checkpoints(const std::string& dir, int64_t keep) {
+  auto all = list_checkpoints(dir);
+  std::error_code ec;
+  for (size_t i = size_t(std::max<int64_t>(keep, 1)); i < all.size(); ++i) fs::remove(all[i], ec);
+}
+
+}  // namespace sb

@@ -1,0 +1,137 @@
+#include "io/metrics_log.hpp"
+
+#include <filesystem>
+
+#include "src/common/error.hpp"
+
+namespace sb {
+
+static h5::Id step_type() {
+  h5::Id t(H5_CHECK(H5Tcreate(H5T_COMPOUND, sizeof(StepRow))));
+#define F(name, type) H5_CHECK(H5Tinsert(t, #name, HOFFSET(StepRow, name), type))
+  F(step, H5T_NATIVE_INT64); F(loss, H5T_NATIVE_DOUBLE); F(grad_norm, H5T_NATIVE_DOUBLE);
+  F(lr, H5T_NATIVE_DOUBLE); F(tokens, H5T_NATIVE_INT64); F(makespan_ms, H5T_NATIVE_DOUBLE);
+  F(tokens_per_s, H5T_NATIVE_DOUBLE); F(imbalance, H5T_NATIVE_DOUBLE); F(bubble, H5T_NATIVE_DOUBLE);
+  F(density, H5T_NATIVE_DOUBLE); F(recall, H5T_NATIVE_DOUBLE); F(plan_ms, H5T_NATIVE_DOUBLE);
+  F(pred_error, H5T_NATIVE_DOUBLE); F(skipped, H5T_NATIVE_INT32);
+#undef F
+  return t;
+}
+
+static h5::Id rank_type() {
+  h5::Id t(H5_CHECK(H5Tcreate(H5T_COMPOUND, sizeof(RankRow))));
+#define F(name, type) H5_CHECK(H5Tinsert(t, #name, HOFFSET(RankRow, name), type))
+  F(step, H5T_NATIVE_INT64); F(rank, H5T_NATIVE_INT32); F(micro_batches, H5T_NATIVE_INT32);
+  F(tokens, H5T_NATIVE_INT64); F(compute_ms, H5T_NATIVE_DOUBLE); F(idle_ms, H5T_NATIVE_DOUBLE);
+  F(predicted_ms, H5T_NATIVE_DOUBLE); F(mean_budget, H5T_NATIVE_DOUBLE); F(min_budget, H5T_NATIVE_DOUBLE);
+  F(max_budget, H5T_NATIVE_DOUBLE); F(density, H5T_NATIVE_DOUBLE); F(recall, H5T_NATIVE_DOUBLE);
+#undef F
+  return t;
+}
+
+MetricsLog::MetricsLog(const std::string& path, int ranks, bool resume, int64_t resume_step)
+    : path_(path), ranks_(ranks), step_type_(step_type()), rank_type_(rank_type()) {
+  h5::quiet_errors();
+  namespace fs = std::filesystem;
+  h5::Id fapl(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
+  // SWMR needs the 1.10 file format; readers use h5py's swmr=True.
+  H5_CHECK(H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST));
+  if (resume && fs::exists(path)) {
+    hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl);
+    if (f < 0) throw Error(path + ": cannot reopen the metrics log to resume (log.path)");
+    file_ = h5::Id(f);
+    if (!h5::exists(file_, "steps") || !h5::exists(file_, "ranks"))
+      throw Error(path + ": not a SparseBalance metrics log (missing /steps or /ranks)");
+    steps_ = h5::Id(H5_CHECK(H5Dopen2(file_, "steps", H5P_DEFAULT)));
+    ranks_ds_ = h5::Id(H5_CHECK(H5Dopen2(file_, "ranks", H5P_DEFAULT)));
+    h5::Id space(H5_CHECK(H5Dget_space(ranks_ds_)));
+    hsize_t dims[2];
+    H5_CHECK(H5Sget_simple_extent_dims(space, dims, nullptr));
+    if (int(dims[1]) != ranks)
+      throw Error(path + ": the log has " + std::to_string(dims[1]) + " ranks per row, this run has " +
+                  std::to_string(ranks) + " (use a new log.path)");
+    // Drop rows of steps after the checkpoint we resume from: they will be run again.
+    auto tables = read_metrics(path);
+    int64_t keep = 0;
+    while (keep < int64_t(tables.steps.size()) && tables.steps[keep].step <= resume_step) ++keep;
+    rows_ = keep;
+    hsize_t d1 = hsize_t(keep), d2[2] = {hsize_t(keep), hsize_t(ranks)};
+    H5_CHECK(H5Dset_extent(steps_, &d1));
+    H5_CHECK(H5Dset_extent(ranks_ds_, d2));
+  } else {
+    if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path());
+    hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    if (f < 0) throw Error(path + ": cannot create the metrics log (log.path)");
+    file_ = h5::Id(f);
+    h5::write_attr(file_, "format", std::string("sparsebalance-metrics"));
+    h5::write_attr(file_, "version", int64_t(1));
+    h5::write_attr(file_, "ranks", int64_t(ranks));
+    hsize_t d0 = 0, dmax = H5S_UNLIMITED, chunk = 64;
+    h5::Id s1(H5_CHECK(H5Screate_simple(1, &d0, &dmax)));
+    h5::Id p1(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
+    H5_CHECK(H5Pset_chunk(p1, 1, &chunk));
+    steps_ = h5::Id(H5_CHECK(H5Dcreate2(file_, "steps", step_type_, s1, H5P_DEFAULT, p1, H5P_DEFAULT)));
+    hsize_t d2[2] = {0, hsize_t(ranks)}, m2[2] = {H5S_UNLIMITED, hsize_t(ranks)},
+            c2[2] = {16, hsize_t(std::max(1, ranks))};
+    h5::Id s2(H5_CHECK(H5Screate_simple(2, d2, m2)));
+    h5::Id p2(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
+    H5_CHECK(H5Pset_chunk(p2, 2, c2));
+    ranks_ds_ = h5::Id(H5_CHECK(H5Dcreate2(file_, "ranks", rank_type_, s2, H5P_DEFAULT, p2, H5P_DEFAULT)));
+  }
+  // From here on readers may open the file while we append.
+  H5_CHECK(H5Fstart_swmr_write(file_));
+}
+
+void MetricsLog::append(const StepRow& step, std::span<const RankRow> ranks) {
+  if (int(ranks.size()) != ranks_) throw std::logic_error("MetricsLog::append: wrong number of rank rows");
+  hsize_t n1 = hsize_t(rows_ + 1), start1 = hsize_t(rows_), one = 1;
+  H5_CHECK(H5Dset_extent(steps_, &n1));
+  {
+    h5::Id fs(H5_CHECK(H5Dget_space(steps_)));
+    H5_CHECK(H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start1, nullptr, &one, nullptr));
+    h5::Id ms(H5_CHECK(H5Screate_simple(1, &one, nullptr)));
+    H5_CHECK(H5Dwrite(steps_, step_type_, ms, fs, H5P_DEFAULT, &step));
+  }
+  hsize_t n2[2] = {n1, hsize_t(ranks_)}, start2[2] = {start1, 0}, cnt2[2] = {1, hsize_t(ranks_)};
+  H5_CHECK(H5Dset_extent(ranks_ds_, n2));
+  {
+    h5::Id fs(H5_CHECK(H5Dget_space(ranks_ds_)));
+    H5_CHECK(H5Sselect_hyperslab(fs, H5S_SELECT_SET, start2, nullptr, cnt2, nullptr));
+    h5::Id ms(H5_CHECK(H5Screate_simple(2, cnt2, nullptr)));
+    H5_CHECK(H5Dwrite(ranks_ds_, rank_type_, ms, fs, H5P_DEFAULT, ranks.data()));
+  }
+  ++rows_;
+}
+
+void MetricsLog::flush() {
+  H5_CHECK(H5Dflush(steps_));
+  H5_CHECK(H5Dflush(ranks_ds_));
+  H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
+}
+
+MetricsTables read_metrics(const std::string& path) {
+  h5::quiet_errors();
+  h5::Id fapl(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
+  H5_CHECK(H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST));
+  if (!std::filesystem::exists(path)) throw Error(path + ": no such file");
+  hid_t fid = H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);
+  if (fid < 0) fid = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (fid < 0) throw Error(path + ": not a readable HDF5 file");
+  h5::Id f(fid);
+  MetricsTables t;
+  for (const char* name : {"steps", "ranks"})
+    if (!h5::exists(f, name)) throw Error(path + ": missing dataset '" + name + "' (not a metrics log?)");
+  h5::Id st(H5_CHECK(H5Dopen2(f, "steps", H5P_DEFAULT))), rk(H5_CHECK(H5Dopen2(f, "ranks", H5P_DEFAULT)));
+  h5::Id s1(H5_CHECK(H5Dget_space(st))), s2(H5_CHECK(H5Dget_space(rk)));
+  hsize_t n = 0, d2[2];
+  H5_CHECK(H5Sget_simple_extent_dims(s1, &n, nullptr));
+  H5_CHECK(H5Sget_simple_extent_dims(s2, d2, nullptr));
+  t.n_ranks = int(d2[1]);
+  t.steps.resize(n);
+  t.ranks.resize(d2[0] * d2[1]);
+  if (n) H5_CHECK(H5Dread(st, step_type(), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.steps.data()));
+  if (!t.ranks.empty()) H5_CHECK(H5Dread(rk, rank_type(), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.ranks.data()));
+  return t;
+}
+
+}  // namespace sb

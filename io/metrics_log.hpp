@@ -1,0 +1,70 @@
+// The HDF5 metrics log: two extendible, chunked tables of compound rows,
+//   /steps  (steps)         one row per optimizer step
+//   /ranks  (steps, ranks)  one row per step and rank
+// written by rank 0 in SWMR mode and flushed every few steps, so h5py can read it while the
+// run goes on (h5py.File(path, 'r', libver='latest', swmr=True)).
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "io/h5.hpp"
+
+namespace sb {
+
+struct StepRow {
+  int64_t step;          // 1-based optimizer step
+  double loss;           // mean next-token loss over the global batch
+  double grad_norm;      // global gradient norm before clipping
+  double lr;
+  int64_t tokens;        // tokens in the global batch
+  double makespan_ms;    // slowest rank's step time (compute + reduce + update)
+  double tokens_per_s;
+  double imbalance;      // max / mean of the ranks' compute time
+  double bubble;         // idle / (ranks * makespan)
+  double density;        // mean kept-block density over ranks
+  double recall;         // mean recall over ranks
+  double plan_ms;        // plan + predict + exchange + tune on rank 0
+  double pred_error;     // mean |predicted - measured| / measured over ranks' compute
+  int32_t skipped;       // 1 when the step was skipped for a non-finite loss/gradient
+};
+
+struct RankRow {
+  int64_t step;
+  int32_t rank;
+  int32_t micro_batches;
+  int64_t tokens;
+  double compute_ms;     // forward + backward of this rank's micro-batches
+  double idle_ms;        // waiting for the slowest rank before the all-reduce
+  double predicted_ms;   // latency model's prediction of compute_ms (after tuning)
+  double mean_budget;    // mean k over micro-batches x layers
+  double min_budget, max_budget;
+  double density;        // kept / causal blocks
+  double recall;         // mean row recall
+};
+
+class MetricsLog {
+ public:
+  // Create a new log, or (resume) open an existing one and drop rows after `resume_step`.
+  MetricsLog(const std::string& path, int ranks, bool resume, int64_t resume_step);
+  void append(const StepRow& step, std::span<const RankRow> ranks);
+  void flush();
+  const std::string& path() const { return path_; }
+  int64_t rows() const { return rows_; }
+
+ private:
+  std::string path_;
+  int ranks_;
+  int64_t rows_ = 0;
+  h5::Id file_, steps_, ranks_ds_, step_type_, rank_type_;
+};
+
+// Read back (for inspect and tests).
+struct MetricsTables {
+  std::vector<StepRow> steps;
+  std::vector<RankRow> ranks;  // steps x ranks, row-major
+  int n_ranks = 0;
+};
+MetricsTables read_metrics(const std::string& path);
+
+}  // namespace sb

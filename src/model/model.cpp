@@ -1,0 +1,274 @@
+#include "src/model/model.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numbers>
+#include <random>
+#include <stdexcept>
+
+#include "src/common/error.hpp"
+
+namespace sb {
+
+namespace k = kernels;
+using Clock = std::chrono::steady_clock;
+static double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shape and parameters
+
+ModelDims ModelDims::from_config(const Config& cfg, int64_t data_vocab) {
+  ModelDims s;
+  s.n_layers = int(cfg.i("model.n_layers"));
+  s.d_model = int(cfg.i("model.d_model"));
+  s.n_heads = int(cfg.i("model.n_heads"));
+  s.n_kv_heads = int(cfg.i("model.n_kv_heads"));
+  s.ffn_dim = int(cfg.i("model.ffn_dim"));
+  s.tied = cfg.b("model.tie_embeddings");
+  s.rope_theta = cfg.f("model.rope_theta");
+  s.norm_eps = cfg.f("model.norm_eps");
+  s.init_std = cfg.f("model.init_std");
+  int64_t v = cfg.i("model.vocab_size");
+  if (v == 0) v = data_vocab;
+  if (v <= 0) throw Error("model.vocab_size = 0 means 'from the data', but no data vocab_size is known");
+  if (data_vocab > 0 && v < data_vocab)
+    throw Error("model.vocab_size = " + std::to_string(v) + " is smaller than the data's vocab_size " +
+                std::to_string(data_vocab));
+  s.vocab = int(v);
+  if (s.d_model % s.n_heads)
+    throw Error("model.d_model = " + std::to_string(s.d_model) + " must be divisible by model.n_heads = " +
+                std::to_string(s.n_heads));
+  if (s.n_heads % s.n_kv_heads)
+    throw Error("model.n_heads = " + std::to_string(s.n_heads) + " must be divisible by model.n_kv_heads = " +
+                std::to_string(s.n_kv_heads));
+  s.head_dim = s.d_model / s.n_heads;
+  if (s.head_dim % 2) throw Error("head dim d_model/n_heads = " + std::to_string(s.head_dim) + " must be even (RoPE)");
+  return s;
+}
+
+int64_t ModelDims::num_params() const {
+  int64_t C = d_model, H = n_heads, Hkv = n_kv_heads, D = head_dim, F = ffn_dim, V = vocab;
+  int64_t per_layer = 2 * C + H * D * C + 2 * Hkv * D * C + C * H * D + 3 * F * C;
+  return V * C + n_layers * per_layer + C + (tied ? 0 : V * C);
+}
+
+template <class T>
+Model<T>::Model(const ModelDims& s) : shape_(s) {
+  const int64_t C = s.d_model, HD = int64_t(s.n_heads) * s.head_dim, KD = int64_t(s.n_kv_heads) * s.head_dim;
+  size_t off = 0;
+  auto add = [&](std::string name, std::vector<int64_t> shape, bool decay) {
+    size_t n = 1;
+    for (auto d : shape) n *= size_t(d);
+    params_.push_back({std::move(name), std::move(shape), off, n, decay});
+    off += n;
+    return params_.size() - 1;
+  };
+  i_embed_ = add("model.embed_tokens.weight", {s.vocab, C}, true);
+  for (int l = 0; l < s.n_layers; ++l) {
+    std::string p = "model.layers." + std::to_string(l) + ".";
+    LayerIdx L;
+    L.ln1 = add(p + "input_layernorm.weight", {C}, false);
+    L.q = add(p + "self_attn.q_proj.weight", {HD, C}, true);
+    L.k = add(p + "self_attn.k_proj.weight", {KD, C}, true);
+    L.v = add(p + "self_attn.v_proj.weight", {KD, C}, true);
+    L.o = add(p + "self_attn.o_proj.weight", {C, HD}, true);
+    L.ln2 = add(p + "post_attention_layernorm.weight", {C}, false);
+    L.gate = add(p + "mlp.gate_proj.weight", {s.ffn_dim, C}, true);
+    L.up = add(p + "mlp.up_proj.weight", {s.ffn_dim, C}, true);
+    L.down = add(p + "mlp.down_proj.weight", {C, s.ffn_dim}, true);
+    li_.push_back(L);
+  }
+  i_norm_ = add("model.norm.weight", {C}, false);
+  i_head_ = s.tied ? i_embed_ : add("lm_head.weight", {s.vocab, C}, true);
+  w_.assign(off, T(0));
+  g_.assign(off, T(0));
+}
+
+template <class T>
+const ParamInfo& Model<T>::param(const std::string& name) const {
+  for (const auto& p : params_)
+    if (p.name == name) return p;
+  throw Error("no parameter named '" + name + "'");
+}
+
+template <class T>
+void Model<T>::init(uint64_t seed) {
+  // Own Box-Muller over mt19937_64: std::normal_distribution differs between standard libraries.
+  std::mt19937_64 rng(seed);
+  auto uniform = [&] { return (double(rng() >> 11) + 0.5) * (1.0 / 9007199254740992.0); };
+  auto normal = [&] {
+    double u1 = uniform(), u2 = uniform();
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+  };
+  const double out_scale = 1.0 / std::sqrt(2.0 * shape_.n_layers);
+  for (const auto& p : params_) {
+    T* w = w_.data() + p.offset;
+    if (!p.decay) {  // norms start at 1
+      for (size_t i = 0; i < p.size; ++i) w[i] = T(1);
+      continue;
+    }
+    bool out_proj = p.name.find("o_proj") != std::string::npos || p.name.find("down_proj") != std::string::npos;
+    double std = shape_.init_std * (out_proj ? out_scale : 1.0);
+    for (size_t i = 0; i < p.size; ++i) w[i] = T(std * normal());
+  }
+}
+
+template <class T>
+void Model<T>::zero_grads() {
+  std::fill(g_.begin(), g_.end(), T(0));
+}
+
+void PackedBatch::add(const std::vector<uint32_t>& seq) {
+  if (cu_seqlens.empty()) cu_seqlens.push_back(0);
+  for (size_t i = 0; i < seq.size(); ++i) {
+    tokens.push_back(int32_t(seq[i]));
+    targets.push_back(i + 1 < seq.size() ? int32_t(seq[i + 1]) : -1);
+    pos.push_back(int32_t(i));
+  }
+  cu_seqlens.push_back(int32_t(tokens.size()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward and backward
+
+// Activations of one layer saved for the backward pass.
+template <class T>
+struct Model<T>::Layer {
+  std::vector<T> x_in;        // (N, C) residual stream entering the layer
+  std::vector<T> xn, rstd1;   // (N, C), (N)
+  std::vector<T> q, kk, v;    // (N, H*D), (N, Hkv*D), (N, Hkv*D) after RoPE
+  k::BlockSelection sel;
+  std::vector<T> att, lse;    // (N, H*D), (N, H)
+  std::vector<T> x_mid;       // (N, C) after the attention residual
+  std::vector<T> xn2, rstd2;  // (N, C), (N)
+  std::vector<T> gate, up, h; // (N, F) x3
+};
+
+template <class T>
+MicroBatchStats Model<T>::forward_backward(const PackedBatch& b, const AttnSettings& a, T loss_scale) {
+  return run(b, a, loss_scale, true, nullptr);
+}
+
+template <class T>
+MicroBatchStats Model<T>::forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax) {
+  return run(b, a, T(1), false, argmax);
+}
+
+template <class T>
+MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T loss_scale, bool backward,
+                              std::vector<int32_t>* argmax) {
+  const auto t_start = Clock::now();
+  const ModelDims& s = shape_;
+  const int N = b.n(), C = s.d_model, H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, F = s.ffn_dim,
+            V = s.vocab, L = s.n_layers;
+  const int HD = H * D, KD = Hkv * D, nd = b.ndocs();
+  if (int(a.k.size()) != L) throw std::logic_error("AttnSettings.k must hold one budget per layer");
+  for (int32_t t : b.tokens)
+    if (t < 0 || t >= V)
+      throw Error("token id " + std::to_string(t) + " is outside the model's vocabulary (model.vocab_size = " +
+                  std::to_string(V) + ")");
+  const k::AttnShape ashape{H, Hkv, D, a.block_size};
+  MicroBatchStats st;
+  st.gating.resize(L);
+  auto sized = [](std::vector<T>& v, size_t n) { v.assign(n, T(0)); return v.data(); };
+
+  std::vector<T> x(size_t(N) * C);  // (N, C) residual stream
+  k::embedding_fwd(b.tokens.data(), W(i_embed_), x.data(), N, C);
+
+  std::vector<Layer> acts(L);
+  std::vector<T> tmp(size_t(N) * C);  // (N, C) branch output before the residual add
+  for (int l = 0; l < L; ++l) {
+    Layer& A = acts[l];
+    const LayerIdx& I = li_[l];
+    A.x_in = x;
+    // attention block
+    k::rmsnorm_fwd(x.data(), W(I.ln1), sized(A.xn, size_t(N) * C), sized(A.rstd1, N), N, C, s.norm_eps);
+    k::linear_fwd(A.xn.data(), W(I.q), sized(A.q, size_t(N) * HD), N, C, HD);
+    k::linear_fwd(A.xn.data(), W(I.k), sized(A.kk, size_t(N) * KD), N, C, KD);
+    k::linear_fwd(A.xn.data(), W(I.v), sized(A.v, size_t(N) * KD), N, C, KD);
+    k::rope_fwd(A.q.data(), b.pos.data(), N, H, D, s.rope_theta);
+    k::rope_fwd(A.kk.data(), b.pos.data(), N, Hkv, D, s.rope_theta);
+    auto tg = Clock::now();
+    st.gating[l] = a.sparse ? k::gate_blocks(A.q.data(), A.kk.data(), b.cu_seqlens.data(), nd, ashape,
+                                             k::GatingParams{a.k[l], a.local_blocks, a.theta}, A.sel)
+                            : k::select_all_causal(b.cu_seqlens.data(), nd, ashape, A.sel);
+    st.gating_ms += ms_since(tg);
+    auto ta = Clock::now();
+    k::block_attention_fwd(A.q.data(), A.kk.data(), A.v.data(), b.cu_seqlens.data(), nd, ashape, A.sel,
+                           sized(A.att, size_t(N) * HD), sized(A.lse, size_t(N) * H));
+    st.attn_ms += ms_since(ta);
+    k::linear_fwd(A.att.data(), W(I.o), tmp.data(), N, HD, C);
+    for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
+    A.x_mid = x;
+    // MLP block
+    k::rmsnorm_fwd(x.data(), W(I.ln2), sized(A.xn2, size_t(N) * C), sized(A.rstd2, N), N, C, s.norm_eps);
+    k::linear_fwd(A.xn2.data(), W(I.gate), sized(A.gate, size_t(N) * F), N, C, F);
+    k::linear_fwd(A.xn2.data(), W(I.up), sized(A.up, size_t(N) * F), N, C, F);
+    k::swiglu_fwd(A.gate.data(), A.up.data(), sized(A.h, size_t(N) * F), size_t(N) * F);
+    k::linear_fwd(A.h.data(), W(I.down), tmp.data(), N, F, C);
+    for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
+  }
+  std::vector<T> xf(size_t(N) * C), rstdf(N);  // (N, C), (N)
+  k::rmsnorm_fwd(x.data(), W(i_norm_), xf.data(), rstdf.data(), N, C, s.norm_eps);
+  std::vector<T> logits(size_t(N) * V);  // (N, V); becomes dlogits in place
+  k::linear_fwd(xf.data(), W(i_head_), logits.data(), N, C, V);
+  if (argmax) {
+    argmax->assign(N, 0);
+    for (int t = 0; t < N; ++t) {
+      const T* row = logits.data() + size_t(t) * V;
+      (*argmax)[t] = int32_t(std::max_element(row, row + V) - row);
+    }
+  }
+  std::vector<uint8_t> correct(N, 0);
+  st.loss_sum = k::cross_entropy(logits.data(), b.targets.data(), logits.data(), N, V, loss_scale, correct.data());
+  for (int t = 0; t < N; ++t) st.targets += b.targets[t] >= 0, st.correct += correct[t];
+  if (!backward) {
+    st.total_ms = ms_since(t_start);
+    return st;
+  }
+
+  // ---- backward: the same path in reverse; dx is the gradient of the residual stream ----
+  std::vector<T> dxf(size_t(N) * C, T(0)), dx(size_t(N) * C, T(0));
+  k::linear_bwd(xf.data(), W(i_head_), logits.data(), dxf.data(), G(i_head_), N, C, V);
+  k::rmsnorm_bwd(x.data(), W(i_norm_), rstdf.data(), dxf.data(), dx.data(), G(i_norm_), N, C);
+  std::vector<T> dh(size_t(N) * F), dg(size_t(N) * F), du(size_t(N) * F), dxn(size_t(N) * C);
+  std::vector<T> datt(size_t(N) * HD), dq(size_t(N) * HD), dk(size_t(N) * KD), dv(size_t(N) * KD);
+  for (int l = L - 1; l >= 0; --l) {
+    Layer& A = acts[l];
+    const LayerIdx& I = li_[l];
+    // MLP block: x_out = x_mid + down(swiglu(gate(xn2), up(xn2)))
+    std::fill(dh.begin(), dh.end(), T(0));
+    k::linear_bwd(A.h.data(), W(I.down), dx.data(), dh.data(), G(I.down), N, F, C);
+    k::swiglu_bwd(A.gate.data(), A.up.data(), dh.data(), dg.data(), du.data(), size_t(N) * F);
+    std::fill(dxn.begin(), dxn.end(), T(0));
+    k::linear_bwd(A.xn2.data(), W(I.gate), dg.data(), dxn.data(), G(I.gate), N, C, F);
+    k::linear_bwd(A.xn2.data(), W(I.up), du.data(), dxn.data(), G(I.up), N, C, F);
+    k::rmsnorm_bwd(A.x_mid.data(), W(I.ln2), A.rstd2.data(), dxn.data(), dx.data(), G(I.ln2), N, C);
+    // attention block: x_mid = x_in + o(attn(rope(q(xn)), rope(k(xn)), v(xn)))
+    std::fill(datt.begin(), datt.end(), T(0));
+    k::linear_bwd(A.att.data(), W(I.o), dx.data(), datt.data(), G(I.o), N, HD, C);
+    auto ta = Clock::now();
+    k::block_attention_bwd(A.q.data(), A.kk.data(), A.v.data(), A.att.data(), A.lse.data(), datt.data(),
+                           b.cu_seqlens.data(), nd, ashape, A.sel, dq.data(), dk.data(), dv.data());
+    st.attn_ms += ms_since(ta);
+    k::rope_bwd(dq.data(), b.pos.data(), N, H, D, s.rope_theta);
+    k::rope_bwd(dk.data(), b.pos.data(), N, Hkv, D, s.rope_theta);
+    std::fill(dxn.begin(), dxn.end(), T(0));
+    k::linear_bwd(A.xn.data(), W(I.q), dq.data(), dxn.data(), G(I.q), N, C, HD);
+    k::linear_bwd(A.xn.data(), W(I.k), dk.data(), dxn.data(), G(I.k), N, C, KD);
+    k::linear_bwd(A.xn.data(), W(I.v), dv.data(), dxn.data(), G(I.v), N, C, KD);
+    k::rmsnorm_bwd(A.x_in.data(), W(I.ln1), A.rstd1.data(), dxn.data(), dx.data(), G(I.ln1), N, C);
+    A = Layer{};  // free this layer's activations early
+  }
+  k::embedding_bwd(b.tokens.data(), dx.data(), G(i_embed_), N, C);
+  st.total_ms = ms_since(t_start);
+  return st;
+}
+
+template class Model<float>;
+template class Model<double>;
+
+}  // namespace sb

@@ -1,0 +1,102 @@
+// The model: a Llama/Qwen-style decoder-only transformer over packed variable-length
+// micro-batches, with dense or block-sparse attention. Parameter names and shapes follow
+// Hugging Face Llama, so a checkpoint loads into LlamaForCausalLM.
+//
+// Reads top to bottom in model.cpp: embed -> L x (RMSNorm, attention with RoPE and GQA,
+// residual, RMSNorm, SwiGLU MLP, residual) -> RMSNorm -> LM head -> cross-entropy.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.hpp"
+#include "src/config/config.hpp"
+
+namespace sb {
+
+struct ModelDims {
+  int n_layers = 2, d_model = 64, n_heads = 4, n_kv_heads = 2, head_dim = 16, ffn_dim = 192;
+  int vocab = 259;
+  bool tied = true;
+  double rope_theta = 10000, norm_eps = 1e-5, init_std = 0.02;
+  // From [model]; vocab from model.vocab_size or, when 0, from the data. Errors name the keys.
+  static ModelDims from_config(const Config& cfg, int64_t data_vocab);
+  int64_t num_params() const;
+};
+
+struct ParamInfo {
+  std::string name;            // e.g. "model.layers.0.self_attn.q_proj.weight"
+  std::vector<int64_t> shape;  // PyTorch (out, in)
+  size_t offset, size;         // into the flat buffer
+  bool decay;                  // weight decay applies (matrices, not norms)
+};
+
+// How attention runs for one micro-batch: mode and gating parameters, and a budget per layer.
+struct AttnSettings {
+  bool sparse = true;
+  int block_size = 32, local_blocks = 1;
+  double theta = 8;
+  std::vector<int> k;  // (n_layers) budget per layer
+};
+
+// What one micro-batch's forward/backward observed, for the balancer and the log.
+struct MicroBatchStats {
+  double loss_sum = 0;     // summed cross-entropy over targeted tokens
+  int64_t targets = 0;     // targeted tokens
+  int64_t correct = 0;     // greedy predictions equal to the target
+  std::vector<kernels::GatingStats> gating;  // (n_layers)
+  double attn_ms = 0, gating_ms = 0, total_ms = 0;  // wall times (fwd+bwd)
+};
+
+// A packed micro-batch: documents (or windows) back to back.
+struct PackedBatch {
+  std::vector<int32_t> tokens;      // (N)
+  std::vector<int32_t> targets;     // (N) next token inside the same sequence, -1 at its end
+  std::vector<int32_t> pos;         // (N) position inside the sequence (RoPE)
+  std::vector<int32_t> cu_seqlens;  // (ndocs + 1)
+  int ndocs() const { return int(cu_seqlens.size()) - 1; }
+  int n() const { return int(tokens.size()); }
+  // Append one sequence; a sequence of one token has no target.
+  void add(const std::vector<uint32_t>& seq);
+};
+
+template <class T>
+class Model {
+ public:
+  explicit Model(const ModelDims& shape);
+  const ModelDims& shape() const { return shape_; }
+  const std::vector<ParamInfo>& params() const { return params_; }
+  const ParamInfo& param(const std::string& name) const;
+
+  // normal(0, init_std) from `seed` (deterministic, own generator); output projections
+  // (o_proj, down_proj) scaled by 1/sqrt(2 * n_layers); norms at 1.
+  void init(uint64_t seed);
+
+  // Forward and backward of one micro-batch. Gradients are ACCUMULATED into grads(),
+  // scaled by `loss_scale` (1 / global target count makes the sum over ranks the mean).
+  MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, T loss_scale);
+  // Forward only (eval); `argmax` (optional, N) receives greedy predictions.
+  MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax = nullptr);
+
+  std::vector<T>& weights() { return w_; }
+  const std::vector<T>& weights() const { return w_; }
+  std::vector<T>& grads() { return g_; }
+  void zero_grads();
+
+ private:
+  struct Layer;  // saved activations of one layer
+  MicroBatchStats run(const PackedBatch& b, const AttnSettings& a, T loss_scale, bool backward,
+                      std::vector<int32_t>* argmax);
+  T* W(size_t idx) { return w_.data() + params_[idx].offset; }
+  T* G(size_t idx) { return g_.data() + params_[idx].offset; }
+
+  ModelDims shape_;
+  std::vector<ParamInfo> params_;
+  std::vector<T> w_, g_;  // flat parameters and gradients, in params_ order
+  // Indices into params_: embed, per layer (ln1, q, k, v, o, ln2, gate, up, down), final norm, lm head.
+  size_t i_embed_ = 0, i_norm_ = 0, i_head_ = 0;
+  struct LayerIdx { size_t ln1, q, k, v, o, ln2, gate, up, down; };
+  std::vector<LayerIdx> li_;
+};
+
+}  // namespace sb

@@ -1,0 +1,107 @@
+#include "src/step/evaluate.hpp"
+
+#include <sstream>
+
+#include "src/common/error.hpp"
+#include "src/step/plan_batch.hpp"
+
+namespace sb {
+
+void load_weights(const Checkpoint& ck, const std::string& path, Model<float>& model) {
+  const auto& ps = model.params();
+  if (ck.tensors.size() != ps.size())
+    throw Error(path + ": holds " + std::to_string(ck.tensors.size()) + " parameter tensors, the configured model has " +
+                std::to_string(ps.size()) + " (different [model] settings?)");
+  for (size_t i = 0; i < ps.size(); ++i)
+    if (ck.tensors[i].name != ps[i].name || ck.tensors[i].shape != ps[i].shape)
+      throw Error(path + ": parameter '" + ck.tensors[i].name + "' does not match the configured model's '" +
+                  ps[i].name + "' (different [model] settings?)");
+  model.weights() = ck.params;
+}
+
+static std::vector<int64_t> parse_buckets(const std::string& text) {
+  std::vector<int64_t> out;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    try {
+      size_t pos = 0;
+      long long v = std::stoll(item, &pos);
+      if (pos != item.size() || v <= 0 || (!out.empty() && v <= out.back())) throw 0;
+      out.push_back(v);
+    } catch (...) {
+      throw Error("eval.buckets = \"" + text + "\": expected increasing positive integers separated by commas");
+    }
+  }
+  return out;
+}
+
+static void add_doc(EvalPart& part, const MicroBatchStats& st, const std::vector<int32_t>& argmax,
+                    const std::vector<uint32_t>& toks, size_t bucket, const TaskSpan& task, uint64_t window_begin) {
+  part.loss_sum += st.loss_sum, part.targets += st.targets;
+  part.bucket_loss[bucket] += st.loss_sum, part.bucket_targets[bucket] += st.targets;
+  if (task.type == 0 || task.type >= 4 || task.end <= task.begin || task.begin <= window_begin) return;
+  // Exact match of the greedy next-token predictions over the answer span, teacher-forced.
+  bool ok = true;
+  for (uint64_t t = task.begin; t < task.end; ++t) {
+    uint64_t i = t - window_begin;  // position of the answer token in the window
+    if (argmax[i - 1] != int32_t(toks[i])) ok = false;
+  }
+  part.task_total[task.type] += 1;
+  part.task_correct[task.type] += ok;
+}
+
+EvalResult evaluate(const Config& cfg, const Comm& comm, Model<float>& model, const Dataset& ds) {
+  EvalResult res;
+  res.bucket_bounds = parse_buckets(cfg.s("eval.buckets"));
+  const size_t nb = res.bucket_bounds.size() + 1;
+  for (EvalPart* p : {&res.dense, &res.sparse}) p->bucket_loss.assign(nb, 0), p->bucket_targets.assign(nb, 0);
+  auto val = ds.val_docs(uint64_t(cfg.i("data.seed")), cfg.f("data.val_fraction"));
+  if (val.empty()) throw Error(ds.path() + ": no validation documents (raise data.val_fraction)");
+  if (int64_t(val.size()) > cfg.i("eval.docs")) val.resize(size_t(cfg.i("eval.docs")));
+  const int64_t cap = cfg.i("train.micro_batch_tokens");
+  AttnSettings dense, sparse;
+  dense.sparse = false;
+  sparse.sparse = true;
+  for (AttnSettings* a : {&dense, &sparse}) {
+    a->block_size = int(cfg.i("attention.block_size"));
+    a->local_blocks = int(cfg.i("attention.local_blocks"));
+    a->theta = cfg.f("attention.theta");
+    a->k.assign(size_t(model.shape().n_layers), int(cfg.i("attention.k")));
+  }
+  for (size_t i = size_t(comm.rank()); i < val.size(); i += size_t(comm.size())) {
+    uint64_t doc = val[i], len = ds.doc_length(doc);
+    if (len < 2) continue;
+    uint64_t begin = len > uint64_t(cap) ? len - uint64_t(cap) : 0;  // the window holding the end
+    std::vector<uint32_t> toks = read_segment(ds, Segment{doc, begin, len - begin});
+    PackedBatch b;
+    b.add(toks);
+    size_t bucket = 0;
+    while (bucket < res.bucket_bounds.size() && int64_t(len) > res.bucket_bounds[bucket]) ++bucket;
+    TaskSpan task = ds.task(doc);
+    std::vector<int32_t> argmax;
+    add_doc(res.dense, model.forward(b, dense, &argmax), argmax, toks, bucket, task, begin);
+    add_doc(res.sparse, model.forward(b, sparse, &argmax), argmax, toks, bucket, task, begin);
+    res.docs += 1, res.tokens += int64_t(toks.size());
+  }
+  // Sum over ranks: pack every counter into one vector of doubles.
+  std::vector<double> v;
+  auto put = [&](EvalPart& p) {
+    v.push_back(p.loss_sum), v.push_back(double(p.targets));
+    for (size_t j = 0; j < nb; ++j) v.push_back(p.bucket_loss[j]), v.push_back(double(p.bucket_targets[j]));
+    for (int t = 0; t < 4; ++t) v.push_back(double(p.task_correct[t])), v.push_back(double(p.task_total[t]));
+  };
+  put(res.dense), put(res.sparse);
+  v.push_back(double(res.docs)), v.push_back(double(res.tokens));
+  comm.allreduce_sum_inplace(v);
+  size_t at = 0;
+  auto get = [&](EvalPart& p) {
+    p.loss_sum = v[at++], p.targets = int64_t(v[at++]);
+    for (size_t j = 0; j < nb; ++j) p.bucket_loss[j] = v[at++], p.bucket_targets[j] = int64_t(v[at++]);
+    for (int t = 0; t < 4; ++t) p.task_correct[t] = int64_t(v[at++]), p.task_total[t] = int64_t(v[at++]);
+  };
+  get(res.dense), get(res.sparse);
+  res.docs = int64_t(v[at++]), res.tokens = int64_t(v[at++]);
+  return res;
+}
+
+}  // namespace sb

@@ -1,0 +1,40 @@
+// eval: validation loss by document-length bucket and accuracy on the synthetic tasks' answer
+// spans, with dense and with sparse attention, over the validation split.
+#pragma once
+#include <array>
+#include <string>
+#include <vector>
+
+#include "io/checkpoint.hpp"
+#include "io/shard.hpp"
+#include "src/comm/comm.hpp"
+#include "src/config/config.hpp"
+#include "src/model/model.hpp"
+
+namespace sb {
+
+// Copy a checkpoint's parameters into `model` after checking names and shapes (errors name
+// the file and the first tensor that differs).
+void load_weights(const Checkpoint& ck, const std::string& path, Model<float>& model);
+
+struct EvalPart {
+  double loss_sum = 0;
+  int64_t targets = 0;
+  std::vector<double> bucket_loss;      // per bucket: summed loss
+  std::vector<int64_t> bucket_targets;  // per bucket: targets
+  std::array<int64_t, 4> task_correct{}, task_total{};  // by task type (0 unused)
+  double loss() const { return targets ? loss_sum / double(targets) : 0; }
+};
+
+struct EvalResult {
+  std::vector<int64_t> bucket_bounds;  // upper bounds (inclusive) of length buckets; last = no bound
+  EvalPart dense, sparse;
+  int64_t docs = 0, tokens = 0;
+};
+
+// Evaluates eval.docs validation documents, spread over ranks (results identical on all ranks).
+// A document longer than train.micro_batch_tokens is evaluated on its last window (where the
+// task's question and answer sit).
+EvalResult evaluate(const Config& cfg, const Comm& comm, Model<float>& model, const Dataset& ds);
+
+}  // namespace sb

@@ -1,0 +1,62 @@
+#include "src/step/plan_batch.hpp"
+
+#include <random>
+
+#include "src/common/error.hpp"
+
+namespace sb {
+
+std::vector<uint64_t> epoch_order(const Dataset& ds, uint64_t seed, double val_fraction, int64_t epoch) {
+  std::vector<uint64_t> order = ds.train_docs(seed, val_fraction);
+  if (order.empty()) throw Error(ds.path() + ": no training documents (data.val_fraction leaves none)");
+  if (epoch > 0) {  // Fisher-Yates with our own index draw: reproducible across standard libraries
+    std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + uint64_t(epoch));
+    for (size_t i = order.size() - 1; i > 0; --i) std::swap(order[i], order[rng() % (i + 1)]);
+  }
+  return order;
+}
+
+GlobalBatch draw_global_batch(const Dataset& ds, uint64_t seed, double val_fraction, int64_t tokens, DataCursor& cur,
+                              std::vector<uint64_t>& order) {
+  if (order.empty()) order = epoch_order(ds, seed, val_fraction, cur.epoch);
+  GlobalBatch gb;
+  while (gb.tokens < tokens) {
+    if (cur.index >= int64_t(order.size())) {
+      cur.epoch += 1, cur.index = 0;
+      order = epoch_order(ds, seed, val_fraction, cur.epoch);
+    }
+    uint64_t doc = order[size_t(cur.index++)];
+    uint64_t len = ds.doc_length(doc);
+    if (len == 0) continue;
+    gb.docs.emplace_back(doc, len);
+    gb.tokens += int64_t(len);
+  }
+  return gb;
+}
+
+int64_t count_targets(const std::vector<Segment>& segs) {
+  int64_t n = 0;
+  for (const auto& s : segs) n += s.len > 0 ? int64_t(s.len) - 1 : 0;
+  return n;
+}
+
+std::vector<uint32_t> read_segment(const Dataset& ds, const Segment& s) {
+  auto [shard, local] = ds.locate(s.doc);
+  const ShardReader& r = ds.shards()[shard];
+  uint64_t doc_len = r.offsets()[local + 1] - r.offsets()[local];
+  if (s.begin + s.len > doc_len)
+    throw Error(r.path() + ": window [" + std::to_string(s.begin) + ", " + std::to_string(s.begin + s.len) +
+                ") lies outside document " + std::to_string(s.doc) + " of length " + std::to_string(doc_len));
+  std::vector<uint32_t> out(s.len);
+  r.read_tokens(r.offsets()[local] + s.begin, s.len, out.data());
+  return out;
+}
+
+PackedBatch pack_micro_batch(const Dataset& ds, const MicroBatch& mb) {
+  PackedBatch b;
+  b.cu_seqlens.push_back(0);
+  for (const auto& s : mb.segs) b.add(read_segment(ds, s));
+  return b;
+}
+
+}  // namespace sb

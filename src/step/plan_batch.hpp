@@ -1,0 +1,39 @@
+// plan: draw the step's global batch from the data cursor and split it over ranks x
+// micro-batches (the split itself is src/balance/plan.hpp). Identical on every rank.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "io/shard.hpp"
+#include "src/balance/segment.hpp"
+#include "src/model/model.hpp"
+
+namespace sb {
+
+// Where the next document comes from: position in the epoch's shuffled training order.
+struct DataCursor {
+  int64_t epoch = 0, index = 0;
+};
+
+// The training documents in the order of `epoch`: the dataset's seeded split and shuffle for
+// epoch 0, reshuffled by (seed, epoch) for later epochs.
+std::vector<uint64_t> epoch_order(const Dataset& ds, uint64_t seed, double val_fraction, int64_t epoch);
+
+struct GlobalBatch {
+  std::vector<std::pair<uint64_t, uint64_t>> docs;  // (doc id, length), in data order
+  int64_t tokens = 0;
+};
+
+// Whole documents from the cursor until `tokens` are reached (at least one document); the
+// cursor advances and wraps into the next epoch.
+GlobalBatch draw_global_batch(const Dataset& ds, uint64_t seed, double val_fraction, int64_t tokens, DataCursor& cur,
+                              std::vector<uint64_t>& order);
+
+// Targets (predicted tokens) of a set of segments: a sequence of L tokens has L-1.
+int64_t count_targets(const std::vector<Segment>& segs);
+
+// compute: read a micro-batch's windows from the shards and pack them (cu_seqlens).
+PackedBatch pack_micro_batch(const Dataset& ds, const MicroBatch& mb);
+std::vector<uint32_t> read_segment(const Dataset& ds, const Segment& s);
+
+}  // namespace sb

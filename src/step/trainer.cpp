@@ -1,0 +1,331 @@
+#include "src/step/trainer.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "io/checkpoint.hpp"
+#include "src/step/evaluate.hpp"
+#include "src/common/error.hpp"
+
+namespace sb {
+
+std::atomic<int> g_stop_signal{0};
+
+using Clock = std::chrono::steady_clock;
+static double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Per-rank values every rank contributes to the step's one stats all-reduce (its own slots),
+// so every rank ends the step with every rank's measurements and updates its models identically.
+enum RankSlot {
+  kCompute, kIdle, kPredicted, kMicroBatches, kTokens, kBudgetSum, kBudgetN, kBudgetMin, kBudgetMax,
+  kKept, kCausal, kRecallSum, kRows, kAttnMs, kGatingMs, kPredAttn, kPredGating, kPredLinear,
+  kCandPred, kCandMeas, kAbove, kBelow, kStepMs, kStop, kRankSlots
+};
+// Global sums after the rank slots: loss, correct predictions, then per layer (kept, causal, recall, rows).
+enum GlobalSlot { kLossSum, kCorrect, kGlobalSlots };
+
+struct Trainer::StepOut {
+  StepRow row{};
+  std::vector<RankRow> ranks;
+  int64_t above = 0, below = 0;
+  bool stop = false;
+};
+
+Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume, int64_t stop_at)
+    : cfg_(cfg),
+      comm_(comm),
+      ds_(Dataset::open(cfg.s("data.path"))),
+      dims_(ModelDims::from_config(cfg, ds_.vocab_size())),
+      model_(dims_),
+      os_(OptimSettings::from_config(cfg)),
+      opt_(os_, model_.weights().size()),
+      lm_(ModelShape{dims_.n_layers, int(cfg.i("attention.block_size")), int(cfg.i("attention.local_blocks"))}),
+      rm_(ModelShape{dims_.n_layers, int(cfg.i("attention.block_size")), int(cfg.i("attention.local_blocks"))},
+          0.5, cfg.f("balance.ema")),
+      batching_(parse_batching(cfg.s("balance.batching"))),
+      reducer_(comm, size_t(cfg.f("train.bucket_mb") * 1024 * 1024)),
+      stop_at_(stop_at) {
+  if (cfg.s("train.device") != "cpu")
+    throw Error("train.device = \"" + cfg.s("train.device") + "\": this build trains on the CPU only");
+  if (!cfg.s("balance.profile").empty())
+    lm_ = LatencyModel::load_file(cfg.s("balance.profile"), &lm_.shape());
+  lm_.set_ema(cfg.f("balance.ema"));
+  dst_.k0 = int(cfg.i("attention.k"));
+  dst_.k_min = int(cfg.i("balance.k_min"));
+  dst_.k_max = int(cfg.i("balance.k_max"));
+  dst_.max_change = cfg.f("balance.max_change");
+  dst_.target = parse_target(cfg.s("balance.target"));
+  dst_.tuning = parse_tuning(cfg.s("balance.tuning"));
+  dst_.n_layers = dims_.n_layers;
+  attn_.sparse = cfg.s("attention.mode") == "sparse";
+  attn_.block_size = int(cfg.i("attention.block_size"));
+  attn_.local_blocks = int(cfg.i("attention.local_blocks"));
+  attn_.theta = cfg.f("attention.theta");
+  if (!attn_.sparse && dst_.tuning == Tuning::Dst)
+    throw Error("balance.tuning = \"dst\" needs attention.mode = \"sparse\" (dense attention has no budget to tune)");
+
+  model_.init(uint64_t(cfg.i("train.seed")));
+  std::string path = resume;
+  if (resume == "latest") {
+    auto all = list_checkpoints(cfg.s("checkpoint.dir"));
+    path = all.empty() ? "" : all.front();
+    if (path.empty() && comm.root())
+      std::printf("resume: no checkpoint in %s, starting fresh\n", cfg.s("checkpoint.dir").c_str());
+  }
+  if (!path.empty()) load_checkpoint(path);
+  if (comm.root())
+    log_ = std::make_unique<MetricsLog>(cfg.s("log.path"), comm.size(), !path.empty(), start_step_);
+}
+
+void Trainer::load_checkpoint(const std::string& path) {
+  std::vector<double> alphas;
+  Checkpoint ck = read_checkpoint(path, [&](hid_t f) {
+    if (h5::exists(f, "latency")) {
+      h5::Id g = h5::group(f, "latency", false);
+      lm_ = LatencyModel::load(g, path, &lm_.shape());
+    }
+    if (h5::exists(f, "recall/alpha")) alphas = h5::read_vector<double>(f, "recall/alpha", path, dims_.n_layers);
+  });
+  load_weights(ck, path, model_);
+  opt_.m() = ck.m;
+  opt_.v() = ck.v;
+  for (size_t l = 0; l < alphas.size(); ++l) rm_.set_alpha(int(l), alphas[l]);
+  start_step_ = ck.step;
+  cur_ = {ck.data_epoch, ck.data_cursor};
+  skipped_ = ck.skipped_steps;
+  last_checkpoint_ = path;
+  if (comm_.root()) {
+    std::printf("resumed from %s at step %lld\n", path.c_str(), static_cast<long long>(ck.step));
+    if (ck.ranks != comm_.size())
+      std::printf("note: the checkpoint was written by %lld ranks, this run has %d: the global batches are the same, "
+                  "so results agree to rounding, not bit for bit\n",
+                  static_cast<long long>(ck.ranks), comm_.size());
+  }
+}
+
+void Trainer::save_checkpoint(int64_t s) {
+  std::string path = checkpoint_path(cfg_.s("checkpoint.dir"), s);
+  std::string err;
+  if (comm_.root()) {
+    Checkpoint ck;
+    ck.step = s;
+    ck.ranks = comm_.size();
+    ck.config_toml = cfg_.to_toml();
+    ck.data_epoch = cur_.epoch;
+    ck.data_cursor = cur_.index;
+    ck.skipped_steps = skipped_;
+    for (const auto& p : model_.params()) ck.tensors.push_back({p.name, p.shape, p.offset, p.size});
+    ck.params = model_.weights();
+    ck.m = opt_.m();
+    ck.v = opt_.v();
+    try {
+      write_checkpoint(path, ck, [&](hid_t f) {
+        h5::Id g = h5::group(f, "latency", true);
+        lm_.save(g);
+        std::vector<double> alphas;
+        for (int l = 0; l < dims_.n_layers; ++l) alphas.push_back(rm_.alpha(l));
+        h5::write_vector(f, "recall/alpha", alphas);
+      });
+      prune_checkpoints(cfg_.s("checkpoint.dir"), cfg_.i("checkpoint.keep"));
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+  }
+  comm_.broadcast(err);  // every rank learns the outcome, so all stop or all go on
+  if (err.empty()) {
+    last_checkpoint_ = path;
+    return;
+  }
+  if (cfg_.s("checkpoint.on_error") == "stop") throw Error(err + " (checkpoint.on_error = \"stop\")");
+  if (comm_.root()) std::fprintf(stderr, "warning: %s; training continues (checkpoint.on_error = \"continue\")\n", err.c_str());
+}
+
+Trainer::StepOut Trainer::step(int64_t s) {
+  const int R = comm_.size(), me = comm_.rank(), L = dims_.n_layers;
+  const int64_t cap = cfg_.i("train.micro_batch_tokens");
+  const auto t_step = Clock::now();
+
+  // ---- plan: the global batch and its split over ranks x micro-batches (same on every rank)
+  GlobalBatch gb = draw_global_batch(ds_, uint64_t(cfg_.i("data.seed")), cfg_.f("data.val_fraction"),
+                                     cfg_.i("train.global_batch_tokens"), cur_, order_);
+  std::vector<Segment> segs = make_segments(gb.docs, cap, cfg_.s("data.long_docs") == "reject");
+  const int M = int(std::max<int64_t>(1, (gb.tokens + int64_t(R) * cap - 1) / (int64_t(R) * cap)));
+  Plan plan = make_plan(segs, R, M, cap, batching_, lm_, dst_.k0);
+  const int64_t global_targets = count_targets(segs);
+  // ---- predict, exchange (one collective), tune
+  TuneResult tr = exchange_and_tune(comm_, plan, lm_, rm_, dst_);
+  const double plan_ms = ms_since(t_step);
+
+  // ---- compute
+  const auto& mine = plan.ranks[size_t(me)];
+  std::vector<double> slots(size_t(R) * kRankSlots + kGlobalSlots + 4 * size_t(L), 0.0);
+  double* my = slots.data() + size_t(me) * kRankSlots;
+  double* glob = slots.data() + size_t(R) * kRankSlots;
+  double* layer = glob + kGlobalSlots;
+  my[kBudgetMin] = 1e300, my[kBudgetMax] = -1e300;
+  model_.zero_grads();
+  const auto t_compute = Clock::now();
+  for (size_t m = 0; m < mine.size(); ++m) {
+    PackedBatch b = pack_micro_batch(ds_, mine[m]);
+    attn_.k = tr.k[m];
+    MicroBatchStats st = model_.forward_backward(b, attn_, float(1.0 / double(std::max<int64_t>(global_targets, 1))));
+    PartTimes pred = lm_.micro_batch_parts(mine[m], tr.k[m]);
+    my[kPredAttn] += pred.attention, my[kPredGating] += pred.gating, my[kPredLinear] += pred.linear;
+    my[kAttnMs] += st.attn_ms, my[kGatingMs] += st.gating_ms;
+    my[kTokens] += double(b.n());
+    glob[kLossSum] += st.loss_sum, glob[kCorrect] += double(st.correct);
+    for (int l = 0; l < L; ++l) {
+      const auto& g = st.gating[size_t(l)];
+      int k = tr.k[m][size_t(l)];
+      my[kBudgetSum] += k, my[kBudgetN] += 1;
+      my[kBudgetMin] = std::min(my[kBudgetMin], double(k)), my[kBudgetMax] = std::max(my[kBudgetMax], double(k));
+      my[kAbove] += k > dst_.k0, my[kBelow] += k < dst_.k0;
+      my[kKept] += g.kept_blocks, my[kCausal] += g.causal_blocks, my[kRecallSum] += g.recall_sum, my[kRows] += g.rows;
+      layer[4 * l + 0] += g.kept_blocks, layer[4 * l + 1] += g.causal_blocks;
+      layer[4 * l + 2] += g.recall_sum, layer[4 * l + 3] += g.rows;
+      if (attn_.sparse) {  // what the budget allowed vs what survived theta (per kv head)
+        double anchors = 0, allowed = 0;
+        for (const auto& sg : mine[m].segs) {
+          anchors += lm_.anchor_blocks(int64_t(sg.len));
+          allowed += (lm_.kept_blocks(int64_t(sg.len), k) - lm_.anchor_blocks(int64_t(sg.len))) / lm_.density();
+        }
+        my[kCandPred] += allowed, my[kCandMeas] += g.kept_blocks / dims_.n_kv_heads - anchors;
+      }
+    }
+  }
+  my[kCompute] = ms_since(t_compute);
+  my[kPredicted] = tr.my_predicted_ms;
+  my[kMicroBatches] = double(mine.size());
+  if (my[kBudgetN] == 0) my[kBudgetMin] = my[kBudgetMax] = 0;
+  my[kStop] = (g_stop_signal.load() != 0 || (stop_at_ > 0 && s >= stop_at_)) ? 1 : 0;
+
+  // ---- reduce: the wait for the slowest rank is the bubble; then gradients and stats
+  const auto t_idle = Clock::now();
+  comm_.barrier();
+  my[kIdle] = ms_since(t_idle);
+  auto& grads = model_.grads();
+  reducer_.allreduce_sum(grads.data(), grads.size());
+  my[kStepMs] = ms_since(t_step);
+  comm_.allreduce_sum_inplace(slots);
+
+  // ---- update
+  StepOut out;
+  const double loss = glob[kLossSum] / double(std::max<int64_t>(global_targets, 1));
+  const double gnorm = global_norm(grads);
+  const double lr = lr_at(os_, s);
+  const bool finite = std::isfinite(loss) && std::isfinite(gnorm);
+  if (finite) {
+    opt_.step(model_, grads, gnorm, lr, s);
+    skipped_ = 0;
+  } else {
+    ++skipped_;
+    if (cfg_.s("train.nonfinite") == "stop")
+      throw Error("step " + std::to_string(s) + ": non-finite loss or gradient (train.nonfinite = \"stop\"); the last "
+                  "checkpoint is " + (last_checkpoint_.empty() ? std::string("none") : last_checkpoint_));
+    if (skipped_ > cfg_.i("train.max_skips"))
+      throw Error("step " + std::to_string(s) + ": " + std::to_string(skipped_) +
+                  " consecutive non-finite steps skipped, more than train.max_skips = " +
+                  std::to_string(cfg_.i("train.max_skips")));
+    if (comm_.root()) std::fprintf(stderr, "warning: step %lld skipped: non-finite loss or gradient\n", static_cast<long long>(s));
+  }
+
+  // ---- measure: every rank updates its latency and recall models from the same sums
+  double sum[kRankSlots] = {0};
+  double max_compute = 0, max_step = 0;
+  for (int r = 0; r < R; ++r) {
+    const double* x = slots.data() + size_t(r) * kRankSlots;
+    for (int i = 0; i < kRankSlots; ++i) sum[i] += x[i];
+    max_compute = std::max(max_compute, x[kCompute]);
+    max_step = std::max(max_step, x[kStepMs]);
+  }
+  lm_.observe(Part::Attention, sum[kPredAttn], sum[kAttnMs]);
+  if (attn_.sparse) lm_.observe(Part::Gating, sum[kPredGating], sum[kGatingMs]);
+  lm_.observe(Part::Linear, sum[kPredLinear], std::max(1e-6, sum[kCompute] - sum[kAttnMs] - sum[kGatingMs]));
+  if (attn_.sparse && sum[kCandPred] > 0) lm_.observe_density(sum[kCandPred], sum[kCandMeas]);
+  for (int l = 0; l < L && attn_.sparse; ++l)
+    if (layer[4 * l + 1] > 0 && layer[4 * l + 3] > 0)
+      rm_.observe(l, layer[4 * l + 0] / layer[4 * l + 1], layer[4 * l + 2] / layer[4 * l + 3]);
+
+  // ---- record (rows; the log and checkpoint are written by run())
+  double pred_err = 0;
+  for (int r = 0; r < R; ++r) {
+    const double* x = slots.data() + size_t(r) * kRankSlots;
+    RankRow rr{};
+    rr.step = s, rr.rank = r, rr.micro_batches = int32_t(x[kMicroBatches]), rr.tokens = int64_t(x[kTokens]);
+    rr.compute_ms = x[kCompute], rr.idle_ms = x[kIdle], rr.predicted_ms = x[kPredicted];
+    rr.mean_budget = x[kBudgetN] > 0 ? x[kBudgetSum] / x[kBudgetN] : 0;
+    rr.min_budget = x[kBudgetMin], rr.max_budget = x[kBudgetMax];
+    rr.density = x[kCausal] > 0 ? x[kKept] / x[kCausal] : 1;
+    rr.recall = x[kRows] > 0 ? x[kRecallSum] / x[kRows] : 1;
+    if (x[kCompute] > 0) pred_err += std::abs(x[kPredicted] - x[kCompute]) / x[kCompute] / R;
+    out.ranks.push_back(rr);
+  }
+  StepRow& row = out.row;
+  row.step = s, row.loss = loss, row.grad_norm = gnorm, row.lr = lr, row.tokens = gb.tokens;
+  row.makespan_ms = max_step;
+  row.tokens_per_s = max_step > 0 ? double(gb.tokens) / (max_step / 1000.0) : 0;
+  row.imbalance = sum[kCompute] > 0 ? max_compute / (sum[kCompute] / R) : 1;
+  row.bubble = max_step > 0 ? sum[kIdle] / (R * max_step) : 0;
+  row.density = sum[kCausal] > 0 ? sum[kKept] / sum[kCausal] : 1;
+  row.recall = sum[kRows] > 0 ? sum[kRecallSum] / sum[kRows] : 1;
+  row.plan_ms = plan_ms;
+  row.pred_error = pred_err;
+  row.skipped = finite ? 0 : 1;
+  out.above = int64_t(sum[kAbove]), out.below = int64_t(sum[kBelow]);
+  out.stop = sum[kStop] > 0;
+  return out;
+}
+
+TrainResult Trainer::run() {
+  TrainResult res;
+  res.log = cfg_.s("log.path");
+  const int64_t total = cfg_.i("train.steps"), every = cfg_.i("checkpoint.every");
+  const bool progress = cfg_.b("log.progress") && comm_.root();
+  res.first_step = start_step_ + 1;
+  double sum_tokens = 0, sum_ms = 0;
+  int64_t n = 0;
+  for (int64_t s = start_step_ + 1; s <= total; ++s) {
+    StepOut o = step(s);
+    if (log_) {
+      log_->append(o.row, o.ranks);
+      if (s % cfg_.i("log.every") == 0 || s == total || o.stop) log_->flush();
+    }
+    if (progress)
+      std::printf("step %5lld/%lld | loss %.4f | gnorm %.3f | lr %.2e | %7.1f ms | %8.0f tok/s | imb %.2f | dens %.2f | rec %.3f\n",
+                  static_cast<long long>(s), static_cast<long long>(total), o.row.loss, o.row.grad_norm, o.row.lr,
+                  o.row.makespan_ms, o.row.tokens_per_s, o.row.imbalance, o.row.density, o.row.recall),
+          std::fflush(stdout);
+    if (n == 0) res.first_loss = o.row.loss;
+    res.last_loss = o.row.loss;
+    res.losses.push_back(o.row.loss);
+    res.last_step = s;
+    ++n;
+    sum_tokens += double(o.row.tokens), sum_ms += o.row.makespan_ms;
+    res.mean_imbalance += o.row.imbalance, res.mean_bubble += o.row.bubble;
+    res.mean_density += o.row.density, res.mean_recall += o.row.recall, res.mean_pred_error += o.row.pred_error;
+    res.budgets_above_k0 += o.above, res.budgets_below_k0 += o.below;
+    const bool last = s == total || o.stop;
+    if (last || (every > 0 && s % every == 0)) save_checkpoint(s);
+    if (o.stop && s < total) {
+      res.stopped_early = true;
+      if (comm_.root()) std::printf("stopping after step %lld as asked; checkpoint %s\n", static_cast<long long>(s), last_checkpoint_.c_str());
+      break;
+    }
+  }
+  if (n > 0) {
+    res.tokens_per_s = sum_ms > 0 ? sum_tokens / (sum_ms / 1000.0) : 0;
+    res.mean_step_ms = sum_ms / double(n);
+    for (double* x : {&res.mean_imbalance, &res.mean_bubble, &res.mean_density, &res.mean_recall, &res.mean_pred_error})
+      *x /= double(n);
+  }
+  if (log_) log_->flush();
+  res.checkpoint = last_checkpoint_;
+  return res;
+}
+
+}  // namespace sb
