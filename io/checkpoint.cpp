@@ -36,26 +36,33 @@ std::string checkpoint_path(const std::string& dir, int64_t step) {
   return (fs::path(dir) / name).string();
 }
 
+// Text as a scalar variable-length UTF-8 string dataset (h5py gives str; h5dump prints it).
 static void write_text(hid_t loc, const std::string& name, const std::string& text) {
   h5::Id type(H5_CHECK(H5Tcopy(H5T_C_S1)));
-  H5_CHECK(H5Tset_size(type, std::max<size_t>(1, text.size())));
+  H5_CHECK(H5Tset_size(type, H5T_VARIABLE));
+  H5_CHECK(H5Tset_cset(type, H5T_CSET_UTF8));
   h5::Id space(H5_CHECK(H5Screate(H5S_SCALAR)));
   h5::Id ds(H5_CHECK(H5Dcreate2(loc, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
-  std::string buf = text.empty() ? std::string(1, '\0') : text;
-  H5_CHECK(H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()));
+  const char* p = text.c_str();
+  H5_CHECK(H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, &p));
 }
 
 static std::string read_text(hid_t loc, const std::string& name, const std::string& file) {
   if (!h5::exists(loc, name)) throw Error(file + ": missing dataset '" + name + "'");
   h5::Id ds(H5_CHECK(H5Dopen2(loc, name.c_str(), H5P_DEFAULT)));
   h5::Id type(H5_CHECK(H5Dget_type(ds)));
-  if (H5Tget_class(type) != H5T_STRING || H5Tis_variable_str(type) > 0)
-    throw Error(file + ": dataset '" + name + "' must be a fixed-length string");
-  size_t n = H5Tget_size(type);
-  std::string out(n, '\0');
-  if (H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
-    throw Error(file + ": cannot read dataset '" + name + "'");
-  if (auto z = out.find('\0'); z != std::string::npos) out.resize(z);
+  h5::Id space(H5_CHECK(H5Dget_space(ds)));
+  if (H5Tget_class(type) != H5T_STRING || H5Tis_variable_str(type) <= 0 ||
+      H5Sget_simple_extent_type(space) != H5S_SCALAR)
+    throw Error(file + ": dataset '" + name + "' must be a scalar variable-length string");
+  h5::Id mem(H5_CHECK(H5Tcopy(H5T_C_S1)));
+  H5_CHECK(H5Tset_size(mem, H5T_VARIABLE));
+  H5_CHECK(H5Tset_cset(mem, H5Tget_cset(type)));
+  char* p = nullptr;
+  if (H5Dread(ds, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, &p) < 0 || !p)
+    throw Error(file + ": cannot read dataset '" + name + "' (truncated or corrupt?)");
+  std::string out = p;
+  H5free_memory(p);
   return out;
 }
 

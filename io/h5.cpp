@@ -67,11 +67,12 @@ static void write_attr_raw(hid_t obj, const std::string& name, hid_t type, const
 }
 
 void write_attr(hid_t obj, const std::string& name, const std::string& value) {
+  // Variable-length UTF-8: h5py reads it as str, h5dump prints it plainly.
   Id type(H5_CHECK(H5Tcopy(H5T_C_S1)));
-  H5_CHECK(H5Tset_size(type, value.empty() ? 1 : value.size()));
-  H5_CHECK(H5Tset_strpad(type, H5T_STR_NULLPAD));
-  std::string v = value.empty() ? std::string(1, '\0') : value;
-  write_attr_raw(obj, name, type, v.data());
+  H5_CHECK(H5Tset_size(type, H5T_VARIABLE));
+  H5_CHECK(H5Tset_cset(type, H5T_CSET_UTF8));
+  const char* p = value.c_str();
+  write_attr_raw(obj, name, type, &p);
 }
 void write_attr(hid_t obj, const std::string& name, int64_t value) {
   write_attr_raw(obj, name, H5T_NATIVE_INT64, &value);
@@ -94,6 +95,7 @@ std::string read_attr_string(hid_t obj, const std::string& name, const std::stri
   if (H5Tis_variable_str(type) > 0) {
     Id mem(H5_CHECK(H5Tcopy(H5T_C_S1)));
     H5_CHECK(H5Tset_size(mem, H5T_VARIABLE));
+    H5_CHECK(H5Tset_cset(mem, H5Tget_cset(type)));
     char* s = nullptr;
     H5_CHECK(H5Aread(attr, mem, &s));
     std::string out = s ? s : "";

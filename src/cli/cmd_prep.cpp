@@ -1,8 +1,119 @@
-// PLACEHOLDER: replaced by the real command.
-#include <stdexcept>
+// `sparsebalance prep text|bin|synth [CONFIG.toml]`: inputs -> token shards (DESIGN.md).
+// Every flag is a [prep] config key, so a TOML [prep] section and --set prep.x=... work too;
+// flags win over both. Rank 0 does all the work; other ranks wait (prep is single-rank work).
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
 #include "src/cli/args.hpp"
+#include "src/comm/comm.hpp"
+#include "src/common/error.hpp"
+#include "src/config/config.hpp"
+#include "src/data/prep.hpp"
+
 namespace sb {
-Command cmd_prep() {
-  return {"prep", "(not built yet)", "", {}, [](const Args&) -> int { throw std::runtime_error("prep: not built yet"); }};
+
+namespace {
+
+// flag -> config key; the flag's value becomes `--set key=value` after the user's own --set.
+const std::vector<std::pair<std::string, std::string>> kFlagKeys = {
+    {"output", "prep.output"},   {"shard-tokens", "prep.shard_tokens"}, {"format", "prep.format"},
+    {"split", "prep.split"},     {"eot", "prep.eot"},                   {"vocab", "prep.vocab"},
+    {"preset", "prep.preset"},   {"docs", "prep.docs"},                 {"seed", "prep.seed"},
+    {"max-len", "prep.max_len"}, {"min-len", "prep.min_len"},           {"dict", "prep.dict"},
+};
+
+Config load_config(const Args& args) {
+  if (args.positional.empty() || args.positional.size() > 2)
+    throw Error("sparsebalance prep: expected `prep text|bin|synth [CONFIG.toml]` (see sparsebalance prep --help)");
+  std::vector<std::string> sets = args.sets;
+  for (const auto& [flag, key] : kFlagKeys)
+    if (args.has(flag)) sets.push_back(key + "=" + args.get(flag));
+  if (args.has("overwrite")) sets.push_back("prep.overwrite=true");
+  return Config::load(args.positional.size() == 2 ? args.positional[1] : "", sets);
 }
+
+int run(const Args& args) {
+  Comm comm;
+  Config cfg = load_config(args);  // every rank validates, so a typo fails the same everywhere
+  const std::string mode = args.positional[0];
+  if (mode != "text" && mode != "bin" && mode != "synth")
+    throw Error("sparsebalance prep: unknown mode '" + mode + "', expected text, bin or synth");
+  if (!comm.root()) {
+    comm.barrier();
+    return 0;
+  }
+  PrepOptions opt;
+  opt.output = cfg.s("prep.output");
+  opt.shard_tokens = uint64_t(cfg.i("prep.shard_tokens"));
+  opt.overwrite = cfg.b("prep.overwrite");
+  if (opt.output.empty()) throw Error("sparsebalance prep " + mode + ": --output DIR is required (or prep.output)");
+  const auto& inputs = args.all("input");
+  if (mode != "synth" && inputs.empty())
+    throw Error("sparsebalance prep " + mode + ": --input FILE... is required");
+
+  PrepStats st;
+  if (mode == "text") {
+    std::string split = cfg.s("prep.split"), format = cfg.s("prep.format");
+    if (split == "jsonl") format = "jsonl";
+    st = prep_text(inputs, format, split, opt);
+  } else if (mode == "bin") {
+    st = prep_bin(inputs, cfg.i("prep.eot"), cfg.i("prep.vocab"), opt);
+  } else {
+    SynthOptions so;
+    so.preset = cfg.s("prep.preset");
+    so.docs = uint64_t(cfg.i("prep.docs"));
+    so.seed = uint64_t(cfg.i("prep.seed"));
+    so.max_len = uint64_t(cfg.i("prep.max_len"));
+    so.min_len = uint64_t(cfg.i("prep.min_len"));
+    so.dict = cfg.s("prep.dict");
+    st = prep_synth(so, opt);
+  }
+  double tps = st.seconds > 0 ? double(st.tokens) / st.seconds : 0.0;
+  std::printf("prep %s: %llu documents, %llu tokens, %llu shards -> %s in %.2f s (%.2f M tokens/s)\n", mode.c_str(),
+              (unsigned long long)st.documents, (unsigned long long)st.tokens, (unsigned long long)st.shards,
+              opt.output.c_str(), st.seconds, tps / 1e6);
+  if (args.has("summary"))
+    write_summary(args.get("summary"), {{"command", "prep " + mode}, {"output", opt.output},
+                                        {"documents", st.documents}, {"tokens", st.tokens},
+                                        {"shards", st.shards}, {"files", st.files},
+                                        {"seconds", st.seconds}, {"tokens_per_s", tps}});
+  comm.barrier();
+  return 0;
+}
+
+}  // namespace
+
+Command cmd_prep() {
+  return {"prep",
+          "text, llm.c token files or a synthetic long-context corpus -> token shards",
+          "prep text|bin|synth [CONFIG.toml] --output DIR [options]\n\n"
+          "  prep text  --input FILE... [--format text|jsonl] [--split blank-lines|file]\n"
+          "      plain text (documents separated by blank lines, or one per file) or JSONL (\"text\"\n"
+          "      field per line), byte tokenizer (vocab 259, eos 257); bytes round-trip exactly.\n"
+          "  prep bin   --input FILE... [--eot ID] [--vocab V]\n"
+          "      llm.c token files (uint16, header magic 20240520); documents split at EOT (not stored).\n"
+          "  prep synth [--preset longalign|chatqa2|uniform|fixed] [--docs N] [--seed S] [--max-len L]\n"
+          "             [--min-len L]\n"
+          "      synthetic filler text with passkey, multi-key needle and key-value retrieval tasks\n"
+          "      (question and answer at the end of each document, answer span stored).\n\n"
+          "Shards are DIR/shard_00000.h5, ... of about --shard-tokens tokens (whole documents). Flags are\n"
+          "the [prep] config keys (README, 'Configuration'); flags override the file and --set.\n",
+          {{"input", -1, "input files (text, jsonl or llm.c .bin)", "FILE"},
+           {"output", 1, "output directory (prep.output)", "DIR"},
+           {"shard-tokens", 1, "tokens per shard (prep.shard_tokens)", "N"},
+           {"overwrite", 0, "replace *.h5 already in DIR (prep.overwrite)", ""},
+           {"format", 1, "text: text or jsonl (prep.format)", "FMT"},
+           {"split", 1, "text: blank-lines or file (prep.split)", "MODE"},
+           {"eot", 1, "bin: end-of-text id (prep.eot)", "ID"},
+           {"vocab", 1, "bin: vocabulary size (prep.vocab)", "V"},
+           {"preset", 1, "synth: length preset (prep.preset)", "P"},
+           {"docs", 1, "synth: documents (prep.docs)", "N"},
+           {"seed", 1, "synth: seed (prep.seed)", "S"},
+           {"max-len", 1, "synth: longest document, tokens (prep.max_len)", "L"},
+           {"min-len", 1, "synth: shortest document, tokens (prep.min_len)", "L"},
+           {"dict", 1, "synth: word list (prep.dict)", "FILE"}},
+          run};
+}
+
 }  // namespace sb

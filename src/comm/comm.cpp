@@ -79,6 +79,13 @@ std::vector<double> Comm::allgatherv(std::span<const double> mine, std::vector<i
   return out;
 }
 
+bool Comm::all_equal(uint64_t x) const {
+  uint64_t lo = 0, hi = 0;
+  MPI_CHECK(MPI_Allreduce(&x, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD));
+  MPI_CHECK(MPI_Allreduce(&x, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD));
+  return lo == hi;
+}
+
 void Comm::broadcast(std::string& s, int root) const {
   int64_t n = int64_t(s.size());
   MPI_CHECK(MPI_Bcast(&n, 1, MPI_INT64_T, root, MPI_COMM_WORLD));

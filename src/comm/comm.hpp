@@ -42,6 +42,8 @@ class Comm {
   std::vector<double> allgather(std::span<const double> mine) const;
   // Variable-length gather to every rank (Allgatherv); `counts` receives each rank's length.
   std::vector<double> allgatherv(std::span<const double> mine, std::vector<int>* counts = nullptr) const;
+  // True on every rank when every rank passed the same value.
+  bool all_equal(uint64_t x) const;
   void broadcast(std::string& s, int root = 0) const;
   void broadcast(std::span<unsigned char> bytes, int root = 0) const;
   MPI_Comm raw() const { return MPI_COMM_WORLD; }

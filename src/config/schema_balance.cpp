@@ -5,8 +5,38 @@ namespace sb {
 std::vector<KeySpec> schema_balance() {
   using T = KeyType;
   return {
+      // [balance] SAB + DST + latency predictor (DESIGN.md; docs-draft/balance.md)
       {"balance.batching", T::String, "sequential", 0, 0, {"sequential", "tokens", "quadratic", "sparse"}, "how the global batch is split over ranks x micro-batches"},
       {"balance.tuning", T::String, "fixed", 0, 0, {"fixed", "dst"}, "attention budgets: fixed k0, or dynamic sparsity tuning"},
+      {"balance.target", T::String, "mean", 0, 0, {"mean", "min", "max", "recall"}, "DST target time T*: mean/min/max of predicted rank times, or the smallest T* keeping mean recall >= recall at k0"},
+      {"balance.max_change", T::Float, "0.2", 0, 1, {}, "DST cap p: budgets stay within [floor(k0(1-p)), ceil(k0(1+p))]"},
+      {"balance.k_min", T::Int, "0", 0, 1 << 20, {}, "absolute lower bound of a tuned budget"},
+      {"balance.k_max", T::Int, "1048576", 0, 1 << 20, {}, "absolute upper bound of a tuned budget"},
+      {"balance.ema", T::Float, "0.3", 0, 1, {}, "weight of a new measurement in the latency/recall online corrections"},
+      {"balance.profile", T::String, "", 0, 0, {}, "latency profile (HDF5, from `sparsebalance profile`); empty = analytic model"},
+      {"balance.swap_rounds", T::Int, "64", 0, 1 << 20, {}, "SAB: improving moves/swaps between the most and least loaded ranks"},
+      {"balance.recall_alpha", T::Float, "0.5", 0.01, 5, {}, "initial recall exponent: recall = kept_fraction^alpha per layer, learned online"},
+      {"balance.curve_points", T::Int, "32", 2, 4096, {}, "samples of each rank's recall/time curve exchanged for balance.target = recall"},
+      // [simulate] the balancer on a modelled cluster (no model run)
+      {"simulate.ranks", T::Int, "8", 1, 1 << 20, {}, "modelled ranks"},
+      {"simulate.micro_batches", T::Int, "16", 1, 1 << 16, {}, "micro-batches per rank (token capacity simulate.capacity each)"},
+      {"simulate.preset", T::String, "longalign", 0, 0, {"longalign", "chatqa2", "uniform", "fixed"}, "document-length distribution"},
+      {"simulate.steps", T::Int, "10", 1, 1 << 20, {}, "steps (global batches) simulated"},
+      {"simulate.seed", T::Int, "1", 0, 9.0e15, {}, "seed of the length sampler and of the noise"},
+      {"simulate.fill", T::Float, "0.9", 0.01, 1, {}, "global batch = ranks x micro_batches x capacity x fill tokens"},
+      {"simulate.capacity", T::Int, "65536", 16, 1 << 30, {}, "token capacity of one micro-batch"},
+      {"simulate.max_len", T::Int, "0", 0, 1 << 30, {}, "longest document (0 = simulate.capacity); longer than capacity -> windows"},
+      {"simulate.noise", T::Float, "0", 0, 0.99, {}, "true micro-batch time = model x (1 + noise*(2u-1))"},
+      {"simulate.n_layers", T::Int, "32", 1, 1024, {}, "modelled layers (analytic model; a profile brings its own shape)"},
+      {"simulate.block_size", T::Int, "128", 4, 4096, {}, "modelled block size Bs"},
+      {"simulate.local_blocks", T::Int, "1", 0, 1 << 20, {}, "modelled local blocks w"},
+      {"simulate.k", T::Int, "32", 0, 1 << 20, {}, "modelled default budget k0"},
+      {"simulate.linear_us_per_token", T::Float, "80", 0, 1e9, {}, "analytic model: token-linear work of the whole model, fwd+bwd, us per token"},
+      {"simulate.attn_ps_per_pair", T::Float, "560", 0, 1e12, {}, "analytic model: attention fwd+bwd per layer, ps per kept (query, key) token pair"},
+      {"simulate.gating_ns_per_pair", T::Float, "10", 0, 1e12, {}, "analytic model: gating per layer, ns per causal block pair"},
+      {"simulate.mb_overhead_ms", T::Float, "2", 0, 1e9, {}, "analytic model: fixed cost of one micro-batch, ms"},
+      {"simulate.alpha_lo", T::Float, "0.3", 0.01, 5, {}, "recall exponent of the first layer (layers spread linearly to alpha_hi)"},
+      {"simulate.alpha_hi", T::Float, "0.7", 0.01, 5, {}, "recall exponent of the last layer"},
   };
 }
 

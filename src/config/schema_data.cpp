@@ -10,6 +10,20 @@ std::vector<KeySpec> schema_data() {
       {"data.seed", T::Int, "1234", 0, BIG, {}, "seed of the document shuffle"},
       {"data.val_fraction", T::Float, "0.05", 0, 0.9, {}, "fraction of documents held out for validation"},
       {"data.long_docs", T::String, "window", 0, 0, {"window", "reject"}, "documents longer than train.micro_batch_tokens: cut into windows, or reject with an error"},
+      // [prep] `sparsebalance prep text|bin|synth`; each key also has a flag (--shard-tokens for prep.shard_tokens).
+      {"prep.output", T::String, "", 0, 0, {}, "output directory of the shards (--output)"},
+      {"prep.shard_tokens", T::Int, "16777216", 1, BIG, {}, "tokens per shard before a new one starts (whole documents)"},
+      {"prep.overwrite", T::Bool, "false", 0, 0, {}, "replace *.h5 files already in the output directory"},
+      {"prep.format", T::String, "text", 0, 0, {"text", "jsonl"}, "prep text: plain text, or JSONL with a \"text\" field per line"},
+      {"prep.split", T::String, "blank-lines", 0, 0, {"blank-lines", "file", "jsonl"}, "prep text: documents end at runs of blank lines, or one per file (jsonl = --format jsonl)"},
+      {"prep.eot", T::Int, "50256", 0, 65535, {}, "prep bin: end-of-text id separating documents (not stored)"},
+      {"prep.vocab", T::Int, "50257", 1, 65536, {}, "prep bin: vocabulary size of the token files"},
+      {"prep.preset", T::String, "longalign", 0, 0, {"longalign", "chatqa2", "uniform", "fixed"}, "prep synth: document length distribution"},
+      {"prep.docs", T::Int, "1000", 1, BIG, {}, "prep synth: number of documents"},
+      {"prep.seed", T::Int, "1", 0, BIG, {}, "prep synth: seed (same seed, same bytes)"},
+      {"prep.max_len", T::Int, "8192", 1, BIG, {}, "prep synth: longest document in tokens (= bytes)"},
+      {"prep.min_len", T::Int, "32", 1, BIG, {}, "prep synth: shortest document in tokens"},
+      {"prep.dict", T::String, "/usr/share/dict/american-english", 0, 0, {}, "prep synth: word list of the filler text (package wamerican)"},
   };
 }
 

@@ -234,6 +234,12 @@ Trainer::StepOut Trainer::step(int64_t s) {
     if (comm_.root()) std::fprintf(stderr, "warning: step %lld skipped: non-finite loss or gradient\n", static_cast<long long>(s));
   }
 
+  const int64_t sync_every = cfg_.i("train.sync_check_every");
+  if (sync_every > 0 && s % sync_every == 0 &&
+      !comm_.all_equal(fnv1a(model_.weights().data(), model_.weights().size() * sizeof(float))))
+    throw Error("step " + std::to_string(s) + ": ranks hold different parameters after the update (the all-reduce "
+                "or the update is not deterministic); stopping before the divergence spreads");
+
   // ---- measure: every rank updates its latency and recall models from the same sums
   double sum[kRankSlots] = {0};
   double max_compute = 0, max_step = 0;

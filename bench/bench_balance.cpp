@@ -1,0 +1,57 @@
+// Planning cost per step: make_plan (sparse) over the whole cluster (every rank computes it) and
+// one rank's DST (items, summary, T*, greedy), at 64/512/4096 ranks x 16 micro-batches, longalign.
+#include <benchmark/benchmark.h>
+
+#include "src/balance/dst.hpp"
+#include "src/balance/length_presets.hpp"
+
+using namespace sb;
+
+namespace {
+
+constexpr int64_t kCap = 65536;
+constexpr int kMb = 16;
+
+std::vector<Segment> global_batch(int ranks) {
+  LengthSampler s(Preset::LongAlign, kCap, 1);
+  std::vector<std::pair<uint64_t, uint64_t>> docs;
+  for (double tokens = 0; tokens < 0.9 * ranks * kMb * double(kCap);) {
+    docs.push_back({docs.size(), s.next()});
+    tokens += double(docs.back().second);
+  }
+  return make_segments(docs, kCap, false);
+}
+
+const ModelShape kShape{32, 128, 1};
+
+void BM_MakePlanSparse(benchmark::State& st) {
+  int ranks = int(st.range(0));
+  auto segs = global_batch(ranks);
+  LatencyModel lm(kShape);
+  for (auto _ : st) benchmark::DoNotOptimize(make_plan(segs, ranks, kMb, kCap, Batching::Sparse, lm, 32));
+  st.counters["segments"] = double(segs.size());
+}
+
+// What one rank pays for DST: its own items and summary, T* over all ranks' summaries, its greedy.
+void BM_TuneOneRank(benchmark::State& st) {
+  int ranks = int(st.range(0));
+  auto segs = global_batch(ranks);
+  LatencyModel lm(kShape);
+  RecallModel rm(kShape);
+  Plan plan = make_plan(segs, ranks, kMb, kCap, Batching::Sparse, lm, 32);
+  DstParams p;
+  p.k0 = 32, p.n_layers = kShape.n_layers, p.target = st.range(1) ? Target::Recall : Target::Mean;
+  DstInput in;
+  for (int r = 0; r < ranks; ++r) in.ranks.push_back(summarize(build_items(plan.ranks[size_t(r)], lm, rm, p), p));
+  for (auto _ : st) {
+    in.mine = build_items(plan.ranks[0], lm, rm, p);
+    in.ranks[0] = summarize(in.mine, p);
+    benchmark::DoNotOptimize(tune(in, 0, p));
+  }
+}
+
+}  // namespace
+
+BENCHMARK(BM_MakePlanSparse)->Arg(64)->Arg(512)->Arg(4096)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TuneOneRank)->ArgsProduct({{64, 512, 4096}, {0, 1}})->Unit(benchmark::kMillisecond);
+BENCHMARK_MAIN();

@@ -1,0 +1,292 @@
+// Shard writer and reader. See shard.hpp for the format.
+#include "io/shard.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+namespace sb {
+
+const char* task_name(int type) {
+  switch (type) {
+    case kTaskNone: return "none";
+    case kTaskPasskey: return "passkey";
+    case kTaskMultikey: return "multikey";
+    case kTaskKvLookup: return "kv";
+  }
+  return "unknown";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writer
+
+ShardWriter::ShardWriter(const std::string& path, const ShardMeta& meta)
+    : path_(path), tmp_(path + ".tmp"), meta_(meta) {
+  if (meta.vocab_size <= 0 || meta.vocab_size > (int64_t(1) << 32))
+    throw Error(path + ": vocab_size " + std::to_string(meta.vocab_size) + " must be in 1..2^32");
+  if (meta.eos_id < 0 || meta.eos_id >= meta.vocab_size)
+    throw Error(path + ": eos_id " + std::to_string(meta.eos_id) + " must be < vocab_size");
+  file_ = h5::create(tmp_);
+  // An extendible, chunked /tokens lets us append documents without holding the shard in memory.
+  hsize_t dims[1] = {0}, maxdims[1] = {H5S_UNLIMITED}, chunk[1] = {kChunk};
+  h5::Id space(H5_CHECK(H5Screate_simple(1, dims, maxdims)));
+  h5::Id dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
+  H5_CHECK(H5Pset_chunk(dcpl, 1, chunk));
+  tokens_ = h5::Id(H5_CHECK(H5Dcreate2(file_, "tokens", H5T_STD_U32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
+  buf_.reserve(16 * kChunk);
+}
+
+ShardWriter::~ShardWriter() {
+  if (closed_) return;
+  tokens_.reset(), file_.reset();
+  std::error_code ec;
+  std::filesystem::remove(tmp_, ec);
+}
+
+void ShardWriter::add(std::span<const uint32_t> tokens, TaskSpan task) {
+  if (closed_) throw Error(path_ + ": add() after close()");
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (int64_t(tokens[i]) >= meta_.vocab_size)
+      throw Error(path_ + ": document " + std::to_string(num_docs()) + " has token id " + std::to_string(tokens[i]) +
+                  " at position " + std::to_string(i) + ", expected < vocab_size " + std::to_string(meta_.vocab_size));
+  if (task.type >= kNumTaskTypes) throw Error(path_ + ": unknown task type " + std::to_string(task.type));
+  if (task.type != kTaskNone && !(task.begin < task.end && task.end <= tokens.size()))
+    throw Error(path_ + ": answer span [" + std::to_string(task.begin) + ", " + std::to_string(task.end) +
+                ") of document " + std::to_string(num_docs()) + " is not inside its " +
+                std::to_string(tokens.size()) + " tokens");
+  if (task.type == kTaskNone) task.begin = task.end = 0;
+  types_.push_back(task.type);
+  spans_.push_back(task.begin), spans_.push_back(task.end);
+  offsets_.push_back(offsets_.back() + tokens.size());
+  // Append in pieces so one huge document never doubles the buffer.
+  for (size_t i = 0; i < tokens.size();) {
+    size_t n = std::min(tokens.size() - i, buf_.capacity() - buf_.size());
+    buf_.insert(buf_.end(), tokens.begin() + i, tokens.begin() + i + n);
+    i += n;
+    if (buf_.size() == buf_.capacity()) flush();
+  }
+}
+
+void ShardWriter::flush() {
+  if (buf_.empty()) return;
+  hsize_t start[1] = {written_}, count[1] = {buf_.size()}, total[1] = {written_ + buf_.size()};
+  H5_CHECK(H5Dset_extent(tokens_, total));
+  h5::Id fspace(H5_CHECK(H5Dget_space(tokens_)));
+  H5_CHECK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, nullptr, count, nullptr));
+  h5::Id mspace(H5_CHECK(H5Screate_simple(1, count, nullptr)));
+  if (H5Dwrite(tokens_, H5T_NATIVE_UINT32, mspace, fspace, H5P_DEFAULT, buf_.data()) < 0)
+    throw Error(tmp_ + ": writing '/tokens' failed (disk full?)");
+  written_ += buf_.size();
+  buf_.clear();
+}
+
+void ShardWriter::close() {
+  if (closed_) return;
+  flush();
+  h5::write_vector(file_, "doc_offsets", offsets_);
+  // Task data only when some document has a task: plain text corpora stay minimal.
+  bool any_task = false;
+  for (auto t : types_) any_task |= t != kTaskNone;
+  if (any_task) {
+    h5::write_vector(file_, "task_type", types_);
+    h5::write_vector(file_, "answer_spans", spans_, {hsize_t(types_.size()), 2});
+  }
+  h5::write_attr(file_, "format", std::string(kShardFormat));
+  h5::write_attr(file_, "version", kShardVersion);
+  h5::write_attr(file_, "vocab_size", meta_.vocab_size);
+  h5::write_attr(file_, "tokenizer", meta_.tokenizer);
+  h5::write_attr(file_, "eos_id", meta_.eos_id);
+  tokens_.reset();
+  H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
+  file_.reset();
+  std::error_code ec;
+  std::filesystem::rename(tmp_, path_, ec);
+  if (ec) throw Error(path_ + ": cannot move the finished shard into place: " + ec.message());
+  closed_ = true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reader
+
+namespace {
+
+std::string type_desc(hid_t native) {
+  for (auto [t, name] : {std::pair{H5T_NATIVE_UINT8, "uint8"}, {H5T_NATIVE_UINT16, "uint16"},
+                         {H5T_NATIVE_UINT32, "uint32"}, {H5T_NATIVE_UINT64, "uint64"},
+                         {H5T_NATIVE_INT8, "int8"}, {H5T_NATIVE_INT16, "int16"}, {H5T_NATIVE_INT32, "int32"},
+                         {H5T_NATIVE_INT64, "int64"}, {H5T_NATIVE_FLOAT, "float32"},
+                         {H5T_NATIVE_DOUBLE, "float64"}})
+    if (H5Tequal(native, t) > 0) return name;
+  return "a non-numeric type";
+}
+
+// Opens /name and checks its element type and rank; returns the dataset and its dims.
+h5::Id open_checked(hid_t file, const std::string& name, const std::string& path, hid_t want,
+                    const char* want_name, int want_rank, std::vector<hsize_t>& dims, bool no_cache = false) {
+  if (!h5::exists(file, name)) throw Error(path + ": missing dataset '/" + name + "'");
+  // Without a chunk cache HDF5 reads a selection of an uncompressed chunk straight from the
+  // file, instead of pulling the whole chunk in for a few hundred tokens of a random document.
+  h5::Id dapl(H5_CHECK(H5Pcreate(H5P_DATASET_ACCESS)));
+  if (no_cache) H5_CHECK(H5Pset_chunk_cache(dapl, 0, 0, 1.0));
+  h5::Id ds(H5Dopen2(file, name.c_str(), dapl));
+  if (!ds.valid()) throw Error(path + ": cannot open dataset '/" + name + "' (file corrupt?)");
+  h5::Id type(H5_CHECK(H5Dget_type(ds)));
+  h5::Id native(H5_CHECK(H5Tget_native_type(type, H5T_DIR_ASCEND)));
+  if (H5Tequal(native, want) <= 0)
+    throw Error(path + ": dataset '/" + name + "' has element type " + type_desc(native) + ", expected " + want_name);
+  h5::Id space(H5_CHECK(H5Dget_space(ds)));
+  int rank = H5_CHECK(H5Sget_simple_extent_ndims(space));
+  if (rank != want_rank)
+    throw Error(path + ": dataset '/" + name + "' has rank " + std::to_string(rank) + ", expected " +
+                std::to_string(want_rank));
+  dims.assign(rank, 0);
+  H5_CHECK(H5Sget_simple_extent_dims(space, dims.data(), nullptr));
+  return ds;
+}
+
+template <class T>
+std::vector<T> read_all(hid_t ds, hid_t mem, size_t n, const std::string& path, const std::string& name) {
+  std::vector<T> out(n);
+  if (n && H5Dread(ds, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
+    throw Error(path + ": cannot read dataset '/" + name + "' (file truncated or corrupt?)");
+  return out;
+}
+
+ShardMeta read_meta(hid_t file, const std::string& path) {
+  if (!h5::has_attr(file, "format"))
+    throw Error(path + ": missing attribute 'format' (expected format=\"" + kShardFormat + "\"; not a shard?)");
+  auto format = h5::read_attr_string(file, "format", path);
+  if (format != kShardFormat)
+    throw Error(path + ": attribute 'format' is \"" + format + "\", expected \"" + kShardFormat + "\"");
+  auto version = h5::read_attr_int(file, "version", path);
+  if (version != kShardVersion)
+    throw Error(path + ": attribute 'version' is " + std::to_string(version) + ", expected " +
+                std::to_string(kShardVersion) + " (written by another SparseBalance version?)");
+  ShardMeta m;
+  m.vocab_size = h5::read_attr_int(file, "vocab_size", path);
+  if (m.vocab_size <= 0 || m.vocab_size > (int64_t(1) << 32))
+    throw Error(path + ": attribute 'vocab_size' is " + std::to_string(m.vocab_size) + ", expected 1..2^32");
+  m.tokenizer = h5::read_attr_string(file, "tokenizer", path);
+  m.eos_id = h5::read_attr_int(file, "eos_id", path);
+  if (m.eos_id < 0 || m.eos_id >= m.vocab_size)
+    throw Error(path + ": attribute 'eos_id' is " + std::to_string(m.eos_id) + ", expected 0 <= eos_id < vocab_size " +
+                std::to_string(m.vocab_size));
+  return m;
+}
+
+}  // namespace
+
+ShardReader ShardReader::open(const std::string& path) {
+  ShardReader r;
+  r.path_ = path;
+  r.file_ = std::make_shared<h5::Id>(h5::open_read(path));
+  hid_t f = *r.file_;
+  r.meta_ = read_meta(f, path);
+
+  std::vector<hsize_t> dims;
+  r.tokens_ = std::make_shared<h5::Id>(open_checked(f, "tokens", path, H5T_NATIVE_UINT32, "uint32", 1, dims, true));
+  const uint64_t n_tokens = dims[0];
+  h5::Id off_ds = open_checked(f, "doc_offsets", path, H5T_NATIVE_UINT64, "uint64", 1, dims);
+  if (dims[0] < 1) throw Error(path + ": dataset '/doc_offsets' is empty, expected D+1 >= 1 entries");
+  r.offsets_ = read_all<uint64_t>(off_ds, H5T_NATIVE_UINT64, dims[0], path, "doc_offsets");
+  const auto& off = r.offsets_;
+  if (off[0] != 0)
+    throw Error(path + ": dataset '/doc_offsets' starts at " + std::to_string(off[0]) + ", expected 0");
+  for (size_t d = 1; d < off.size(); ++d) {
+    if (off[d] < off[d - 1])
+      throw Error(path + ": dataset '/doc_offsets' decreases at entry " + std::to_string(d) + " (" +
+                  std::to_string(off[d - 1]) + " -> " + std::to_string(off[d]) + "), expected non-decreasing");
+    if (off[d] > n_tokens)
+      throw Error(path + ": dataset '/doc_offsets' entry " + std::to_string(d) + " = " + std::to_string(off[d]) +
+                  " is beyond the " + std::to_string(n_tokens) + " tokens of '/tokens'");
+  }
+  if (off.back() != n_tokens)
+    throw Error(path + ": dataset '/doc_offsets' ends at " + std::to_string(off.back()) +
+                ", expected the token count of '/tokens' (" + std::to_string(n_tokens) + ")");
+  const uint64_t D = off.size() - 1;
+
+  // Optional task data: both datasets or neither, one entry per document, spans inside the doc.
+  bool has_type = h5::exists(f, "task_type"), has_span = h5::exists(f, "answer_spans");
+  if (has_type != has_span)
+    throw Error(path + ": dataset '/" + std::string(has_type ? "answer_spans" : "task_type") +
+                "' is missing, expected '/task_type' and '/answer_spans' together");
+  if (has_type) {
+    h5::Id t_ds = open_checked(f, "task_type", path, H5T_NATIVE_UINT8, "uint8", 1, dims);
+    if (dims[0] != D)
+      throw Error(path + ": dataset '/task_type' has " + std::to_string(dims[0]) + " entries, expected one per document (" +
+                  std::to_string(D) + ")");
+    r.types_ = read_all<uint8_t>(t_ds, H5T_NATIVE_UINT8, D, path, "task_type");
+    h5::Id s_ds = open_checked(f, "answer_spans", path, H5T_NATIVE_UINT64, "uint64", 2, dims);
+    if (dims[0] != D || dims[1] != 2)
+      throw Error(path + ": dataset '/answer_spans' has shape [" + std::to_string(dims[0]) + "," +
+                  std::to_string(dims[1]) + "], expected [" + std::to_string(D) + ",2]");
+    r.spans_ = read_all<uint64_t>(s_ds, H5T_NATIVE_UINT64, 2 * D, path, "answer_spans");
+    for (uint64_t d = 0; d < D; ++d) {
+      if (r.types_[d] >= kNumTaskTypes)
+        throw Error(path + ": dataset '/task_type' entry " + std::to_string(d) + " = " + std::to_string(r.types_[d]) +
+                    ", expected 0..3");
+      uint64_t b = r.spans_[2 * d], e = r.spans_[2 * d + 1], len = off[d + 1] - off[d];
+      if (r.types_[d] != kTaskNone && !(b < e && e <= len))
+        throw Error(path + ": dataset '/answer_spans' entry " + std::to_string(d) + " = [" + std::to_string(b) + ", " +
+                    std::to_string(e) + ") is not inside its document of " + std::to_string(len) +
+                    " tokens (expected begin < end <= length)");
+    }
+  }
+  return r;
+}
+
+TaskSpan ShardReader::task(uint64_t doc) const {
+  if (doc >= num_docs()) throw Error(path_ + ": document " + std::to_string(doc) + " out of range");
+  if (types_.empty()) return {};
+  return {types_[doc], spans_[2 * doc], spans_[2 * doc + 1]};
+}
+
+void ShardReader::read_tokens(uint64_t begin, uint64_t count, uint32_t* out) const {
+  if (begin + count > num_tokens())
+    throw Error(path_ + ": token range [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
+                ") beyond '/tokens' (" + std::to_string(num_tokens()) + ")");
+  if (count == 0) return;
+  hsize_t start[1] = {begin}, cnt[1] = {count};
+  h5::Id fspace(H5_CHECK(H5Dget_space(*tokens_)));
+  H5_CHECK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, nullptr, cnt, nullptr));
+  h5::Id mspace(H5_CHECK(H5Screate_simple(1, cnt, nullptr)));
+  if (H5Dread(*tokens_, H5T_NATIVE_UINT32, mspace, fspace, H5P_DEFAULT, out) < 0)
+    throw Error(path_ + ": cannot read '/tokens' [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
+                ") (file truncated or corrupt?)");
+}
+
+void ShardReader::check_ids(const uint32_t* ids, uint64_t n, uint64_t at) const {
+  // A max reduction vectorizes; the slow search for the culprit runs only when one exists.
+  uint32_t mx = 0;
+  for (uint64_t i = 0; i < n; ++i) mx = std::max(mx, ids[i]);
+  if (int64_t(mx) < meta_.vocab_size) return;
+  for (uint64_t i = 0; i < n; ++i) {
+    if (int64_t(ids[i]) < meta_.vocab_size) continue;
+    uint64_t pos = at + i;
+    uint64_t doc = std::upper_bound(offsets_.begin(), offsets_.end(), pos) - offsets_.begin() - 1;
+    throw Error(path_ + ": dataset '/tokens' has id " + std::to_string(ids[i]) + " at token " + std::to_string(pos) +
+                " (document " + std::to_string(doc) + "), expected < vocab_size " + std::to_string(meta_.vocab_size));
+  }
+}
+
+std::vector<uint32_t> ShardReader::read_doc(uint64_t doc) const {
+  if (doc >= num_docs())
+    throw Error(path_ + ": document " + std::to_string(doc) + " out of range (" + std::to_string(num_docs()) + " documents)");
+  uint64_t b = offsets_[doc], n = offsets_[doc + 1] - b;
+  std::vector<uint32_t> out(n);
+  read_tokens(b, n, out.data());
+  check_ids(out.data(), n, b);
+  return out;
+}
+
+void ShardReader::verify() const {
+  constexpr uint64_t kBlock = 1 << 20;  // 4 MiB at a time: bounded memory for any shard size
+  std::vector<uint32_t> buf(std::min<uint64_t>(kBlock, num_tokens()));
+  for (uint64_t at = 0; at < num_tokens(); at += kBlock) {
+    uint64_t n = std::min(kBlock, num_tokens() - at);
+    read_tokens(at, n, buf.data());
+    check_ids(buf.data(), n, at);
+  }
+}
+
+}  // namespace sb

@@ -1,0 +1,154 @@
+// Anchor-guided block selection (DESIGN.md, "Block-sparse attention with anchor-guided selection")
+// and the dense causal selection. Cost: O(N*H*D) pooling + O(nblocks^2 * D) scores per doc-head.
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/cpu_common.hpp"
+
+namespace sb::kernels {
+
+// Rows (doc, kv head, query block) in selection order: doc_row_base[d] + g*nb + i.
+static void make_row_base(const int32_t* cu_seqlens, int ndocs, AttnShape s, BlockSelection& sel) {
+  sel.doc_row_base.assign(ndocs + 1, 0);
+  for (int d = 0; d < ndocs; d++)
+    sel.doc_row_base[d + 1] =
+        sel.doc_row_base[d] + int64_t(s.n_kv_heads) * cpu::num_blocks(cu_seqlens[d + 1] - cu_seqlens[d], s.block_size);
+}
+
+// Gate one (doc, kv head): fills cols of its rows (row r at lists[r - base]) and recall.
+template <class T>
+static void gate_doc_head(const T* q, const T* k, int t_begin, int L, int g, AttnShape s, GatingParams p,
+                          std::vector<int32_t>* lists, float* recall) {
+  const int H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, Bs = s.block_size;
+  const int G = H / Hkv, nb = cpu::num_blocks(L, Bs);
+  // Pooled vectors in double: qbar (nb, D) over tokens x group heads, kbar (nb, D) over tokens.
+  std::vector<double> qbar(size_t(nb) * D, 0.0), kbar(size_t(nb) * D, 0.0);
+  for (int b = 0; b < nb; b++) {
+    int t0 = t_begin + b * Bs, n = std::min(Bs, L - b * Bs);
+    double* qb = &qbar[size_t(b) * D];
+    double* kb = &kbar[size_t(b) * D];
+    for (int t = t0; t < t0 + n; t++) {
+      for (int h = g * G; h < (g + 1) * G; h++) {
+        const T* qt = q + (int64_t(t) * H + h) * D;
+        for (int d = 0; d < D; d++) qb[d] += qt[d];
+      }
+      const T* kt = k + (int64_t(t) * Hkv + g) * D;
+      for (int d = 0; d < D; d++) kb[d] += kt[d];
+    }
+    for (int d = 0; d < D; d++) {
+      qb[d] /= double(n) * G;
+      kb[d] /= double(n);
+    }
+  }
+  const double scale = 1.0 / std::sqrt(double(D));
+  std::vector<double> sc(nb), prob(nb);
+  std::vector<char> keep(nb);
+  std::vector<int> cand;
+  for (int i = 0; i < nb; i++) {
+    // s_ij (j <= i) and p_ij = softmax_j s_ij
+    double mx = -std::numeric_limits<double>::infinity();
+    for (int j = 0; j <= i; j++) {
+      double acc = 0;
+      for (int d = 0; d < D; d++) acc += qbar[size_t(i) * D + d] * kbar[size_t(j) * D + d];
+      sc[j] = acc * scale;
+      mx = std::max(mx, sc[j]);
+    }
+    double z = 0;
+    for (int j = 0; j <= i; j++) z += (prob[j] = std::exp(sc[j] - mx));
+    for (int j = 0; j <= i; j++) prob[j] /= z;
+    // Anchors: sink, diagonal, w local blocks; a_i = best anchor score.
+    std::fill(keep.begin(), keep.begin() + i + 1, 0);
+    keep[0] = keep[i] = 1;
+    for (int j = std::max(0, i - p.local_blocks); j < i; j++) keep[j] = 1;
+    double a = -std::numeric_limits<double>::infinity();
+    for (int j = 0; j <= i; j++)
+      if (keep[j]) a = std::max(a, sc[j]);
+    // Candidates within theta of the anchor score, best k of them (ties -> lower j).
+    cand.clear();
+    for (int j = 0; j < i; j++)
+      if (!keep[j] && sc[j] >= a - p.theta) cand.push_back(j);
+    int nkeep = std::min<int>(std::max(p.k, 0), int(cand.size()));
+    std::partial_sort(cand.begin(), cand.begin() + nkeep, cand.end(),
+                      [&](int x, int y) { return sc[x] > sc[y] || (sc[x] == sc[y] && x < y); });
+    for (int c = 0; c < nkeep; c++) keep[cand[c]] = 1;
+    std::vector<int32_t>& cols = lists[(int64_t)g * nb + i];
+    cols.clear();
+    double r = 0;
+    for (int j = 0; j <= i; j++)
+      if (keep[j]) {
+        cols.push_back(j);  // ascending by construction
+        r += prob[j];
+      }
+    recall[(int64_t)g * nb + i] = float(std::min(1.0, r));
+  }
+}
+
+// q (N,H,D), k (N,Hkv,D)
+template <class T>
+GatingStats gate_blocks(const T* q, const T* k, const int32_t* cu_seqlens, int ndocs, AttnShape s,
+                        GatingParams p, BlockSelection& sel) {
+  make_row_base(cu_seqlens, ndocs, s, sel);
+  const int64_t rows = sel.doc_row_base[ndocs];
+  std::vector<std::vector<int32_t>> lists(rows);  // per-row kept blocks, filled in parallel
+  sel.recall.assign(rows, 0.0f);
+  const int64_t* base = sel.doc_row_base.data();
+  float* recall = sel.recall.data();
+  std::vector<int32_t>* L = lists.data();
+  const int Hkv = s.n_kv_heads;
+  // One task per (doc, kv head): each writes only its own rows.
+  cpu::host_for("gate_blocks", int64_t(ndocs) * Hkv, [=](int64_t task) {
+    int d = int(task / Hkv), g = int(task % Hkv);
+    int t0 = cu_seqlens[d], len = cu_seqlens[d + 1] - t0;
+    if (len <= 0) return;
+    gate_doc_head(q, k, t0, len, g, s, p, L + base[d], recall + base[d]);
+  });
+  // Concatenate into CSR and count.
+  GatingStats st;
+  sel.row_ptr.assign(rows + 1, 0);
+  sel.cols.clear();
+  for (int64_t r = 0; r < rows; r++) {
+    sel.row_ptr[r + 1] = sel.row_ptr[r] + int64_t(lists[r].size());
+    sel.cols.insert(sel.cols.end(), lists[r].begin(), lists[r].end());
+  }
+  for (int d = 0; d < ndocs; d++) {
+    int nb = cpu::num_blocks(cu_seqlens[d + 1] - cu_seqlens[d], s.block_size);
+    for (int64_t r = base[d]; r < base[d + 1]; r++) {
+      int i = int((r - base[d]) % nb);
+      st.rows += 1;
+      st.kept_blocks += double(lists[r].size());
+      st.causal_blocks += i + 1;
+      st.recall_sum += sel.recall[r];
+    }
+  }
+  return st;
+}
+
+GatingStats select_all_causal(const int32_t* cu_seqlens, int ndocs, AttnShape s, BlockSelection& sel) {
+  make_row_base(cu_seqlens, ndocs, s, sel);
+  const int64_t rows = sel.doc_row_base[ndocs];
+  sel.row_ptr.assign(rows + 1, 0);
+  sel.cols.clear();
+  sel.recall.assign(rows, 1.0f);
+  GatingStats st;
+  int64_t r = 0;
+  for (int d = 0; d < ndocs; d++) {
+    int nb = cpu::num_blocks(cu_seqlens[d + 1] - cu_seqlens[d], s.block_size);
+    for (int g = 0; g < s.n_kv_heads; g++)
+      for (int i = 0; i < nb; i++, r++) {
+        for (int j = 0; j <= i; j++) sel.cols.push_back(j);
+        sel.row_ptr[r + 1] = int64_t(sel.cols.size());
+        st.rows += 1;
+        st.kept_blocks += i + 1;
+        st.causal_blocks += i + 1;
+        st.recall_sum += 1.0;
+      }
+  }
+  return st;
+}
+
+template GatingStats gate_blocks<float>(const float*, const float*, const int32_t*, int, AttnShape, GatingParams,
+                                        BlockSelection&);
+template GatingStats gate_blocks<double>(const double*, const double*, const int32_t*, int, AttnShape,
+                                         GatingParams, BlockSelection&);
+
+}  // namespace sb::kernels

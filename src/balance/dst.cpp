@@ -1,0 +1,337 @@
+#include "src/balance/dst.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <queue>
+
+#include "src/common/error.hpp"
+
+namespace sb {
+
+Target parse_target(const std::string& s) {
+  if (s == "mean") return Target::Mean;
+  if (s == "min") return Target::Min;
+  if (s == "max") return Target::Max;
+  if (s == "recall") return Target::Recall;
+  throw Error("balance.target = \"" + s + "\": expected one of mean, min, max, recall");
+}
+Tuning parse_tuning(const std::string& s) {
+  if (s == "fixed") return Tuning::Fixed;
+  if (s == "dst") return Tuning::Dst;
+  throw Error("balance.tuning = \"" + s + "\": expected one of fixed, dst");
+}
+const char* target_name(Target t) {
+  switch (t) {
+    case Target::Mean: return "mean";
+    case Target::Min: return "min";
+    case Target::Max: return "max";
+    case Target::Recall: return "recall";
+  }
+  return "?";
+}
+const char* tuning_name(Tuning t) { return t == Tuning::Fixed ? "fixed" : "dst"; }
+
+DstParams dst_params(const Config& cfg) {
+  DstParams p;
+  p.k0 = int(cfg.i("attention.k")), p.n_layers = int(cfg.i("model.n_layers"));
+  p.k_min = int(cfg.i("balance.k_min")), p.k_max = int(cfg.i("balance.k_max"));
+  p.max_change = cfg.f("balance.max_change");
+  p.target = parse_target(cfg.s("balance.target")), p.tuning = parse_tuning(cfg.s("balance.tuning"));
+  p.curve_points = int(cfg.i("balance.curve_points"));
+  return p;
+}
+
+std::vector<int> budget_steps(const DstParams& p, int* k0_index) {
+  int lo = std::max(p.k_min, int(std::floor(p.k0 * (1 - p.max_change))));
+  int hi = std::min(p.k_max, int(std::ceil(p.k0 * (1 + p.max_change))));
+  lo = std::max(0, std::min(lo, p.k0)), hi = std::max(hi, p.k0);  // k0 is always allowed
+  std::vector<int> ks;
+  for (int k = lo; k <= hi; ++k) ks.push_back(k);
+  if (k0_index) *k0_index = p.k0 - lo;
+  return ks;
+}
+
+DstItems build_items(std::span<const MicroBatch> mbs, const LatencyModel& lm, const RecallModel& rm, const DstParams& p) {
+  if (lm.shape().n_layers != p.n_layers || rm.n_layers() != p.n_layers)
+    throw Error("dst: n_layers differs between the latency model (" + std::to_string(lm.shape().n_layers) +
+                "), the recall model (" + std::to_string(rm.n_layers()) + ") and the tuning parameters (" +
+                std::to_string(p.n_layers) + ")");
+  DstItems it;
+  it.ks = budget_steps(p, &it.i0);
+  it.n_mb = int(mbs.size()), it.n_layers = p.n_layers, it.n_steps = int(it.ks.size());
+  const int S = it.n_steps, L = it.n_layers;
+  const auto& sh = lm.shape();
+  double bs2 = double(sh.block_size) * sh.block_size;
+  it.fixed_ms.assign(size_t(it.n_mb), 0), it.attn_ms.assign(size_t(it.n_mb * S), 0);
+  it.rec.assign(size_t(it.n_mb) * L * S, 0), it.weight.assign(size_t(it.n_mb), 0);
+  std::vector<double> kept(static_cast<size_t>(S));
+  for (int m = 0; m < it.n_mb; ++m) {
+    const auto& mb = mbs[size_t(m)];
+    double tokens = double(mb.tokens), pairs = 0;
+    std::fill(kept.begin(), kept.end(), 0.0);
+    double* rec = &it.rec[size_t(m) * L * S];
+    for (const auto& s : mb.segs) {
+      int64_t len = int64_t(s.len), nb = (len + sh.block_size - 1) / sh.block_size;
+      pairs += LatencyModel::causal_blocks(len, sh.block_size);
+      for (int j = 0; j < S; ++j) kept[size_t(j)] += lm.kept_blocks(len, it.ks[size_t(j)]);
+      if (nb <= sh.local_blocks + 2 + it.ks[0]) {  // dense at every allowed budget: recall 1
+        for (int x = 0; x < L * S; ++x) rec[x] += double(len);
+        continue;
+      }
+      for (int l = 0; l < L; ++l)
+        for (int j = 0; j < S; ++j) rec[l * S + j] += rm.recall_tokens(l, len, it.ks[size_t(j)]);
+    }
+    it.fixed_ms[size_t(m)] = lm.part_ms(Part::Linear, tokens) + L * lm.part_ms(Part::Gating, tokens, pairs);
+    for (int j = 0; j < S; ++j) it.attn_ms[size_t(m * S + j)] = lm.part_ms(Part::Attention, tokens, kept[size_t(j)] * bs2);
+    it.weight[size_t(m)] = tokens * L;
+  }
+  return it;
+}
+
+namespace {
+
+// The greedy state of one rank: a budget step per item (item = mb * n_layers + layer).
+struct State {
+  std::vector<int> step;
+  double ms = 0, rec = 0;
+};
+
+State initial(const DstItems& it) {
+  State s;
+  s.step.assign(size_t(it.n_mb * it.n_layers), it.i0);
+  for (int m = 0; m < it.n_mb; ++m) {
+    s.ms += it.fixed_ms[size_t(m)] + it.n_layers * it.attn_ms[size_t(m * it.n_steps + it.i0)];
+    for (int l = 0; l < it.n_layers; ++l) s.rec += it.rec[size_t((m * it.n_layers + l) * it.n_steps + it.i0)];
+  }
+  return s;
+}
+
+// A candidate move of one item to step `to`: dt > 0 ms changed, dr >= 0 recall changed.
+struct Move {
+  double ratio;
+  int item, to;
+  double dt, dr;
+};
+
+// Next step down (up) whose time differs: budgets above a segment's causal blocks change nothing.
+bool next_move(const DstItems& it, const State& s, int item, bool down, Move& mv) {
+  int m = item / it.n_layers, S = it.n_steps, cur = s.step[size_t(item)];
+  const double* t = &it.attn_ms[size_t(m * S)];
+  const double* r = &it.rec[size_t(item * S)];
+  int to = cur;
+  do to += down ? -1 : 1;
+  while (to >= 0 && to < S && t[to] == t[cur]);
+  if (to < 0 || to >= S) return false;
+  mv.item = item, mv.to = to;
+  mv.dt = std::abs(t[cur] - t[to]), mv.dr = std::abs(r[cur] - r[to]);
+  if (!(mv.dt > 0) || (!down && !(mv.dr > 0))) return false;  // raising without recall gain is waste
+  mv.ratio = mv.dr / mv.dt;
+  return true;
+}
+
+void apply(const DstItems& it, State& s, const Move& mv) {
+  int m = mv.item / it.n_layers, S = it.n_steps, cur = s.step[size_t(mv.item)];
+  s.ms += it.attn_ms[size_t(m * S + mv.to)] - it.attn_ms[size_t(m * S + cur)];
+  s.rec += it.rec[size_t(mv.item * S + mv.to)] - it.rec[size_t(mv.item * S + cur)];
+  s.step[size_t(mv.item)] = mv.to;
+}
+
+// Lower budgets (smallest recall lost per ms saved first) until ms <= T or all at the bound;
+// or raise (largest recall gained per ms first) while staying <= T. Ties: lower item index.
+// `path` (optional) records (ms, rec) after every applied move.
+void greedy(const DstItems& it, State& s, double T, bool down, std::vector<std::pair<double, double>>* path) {
+  auto worse = [down](const Move& a, const Move& b) {  // priority_queue: top = best
+    if (a.ratio != b.ratio) return down ? a.ratio > b.ratio : a.ratio < b.ratio;
+    return a.item > b.item;
+  };
+  std::priority_queue<Move, std::vector<Move>, decltype(worse)> pq(worse);
+  // T* is a statistic of sums of the same numbers: allow rounding, so perfect balance moves nothing.
+  const double tol = 1e-9 * std::max(1.0, std::abs(T));
+  Move mv;
+  for (int i = 0; i < it.n_mb * it.n_layers; ++i)
+    if (next_move(it, s, i, down, mv)) pq.push(mv);
+  while (!pq.empty()) {
+    if (down && s.ms <= T + tol) break;
+    mv = pq.top();
+    pq.pop();
+    if (!down && s.ms + mv.dt > T + tol) continue;  // would pass T*: this item stays where it is
+    apply(it, s, mv);
+    if (path) path->push_back({s.ms, s.rec});
+    if (next_move(it, s, mv.item, down, mv)) pq.push(mv);
+  }
+}
+
+// `n` samples of a path starting at `start` (first and last point always kept; padded to n).
+void sample_path(const std::vector<std::pair<double, double>>& path, std::pair<double, double> start, int n,
+                 std::vector<double>& ms, std::vector<double>& rec) {
+  ms.assign(size_t(n), 0), rec.assign(size_t(n), 0);
+  size_t P = path.size() + 1;
+  for (int j = 0; j < n; ++j) {
+    size_t idx = n == 1 ? P - 1 : size_t(std::llround(double(j) * double(P - 1) / double(n - 1)));
+    auto pt = idx == 0 ? start : path[idx - 1];
+    ms[size_t(j)] = pt.first, rec[size_t(j)] = pt.second;
+  }
+}
+
+int curve_points(const DstParams& p) { return p.target == Target::Recall ? std::max(2, p.curve_points) : 0; }
+
+// Recall sum a rank reaches when tuned toward T, from its sampled curves: a lower bound of what
+// its exact greedy reaches (lowering: the first sampled prefix at or under T; raising: the last
+// sampled prefix at or under T, and the exact greedy only adds to that prefix).
+double recall_at(const RankSummary& r, double T) {
+  if (r.mb_ms.empty()) return 0;
+  if (T >= r.ms_k0) {
+    auto it = std::upper_bound(r.hi_ms.begin(), r.hi_ms.end(), T);
+    return it == r.hi_ms.begin() ? r.recall_k0 : r.hi_rec[size_t(it - r.hi_ms.begin() - 1)];
+  }
+  size_t lo = 0, hi = r.lo_ms.size();  // first j with lo_ms[j] <= T
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (r.lo_ms[mid] <= T) hi = mid; else lo = mid + 1;
+  }
+  return lo < r.lo_ms.size() ? r.lo_rec[lo] : r.lo_rec.back();
+}
+
+double estimate_ms(const RankSummary& r, double T, const DstParams& p) {
+  if (r.mb_ms.empty() || p.tuning == Tuning::Fixed) return r.ms_k0;
+  return r.ms_k0 > T ? std::max(T, r.ms_lo) : std::max(r.ms_k0, std::min(T, r.ms_hi));
+}
+
+}  // namespace
+
+RankSummary summarize(const DstItems& it, const DstParams& p) {
+  RankSummary r;
+  r.mb_ms.resize(size_t(it.n_mb));
+  for (int m = 0; m < it.n_mb; ++m)
+    r.mb_ms[size_t(m)] = it.fixed_ms[size_t(m)] + it.n_layers * it.attn_ms[size_t(m * it.n_steps + it.i0)];
+  State s0 = initial(it);
+  r.ms_k0 = s0.ms, r.recall_k0 = s0.rec;
+  for (double w : it.weight) r.weight += w;
+  r.ms_lo = r.ms_hi = s0.ms;
+  for (int m = 0; m < it.n_mb; ++m) {
+    r.ms_lo += it.n_layers * (it.attn_ms[size_t(m * it.n_steps)] - it.attn_ms[size_t(m * it.n_steps + it.i0)]);
+    r.ms_hi += it.n_layers * (it.attn_ms[size_t(m * it.n_steps + it.n_steps - 1)] - it.attn_ms[size_t(m * it.n_steps + it.i0)]);
+  }
+  int G = curve_points(p);
+  if (G > 0) {
+    std::vector<std::pair<double, double>> path;
+    State s = s0;
+    greedy(it, s, -1e300, true, &path);
+    sample_path(path, {s0.ms, s0.rec}, G, r.lo_ms, r.lo_rec);
+    path.clear(), s = s0;
+    greedy(it, s, 1e300, false, &path);
+    sample_path(path, {s0.ms, s0.rec}, G, r.hi_ms, r.hi_rec);
+  }
+  return r;
+}
+
+size_t packed_size(int n_mb, const DstParams& p) { return 8 + size_t(n_mb) + 4 * size_t(curve_points(p)); }
+
+std::vector<double> pack(const RankSummary& s, const DstParams& p) {
+  int G = curve_points(p);
+  std::vector<double> v = {double(s.mb_ms.size()), s.ms_k0, s.recall_k0, s.weight, s.ms_lo, s.ms_hi, double(G), 0};
+  v.insert(v.end(), s.mb_ms.begin(), s.mb_ms.end());
+  for (const auto* a : {&s.lo_ms, &s.lo_rec, &s.hi_ms, &s.hi_rec}) {
+    if (int(a->size()) != G) throw Error("dst: rank summary curve has " + std::to_string(a->size()) + " points, expected " + std::to_string(G));
+    v.insert(v.end(), a->begin(), a->end());
+  }
+  return v;
+}
+
+RankSummary unpack(std::span<const double> d) {
+  if (d.size() < 8) throw Error("dst: truncated rank summary in the exchange");
+  RankSummary s;
+  size_t n = size_t(d[0]), G = size_t(d[6]);
+  if (d.size() != 8 + n + 4 * G) throw Error("dst: rank summary of " + std::to_string(d.size()) + " values, expected " + std::to_string(8 + n + 4 * G));
+  s.ms_k0 = d[1], s.recall_k0 = d[2], s.weight = d[3], s.ms_lo = d[4], s.ms_hi = d[5];
+  const double* x = d.data() + 8;
+  s.mb_ms.assign(x, x + n), x += n;
+  for (auto* a : {&s.lo_ms, &s.lo_rec, &s.hi_ms, &s.hi_rec}) a->assign(x, x + G), x += G;
+  return s;
+}
+
+double target_time(std::span<const RankSummary> ranks, const DstParams& p) {
+  double sum = 0, mn = 1e300, mx = 0, lo = 1e300;
+  int busy = 0;
+  for (const auto& r : ranks) {
+    if (r.mb_ms.empty()) continue;  // an idle rank cannot take work: it does not set the target
+    ++busy, sum += r.ms_k0, mn = std::min(mn, r.ms_k0), mx = std::max(mx, r.ms_k0), lo = std::min(lo, r.ms_lo);
+  }
+  if (busy == 0) return 0;
+  switch (p.target) {
+    case Target::Mean: return sum / busy;
+    case Target::Min: return mn;
+    case Target::Max: return mx;
+    case Target::Recall: break;
+  }
+  for (const auto& r : ranks)
+    if (!r.mb_ms.empty() && r.lo_ms.empty()) throw Error("dst: balance.target = recall needs the recall curves in the exchange");
+  double base = 0;
+  for (const auto& r : ranks) base += r.recall_k0;
+  auto enough = [&](double T) {
+    double s = 0;
+    for (const auto& r : ranks) s += recall_at(r, T);  // same order as `base`: monotone rounding
+    return s >= base;
+  };
+  double a = lo, b = mx;  // enough(b) holds: every rank at or above its k0 recall
+  if (enough(a)) return a;
+  for (int i = 0; i < 60 && b - a > 1e-9 * b; ++i) {
+    double mid = 0.5 * (a + b);
+    (enough(mid) ? b : a) = mid;
+  }
+  return b;
+}
+
+TuneResult tune_rank(const DstItems& it, double target_ms, const DstParams& p) {
+  TuneResult res;
+  res.target_ms = target_ms;
+  State s = initial(it);
+  if (p.tuning == Tuning::Dst && it.n_mb > 0) greedy(it, s, target_ms, s.ms > target_ms * (1 + 1e-9), nullptr);
+  res.k.assign(size_t(it.n_mb), std::vector<int>(size_t(it.n_layers)));
+  for (int m = 0; m < it.n_mb; ++m)
+    for (int l = 0; l < it.n_layers; ++l) res.k[size_t(m)][size_t(l)] = it.ks[size_t(s.step[size_t(m * it.n_layers + l)])];
+  res.my_predicted_ms = s.ms;
+  for (double w : it.weight) res.my_weight += w;
+  res.my_recall = res.my_weight > 0 ? s.rec / res.my_weight : 1.0;
+  return res;
+}
+
+TuneResult tune(const DstInput& in, int my_rank, const DstParams& p) {
+  if (my_rank < 0 || my_rank >= int(in.ranks.size()))
+    throw Error("dst: rank " + std::to_string(my_rank) + " out of range (" + std::to_string(in.ranks.size()) + " ranks)");
+  double T = target_time(in.ranks, p);
+  TuneResult res = tune_rank(in.mine, T, p);
+  double sum0 = 0, max0 = 0, sum1 = 0, max1 = 0;
+  res.rank_predicted_ms.resize(in.ranks.size());
+  for (size_t r = 0; r < in.ranks.size(); ++r) {
+    double t = estimate_ms(in.ranks[r], T, p);
+    res.rank_predicted_ms[r] = t;
+    sum0 += in.ranks[r].ms_k0, max0 = std::max(max0, in.ranks[r].ms_k0), sum1 += t, max1 = std::max(max1, t);
+  }
+  double R = double(in.ranks.size());
+  res.planned_imbalance_before = sum0 > 0 ? max0 / (sum0 / R) : 1.0;
+  res.planned_imbalance_after = sum1 > 0 ? max1 / (sum1 / R) : 1.0;
+  return res;
+}
+
+TuneResult exchange_and_tune(const Comm& comm, const Plan& plan, const LatencyModel& lm, const RecallModel& rm,
+                             const DstParams& p) {
+  if (int(plan.ranks.size()) != comm.size())
+    throw Error("dst: the plan has " + std::to_string(plan.ranks.size()) + " ranks but the job has " + std::to_string(comm.size()));
+  DstInput in;
+  in.mine = build_items(plan.ranks[size_t(comm.rank())], lm, rm, p);
+  std::vector<double> mine = pack(summarize(in.mine, p), p);
+  // Every rank's message size follows from the (identical) plan: one Allgatherv, no size exchange.
+  std::vector<int> counts(size_t(comm.size())), displs(size_t(comm.size()));
+  int total = 0;
+  for (int r = 0; r < comm.size(); ++r)
+    displs[size_t(r)] = total, counts[size_t(r)] = int(packed_size(int(plan.ranks[size_t(r)].size()), p)), total += counts[size_t(r)];
+  std::vector<double> all(static_cast<size_t>(total));
+  MPI_CHECK(MPI_Allgatherv(mine.data(), int(mine.size()), MPI_DOUBLE, all.data(), counts.data(), displs.data(), MPI_DOUBLE, comm.raw()));
+  in.ranks.reserve(size_t(comm.size()));
+  for (int r = 0; r < comm.size(); ++r)
+    in.ranks.push_back(unpack(std::span<const double>(all.data() + displs[size_t(r)], size_t(counts[size_t(r)]))));
+  return tune(in, comm.rank(), p);
+}
+
+}  // namespace sb

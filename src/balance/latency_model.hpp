@@ -1,0 +1,142 @@
+// Latency predictor (DESIGN.md, "Latency predictor"): per-part linear models of a step's time,
+// fitted from profiled samples, corrected online from measured times.
+//
+//   attention (fwd+bwd, per layer)  t = c0 + c1*tokens + c2*kept_blocks*Bs^2
+//   gating (per layer)              t = c0 + c1*tokens + c2*block_pairs        (causal pairs)
+//   linear (whole model)            t = c0 + c1*tokens                          (GEMMs, norms, loss)
+//   allreduce (per step)            t = c0 + c1*bytes
+// Each part's prediction is multiplied by its correction factor, an EMA of measured/predicted.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <hdf5.h>
+
+#include "io/latency_profile.hpp"
+#include "src/balance/segment.hpp"
+
+namespace sb {
+
+enum class Part { Attention = 0, Gating = 1, Linear = 2, AllReduce = 3 };
+const char* part_name(Part p);
+
+struct ModelShape {
+  int n_layers = 1;
+  int block_size = 128;   // Bs, tokens
+  int local_blocks = 1;   // w
+};
+
+// One profiled measurement: the part's features (see above; unused ones 0) and its time.
+struct LatencySample {
+  double tokens = 0;  // tokens (attention/gating/linear) or bytes (allreduce)
+  double x2 = 0;      // kept_blocks*Bs^2 (attention) or block_pairs (gating); 0 otherwise
+  double ms = 0;
+};
+
+struct FitReport {
+  std::array<double, 3> coeffs{};
+  double heldout_error = 0;  // mean |pred - meas| / meas over every 5th sample, held out of the fit
+  int samples = 0;
+};
+
+// Time split of one micro-batch (all layers), before summing.
+struct PartTimes {
+  double attention = 0, gating = 0, linear = 0;
+  double total() const { return attention + gating + linear; }
+};
+
+class LatencyModel {
+ public:
+  // Analytic defaults for this shape: a 7B-class decoder on one GPU (document in docs-draft/balance.md).
+  explicit LatencyModel(ModelShape shape = {});
+  // From a stored profile (shape and coefficients as recorded).
+  static LatencyModel from_profile(const LatencyProfile& p);
+
+  const ModelShape& shape() const { return shape_; }
+  const LatencyProfile& profile() const { return p_; }
+  void set_coeffs(Part part, std::array<double, 3> c) { p_.coeffs[int(part)] = c; }
+  const std::array<double, 3>& coeffs(Part part) const { return p_.coeffs[int(part)]; }
+  double correction(Part part) const { return p_.correction[int(part)]; }
+  void set_device(const std::string& d) { p_.device = d; }
+  void set_ema(double ema) { ema_ = ema; }  // balance.ema
+
+  // Expected kept key blocks of one sequence of `len` tokens at budget k, summed over its query
+  // blocks: anchors (sink, diagonal, w local) + density * min(k, remaining causal blocks).
+  double kept_blocks(int64_t len, int k) const;
+  // Causal block pairs of one sequence (what dense attention and gating touch).
+  static double causal_blocks(int64_t len, int block_size);
+
+  // One part's corrected time from its features.
+  double part_ms(Part part, double tokens, double x2 = 0) const;
+  // Time of one micro-batch: per-layer budgets (size n_layers) or one budget for all layers.
+  PartTimes micro_batch_parts(const MicroBatch& mb, std::span<const int> k_per_layer) const;
+  double micro_batch_ms(const MicroBatch& mb, std::span<const int> k_per_layer) const;
+  double micro_batch_ms(const MicroBatch& mb, int k) const;
+  // Attention + gating time of one layer of a micro-batch whose kept blocks sum to `kept`
+  // (used by DST, which tunes per layer).
+  double layer_ms(int64_t tokens, double kept, double pairs) const;
+  // Cost of one segment alone (all layers, no per-micro-batch constant): SAB's sparse cost.
+  double segment_cost(int64_t len, int k) const;
+  // Dense cost a*L + b*L^2 (every causal block kept): the `quadratic` baseline's cost.
+  double dense_segment_cost(int64_t len) const;
+  double allreduce_ms(double bytes) const { return part_ms(Part::AllReduce, bytes); }
+
+  // Least-squares fit of one part from samples (c2 ignored for linear/allreduce). Every 5th sample
+  // is held out to measure the error, then all samples are fitted. Sets the coefficients,
+  // resets the part's correction to 1. Throws sb::Error with fewer samples than coefficients.
+  FitReport fit(Part part, std::span<const LatencySample> samples);
+
+  // Online correction: `predicted_ms` is what this model predicted (with its current correction)
+  // for a part, `measured_ms` what it took. correction *= (1-ema) + ema*measured/predicted.
+  void observe(Part part, double predicted_ms, double measured_ms);
+  // Online density: `predicted_candidates` = kept_blocks - anchors at density 1 (what the budget
+  // allows), `measured_candidates` = blocks the gating kept beyond the anchors (per kv head).
+  void observe_density(double predicted_candidates, double measured_candidates);
+  double density() const { return p_.density; }
+  // Anchor blocks of a sequence (always kept).
+  double anchor_blocks(int64_t len) const;
+
+  // HDF5 (io/latency_profile.hpp). load checks the shape against `expect` when given: a different
+  // block_size or local_blocks is an error (the features change meaning); a different n_layers
+  // is an error too (the linear part is whole-model). Messages name the file and the field.
+  void save(hid_t group) const;
+  static LatencyModel load(hid_t group, const std::string& file, const ModelShape* expect = nullptr);
+  static LatencyModel load_file(const std::string& path, const ModelShape* expect = nullptr);
+
+ private:
+  ModelShape shape_;
+  LatencyProfile p_;
+  double ema_ = 0.3;
+};
+
+// Attention recall model: per layer, the recall of a query row keeping fraction x of its causal
+// blocks is x^alpha_l; alpha_l is learned online from observed (x, recall) pairs.
+class RecallModel {
+ public:
+  RecallModel(ModelShape shape = {}, double alpha = 0.5, double ema = 0.3);
+  int n_layers() const { return shape_.n_layers; }
+  const ModelShape& shape() const { return shape_; }
+  double alpha(int layer) const { return alpha_[layer]; }
+  void set_alpha(int layer, double a);
+  // Mean recall over the query rows of one sequence of length len at budget k, layer `layer`.
+  double recall(int layer, int64_t len, int k) const;
+  // Sum over rows of recall, weighted to tokens (recall(layer,len,k) * len): what DST adds up.
+  double recall_tokens(int layer, int64_t len, int k) const { return recall(layer, len, k) * double(len); }
+  // One measured pair: kept fraction x of a layer (kept/causal) and the measured mean recall.
+  // alpha <- (1-ema)*alpha + ema*log(recall)/log(x)  (skipped when x or recall is 0 or 1).
+  void observe(int layer, double kept_fraction, double recall);
+
+ private:
+  double power_sum(int layer, int64_t n) const;  // sum_{m=1..n} m^-alpha
+  void rebuild(int layer);
+  ModelShape shape_;
+  double ema_;
+  std::vector<double> alpha_;
+  std::vector<std::vector<double>> prefix_;  // per layer, prefix sums of m^-alpha
+  std::vector<std::vector<double>> kpow_;    // per layer, K^alpha (recall() is table lookups)
+};
+
+}  // namespace sb

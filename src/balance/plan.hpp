@@ -1,0 +1,48 @@
+// Sparsity-aware batching (DESIGN.md, "SAB"): split a global batch of document windows over
+// ranks x micro-batches by predicted cost, under a per-micro-batch token capacity.
+// Deterministic: every rank computes the same plan from the same inputs.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "src/balance/latency_model.hpp"
+#include "src/balance/segment.hpp"
+
+namespace sb {
+
+// Cut documents (id, length) into segments of at most `capacity` tokens, in order. With
+// reject = true a longer document is an sb::Error naming it, its length, the capacity and the
+// keys (train.micro_batch_tokens, data.long_docs). Empty documents are skipped.
+std::vector<Segment> make_segments(std::span<const std::pair<uint64_t, uint64_t>> docs, int64_t capacity, bool reject);
+
+enum class Batching { Sequential, Tokens, Quadratic, Sparse };
+// "sequential" | "tokens" | "quadratic" | "sparse"; anything else is an sb::Error naming balance.batching.
+Batching parse_batching(const std::string& s);
+const char* batching_name(Batching b);
+
+struct Plan {
+  std::vector<std::vector<MicroBatch>> ranks;  // [rank][micro-batch]; a rank may have none
+  uint64_t hash() const;                       // FNV-1a over the whole plan (cross-rank check)
+  size_t segments() const;
+};
+
+struct PlanOptions {
+  int swap_rounds = 64;  // sparse only: improving moves/swaps between the most and least loaded ranks
+};
+
+// sequential: data order, `ranks` contiguous chunks of nearly equal segment count, each packed in
+//             order into micro-batches of at most `capacity` tokens (as many as needed).
+// tokens:     longest-processing-time first (LPT) over ranks x micro_batches bins, cost = tokens.
+// quadratic:  LPT with the dense cost a*L + b*L^2 (LatencyModel::dense_segment_cost).
+// sparse:     LPT with the predicted sparse cost at budget k0 (LatencyModel::segment_cost), then
+//             improving moves/swaps between the most and the least loaded rank.
+// LPT gives each segment, costliest first (ties: lower index), to the least-loaded rank (ties:
+// lower rank) with room, into its fullest micro-batch that fits; when no rank has room it opens
+// an extra micro-batch on the least-loaded rank. Segments longer than `capacity` are an error.
+Plan make_plan(std::span<const Segment> segs, int ranks, int micro_batches_per_rank, int64_t capacity, Batching batching,
+               const LatencyModel& lm, int k0, const PlanOptions& opt = {});
+
+}  // namespace sb

@@ -1,0 +1,50 @@
+// The balancer on a modelled cluster (DESIGN.md, `simulate`): every step draws a global batch of
+// documents from a length preset, plans it with each batching policy and tunes it with each
+// tuning policy for all modelled ranks in-process (the pure tune(), no MPI), and scores the
+// result with the latency model as ground truth.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "src/balance/dst.hpp"
+#include "src/balance/latency_model.hpp"
+#include "src/balance/length_presets.hpp"
+#include "src/balance/plan.hpp"
+
+namespace sb {
+
+struct SimConfig {
+  int ranks = 8, micro_batches = 16, steps = 10;
+  Preset preset = Preset::LongAlign;
+  uint64_t seed = 1;
+  double fill = 0.9;             // global batch = ranks x micro_batches x capacity x fill tokens
+  int64_t capacity = 65536;      // tokens per micro-batch
+  int64_t max_len = 65536;       // longest document of the preset
+  bool reject_long = false;      // documents over capacity: windows (false) or error
+  double noise = 0;              // true time = model x (1 + noise*(2u-1)) per micro-batch
+  DstParams dst;                 // target, bounds, k0, n_layers (tuning is set per policy)
+  PlanOptions plan;
+};
+
+struct PolicyResult {
+  std::string name;   // "<batching>+<tuning>"
+  double makespan = 0, imbalance = 0, bubble = 0, recall = 0, speedup = 0;
+  double plan_ms = 0;         // per rank per step: make_plan + T* + own items/summary/tune (what one rank pays)
+  double make_plan_ms = 0;    // of which make_plan
+  double gap_lb = 0;          // makespan / lower bound
+  double planned_imbalance = 0;
+};
+
+struct SimResult {
+  std::vector<PolicyResult> policies;
+  double lower_bound = 0;     // mean over steps: max(sum seg cost at k_lo / ranks, largest seg cost at k_lo)
+  double lower_bound_k0 = 0;  // the same at k0 (floor for fixed budgets)
+  int k_lo = 0;               // lowest allowed budget max(k_min, floor(k0 (1 - max_change)))
+  double attention_share = 0; // attention / total of one micro-batch of one max_len document at k0
+  double docs_per_step = 0, segments_per_step = 0, tokens_per_step = 0;
+};
+
+SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallModel& rm);
+
+}  // namespace sb

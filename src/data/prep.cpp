@@ -1,0 +1,215 @@
+// The prep pipelines. See prep.hpp.
+#include "src/data/prep.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "src/common/error.hpp"
+#include "src/data/tokenizer.hpp"
+
+namespace sb {
+
+namespace fs = std::filesystem;
+
+ShardSetWriter::ShardSetWriter(const std::string& dir, const ShardMeta& meta, uint64_t shard_tokens, bool overwrite)
+    : dir_(dir), meta_(meta), shard_tokens_(std::max<uint64_t>(shard_tokens, 1)) {
+  if (dir.empty()) throw Error("prep: --output DIR is required");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir)) throw Error(dir + ": cannot create output directory (--output)");
+  std::vector<fs::path> old;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".h5") old.push_back(e.path());
+  if (!old.empty() && !overwrite)
+    throw Error(dir + ": already holds " + std::to_string(old.size()) +
+                " *.h5 files; pass --overwrite (prep.overwrite=true) to replace them, or choose another --output");
+  for (const auto& p : old) fs::remove(p);
+}
+
+void ShardSetWriter::add(std::span<const uint32_t> tokens, TaskSpan task) {
+  if (cur_ && cur_->num_docs() > 0 && cur_->num_tokens() + tokens.size() > shard_tokens_) {
+    cur_->close();
+    stats_.tokens += cur_->num_tokens(), stats_.documents += cur_->num_docs();
+    cur_.reset();
+  }
+  if (!cur_) {
+    char name[32];
+    std::snprintf(name, sizeof name, "shard_%05llu.h5", (unsigned long long)stats_.shards);
+    stats_.files.push_back((fs::path(dir_) / name).string());
+    cur_ = std::make_unique<ShardWriter>(stats_.files.back(), meta_);
+    ++stats_.shards;
+  }
+  cur_->add(tokens, task);
+}
+
+PrepStats ShardSetWriter::finish() {
+  if (cur_) {
+    cur_->close();
+    stats_.tokens += cur_->num_tokens(), stats_.documents += cur_->num_docs();
+    cur_.reset();
+  }
+  if (stats_.documents == 0) throw Error("prep: the input holds no documents; nothing written to " + dir_);
+  return stats_;
+}
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open input file (--input)");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool is_blank(std::string_view line) {
+  for (char c : line)
+    if (c != ' ' && c != '\t' && c != '\r') return false;
+  return true;
+}
+
+}  // namespace
+
+std::vector<std::string> split_blank_lines(const std::string& text) {
+  std::vector<std::string> docs;
+  std::string cur;
+  bool in_doc = false;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    size_t end = nl == std::string::npos ? text.size() : nl;
+    std::string_view line(text.data() + pos, end - pos);
+    if (is_blank(line)) {
+      if (in_doc) docs.push_back(std::move(cur)), cur.clear(), in_doc = false;
+    } else {
+      if (in_doc) cur += '\n';
+      cur.append(line), in_doc = true;
+    }
+    pos = nl == std::string::npos ? text.size() : nl + 1;
+  }
+  if (in_doc) docs.push_back(std::move(cur));
+  return docs;
+}
+
+PrepStats prep_text(const std::vector<std::string>& inputs, const std::string& format, const std::string& split,
+                    const PrepOptions& opt) {
+  if (inputs.empty()) throw Error("prep text: --input FILE... is required");
+  if (format != "text" && format != "jsonl")
+    throw Error("prep text: --format " + format + ": expected text or jsonl");
+  if (format == "text" && split != "blank-lines" && split != "file")
+    throw Error("prep text: --split " + split + ": expected blank-lines or file");
+  double t0 = now_s();
+  ShardSetWriter out(opt.output, {ByteTokenizer::kVocabSize, ByteTokenizer::kName, ByteTokenizer::kEos},
+                     opt.shard_tokens, opt.overwrite);
+  auto add = [&](std::string_view doc) {
+    if (!doc.empty()) out.add(ByteTokenizer::encode(doc));  // empty documents carry nothing to learn
+  };
+  for (const auto& path : inputs) {
+    if (format == "jsonl") {
+      std::ifstream in(path, std::ios::binary);
+      if (!in) throw Error(path + ": cannot open input file (--input)");
+      size_t lineno = 0;
+      for (std::string line; std::getline(in, line);) {
+        ++lineno;
+        if (is_blank(line)) continue;
+        auto where = path + ":" + std::to_string(lineno);
+        nlohmann::json j;
+        try {
+          j = nlohmann::json::parse(line);
+        } catch (const nlohmann::json::parse_error& e) {
+          throw Error(where + ": invalid JSON (" + std::string(e.what()) + ")");
+        }
+        if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
+          throw Error(where + ": expected a JSON object with a string field \"text\"");
+        add(j["text"].get_ref<const std::string&>());
+      }
+    } else if (split == "file") {
+      add(read_file(path));
+    } else {
+      for (const auto& doc : split_blank_lines(read_file(path))) add(doc);
+    }
+  }
+  auto stats = out.finish();
+  stats.seconds = now_s() - t0;
+  return stats;
+}
+
+PrepStats prep_bin(const std::vector<std::string>& inputs, int64_t eot, int64_t vocab_size, const PrepOptions& opt) {
+  if (inputs.empty()) throw Error("prep bin: --input FILE... is required");
+  if (vocab_size <= 0 || vocab_size > 65536)
+    throw Error("prep bin: --vocab " + std::to_string(vocab_size) + ": expected 1..65536 (uint16 tokens)");
+  if (eot < 0 || eot >= vocab_size)
+    throw Error("prep bin: --eot " + std::to_string(eot) + ": expected 0 <= eot < vocab " + std::to_string(vocab_size));
+  double t0 = now_s();
+  ShardSetWriter out(opt.output, {vocab_size, "gpt2", eot}, opt.shard_tokens, opt.overwrite);
+  constexpr int32_t kMagic = 20240520, kVersion = 1;
+  for (const auto& path : inputs) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw Error(path + ": cannot open input file (--input)");
+    std::error_code ec;
+    uint64_t size = fs::file_size(path, ec);
+    int32_t header[256] = {};
+    if (ec || size < sizeof header || !in.read(reinterpret_cast<char*>(header), sizeof header))
+      throw Error(path + ": too short for the llm.c header (1024 bytes)");
+    if (header[0] != kMagic)
+      throw Error(path + ": header magic is " + std::to_string(header[0]) + ", expected " + std::to_string(kMagic) +
+                  " (not an llm.c token file?)");
+    if (header[1] != kVersion)
+      throw Error(path + ": header version is " + std::to_string(header[1]) + ", expected " + std::to_string(kVersion));
+    uint64_t count = uint64_t(uint32_t(header[2]));
+    if (size != sizeof header + 2 * count)
+      throw Error(path + ": header says " + std::to_string(count) + " tokens (" + std::to_string(2 * count) +
+                  " bytes) but the file has " + std::to_string(size - sizeof header) + " bytes after the header");
+    // Stream: a document may span read blocks, so it accumulates in `doc`.
+    std::vector<uint16_t> block(1 << 20);
+    std::vector<uint32_t> doc;
+    uint64_t done = 0;
+    while (done < count) {
+      size_t n = size_t(std::min<uint64_t>(block.size(), count - done));
+      if (!in.read(reinterpret_cast<char*>(block.data()), std::streamsize(2 * n)))
+        throw Error(path + ": read failed at token " + std::to_string(done));
+      for (size_t i = 0; i < n; ++i) {
+        uint32_t t = block[i];
+        if (t == uint32_t(eot)) {
+          if (!doc.empty()) out.add(doc), doc.clear();
+        } else if (int64_t(t) >= vocab_size) {
+          throw Error(path + ": token " + std::to_string(done + i) + " = " + std::to_string(t) + " is >= --vocab " +
+                      std::to_string(vocab_size));
+        } else {
+          doc.push_back(t);
+        }
+      }
+      done += n;
+    }
+    if (!doc.empty()) out.add(doc);  // a last document without a closing EOT
+  }
+  auto stats = out.finish();
+  stats.seconds = now_s() - t0;
+  return stats;
+}
+
+PrepStats prep_synth(const SynthOptions& synth, const PrepOptions& opt) {
+  if (synth.docs == 0) throw Error("prep synth: --docs must be > 0");
+  double t0 = now_s();
+  SynthCorpus corpus(synth);
+  ShardSetWriter out(opt.output, {ByteTokenizer::kVocabSize, ByteTokenizer::kName, ByteTokenizer::kEos},
+                     opt.shard_tokens, opt.overwrite);
+  for (uint64_t i = 0; i < synth.docs; ++i) {
+    auto d = corpus.doc(i);
+    out.add(ByteTokenizer::encode(d.text), d.task);
+  }
+  auto stats = out.finish();
+  stats.seconds = now_s() - t0;
+  return stats;
+}
+
+}  // namespace sb

@@ -1,0 +1,135 @@
+// The built program end to end: prep synth -> inspect --json, checked against the dataset read
+// directly; clear messages for a bad flag, a non-shard file and a corrupt token id.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <mpi.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "io/shard.hpp"
+#include "tests/data/test_util.hpp"
+
+namespace {
+
+struct Run {
+  int rc;
+  std::string out;  // stdout and stderr together
+};
+
+// Runs the program in a clean environment: the test itself runs under mpirun, and a child
+// that inherited its OMPI_* variables would try to join the test's MPI job.
+Run run(const std::string& args) {
+  std::string cmd = "env -i PATH=/usr/bin:/bin HOME=/tmp OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                    SB_BINARY_DIR "/src/sparsebalance " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {-1, "popen failed"};
+  std::string out;
+  std::array<char, 4096> buf;
+  for (size_t n; (n = fread(buf.data(), 1, buf.size(), p)) > 0;) out.append(buf.data(), n);
+  int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+bool rank0() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r == 0;
+}
+
+}  // namespace
+
+TEST(Cli, PrepSynthThenInspectJson) {
+  if (!rank0()) GTEST_SKIP() << "one rank runs the program";
+  auto dir = sbt::scratch("cli");
+  auto r = run("prep synth --docs 80 --seed 4 --max-len 4096 --set prep.min_len=20 --shard-tokens 8000 --output " + dir +
+               "/ds --summary " + dir + "/summary.json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("80 documents"), std::string::npos) << r.out;
+  auto ds = sb::Dataset::open(dir + "/ds");
+  ASSERT_EQ(ds.num_docs(), 80u);
+  std::ifstream sf(dir + "/summary.json");
+  auto summary = nlohmann::json::parse(sf);
+  EXPECT_EQ(summary["documents"].get<uint64_t>(), 80u);
+  EXPECT_EQ(summary["tokens"].get<uint64_t>(), ds.num_tokens());
+  EXPECT_EQ(summary["shards"].get<uint64_t>(), ds.shards().size());
+  EXPECT_GT(ds.shards().size(), 1u);
+  EXPECT_GT(summary["tokens_per_s"].get<double>(), 0.0);
+
+  r = run("inspect " + dir + "/ds --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["documents"].get<uint64_t>(), ds.num_docs());
+  EXPECT_EQ(j["tokens"].get<uint64_t>(), ds.num_tokens());
+  EXPECT_EQ(j["shards"].get<uint64_t>(), ds.shards().size());
+  EXPECT_EQ(j["vocab_size"].get<int64_t>(), 259);
+  EXPECT_EQ(j["tokenizer"].get<std::string>(), "byte");
+  EXPECT_TRUE(j["verified"].get<bool>());
+  uint64_t mx = 0, mn = UINT64_MAX, tasks = 0;
+  for (uint64_t d = 0; d < ds.num_docs(); ++d) mx = std::max(mx, ds.doc_length(d)), mn = std::min(mn, ds.doc_length(d));
+  EXPECT_EQ(j["lengths"]["max"].get<uint64_t>(), mx);
+  EXPECT_EQ(j["lengths"]["min"].get<uint64_t>(), mn);
+  EXPECT_GE(mn, 20u);  // --set prep.min_len reached the generator
+  EXPECT_LE(mx, 4096u);
+  for (auto& [k, v] : j["tasks"].items()) tasks += v.get<uint64_t>();
+  EXPECT_EQ(tasks, 80u);
+  EXPECT_GT(j["tasks"]["passkey"].get<uint64_t>(), 0u);
+
+  r = run("inspect " + dir + "/ds");  // the text report
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("length histogram"), std::string::npos) << r.out;
+}
+
+TEST(Cli, ClearErrors) {
+  if (!rank0()) GTEST_SKIP() << "one rank runs the program";
+  auto dir = sbt::scratch("clierr");
+  auto r = run("prep synth --dcos 5 --output " + dir + "/x");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("unknown flag --dcos; did you mean --docs?"), std::string::npos) << r.out;
+  r = run("prep synth --preset zipf --output " + dir + "/x");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("prep.preset"), std::string::npos) << r.out;
+  r = run("prep text --output " + dir + "/x");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("--input"), std::string::npos) << r.out;
+  r = run("prep words --output " + dir + "/x");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("unknown mode 'words'"), std::string::npos) << r.out;
+
+  // An HDF5 file of another kind.
+  auto other = dir + "/other.h5";
+  hid_t f = H5Fcreate(other.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  hid_t t = H5Tcopy(H5T_C_S1);
+  H5Tset_size(t, 3);
+  hid_t s = H5Screate(H5S_SCALAR);
+  hid_t a = H5Acreate2(f, "format", t, s, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(a, t, "foo");
+  H5Aclose(a), H5Sclose(s), H5Tclose(t), H5Fclose(f);
+  r = run("inspect " + other);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find(other + ": not a SparseBalance shard/dataset (format attribute 'foo')"), std::string::npos) << r.out;
+
+  // A shard whose token id is out of range: inspect's verify pass names file, dataset and id.
+  auto bad = dir + "/bad.h5";
+  {
+    sb::ShardWriter w(bad, {259, "byte", 257});
+    std::vector<uint32_t> doc = {1, 2, 3};
+    w.add(doc);
+    w.close();
+  }
+  f = H5Fopen(bad.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  hid_t d = H5Dopen2(f, "tokens", H5P_DEFAULT);
+  hsize_t start = 1, count = 1;
+  hid_t fs = H5Dget_space(d);
+  H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, nullptr, &count, nullptr);
+  hid_t ms = H5Screate_simple(1, &count, nullptr);
+  uint32_t id = 4000;
+  ASSERT_GE(H5Dwrite(d, H5T_NATIVE_UINT32, ms, fs, H5P_DEFAULT, &id), 0);
+  H5Sclose(ms), H5Sclose(fs), H5Dclose(d), H5Fclose(f);
+  r = run("inspect " + bad + " --json");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find(bad + ": dataset '/tokens' has id 4000 at token 1"), std::string::npos) << r.out;
+}

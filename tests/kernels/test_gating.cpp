@@ -1,0 +1,190 @@
+// Gating: an independent naive implementation of the rule in DESIGN.md, plus the properties the
+// trainer relies on (anchors always kept, budget, threshold, recall, stats).
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <set>
+
+#include "kernels/kernels.hpp"
+#include "tests/kernels/kernel_test_util.hpp"
+
+namespace k = sb::kernels;
+using sbtest::Rng;
+
+namespace {
+
+const std::vector<int32_t> kCu = {0, 5, 30, 30, 47, 111};  // includes an empty document
+const int kDocs = 5, kN = 111;
+const k::AttnShape kShape{4, 2, 8, 4};  // 2 query heads per kv head
+
+// Pooled scores s_ij of one (doc, kv head), computed the obvious way: (nb, nb), -inf above diagonal.
+std::vector<std::vector<double>> scores(const std::vector<double>& q, const std::vector<double>& kk, int d, int g) {
+  const int H = kShape.n_heads, Hkv = kShape.n_kv_heads, D = kShape.head_dim, Bs = kShape.block_size;
+  const int L = kCu[d + 1] - kCu[d], nb = (L + Bs - 1) / Bs, G = H / Hkv;
+  std::vector<std::vector<double>> qb(nb, std::vector<double>(D)), kb = qb;
+  for (int b = 0; b < nb; b++) {
+    int n = std::min(Bs, L - b * Bs);
+    for (int t = kCu[d] + b * Bs; t < kCu[d] + b * Bs + n; t++)
+      for (int e = 0; e < D; e++) {
+        for (int h = g * G; h < g * G + G; h++) qb[b][e] += q[(t * H + h) * D + e] / (n * G);
+        kb[b][e] += kk[(t * Hkv + g) * D + e] / n;
+      }
+  }
+  std::vector<std::vector<double>> s(nb, std::vector<double>(nb, -std::numeric_limits<double>::infinity()));
+  for (int i = 0; i < nb; i++)
+    for (int j = 0; j <= i; j++) {
+      double acc = 0;
+      for (int e = 0; e < D; e++) acc += qb[i][e] * kb[j][e];
+      s[i][j] = acc / std::sqrt(double(D));
+    }
+  return s;
+}
+
+std::set<int> anchors(int i, int w) {
+  std::set<int> a = {0, i};
+  for (int j = std::max(0, i - w); j < i; j++) a.insert(j);
+  return a;
+}
+
+std::vector<int32_t> row_cols(const k::BlockSelection& sel, int64_t r) {
+  return {sel.cols.begin() + sel.row_ptr[r], sel.cols.begin() + sel.row_ptr[r + 1]};
+}
+
+// Visit every row with its document, kv head, block and the naive scores.
+template <class F>
+void each_row(const std::vector<double>& q, const std::vector<double>& kk, const k::BlockSelection& sel, F f) {
+  int64_t rows = 0;
+  for (int d = 0; d < kDocs; d++)
+    for (int g = 0; g < kShape.n_kv_heads; g++) {
+      auto s = scores(q, kk, d, g);
+      int nb = int(s.size());
+      for (int i = 0; i < nb; i++, rows++) {
+        int64_t r = sel.doc_row_base[d] + int64_t(g) * nb + i;
+        ASSERT_EQ(r, rows) << "rows enumerate doc, kv head, query block";
+        f(i, s[i], row_cols(sel, r), sel.recall[r]);
+      }
+    }
+  ASSERT_EQ(int64_t(sel.row_ptr.size()), rows + 1);
+}
+
+double recall_of(const std::vector<double>& s, int i, const std::vector<int32_t>& cols) {
+  double mx = *std::max_element(s.begin(), s.begin() + i + 1), z = 0, kept = 0;
+  for (int j = 0; j <= i; j++) z += std::exp(s[j] - mx);
+  for (int j : cols) kept += std::exp(s[j] - mx);
+  return kept / z;
+}
+
+}  // namespace
+
+TEST(KernelsGating, MatchesNaiveRuleAndKeepsInvariants) {
+  Rng rng(41);
+  auto q = rng.vec(size_t(kN) * kShape.n_heads * kShape.head_dim, 2.0);
+  auto kk = rng.vec(size_t(kN) * kShape.n_kv_heads * kShape.head_dim, 2.0);
+  for (k::GatingParams p : {k::GatingParams{2, 1, 0.3}, k::GatingParams{3, 0, 1.0}, k::GatingParams{0, 2, 5.0},
+                            k::GatingParams{1, 1, 1e9}, k::GatingParams{4, 1, 0.0}}) {
+    SCOPED_TRACE(testing::Message() << "k=" << p.k << " w=" << p.local_blocks << " theta=" << p.theta);
+    k::BlockSelection sel;
+    k::GatingStats st = k::gate_blocks<double>(q.data(), kk.data(), kCu.data(), kDocs, kShape, p, sel);
+    double rows = 0, kept = 0, causal = 0, recall_sum = 0;
+    int eligible_rows = 0;
+    each_row(q, kk, sel, [&](int i, const std::vector<double>& s, const std::vector<int32_t>& cols, float rec) {
+      auto anc = anchors(i, p.local_blocks);
+      double a = -std::numeric_limits<double>::infinity();
+      for (int j : anc) a = std::max(a, s[j]);
+      // Naive rule: candidates within theta, best k (ties -> lower j).
+      std::vector<int> cand;
+      for (int j = 0; j < i; j++)
+        if (!anc.count(j) && s[j] >= a - p.theta) cand.push_back(j);
+      std::stable_sort(cand.begin(), cand.end(), [&](int x, int y) { return s[x] > s[y]; });
+      std::set<int> want = anc;
+      for (int c = 0; c < std::min<int>(p.k, int(cand.size())); c++) want.insert(cand[c]);
+      EXPECT_EQ(cols, std::vector<int32_t>(want.begin(), want.end())) << "row block " << i;  // set: ascending
+      // Invariants stated on their own.
+      for (int j : anc) EXPECT_TRUE(std::count(cols.begin(), cols.end(), j)) << "anchor " << j << " dropped";
+      int extra = 0;
+      for (int j : cols) {
+        EXPECT_LE(j, i);
+        if (!anc.count(j)) {
+          extra++;
+          EXPECT_GE(s[j], a - p.theta) << "kept a block below the threshold";
+        }
+      }
+      EXPECT_LE(extra, p.k);
+      int non_anchor = i + 1 - int(anc.size());
+      if (p.theta > 1e8) {
+        EXPECT_EQ(extra, std::min(p.k, non_anchor)) << "huge theta: the budget decides";
+      }
+      if (p.theta == 0.0) eligible_rows += int(cand.size()) > 0;
+      double r = recall_of(s, i, cols);
+      EXPECT_NEAR(rec, r, 1e-6);
+      EXPECT_GE(rec, 0.0f);
+      EXPECT_LE(rec, 1.0f);
+      rows += 1, kept += double(cols.size()), causal += i + 1, recall_sum += rec;
+    });
+    EXPECT_EQ(st.rows, rows);
+    EXPECT_EQ(st.kept_blocks, kept);
+    EXPECT_EQ(st.causal_blocks, causal);
+    EXPECT_NEAR(st.recall_sum, recall_sum, 1e-9 * rows);
+    EXPECT_EQ(st.kept_blocks, double(sel.cols.size()));
+    EXPECT_LT(st.density(), 1.0);
+    if (p.theta == 0.0) {
+      EXPECT_GT(eligible_rows, 0) << "theta=0 test should see some candidate above the anchor";
+    }
+  }
+}
+
+TEST(KernelsGating, ThetaZeroKeepsOnlyTiesWithTheAnchorOnFlatScores) {
+  // Every k vector the same: all pooled scores of a row tie with the anchor score. theta = 0 then
+  // admits every candidate, and the budget keeps the lowest j first.
+  Rng rng(42);
+  auto q = rng.vec(size_t(kN) * kShape.n_heads * kShape.head_dim);
+  std::vector<double> kk(size_t(kN) * kShape.n_kv_heads * kShape.head_dim);
+  auto row = rng.vec(kShape.head_dim);
+  for (size_t t = 0; t < kk.size(); t++) kk[t] = row[t % kShape.head_dim];
+  k::BlockSelection sel;
+  k::gate_blocks<double>(q.data(), kk.data(), kCu.data(), kDocs, kShape, {2, 1, 0.0}, sel);
+  each_row(q, kk, sel, [&](int i, const std::vector<double>&, const std::vector<int32_t>& cols, float rec) {
+    std::set<int> want = anchors(i, 1);
+    int added = 0;
+    for (int j = 0; j < i && added < 2; j++)
+      if (!want.count(j)) want.insert(j), added++;
+    EXPECT_EQ(cols, std::vector<int32_t>(want.begin(), want.end()));
+    EXPECT_NEAR(rec, double(cols.size()) / (i + 1), 1e-6) << "flat scores: recall = kept fraction";
+  });
+  // A strictly lower score is dropped at theta = 0: make block 1's keys point away from q.
+  // (Covered with random data above; here check the converse: nothing strictly below survives.)
+  for (auto& x : q) x = std::abs(x);
+  for (auto& x : row) x = std::abs(x);
+  std::vector<double> k2(kk.size());
+  for (size_t t = 0; t < k2.size(); t++) k2[t] = row[t % kShape.head_dim] * (1.0 + double(t / (kShape.n_kv_heads * kShape.head_dim)));
+  // scores now grow with the block index j: at theta = 0 no candidate j < i-w reaches the diagonal.
+  k::gate_blocks<double>(q.data(), k2.data(), kCu.data(), kDocs, kShape, {5, 1, 0.0}, sel);
+  each_row(q, k2, sel, [&](int i, const std::vector<double>&, const std::vector<int32_t>& cols, float) {
+    std::set<int> anc = anchors(i, 1);
+    EXPECT_EQ(cols, std::vector<int32_t>(anc.begin(), anc.end()));
+  });
+}
+
+TEST(KernelsGating, EverythingKeptHasRecallOneAndFloatMatchesDouble) {
+  Rng rng(43);
+  auto q = rng.vec(size_t(kN) * kShape.n_heads * kShape.head_dim);
+  auto kk = rng.vec(size_t(kN) * kShape.n_kv_heads * kShape.head_dim);
+  k::BlockSelection sel, dense;
+  k::GatingStats st = k::gate_blocks<double>(q.data(), kk.data(), kCu.data(), kDocs, kShape, {1000, 0, 1e9}, sel);
+  k::GatingStats sd = k::select_all_causal(kCu.data(), kDocs, kShape, dense);
+  EXPECT_EQ(sel.cols, dense.cols);
+  EXPECT_EQ(sel.row_ptr, dense.row_ptr);
+  EXPECT_EQ(sel.doc_row_base, dense.doc_row_base);
+  for (float r : sel.recall) EXPECT_NEAR(r, 1.0f, 1e-6);
+  EXPECT_NEAR(st.recall(), 1.0, 1e-6);
+  EXPECT_EQ(st.density(), 1.0);
+  EXPECT_EQ(sd.rows, st.rows);
+  EXPECT_EQ(sd.causal_blocks, st.causal_blocks);
+  // float inputs: same selection (no near-ties at this seed), recall within float rounding.
+  std::vector<float> qf(q.begin(), q.end()), kf(kk.begin(), kk.end());
+  k::BlockSelection sf, sdbl;
+  k::gate_blocks<double>(q.data(), kk.data(), kCu.data(), kDocs, kShape, {2, 1, 0.5}, sdbl);
+  k::gate_blocks<float>(qf.data(), kf.data(), kCu.data(), kDocs, kShape, {2, 1, 0.5}, sf);
+  EXPECT_EQ(sf.cols, sdbl.cols);
+  EXPECT_LT(sbtest::rel_err(sf.recall, sdbl.recall), 1e-5);
+}

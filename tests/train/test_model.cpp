@@ -1,0 +1,154 @@
+// The whole model: gradients against finite differences (float64), sparse-with-everything-kept
+// equals dense, HF parameter names and shapes, optimizer and schedule.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "src/model/model.hpp"
+#include "src/step/update.hpp"
+
+using namespace sb;
+
+namespace {
+
+ModelDims tiny_dims(bool tied) {
+  ModelDims d;
+  d.n_layers = 2, d.d_model = 16, d.n_heads = 4, d.n_kv_heads = 2, d.head_dim = 4, d.ffn_dim = 24, d.vocab = 23;
+  d.tied = tied;
+  d.init_std = 0.3;  // large weights so every path carries gradient worth checking
+  return d;
+}
+
+PackedBatch random_batch(std::vector<int> lens, int vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  PackedBatch b;
+  for (int L : lens) {
+    std::vector<uint32_t> seq(L);
+    for (auto& t : seq) t = uint32_t(rng() % vocab);
+    b.add(seq);
+  }
+  return b;
+}
+
+AttnSettings settings(bool sparse, int layers, int k) {
+  AttnSettings a;
+  a.sparse = sparse, a.block_size = 4, a.local_blocks = 1, a.theta = 1e9;
+  a.k.assign(layers, k);
+  return a;
+}
+
+// Central differences of the summed loss against the analytic gradient, on a random sample of
+// parameters of every tensor.
+void check_gradients(bool sparse, bool tied) {
+  Model<double> m(tiny_dims(tied));
+  m.init(7);
+  PackedBatch b = random_batch({13, 5, 21}, m.shape().vocab, 3);
+  AttnSettings a = settings(sparse, m.shape().n_layers, 1);
+  m.zero_grads();
+  m.forward_backward(b, a, 1.0);
+  std::vector<double> g = m.grads();
+  std::mt19937_64 rng(11);
+  const double h = 1e-5;
+  for (const auto& p : m.params()) {
+    double worst = 0;
+    for (int trial = 0; trial < 6; ++trial) {
+      size_t i = p.offset + rng() % p.size;
+      double w0 = m.weights()[i];
+      m.weights()[i] = w0 + h;
+      double lp = m.forward(b, a).loss_sum;
+      m.weights()[i] = w0 - h;
+      double lm = m.forward(b, a).loss_sum;
+      m.weights()[i] = w0;
+      double fd = (lp - lm) / (2 * h);
+      worst = std::max(worst, std::abs(fd - g[i]) / std::max(1e-6, std::abs(fd) + std::abs(g[i])));
+    }
+    EXPECT_LT(worst, 1e-6) << p.name << (sparse ? " (sparse)" : " (dense)");
+  }
+}
+
+}  // namespace
+
+TEST(Model, GradientsMatchFiniteDifferencesDense) { check_gradients(false, true); }
+TEST(Model, GradientsMatchFiniteDifferencesSparseUntied) { check_gradients(true, false); }
+
+TEST(Model, SparseWithEveryBlockKeptEqualsDense) {
+  Model<double> m(tiny_dims(true));
+  m.init(5);
+  PackedBatch b = random_batch({40, 9, 33}, m.shape().vocab, 9);
+  double dense = m.forward(b, settings(false, 2, 0)).loss_sum;
+  auto st = m.forward(b, settings(true, 2, 1000));
+  EXPECT_NEAR(st.loss_sum, dense, 1e-10 * std::abs(dense));
+  EXPECT_DOUBLE_EQ(st.gating[0].density(), 1.0);
+  // A small budget really drops blocks and changes the result.
+  auto sp = m.forward(b, settings(true, 2, 0));
+  EXPECT_LT(sp.gating[0].density(), 0.9);
+  EXPECT_GT(std::abs(sp.loss_sum - dense), 1e-6);
+}
+
+TEST(Model, HuggingFaceNamesAndShapes) {
+  ModelDims d = tiny_dims(false);
+  Model<float> m(d);
+  EXPECT_EQ(m.param("model.embed_tokens.weight").shape, (std::vector<int64_t>{23, 16}));
+  EXPECT_EQ(m.param("model.layers.1.self_attn.q_proj.weight").shape, (std::vector<int64_t>{16, 16}));
+  EXPECT_EQ(m.param("model.layers.1.self_attn.k_proj.weight").shape, (std::vector<int64_t>{8, 16}));
+  EXPECT_EQ(m.param("model.layers.0.self_attn.o_proj.weight").shape, (std::vector<int64_t>{16, 16}));
+  EXPECT_EQ(m.param("model.layers.0.mlp.down_proj.weight").shape, (std::vector<int64_t>{16, 24}));
+  EXPECT_EQ(m.param("model.layers.0.mlp.gate_proj.weight").shape, (std::vector<int64_t>{24, 16}));
+  EXPECT_EQ(m.param("model.layers.0.post_attention_layernorm.weight").shape, (std::vector<int64_t>{16}));
+  EXPECT_EQ(m.param("lm_head.weight").shape, (std::vector<int64_t>{23, 16}));
+  EXPECT_EQ(int64_t(m.weights().size()), d.num_params());
+  Model<float> tied(tiny_dims(true));
+  EXPECT_THROW(tied.param("lm_head.weight"), std::exception);
+  EXPECT_EQ(int64_t(tied.weights().size()), tiny_dims(true).num_params());
+}
+
+TEST(Model, InitStatistics) {
+  ModelDims d = tiny_dims(true);
+  d.d_model = 64, d.head_dim = 16, d.ffn_dim = 256, d.vocab = 512, d.init_std = 0.02;
+  Model<float> m(d);
+  m.init(1);
+  auto stdev = [&](const std::string& name) {
+    const auto& p = m.param(name);
+    double s = 0;
+    for (size_t i = 0; i < p.size; ++i) s += double(m.weights()[p.offset + i]) * m.weights()[p.offset + i];
+    return std::sqrt(s / double(p.size));
+  };
+  EXPECT_NEAR(stdev("model.embed_tokens.weight"), 0.02, 0.001);
+  EXPECT_NEAR(stdev("model.layers.0.mlp.down_proj.weight"), 0.02 / std::sqrt(4.0), 0.001);
+  EXPECT_EQ(m.weights()[m.param("model.norm.weight").offset], 1.0f);
+}
+
+TEST(Model, TrainingStepsLowerTheLossOnALearnableSequence) {
+  // A repeating pattern is learnable: a few dozen AdamW steps must cut the loss by far.
+  ModelDims d = tiny_dims(true);
+  d.init_std = 0.02;
+  Model<float> m(d);
+  m.init(3);
+  PackedBatch b;
+  std::vector<uint32_t> seq;
+  for (int i = 0; i < 96; ++i) seq.push_back(uint32_t((i * 7) % 11));
+  b.add(seq);
+  OptimSettings o{1e-2, 0.1, 0.0, 0.9, 0.95, 1e-8, 1.0, 2, 40};
+  AdamW opt(o, m.weights().size());
+  AttnSettings a = settings(true, d.n_layers, 2);
+  double first = 0, last = 0;
+  for (int s = 1; s <= 40; ++s) {
+    m.zero_grads();
+    auto st = m.forward_backward(b, a, 1.0f / 95);
+    if (s == 1) first = st.loss_sum / 95;
+    last = st.loss_sum / 95;
+    opt.step(m, m.grads(), global_norm(m.grads()), lr_at(o, s), s);
+  }
+  EXPECT_LT(last, 0.3 * first) << "first " << first << " last " << last;
+}
+
+TEST(Update, ScheduleWarmupCosineAndClip) {
+  OptimSettings o{1.0, 0.1, 0.0, 0.9, 0.95, 1e-8, 1.0, 4, 14};
+  EXPECT_DOUBLE_EQ(lr_at(o, 1), 0.25);
+  EXPECT_DOUBLE_EQ(lr_at(o, 4), 1.0);
+  EXPECT_NEAR(lr_at(o, 9), 0.55, 1e-12);  // halfway through the cosine: (1 + 0.1) / 2
+  EXPECT_NEAR(lr_at(o, 14), 0.1, 1e-12);
+  std::vector<float> g = {3, 4};
+  EXPECT_DOUBLE_EQ(global_norm(g), 5.0);
+}
