@@ -56,6 +56,7 @@ static int run_eval(const Args& args) {
   }
   nlohmann::json j = {{"checkpoint", ck_path}, {"step", ck.step}, {"docs", r.docs}, {"tokens", r.tokens},
                       {"loss", r.dense.loss()}, {"loss_sparse", r.sparse.loss()}, {"buckets", buckets},
+                      {"doc_ids", r.doc_ids}, {"window", cfg.i("train.micro_batch_tokens")}, {"data", cfg.s("data.path")},
                       {"task_accuracy", part_json(r.dense)}, {"task_accuracy_sparse", part_json(r.sparse)}};
   std::printf("eval %s (step %lld): %lld docs, %lld tokens\n", ck_path.c_str(), static_cast<long long>(ck.step),
               static_cast<long long>(r.docs), static_cast<long long>(r.tokens));

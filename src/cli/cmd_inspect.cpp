@@ -6,8 +6,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/checkpoint.hpp"
 #include "io/h5.hpp"
+#include "io/metrics_log.hpp"
 #include "io/shard.hpp"
+#include "src/balance/latency_model.hpp"
 #include "src/cli/args.hpp"
 #include "src/comm/comm.hpp"
 #include "src/common/error.hpp"
@@ -19,8 +22,13 @@ namespace {
 
 // The root `format` attribute of PATH (or of the first *.h5 file of a directory).
 std::string file_format(const std::string& path) {
-  std::string file = shard_files(path).front();
-  h5::Id f = h5::open_read(file);
+  std::string file = std::filesystem::is_directory(path) ? shard_files(path).front() : path;
+  h5::quiet_errors();
+  // A metrics log being written (SWMR) opens only in SWMR-read mode.
+  h5::Id fapl(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
+  H5_CHECK(H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST));
+  hid_t swmr = std::filesystem::exists(file) ? H5Fopen(file.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl) : -1;
+  h5::Id f = swmr >= 0 ? h5::Id(swmr) : h5::open_read(file);
   if (!h5::has_attr(f, "format")) return "";
   return h5::read_attr_string(f, "format", file);
 }
@@ -30,6 +38,98 @@ int inspect_dataset(const std::string& path, bool json) {
   auto report = dataset_report(ds, /*verify=*/true);
   if (json) std::printf("%s\n", report.dump(2).c_str());
   else std::printf("%s", format_dataset_report(report).c_str());
+  return 0;
+}
+
+int inspect_checkpoint(const std::string& path, bool json) {
+  nlohmann::json lat;
+  Checkpoint ck = read_checkpoint(path, [&](hid_t f) {
+    if (!h5::exists(f, "latency")) return;
+    h5::Id g = h5::group(f, "latency", false);
+    LatencyModel lm = LatencyModel::load(g, path);
+    const auto& p = lm.profile();
+    lat = {{"device", p.device}, {"density", p.density}};
+    for (int part = 0; part < kLatencyParts; ++part)
+      lat[part_name(Part(part))] = {{"coeffs", p.coeffs[size_t(part)]}, {"correction", p.correction[size_t(part)]},
+                                    {"heldout_error", p.heldout_error[size_t(part)]}};
+  });
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const auto& t : ck.tensors) tensors.push_back({{"name", t.name}, {"shape", t.shape}});
+  nlohmann::json j = {{"path", path}, {"format", "sparsebalance-checkpoint"}, {"step", ck.step}, {"ranks", ck.ranks},
+                      {"parameters", ck.params.size()}, {"tensors", tensors}, {"data_epoch", ck.data_epoch},
+                      {"data_cursor", ck.data_cursor}, {"checksum", "verified"}, {"latency_model", lat},
+                      {"config", ck.config_toml}};
+  if (json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("%s: SparseBalance checkpoint, checksum verified\n", path.c_str());
+  std::printf("  step %lld, written by %lld rank(s), data cursor epoch %lld doc %lld\n", static_cast<long long>(ck.step),
+              static_cast<long long>(ck.ranks), static_cast<long long>(ck.data_epoch), static_cast<long long>(ck.data_cursor));
+  std::printf("  %zu parameters in %zu tensors (+ AdamW moments m, v):\n", ck.params.size(), ck.tensors.size());
+  for (const auto& t : ck.tensors) {
+    std::string shape;
+    for (auto d : t.shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+    std::printf("    %-52s (%s)\n", t.name.c_str(), shape.c_str());
+  }
+  if (!lat.is_null()) {
+    std::printf("  latency model (%s), corrections:", lat["device"].get<std::string>().c_str());
+    for (int part = 0; part < kLatencyParts; ++part)
+      std::printf(" %s %.3f", part_name(Part(part)), lat[part_name(Part(part))]["correction"].get<double>());
+    std::printf(", density %.3f\n", lat["density"].get<double>());
+  }
+  std::printf("  config:\n");
+  std::string cfg = ck.config_toml;
+  for (size_t a = 0, b; a < cfg.size(); a = b + 1) {
+    b = cfg.find('\n', a);
+    if (b == std::string::npos) b = cfg.size();
+    std::printf("    %s\n", cfg.substr(a, b - a).c_str());
+  }
+  return 0;
+}
+
+int inspect_metrics(const std::string& path, bool json) {
+  MetricsTables t = read_metrics(path);
+  const size_t n = t.steps.size();
+  const int R = t.n_ranks;
+  // Per-rank means over the logged steps: where the time went on each rank.
+  nlohmann::json ranks = nlohmann::json::array();
+  for (int r = 0; r < R; ++r) {
+    double compute = 0, idle = 0, pred = 0, budget = 0, dens = 0, rec = 0;
+    for (size_t s = 0; s < n; ++s) {
+      const RankRow& x = t.ranks[s * size_t(R) + size_t(r)];
+      compute += x.compute_ms, idle += x.idle_ms, pred += x.predicted_ms, budget += x.mean_budget, dens += x.density, rec += x.recall;
+    }
+    double d = n ? double(n) : 1.0;
+    ranks.push_back({{"rank", r}, {"compute_ms", compute / d}, {"idle_ms", idle / d}, {"predicted_ms", pred / d},
+                     {"mean_budget", budget / d}, {"density", dens / d}, {"recall", rec / d}});
+  }
+  nlohmann::json steps = nlohmann::json::array();
+  for (const auto& s : t.steps)
+    steps.push_back({{"step", s.step}, {"loss", s.loss}, {"grad_norm", s.grad_norm}, {"lr", s.lr}, {"tokens", s.tokens},
+                     {"makespan_ms", s.makespan_ms}, {"tokens_per_s", s.tokens_per_s}, {"imbalance", s.imbalance},
+                     {"bubble", s.bubble}, {"density", s.density}, {"recall", s.recall}, {"plan_ms", s.plan_ms},
+                     {"pred_error", s.pred_error}, {"skipped", s.skipped}});
+  if (json) {
+    std::printf("%s\n", nlohmann::json({{"path", path}, {"format", "sparsebalance-metrics"}, {"steps", steps},
+                                        {"ranks", ranks}}).dump(2).c_str());
+    return 0;
+  }
+  std::printf("%s: SparseBalance metrics log, %zu steps x %d ranks\n", path.c_str(), n, R);
+  std::printf("  %6s %9s %8s %9s %10s %9s %6s %6s %6s %6s %8s\n", "step", "loss", "gnorm", "lr", "ms", "tok/s", "imb",
+              "bubble", "dens", "recall", "pred_err");
+  for (size_t i = n > 10 ? n - 10 : 0; i < n; ++i) {
+    const StepRow& s = t.steps[i];
+    std::printf("  %6lld %9.4f %8.3f %9.2e %10.1f %9.0f %6.2f %6.3f %6.3f %6.3f %8.3f%s\n", static_cast<long long>(s.step),
+                s.loss, s.grad_norm, s.lr, s.makespan_ms, s.tokens_per_s, s.imbalance, s.bubble, s.density, s.recall,
+                s.pred_error, s.skipped ? "  (skipped)" : "");
+  }
+  std::printf("  per rank (means over steps):\n  %5s %11s %9s %13s %7s %6s %6s\n", "rank", "compute_ms", "idle_ms",
+              "predicted_ms", "budget", "dens", "recall");
+  for (const auto& r : ranks)
+    std::printf("  %5d %11.1f %9.1f %13.1f %7.2f %6.3f %6.3f\n", r["rank"].get<int>(), r["compute_ms"].get<double>(),
+                r["idle_ms"].get<double>(), r["predicted_ms"].get<double>(), r["mean_budget"].get<double>(),
+                r["density"].get<double>(), r["recall"].get<double>());
   return 0;
 }
 
@@ -43,7 +143,9 @@ int run(const Args& args) {
   if (comm.root()) {  // one rank reads and prints; the others only wait
     std::string format = file_format(path);
     if (format == kShardFormat) rc = inspect_dataset(path, args.has("json"));
-    else throw Error(path + ": not a SparseBalance shard/dataset (format attribute '" + format + "')");
+    else if (format == "sparsebalance-checkpoint") rc = inspect_checkpoint(path, args.has("json"));
+    else if (format == "sparsebalance-metrics") rc = inspect_metrics(path, args.has("json"));
+    else throw Error(path + ": not a SparseBalance shard/dataset, checkpoint or metrics log (format attribute '" + format + "')");
   }
   comm.barrier();
   return rc;
@@ -53,11 +155,15 @@ int run(const Args& args) {
 
 Command cmd_inspect() {
   return {"inspect",
-          "print what a shard or dataset holds (counts, length statistics, tasks); verifies token ids",
+          "print what a shard, dataset, checkpoint or metrics log holds",
           "inspect PATH [--json]\n\n"
-          "PATH is a shard file or a directory of shards. Prints documents, tokens, vocabulary, tokenizer,\n"
-          "shards, document length statistics (min, median, p90, p99, max, mean), a log2 length histogram\n"
-          "and task counts, after checking every token id against vocab_size.\n",
+          "PATH is a shard file or a directory of shards: documents, tokens, vocabulary, tokenizer, shards,\n"
+          "document length statistics (min, median, p90, p99, max, mean), a log2 length histogram and task\n"
+          "counts, after checking every token id against vocab_size.\n"
+          "A checkpoint (ckpt_<step>.h5): step, ranks, data cursor, every tensor's name and shape, the latency\n"
+          "model and the stored config, after verifying its checksum.\n"
+          "A metrics log: the last steps (loss, time, imbalance, bubble, density, recall, prediction error)\n"
+          "and per-rank means of compute, idle and predicted time, budget, density and recall.\n",
           {{"json", 0, "print the report as JSON on stdout", ""}},
           run};
 }

@@ -9,10 +9,11 @@ Command cmd_train();
 Command cmd_eval();
 Command cmd_profile();
 Command cmd_simulate();
+Command cmd_keys();
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> all = {cmd_prep(), cmd_train(), cmd_eval(), cmd_profile(),
-                                           cmd_simulate(), cmd_inspect()};
+                                           cmd_simulate(), cmd_inspect(), cmd_keys()};
   return all;
 }
 

@@ -14,6 +14,7 @@ std::vector<KeySpec> schema_balance() {
       {"balance.k_max", T::Int, "1048576", 0, 1 << 20, {}, "absolute upper bound of a tuned budget"},
       {"balance.ema", T::Float, "0.3", 0, 1, {}, "weight of a new measurement in the latency/recall online corrections"},
       {"balance.profile", T::String, "", 0, 0, {}, "latency profile (HDF5, from `sparsebalance profile`); empty = analytic model"},
+      {"balance.self_profile", T::Bool, "true", 0, 0, {}, "with no balance.profile, time the model briefly at start (a quick `profile`) instead of starting from analytic constants"},
       {"balance.swap_rounds", T::Int, "64", 0, 1 << 20, {}, "SAB: improving moves/swaps between the most and least loaded ranks"},
       {"balance.recall_alpha", T::Float, "0.5", 0.01, 5, {}, "initial recall exponent: recall = kept_fraction^alpha per layer, learned online"},
       {"balance.curve_points", T::Int, "32", 2, 4096, {}, "samples of each rank's recall/time curve exchanged for balance.target = recall"},

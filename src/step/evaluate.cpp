@@ -58,6 +58,7 @@ EvalResult evaluate(const Config& cfg, const Comm& comm, Model<float>& model, co
   auto val = ds.val_docs(uint64_t(cfg.i("data.seed")), cfg.f("data.val_fraction"));
   if (val.empty()) throw Error(ds.path() + ": no validation documents (raise data.val_fraction)");
   if (int64_t(val.size()) > cfg.i("eval.docs")) val.resize(size_t(cfg.i("eval.docs")));
+  res.doc_ids = val;
   const int64_t cap = cfg.i("train.micro_batch_tokens");
   AttnSettings dense, sparse;
   dense.sparse = false;

@@ -30,6 +30,7 @@ struct EvalResult {
   std::vector<int64_t> bucket_bounds;  // upper bounds (inclusive) of length buckets; last = no bound
   EvalPart dense, sparse;
   int64_t docs = 0, tokens = 0;
+  std::vector<uint64_t> doc_ids;  // the validation documents evaluated, in order
 };
 
 // Evaluates eval.docs validation documents, spread over ranks (results identical on all ranks).

@@ -8,15 +8,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/run_program.hpp"
+
 namespace {
 
-// Run the program in a clean environment: it is an MPI program itself, and must not join this
-// test's MPI job through the inherited OMPI_/PMIX_ variables.
-int run(const std::string& args) {
-  std::string cmd = "env -i PATH=\"" + std::string(std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin") + "\" HOME=/tmp " +
-                    SB_BINARY_DIR "/src/sparsebalance simulate " + args + " > /dev/null 2>&1";
-  return std::system(cmd.c_str());
-}
+int run(const std::string& args) { return sbtest::run_program("simulate " + args).rc; }
 
 nlohmann::json summary(const std::string& extra, const std::string& name) {
   auto path = (std::filesystem::temp_directory_path() / name).string();

@@ -12,27 +12,12 @@
 
 #include "io/shard.hpp"
 #include "tests/data/test_util.hpp"
+#include "tests/run_program.hpp"
 
 namespace {
 
-struct Run {
-  int rc;
-  std::string out;  // stdout and stderr together
-};
-
-// Runs the program in a clean environment: the test itself runs under mpirun, and a child
-// that inherited its OMPI_* variables would try to join the test's MPI job.
-Run run(const std::string& args) {
-  std::string cmd = "env -i PATH=/usr/bin:/bin HOME=/tmp OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-                    SB_BINARY_DIR "/src/sparsebalance " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {-1, "popen failed"};
-  std::string out;
-  std::array<char, 4096> buf;
-  for (size_t n; (n = fread(buf.data(), 1, buf.size(), p)) > 0;) out.append(buf.data(), n);
-  int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using sbtest::Run;
+Run run(const std::string& args) { return sbtest::run_program(args); }
 
 bool rank0() {
   int r = 0;
@@ -110,7 +95,7 @@ TEST(Cli, ClearErrors) {
   H5Aclose(a), H5Sclose(s), H5Tclose(t), H5Fclose(f);
   r = run("inspect " + other);
   EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.out.find(other + ": not a SparseBalance shard/dataset (format attribute 'foo')"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(other + ": not a SparseBalance shard/dataset, checkpoint or metrics log (format attribute 'foo')"), std::string::npos) << r.out;
 
   // A shard whose token id is out of range: inspect's verify pass names file, dataset and id.
   auto bad = dir + "/bad.h5";

@@ -47,7 +47,7 @@ TEST_F(TrainCli, OneAndTwoRanksGiveTheSameLossesAndTheLossFalls) {
   ASSERT_EQ(two["losses"].size(), 12u);
   for (size_t i = 0; i < 12; ++i)
     EXPECT_NEAR(one["losses"][i].get<double>(), two["losses"][i].get<double>(), 2e-4) << "step " << i + 1;
-  EXPECT_LT(one["last_loss"].get<double>(), one["first_loss"].get<double>() - 1.0);
+  EXPECT_LT(one["last_loss"].get<double>(), one["first_loss"].get<double>() - 0.5);  // ln(259) = 5.56 at the start
   EXPECT_EQ(two["ranks"], 2);
   for (const char* key : {"steps", "first_loss", "last_loss", "tokens_per_s", "mean_imbalance", "checkpoint", "log"})
     EXPECT_TRUE(two.contains(key)) << key;

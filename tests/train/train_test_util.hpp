@@ -8,15 +8,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/run_program.hpp"
+
 namespace sbtest {
 
-inline std::string binary() { return std::string(SB_BINARY_DIR) + "/src/sparsebalance"; }
+inline std::string binary() { return program(); }
 
-// Runs a shell command; returns its exit code; output goes to `log` (appended).
+// Runs a shell command in a clean environment; returns its exit code; output appended to `log`.
 inline int sh(const std::string& cmd, const std::string& log) {
-  std::string full = "(" + cmd + ") >>" + log + " 2>&1";
-  int rc = std::system(full.c_str());
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+  Run r = run_clean(cmd);
+  std::ofstream(log, std::ios::app) << r.out;
+  return r.rc;
 }
 
 inline std::string slurp(const std::string& path) {
@@ -28,7 +30,7 @@ inline nlohmann::json read_json(const std::string& path) { return nlohmann::json
 
 // mpirun prefix for n ranks (root allowed, oversubscribed: CI has 2 cores).
 inline std::string mpirun(int n) {
-  return "mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(n) + " -x OPENBLAS_NUM_THREADS=1 ";
+  return "mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(n) + " ";
 }
 
 // A small synthetic corpus, made once per directory.

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Set up a fresh Debian 12 machine and build SparseBalance into ./build (Release).
+# Idempotent: a second run only rebuilds what changed. Needs root (apt) unless the packages
+# are already installed.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+PACKAGES=(
+  g++ cmake ninja-build pkg-config
+  libopenmpi-dev openmpi-bin                 # MPI
+  libhdf5-openmpi-dev hdf5-tools             # parallel HDF5 (+ h5dump)
+  libtrilinos-kokkos-dev                     # Kokkos (host execution space)
+  libopenblas-dev                            # BLAS for the CPU GEMMs
+  libtomlplusplus-dev nlohmann-json3-dev     # config, summaries
+  libgtest-dev libbenchmark-dev              # tests, micro-benchmarks
+  wamerican                                  # word list for the synthetic corpus
+  python3-h5py python3-matplotlib            # reading logs, plots
+  slurmctld slurmd slurm-client munge        # the single-node Slurm of the integration tests
+)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Open MPI refuses root and more ranks than cores unless told (BUILD-NOTES.md).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${SB_CMAKE_ARGS:-} >/dev/null
+cmake --build build -j "$(nproc)"

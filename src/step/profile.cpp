@@ -1,0 +1,100 @@
+#include "src/step/profile.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <random>
+
+#include "src/step/update.hpp"
+
+namespace sb {
+
+using Clock = std::chrono::steady_clock;
+
+std::string device_name(const Comm& comm) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, name = "unknown CPU";
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      name = line.substr(line.find(':') + 2);
+      break;
+    }
+  return "cpu: " + name + " (" + std::to_string(comm.size()) + " ranks)";
+}
+
+ProfileReport profile_machine(const Config& cfg, const Comm& comm, int vocab, bool quick) {
+  const auto t0 = Clock::now();
+  ModelDims dims = ModelDims::from_config(cfg, vocab);
+  const int bs = int(cfg.i("attention.block_size")), w = int(cfg.i("attention.local_blocks"));
+  const int k0 = int(cfg.i("attention.k"));
+  const int64_t cap = cfg.i("train.micro_batch_tokens");
+  Model<float> model(dims);
+  model.init(1);
+  ProfileReport rep{LatencyModel(ModelShape{dims.n_layers, bs, w}), {}, {}, {}, {}, 0, 0};
+
+  // Lengths: geometric up to the micro-batch capacity; budgets around k0 and dense.
+  std::vector<int64_t> lens;
+  for (int64_t L = std::max<int64_t>(2 * bs, cap / (quick ? 8 : 32)); L <= cap; L *= 2) lens.push_back(L);
+  if (lens.empty() || lens.back() != cap) lens.push_back(cap);
+  std::vector<int> ks = quick ? std::vector<int>{std::max(1, k0 / 2), 2 * k0 + 1}
+                              : std::vector<int>{std::max(1, k0 / 2), k0, 2 * k0, 4 * k0 + 1};
+  const int reps = quick ? 1 : 3;
+  std::vector<LatencySample> attn, gate, lin, red;
+  std::mt19937_64 rng(7);
+  for (int64_t L : lens)
+    for (int k : ks) {
+      std::vector<uint32_t> seq(static_cast<size_t>(L));
+      for (auto& t : seq) t = uint32_t(rng() % uint64_t(dims.vocab));
+      PackedBatch b;
+      b.add(seq);
+      AttnSettings a;
+      a.sparse = true, a.block_size = bs, a.local_blocks = w, a.theta = 1e30;  // every candidate eligible: k decides
+      a.k.assign(size_t(dims.n_layers), k);
+      std::vector<MicroBatchStats> runs;
+      for (int r = 0; r < reps + 1; ++r) {  // the first run warms caches and is dropped
+        model.zero_grads();
+        auto st = model.forward_backward(b, a, 1.0f / float(L));
+        if (r > 0) runs.push_back(st);
+      }
+      std::sort(runs.begin(), runs.end(), [](auto& x, auto& y) { return x.total_ms < y.total_ms; });
+      const MicroBatchStats& st = runs[runs.size() / 2];  // median run
+      double kept = 0;
+      for (const auto& g : st.gating) kept += g.kept_blocks / dims.n_kv_heads;
+      kept /= dims.n_layers;
+      double nl = dims.n_layers;
+      attn.push_back({double(L), kept * bs * bs, st.attn_ms / nl});
+      gate.push_back({double(L), LatencyModel::causal_blocks(L, bs), st.gating_ms / nl});
+      lin.push_back({double(L), 0, std::max(1e-6, st.total_ms - st.attn_ms - st.gating_ms)});
+    }
+  // All-reduce: bucketed sums of gradient-sized buffers.
+  MpiGradReducer reducer(comm, size_t(cfg.f("train.bucket_mb") * 1024 * 1024));
+  for (size_t n = 1 << 14; n <= std::max<size_t>(model.weights().size(), 1 << 16) * 2; n *= 4) {
+    std::vector<float> buf(n, 1.0f);
+    comm.barrier();
+    auto t = Clock::now();
+    for (int r = 0; r < 3; ++r) reducer.allreduce_sum(buf.data(), n);
+    double ms = std::chrono::duration<double, std::milli>(Clock::now() - t).count() / 3;
+    red.push_back({double(n * sizeof(float)), 0, comm.allreduce_max(ms)});
+  }
+  // Every rank must hold the same model: fit on rank 0's samples, broadcast the file contents.
+  rep.attention = rep.model.fit(Part::Attention, attn);
+  rep.gating = rep.model.fit(Part::Gating, gate);
+  rep.linear = rep.model.fit(Part::Linear, lin);
+  rep.allreduce = rep.model.fit(Part::AllReduce, red);
+  std::vector<double> flat;
+  for (Part p : {Part::Attention, Part::Gating, Part::Linear, Part::AllReduce})
+    for (double c : rep.model.coeffs(p)) flat.push_back(c);
+  comm.broadcast(std::span<unsigned char>(reinterpret_cast<unsigned char*>(flat.data()), flat.size() * sizeof(double)));
+  size_t i = 0;
+  for (Part p : {Part::Attention, Part::Gating, Part::Linear, Part::AllReduce}) {
+    std::array<double, 3> c{flat[i], flat[i + 1], flat[i + 2]};
+    rep.model.set_coeffs(p, c);
+    i += 3;
+  }
+  rep.model.set_device(device_name(comm));
+  rep.samples = int(attn.size() + gate.size() + lin.size() + red.size());
+  rep.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return rep;
+}
+
+}  // namespace sb

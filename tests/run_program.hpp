@@ -1,0 +1,40 @@
+// Running the built `sparsebalance` (or mpirun) from a test. The test itself runs under mpirun,
+// and a child that inherited its OMPI_*/PMIX_* variables would try to join the test's MPI job,
+// so children start from a clean environment with only what they need.
+#pragma once
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+namespace sbtest {
+
+struct Run {
+  int rc;           // exit status (-1 when killed by a signal)
+  std::string out;  // stdout and stderr together
+};
+
+inline std::string program() { return std::string(SB_BINARY_DIR) + "/src/sparsebalance"; }
+
+// `cmd` is a shell command line; the environment is cleared except PATH, HOME and the
+// settings that let Open MPI run as root with more ranks than cores, one BLAS thread each.
+inline Run run_clean(const std::string& cmd) {
+  std::string quoted;
+  for (char c : cmd) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  std::string full = "env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp OMPI_ALLOW_RUN_AS_ROOT=1 "
+                     "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1 "
+                     "sh -c '" + quoted + "' 2>&1";
+  FILE* p = popen(full.c_str(), "r");
+  if (!p) return {-1, "popen failed"};
+  std::string out;
+  std::array<char, 4096> buf;
+  for (size_t n; (n = fread(buf.data(), 1, buf.size(), p)) > 0;) out.append(buf.data(), n);
+  int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// The program with arguments, in a clean environment.
+inline Run run_program(const std::string& args) { return run_clean(program() + " " + args); }
+
+}  // namespace sbtest
