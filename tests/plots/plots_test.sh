@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Test of the plot/report tools on real output: trains a few tiny steps with 2 ranks (mpirun) and
+# with 1 rank, runs jobs/plots/plot_run.py on the 2-rank metrics log and jobs/plots/report_study.py on a
+# strong-scaling results directory made of the two runs, then checks that every PNG exists, is a
+# PNG, is not tiny and is not a single colour (pixel variance, read back with matplotlib), and that
+# the report's Markdown table lists both rank counts.
+# Exits 77 (ctest SKIP_RETURN_CODE) when /usr/bin/python3 lacks h5py or matplotlib.
+#
+# usage: tests/plots/plots_test.sh SPARSEBALANCE_BINARY SOURCE_DIR [SCRATCH_DIR]
+set -uo pipefail
+BIN=$(readlink -f "${1:?usage: plots_test.sh BINARY SOURCE_DIR [SCRATCH]}")
+SRC=$(readlink -f "${2:?usage: plots_test.sh BINARY SOURCE_DIR [SCRATCH]}")
+PY=${SB_PYTHON:-/usr/bin/python3}
+say() { echo "[plots_test] $*"; }
+fail() { say "FAIL: $*"; exit 1; }
+if ! "$PY" -c 'import h5py, numpy, matplotlib' 2>/dev/null; then
+  say "SKIP: $PY has no h5py/numpy/matplotlib (Debian: apt-get install python3-h5py python3-matplotlib)"
+  exit 77
+fi
+D=${3:-$(mktemp -d /tmp/sb-plots-test.XXXXXX)}
+mkdir -p "$D"
+D=$(readlink -f "$D")
+keep=0
+trap '[ $? -eq 0 ] && [ "$keep" = 0 ] && [ -z "${3:-}" ] && rm -rf "$D"' EXIT
+
+# A clean environment for the MPI child processes (nothing inherited from an enclosing launch).
+run() {
+  env -i PATH="$PATH" HOME="${HOME:-/root}" LANG=C.UTF-8 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1 "$@"
+}
+run "$BIN" prep synth --docs 120 --max-len 512 --min-len 48 --seed 3 --output "$D/data" > "$D/prep.log" 2>&1 \
+  || { cat "$D/prep.log"; fail "prep synth"; }
+TINY=(--set data.path="$D/data" --set model.d_model=32 --set model.ffn_dim=64 --set train.global_batch_tokens=2048
+      --set train.micro_batch_tokens=512 --set attention.block_size=16 --set train.warmup_steps=2 --set train.steps=6
+      --set log.every=1 --set checkpoint.every=100 --set log.progress=false)
+mkdir -p "$D/study"
+for n in 1 2; do
+  run mpirun --allow-run-as-root --oversubscribe -np $n "$BIN" train "$SRC/configs/tiny.toml" "${TINY[@]}" \
+    --set checkpoint.dir="$D/study/n$n/ckpt" --set log.path="$D/study/n$n/metrics.h5" \
+    --summary "$D/study/n$n.json" > "$D/train$n.log" 2>&1 || { cat "$D/train$n.log"; fail "train with $n rank(s)"; }
+done
+say "trained 6 steps with 1 and 2 ranks"
+
+"$PY" "$SRC/jobs/plots/plot_run.py" "$D/study/n2/metrics.h5" --out "$D/plots" --prefix run > "$D/plot.log" 2>&1 \
+  || { cat "$D/plot.log"; fail "plot_run.py"; }
+cat > "$D/study/study.json" <<EOF
+{"kind": "strong", "config": "configs/tiny.toml", "steps": 6, "global_batch_tokens": 2048, "command": "plots_test.sh",
+ "submitted": "$(date -u +%Y-%m-%dT%H:%M:%SZ)", "host": "$(hostname -s)",
+ "points": [{"name": "n1", "ranks": 1, "job": "-", "summary": "n1.json"},
+            {"name": "n2", "ranks": 2, "job": "-", "summary": "n2.json"}]}
+EOF
+"$PY" "$SRC/jobs/plots/report_study.py" "$D/study" --out "$D/report" > "$D/report.log" 2>&1 \
+  || { cat "$D/report.log"; fail "report_study.py"; }
+grep -qE '^\| 1 \| - \| 1\.\.6 \|' "$D/report/report.md" && grep -qE '^\| 2 \| - \| 1\.\.6 \|' "$D/report/report.md" \
+  || { cat "$D/report/report.md"; fail "report.md lacks the rows of 1 and 2 ranks"; }
+
+"$PY" - "$D" <<'PY' || fail "PNG checks"
+import sys, os
+import numpy as np
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.image as mpimg
+d = sys.argv[1]
+want = [f"{d}/plots/run_{n}.png" for n in ("rank_time", "budgets", "prediction", "loss")]
+want += [f"{d}/report/strong_{n}.png" for n in ("speedup", "efficiency")]
+bad = 0
+for p in want:
+    if not os.path.exists(p):
+        print(f"missing {p}"); bad += 1; continue
+    size = os.path.getsize(p)
+    with open(p, "rb") as f:
+        magic = f.read(8)
+    img = mpimg.imread(p)
+    rgb = img[..., :3] if img.ndim == 3 else img
+    colours = len(np.unique(rgb.reshape(-1, rgb.shape[-1] if rgb.ndim == 3 else 1), axis=0))
+    var = float(rgb.var())
+    ok = magic == b"\x89PNG\r\n\x1a\n" and size > 10000 and img.shape[0] >= 200 and img.shape[1] >= 300 \
+        and var > 1e-3 and colours > 16
+    print(f"{'ok ' if ok else 'BAD'} {os.path.basename(p)}: {size} bytes, {img.shape[1]}x{img.shape[0]}, "
+          f"{colours} colours, variance {var:.4f}")
+    bad += not ok
+sys.exit(1 if bad else 0)
+PY
+say "PASS"
