@@ -1,0 +1,200 @@
+// GPU block-sparse attention benchmark: forward, backward and forward+backward times (median of
+// --reps runs, CUDA events) on one document of L tokens, MHA, bf16, over the mask family the GPU
+// issue fixes: query block i keeps block 0, block i and round(density*(i+1))-2 further blocks drawn
+// uniformly from 1..i-1 (splitmix64, identical to bench/flex_attention_ref.py). Effective TFLOP/s
+// counts only computed blocks, causal: a diagonal block as half; forward = 2 matmuls (4*Bs*Bs*D per
+// block and head), forward+backward = 3.5x forward.
+//   bench_attention_cuda [--lens 8192,16384,32768,65536] [--densities 1,0.5,0.25,0.1] [--heads 32]
+//                        [--dim 128] [--block 128] [--reps 10] [--seed 1234] [--csv FILE]
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/attention_cuda.hpp"
+#include "kernels/cuda/cuda_check.hpp"
+
+namespace K = sb::kernels;
+namespace C = sb::kernels::cuda;
+using C::bf16;
+
+namespace {
+
+struct SplitMix {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+};
+
+// Kept blocks of query block i (ascending).
+std::vector<int32_t> row_blocks(int i, double density, uint64_t seed) {
+  if (i == 0) return {0};
+  int extra = int(std::floor(density * (i + 1) + 0.5)) - 2;
+  extra = std::clamp(extra, 0, i - 1);
+  std::vector<int32_t> cand(i - 1);
+  for (int x = 0; x < i - 1; x++) cand[x] = x + 1;
+  SplitMix rng{seed + uint64_t(i) * 0x9E3779B97F4A7C15ull};
+  const int n = i - 1;
+  for (int t = 0; t < extra; t++) {
+    const int r = t + int(rng.next() % uint64_t(n - t));
+    std::swap(cand[t], cand[r]);
+  }
+  std::vector<int32_t> out(cand.begin(), cand.begin() + extra);
+  out.push_back(0);
+  out.push_back(i);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<double> parse_list(const char* s) {
+  std::vector<double> v;
+  for (const char* p = s; *p;) {
+    char* e;
+    v.push_back(std::strtod(p, &e));
+    p = (*e == ',') ? e + 1 : e;
+    if (e == p && *e) break;
+  }
+  return v;
+}
+
+__global__ void fill_random(bf16* x, size_t n, uint64_t seed, float sd) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint64_t z = seed + i * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const float u1 = ((z & 0xFFFFFF) + 0.5f) / 16777216.f, u2 = (((z >> 24) & 0xFFFFFF) + 0.5f) / 16777216.f;
+    x[i] = __float2bfloat16(sd * sqrtf(-2.f * logf(u1)) * cospif(2.f * u2));
+  }
+}
+
+template <class F>
+float median_ms(int reps, F&& f) {
+  cudaEvent_t a, b;
+  SB_CUDA_CHECK(cudaEventCreate(&a));
+  SB_CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int r = 0; r < reps + 2; r++) {
+    SB_CUDA_CHECK(cudaEventRecord(a));
+    f();
+    SB_CUDA_CHECK(cudaEventRecord(b));
+    SB_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms;
+    SB_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    if (r >= 2) t.push_back(ms);  // two warm-ups
+  }
+  SB_CUDA_CHECK(cudaEventDestroy(a));
+  SB_CUDA_CHECK(cudaEventDestroy(b));
+  std::sort(t.begin(), t.end());
+  return t.size() % 2 ? t[t.size() / 2] : 0.5f * (t[t.size() / 2 - 1] + t[t.size() / 2]);
+}
+
+// FlexAttention and cuDNN (SDPA) fwd+bwd ms measured on the H200 (GPU issue), for the table; the
+// same-day measurement is bench/flex_attention_ref.py's (docs-draft/gpu.md).
+double flex_ref(int L, double d) {
+  const int li = L == 8192 ? 0 : L == 16384 ? 1 : L == 32768 ? 2 : L == 65536 ? 3 : -1;
+  const int di = d == 1 ? 0 : d == 0.5 ? 1 : d == 0.25 ? 2 : d == 0.1 ? 3 : -1;
+  static const double t[4][4] = {{5.64, 3.26, 2.21, 1.82}, {20.6, 11.0, 6.33, 3.56}, {77.9, 39.6, 21.4, 10.5},
+                                 {307, 155, 80.1, 35.3}};
+  return li < 0 || di < 0 ? NAN : t[li][di];
+}
+double cudnn_ref(int L) {
+  return L == 8192 ? 3.78 : L == 16384 ? 14.5 : L == 32768 ? 55.9 : L == 65536 ? 222 : NAN;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<double> lens = {8192, 16384, 32768, 65536}, dens = {1, 0.5, 0.25, 0.1};
+  int H = 32, D = 128, Bs = 128, reps = 10;
+  uint64_t seed = 1234;
+  const char* csv = nullptr;
+  for (int a = 1; a + 1 < argc; a += 2) {
+    if (!std::strcmp(argv[a], "--lens")) lens = parse_list(argv[a + 1]);
+    else if (!std::strcmp(argv[a], "--densities")) dens = parse_list(argv[a + 1]);
+    else if (!std::strcmp(argv[a], "--heads")) H = std::atoi(argv[a + 1]);
+    else if (!std::strcmp(argv[a], "--dim")) D = std::atoi(argv[a + 1]);
+    else if (!std::strcmp(argv[a], "--block")) Bs = std::atoi(argv[a + 1]);
+    else if (!std::strcmp(argv[a], "--reps")) reps = std::atoi(argv[a + 1]);
+    else if (!std::strcmp(argv[a], "--seed")) seed = std::strtoull(argv[a + 1], nullptr, 10);
+    else if (!std::strcmp(argv[a], "--csv")) csv = argv[a + 1];
+    else { std::fprintf(stderr, "unknown option %s\n", argv[a]); return 2; }
+  }
+  std::string why;
+  if (!C::device_available(&why)) {
+    std::printf("SKIP: no usable CUDA device (%s)\n", why.c_str());
+    return 77;
+  }
+  cudaDeviceProp prop;
+  SB_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device %s, %d SMs; H=%d Hkv=%d D=%d Bs=%d, median of %d\n", prop.name, prop.multiProcessorCount, H, H,
+              D, Bs, reps);
+  FILE* fc = csv ? std::fopen(csv, "w") : nullptr;
+  if (fc) std::fprintf(fc, "L,density,kept_frac,fwd_ms,bwd_ms,fwdbwd_ms,fwd_tflops,fwdbwd_tflops,flex_ms,cudnn_ms\n");
+  std::printf("%6s %5s %6s | %8s %8s %9s | %7s %8s | %8s %7s %8s\n", "L", "dens", "kept", "fwd ms", "bwd ms",
+              "f+b ms", "fwd TF", "f+b TF", "flex ms", "x flex", "cudnn ms");
+  const K::AttnShape s{H, H, D, Bs};
+  for (double Ld : lens) {
+    const int L = int(Ld);
+    const size_t n = size_t(L) * H * D;
+    bf16 *q, *k, *v, *o, *dO, *dq, *dk, *dv;
+    float* lse;
+    void* ws;
+    for (bf16** p : {&q, &k, &v, &o, &dO, &dq, &dk, &dv}) SB_CUDA_CHECK(cudaMalloc(p, n * sizeof(bf16)));
+    SB_CUDA_CHECK(cudaMalloc(&lse, size_t(L) * H * sizeof(float)));
+    SB_CUDA_CHECK(cudaMalloc(&ws, C::block_attention_bwd_workspace(L, s)));
+    int sd = 1;
+    for (bf16* p : {q, k, v, dO}) {
+      fill_random<<<1024, 256>>>(p, n, seed * 7919 + sd++, 1.0f);
+      SB_CUDA_CHECK_LAUNCH("fill_random");
+    }
+    const int32_t cu[2] = {0, L};
+    const int nb = (L + Bs - 1) / Bs;
+    for (double dd : dens) {
+      K::BlockSelection sel;
+      sel.doc_row_base = {0, int64_t(H) * nb};
+      sel.row_ptr.assign(1, 0);
+      double flops_fwd = 0;
+      for (int g = 0; g < H; g++)
+        for (int i = 0; i < nb; i++) {
+          for (int32_t j : row_blocks(i, dd, seed)) {
+            sel.cols.push_back(j);
+            flops_fwd += 4.0 * Bs * Bs * D * (j == i ? 0.5 : 1.0);
+          }
+          sel.row_ptr.push_back(int64_t(sel.cols.size()));
+        }
+      sel.recall.assign(size_t(H) * nb, 1.f);
+      const double kept_frac = double(sel.cols.size()) / (double(H) * nb * (nb + 1) / 2);
+      C::DeviceSelection dsel;
+      dsel.upload(sel, cu, 1, s);
+      const float tf = median_ms(reps, [&] { C::block_attention_fwd(q, k, v, dsel, s, o, lse); });
+      const float tb = median_ms(reps, [&] { C::block_attention_bwd(q, k, v, o, lse, dO, dsel, s, dq, dk, dv, ws); });
+      const float tfb = median_ms(reps, [&] {
+        C::block_attention_fwd(q, k, v, dsel, s, o, lse);
+        C::block_attention_bwd(q, k, v, o, lse, dO, dsel, s, dq, dk, dv, ws);
+      });
+      SB_CUDA_CHECK(cudaDeviceSynchronize());
+      // the reference figures are for the issue's shape only
+      const bool ref_shape = H == 32 && D == 128 && Bs == 128;
+      const double fr = ref_shape ? flex_ref(L, dd) : NAN, cr = ref_shape && dd == 1 ? cudnn_ref(L) : NAN;
+      const double tff = flops_fwd / (tf * 1e-3) / 1e12, tfbf = 3.5 * flops_fwd / (tfb * 1e-3) / 1e12;
+      std::printf("%6d %5.2f %6.3f | %8.3f %8.3f %9.3f | %7.1f %8.1f | %8.2f %7.2f %8.2f\n", L, dd, kept_frac, tf, tb,
+                  tfb, tff, tfbf, fr, fr / tfb, cr);
+      std::fflush(stdout);
+      if (fc)
+        std::fprintf(fc, "%d,%g,%.4f,%.4f,%.4f,%.4f,%.1f,%.1f,%g,%g\n", L, dd, kept_frac, tf, tb, tfb, tff, tfbf, fr, cr);
+    }
+    for (void* p : {(void*)q, (void*)k, (void*)v, (void*)o, (void*)dO, (void*)dq, (void*)dk, (void*)dv, (void*)lse, ws})
+      SB_CUDA_CHECK(cudaFree(p));
+  }
+  if (fc) std::fclose(fc);
+  return 0;
+}

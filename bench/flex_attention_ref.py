@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""PyTorch FlexAttention (and cuDNN SDPA, dense) forward+backward on the same block masks as
+bench/bench_attention_cuda.cu: one document of L tokens, MHA, bf16, block 128; query block i keeps
+block 0, block i and round(density*(i+1))-2 further blocks drawn uniformly from 1..i-1 (the same
+splitmix64 draws as the C++ program, so the masks are identical). Median of --reps CUDA-event timings
+after warm-ups. Effective TFLOP/s as in the C++ program (computed causal blocks; diagonal = half;
+forward+backward = 3.5 x forward's two matmuls).
+
+  python3 bench/flex_attention_ref.py [--lens 8192,16384,32768,65536] [--densities 1,0.5,0.25,0.1]
+                                      [--heads 32] [--dim 128] [--reps 10] [--seed 1234] [--csv FILE]
+"""
+import argparse
+import math
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
+
+M64 = (1 << 64) - 1
+GOLD = 0x9E3779B97F4A7C15
+
+
+def splitmix(state):
+    """Returns (new_state, value), as SplitMix::next in the C++ bench."""
+    state = (state + GOLD) & M64
+    z = state
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return state, z ^ (z >> 31)
+
+
+def row_blocks(i, density, seed):
+    if i == 0:
+        return [0]
+    extra = int(math.floor(density * (i + 1) + 0.5)) - 2
+    extra = max(0, min(extra, i - 1))
+    cand = list(range(1, i))
+    state = (seed + i * GOLD) & M64
+    n = i - 1
+    for t in range(extra):
+        state, z = splitmix(state)
+        r = t + z % (n - t)
+        cand[t], cand[r] = cand[r], cand[t]
+    return sorted(cand[:extra] + [0, i])
+
+
+def block_mask(L, density, seed, bs, device):
+    nb = (L + bs - 1) // bs
+    # full blocks (no mask_mod needed): kept j < i; partial: the diagonal (causal inside)
+    full_num = torch.zeros(1, 1, nb, dtype=torch.int32)
+    full_idx = torch.zeros(1, 1, nb, nb, dtype=torch.int32)
+    part_num = torch.ones(1, 1, nb, dtype=torch.int32)
+    part_idx = torch.zeros(1, 1, nb, nb, dtype=torch.int32)
+    flops = 0.0
+    kept = 0
+    for i in range(nb):
+        js = row_blocks(i, density, seed)
+        off = [j for j in js if j != i]
+        full_num[0, 0, i] = len(off)
+        if off:
+            full_idx[0, 0, i, : len(off)] = torch.tensor(off, dtype=torch.int32)
+        part_idx[0, 0, i, 0] = i
+        kept += len(js)
+        flops += len(off) + 0.5
+    causal = lambda b, h, q, k: q >= k
+    bm = BlockMask.from_kv_blocks(part_num.to(device), part_idx.to(device), full_num.to(device),
+                                  full_idx.to(device), BLOCK_SIZE=bs, mask_mod=causal, seq_lengths=(L, L))
+    return bm, flops, kept / (nb * (nb + 1) / 2)
+
+
+def median_ms(fn, reps, warm=3):
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b))
+    ts.sort()
+    m = len(ts) // 2
+    return ts[m] if len(ts) % 2 else 0.5 * (ts[m - 1] + ts[m])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lens", default="8192,16384,32768,65536")
+    ap.add_argument("--densities", default="1,0.5,0.25,0.1")
+    ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--block", type=int, default=128)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--csv", default=None)
+    ap.add_argument("--no-cudnn", action="store_true")
+    a = ap.parse_args()
+    dev = "cuda"
+    H, D, bs = a.heads, a.dim, a.block
+    flex = torch.compile(flex_attention, dynamic=False)
+    print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}; H={H} D={D} Bs={bs}, median of {a.reps}")
+    rows = []
+    print(f"{'L':>6} {'dens':>5} {'kept':>6} | {'flex f+b ms':>11} {'TF':>6} | {'cudnn f+b ms':>12}")
+    for L in [int(x) for x in a.lens.split(",")]:
+        g = torch.Generator(device=dev).manual_seed(a.seed)
+        q, k, v, do = (torch.randn(1, H, L, D, device=dev, dtype=torch.bfloat16, generator=g) for _ in range(4))
+        for t in (q, k, v):
+            t.requires_grad_(True)
+        cud = float("nan")
+        if not a.no_cudnn:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            def sdpa():
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                torch.autograd.grad(o, (q, k, v), do)
+            try:
+                cud = median_ms(sdpa, a.reps)
+            except Exception as e:  # noqa: BLE001
+                print("cudnn sdpa failed:", e, file=sys.stderr)
+        for d in [float(x) for x in a.densities.split(",")]:
+            bm, nblk, kept = block_mask(L, d, a.seed, bs, dev)
+
+            def fb():
+                o = flex(q, k, v, block_mask=bm)
+                torch.autograd.grad(o, (q, k, v), do)
+            ms = median_ms(fb, a.reps)
+            flops = 3.5 * 4.0 * bs * bs * D * H * nblk
+            tf = flops / (ms * 1e-3) / 1e12
+            print(f"{L:>6} {d:>5.2f} {kept:>6.3f} | {ms:>11.3f} {tf:>6.1f} | {cud if d == 1 else float('nan'):>12.3f}",
+                  flush=True)
+            rows.append((L, d, kept, ms, tf, cud if d == 1 else float("nan")))
+        del q, k, v, do
+        torch.cuda.empty_cache()
+    if a.csv:
+        with open(a.csv, "w") as f:
+            f.write("L,density,kept_frac,flex_fwdbwd_ms,flex_tflops,cudnn_fwdbwd_ms\n")
+            for r in rows:
+                f.write(",".join(str(x) for x in r) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Run on the GPU machine (device tool), from the repository root, with .debs/ carried
+# (jobs/gpu/fetch_debs.sh made it here). Unpacks the Debian packages into a private prefix, fixes
+# their CMake files to point there, configures with -DSB_CUDA=ON (serial HDF5 there), builds the CUDA
+# test and benchmark, and runs the stages named on the command line (default: test sanitize bench):
+#   test      tests/cuda correctness program (ctest -L cuda)
+#   sanitize  compute-sanitizer memcheck on the test program (--quick cases)
+#   bench     bench_attention_cuda over L x density (table at the end)
+#   flex      bench/flex_attention_ref.py (PyTorch FlexAttention + cuDNN SDPA on the same masks)
+# Logs and CSVs go to $OUT (or ./gpu-out when OUT is unset).
+set -uo pipefail
+STAGES=${*:-test sanitize bench}
+ROOT=$(pwd)
+OUTDIR=${OUT:-$ROOT/gpu-out}
+mkdir -p "$OUTDIR"
+B=${BUILD_DIR:-$ROOT/build-gpu}
+DEBS=${DEBS:-$ROOT/.debs}
+log() { echo "== $(date -u +%H:%M:%S) $*"; }
+
+P=$(mktemp -d /tmp/sbdeps.XXXX)
+have_blas=0
+if ldconfig -p | grep -q libopenblas && compgen -G "/usr/include/*/cblas.h" >/dev/null; then have_blas=1; fi
+log "system OpenBLAS: $have_blas"
+for f in "$DEBS"/*.deb; do
+  case $(basename "$f") in
+    *openblas*|libgfortran*) [ $have_blas = 1 ] && continue ;;
+  esac
+  dpkg -x "$f" "$P"
+done
+grep -rl "/usr/lib/x86_64-linux-gnu\|/usr/include" "$P"/usr/lib/x86_64-linux-gnu/cmake | xargs sed -i \
+  "s#\"/usr/lib/x86_64-linux-gnu/libtrilinos#\"$P/usr/lib/x86_64-linux-gnu/libtrilinos#g; \
+   s#/usr/lib/x86_64-linux-gnu/libtomlplusplus#$P/usr/lib/x86_64-linux-gnu/libtomlplusplus#g; \
+   s#/usr/include/trilinos#$P/usr/include/trilinos#g; \
+   s#set(Kokkos_INSTALL_DIR \"/usr\")#set(Kokkos_INSTALL_DIR \"$P/usr\")#"
+export LD_LIBRARY_PATH=$P/usr/lib/x86_64-linux-gnu:$P/usr/lib/x86_64-linux-gnu/openblas-pthread:${LD_LIBRARY_PATH:-}
+extra=()
+if [ $have_blas = 0 ]; then
+  extra+=(-DCMAKE_LIBRARY_PATH=$P/usr/lib/x86_64-linux-gnu/openblas-pthread
+          -DCBLAS_INCLUDE_DIR=$P/usr/include/x86_64-linux-gnu/openblas-pthread)
+fi
+NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+log "configure ($NVCC)"
+# -include cstdint: GCC 13 there (unlike 12 on Debian) does not pull <cstdint> in transitively; a
+# header that forgets it (src/comm/comm.hpp once did) still builds there as it does here.
+cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSB_CUDA=ON -DSB_BENCH=OFF \
+  -DCMAKE_CXX_FLAGS="-include cstdint" \
+  -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_PREFIX_PATH="$P/usr" \
+  -DKokkos_DIR="$P/usr/lib/x86_64-linux-gnu/cmake/Kokkos" \
+  -Dtomlplusplus_DIR="$P/usr/lib/x86_64-linux-gnu/cmake/tomlplusplus" "${extra[@]}" \
+  > "$OUTDIR/configure.log" 2>&1 || { tail -40 "$OUTDIR/configure.log"; exit 1; }
+grep -E "HDF5|SB_CUDA|CUDA compiler identification" "$OUTDIR/configure.log"
+log "build"
+ninja -C "$B" -j16 test_attention_cuda bench_attention_cuda > "$OUTDIR/build.log" 2>&1 || { tail -60 "$OUTDIR/build.log"; exit 1; }
+rc=0
+for st in $STAGES; do
+  case $st in
+    test)
+      log "test"
+      (cd "$B" && timeout 300 ctest -L cuda -V) 2>&1 | tee "$OUTDIR/test.log" | grep -E "OK |FAIL|PASS|SKIP|tests passed" || rc=1 ;;
+    sanitize)
+      log "compute-sanitizer memcheck"
+      timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$B/tests/cuda/test_attention_cuda" --quick \
+        2>&1 | tee "$OUTDIR/memcheck.log" | tail -8 || rc=1 ;;
+    bench)
+      log "bench"
+      timeout 300 "$B/kernels/bench_attention_cuda" --csv "$OUTDIR/bench_cuda.csv" 2>&1 | tee "$OUTDIR/bench_cuda.log" || rc=1 ;;
+    flex)
+      log "flex"
+      PYTHONUNBUFFERED=1 timeout 400 python3 bench/flex_attention_ref.py --csv "$OUTDIR/flex.csv" 2>&1 | tee "$OUTDIR/flex.log" || rc=1 ;;
+    *) echo "unknown stage $st"; rc=2 ;;
+  esac
+done
+log "done rc=$rc"
+exit $rc

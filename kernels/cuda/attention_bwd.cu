@@ -1,0 +1,357 @@
+// Block-sparse attention backward on the GPU (FlashAttention-2 scheme): one CTA per (key block,
+// kv head), BS/16 warps of 16 keys each, K and V resident in shared memory, dK and dV in registers.
+// It walks every query head of the group x every query block that keeps this key block (the
+// transposed selection) in 64-query tiles, Q/dO double-buffered with cp.async:
+//   S^T = K Q^T, P^T = exp(S^T - lse), dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - Delta),
+//   dK += dS^T Q, dQ += dS K (fp32 atomics into a workspace, scaled and rounded to bf16 at the end).
+#include <cmath>
+#include <cstdlib>
+
+#include "kernels/cuda/attention_cuda.hpp"
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/mma.cuh"
+
+namespace sb::kernels::cuda {
+namespace {
+using namespace dev;
+
+constexpr int QT = 64;  // query tile
+
+// Delta[t, h] = sum_d dO * O (fp32), one warp per (t, h); also zeroes the dq accumulator row.
+template <int D>
+__global__ void bwd_prep_kernel(const bf16* out, const bf16* dout, float* delta, float* dq_acc, int64_t rows) {
+  const int64_t r = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (r >= rows) return;
+  float acc = 0.f;
+#pragma unroll
+  for (int e = lane * 2; e < D; e += 64) {
+    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(out + r * D + e));
+    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(dout + r * D + e));
+    acc += a.x * b.x + a.y * b.y;
+    *reinterpret_cast<float2*>(dq_acc + r * D + e) = make_float2(0.f, 0.f);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0) delta[r] = acc;
+}
+
+__global__ void dq_convert_kernel(const float* dq_acc, bf16* dq, float scale, int64_t n2) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n2; i += int64_t(gridDim.x) * blockDim.x) {
+    const float2 a = reinterpret_cast<const float2*>(dq_acc)[i];
+    reinterpret_cast<__nv_bfloat162*>(dq)[i] = __floats2bfloat162_rn(a.x * scale, a.y * scale);
+  }
+}
+
+struct BwdParams {
+  const bf16 *q, *k, *v, *dout;
+  const float *lse, *delta;
+  float* dq_acc;
+  bf16 *dk, *dv;
+  const BlockInfo* blocks;
+  const int64_t *row_base, *col_ptr;
+  const int32_t* col_rows;
+  int H, Hkv;
+  float scale, scale_log2;
+  int variant;  // dQ accumulation: 1 float2 atomics (default), 4 shared-memory tile + bulk reduce-add
+};
+
+template <int D, int BS>
+__global__ void __launch_bounds__(BS / 16 * 32, 1) bwd_kernel(const BwdParams p) {
+  constexpr int NW = BS / 16, NT = NW * 32, NSUB = BS / QT, DK = D / 16, DN = D / 8;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  bf16* sK = reinterpret_cast<bf16*>(smem_raw);
+  bf16* sV = sK + BS * D;
+  bf16* sQ = sV + BS * D;      // 2 buffers of QT x D
+  bf16* sdO = sQ + 2 * QT * D;  // 2 buffers
+  bf16* sdS = sdO + 2 * QT * D; // BS x QT (dS^T: rows keys, columns queries)
+  float* sL = reinterpret_cast<float*>(sdS + BS * QT);  // 2 x QT: lse * log2(e)
+  float* sDl = sL + 2 * QT;                             // 2 x QT: Delta
+  float* sdQ = sDl + 2 * QT;                            // QT x (D + 4) fp32 dQ tile (variant 4)
+  constexpr int LDQ = D + 4;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const BlockInfo b = p.blocks[blockIdx.x];  // key block j = b.i
+  const int g = blockIdx.y, G = p.H / p.Hkv;
+  const int64_t col = p.row_base[b.doc] + int64_t(g) * b.nb + b.i;
+  const int64_t r0 = p.col_ptr[col];
+  const int nq = int(p.col_ptr[col + 1] - r0);
+  const int niter = G * nq * NSUB;
+  const int doc_end = b.doc_t0 + b.doc_len;
+  const int64_t ldq = int64_t(p.H) * D, ldk = int64_t(p.Hkv) * D;
+
+  {
+    const int64_t off = (int64_t(b.t0) * p.Hkv + g) * D;
+    load_tile<BS, D, NT>(sK, p.k + off, ldk, b.len, tid);
+    load_tile<BS, D, NT>(sV, p.v + off, ldk, b.len, tid);
+  }
+  cp_async_commit();
+  // iteration it -> (head hh of the group, query block, sub-tile)
+  auto decode = [&](int it, int& h, int& i, int& qt0, int& nvalid) {
+    const int sub = it % NSUB, rest = it / NSUB;
+    h = g * G + rest / nq;
+    i = p.col_rows[r0 + rest % nq];
+    qt0 = b.doc_t0 + i * BS + sub * QT;
+    nvalid = max(0, min(QT, doc_end - qt0));
+  };
+  auto issue = [&](int it) {
+    int h, i, qt0, nv;
+    decode(it, h, i, qt0, nv);
+    const int buf = it & 1;
+    const int64_t off = (int64_t(qt0) * p.H + h) * D;
+    load_tile<QT, D, NT>(sQ + buf * QT * D, p.q + off, ldq, nv, tid);
+    load_tile<QT, D, NT>(sdO + buf * QT * D, p.dout + off, ldq, nv, tid);
+    for (int r = tid; r < QT; r += NT) {
+      const bool ok = r < nv;
+      sL[buf * QT + r] = ok ? p.lse[(int64_t(qt0) + r) * p.H + h] * 1.4426950408889634f : INFINITY;
+      sDl[buf * QT + r] = ok ? p.delta[(int64_t(qt0) + r) * p.H + h] : 0.f;
+    }
+  };
+  if (niter > 0) issue(0);
+  cp_async_commit();
+
+  float dk[DN][4], dv[DN][4];
+#pragma unroll
+  for (int n = 0; n < DN; n++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.f;
+  const int krow = warp * 16;  // this warp's keys in the block
+  const int kpos0 = b.i * BS + krow + (lane >> 2);
+
+  for (int it = 0; it < niter; it++) {
+    if (it + 1 < niter) issue(it + 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    if (p.variant == 4 && tid < QT) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+    __syncthreads();
+    const int buf = it & 1;
+    const bf16* tQ = sQ + buf * QT * D;
+    const bf16* tdO = sdO + buf * QT * D;
+    const float* tL = sL + buf * QT;
+    const float* tDl = sDl + buf * QT;
+    int h, i, qt0, nv;
+    decode(it, h, i, qt0, nv);
+    const bool diag = (i == b.i);
+    const int qpos0 = qt0 - b.doc_t0 + 2 * (lane & 3);
+
+    // S^T = K Q^T (16 keys x QT queries per warp)
+    float st[QT / 8][4];
+#pragma unroll
+    for (int n = 0; n < QT / 8; n++) st[n][0] = st[n][1] = st[n][2] = st[n][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < DK; kk++) {
+      uint32_t a[4];
+      lds_a<D>(a, sK, krow, kk * 16, lane);
+#pragma unroll
+      for (int np = 0; np < QT / 16; np++) {
+        uint32_t bq[4];
+        lds_b_nk<D>(bq, tQ, np * 16, kk * 16, lane);
+        mma16816(st[2 * np], a, bq[0], bq[1]);
+        mma16816(st[2 * np + 1], a, bq[2], bq[3]);
+      }
+    }
+    // P^T = exp2(S^T * scale*log2e - lse*log2e), causal on the diagonal block
+    uint32_t pt[QT / 16][4];
+#pragma unroll
+    for (int n = 0; n < QT / 8; n++) {
+      const int qc = n * 8 + 2 * (lane & 3);
+      const float l0 = tL[qc], l1 = tL[qc + 1];
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        float x = ex2(st[n][e] * p.scale_log2 - ((e & 1) ? l1 : l0));
+        if (diag) {
+          const int kp = kpos0 + (e >> 1) * 8, qp = qpos0 + n * 8 + (e & 1);
+          if (kp > qp) x = 0.f;
+        }
+        st[n][e] = x;
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < QT / 16; kk++) {
+      pt[kk][0] = pack_bf16(st[2 * kk][0], st[2 * kk][1]);
+      pt[kk][1] = pack_bf16(st[2 * kk][2], st[2 * kk][3]);
+      pt[kk][2] = pack_bf16(st[2 * kk + 1][0], st[2 * kk + 1][1]);
+      pt[kk][3] = pack_bf16(st[2 * kk + 1][2], st[2 * kk + 1][3]);
+    }
+    // dV += P^T dO
+#pragma unroll
+    for (int kk = 0; kk < QT / 16; kk++)
+#pragma unroll
+      for (int dp = 0; dp < D / 16; dp++) {
+        uint32_t bb[4];
+        lds_b_kn<D>(bb, tdO, kk * 16, dp * 16, lane);
+        mma16816(dv[2 * dp], pt[kk], bb[0], bb[1]);
+        mma16816(dv[2 * dp + 1], pt[kk], bb[2], bb[3]);
+      }
+    // dP^T = V dO^T
+    float dpt[QT / 8][4];
+#pragma unroll
+    for (int n = 0; n < QT / 8; n++) dpt[n][0] = dpt[n][1] = dpt[n][2] = dpt[n][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < DK; kk++) {
+      uint32_t a[4];
+      lds_a<D>(a, sV, krow, kk * 16, lane);
+#pragma unroll
+      for (int np = 0; np < QT / 16; np++) {
+        uint32_t bq[4];
+        lds_b_nk<D>(bq, tdO, np * 16, kk * 16, lane);
+        mma16816(dpt[2 * np], a, bq[0], bq[1]);
+        mma16816(dpt[2 * np + 1], a, bq[2], bq[3]);
+      }
+    }
+    // dS^T = P^T (dP^T - Delta); to registers (bf16 A fragments) and to shared memory
+    uint32_t ds[QT / 16][4];
+#pragma unroll
+    for (int n = 0; n < QT / 8; n++) {
+      const int qc = n * 8 + 2 * (lane & 3);
+      const float d0 = tDl[qc], d1 = tDl[qc + 1];
+      const float x0 = st[n][0] * (dpt[n][0] - d0), x1 = st[n][1] * (dpt[n][1] - d1);
+      const float x2 = st[n][2] * (dpt[n][2] - d0), x3 = st[n][3] * (dpt[n][3] - d1);
+      const uint32_t lo = pack_bf16(x0, x1), hi = pack_bf16(x2, x3);
+      ds[n / 2][(n & 1) * 2 + 0] = lo;
+      ds[n / 2][(n & 1) * 2 + 1] = hi;
+      const int kr = krow + (lane >> 2);
+      *reinterpret_cast<uint32_t*>(sdS + swz<QT>(kr, qc)) = lo;
+      *reinterpret_cast<uint32_t*>(sdS + swz<QT>(kr + 8, qc)) = hi;
+    }
+    // dK += dS^T Q
+#pragma unroll
+    for (int kk = 0; kk < QT / 16; kk++)
+#pragma unroll
+      for (int dp = 0; dp < D / 16; dp++) {
+        uint32_t bb[4];
+        lds_b_kn<D>(bb, tQ, kk * 16, dp * 16, lane);
+        mma16816(dk[2 * dp], ds[kk], bb[0], bb[1]);
+        mma16816(dk[2 * dp + 1], ds[kk], bb[2], bb[3]);
+      }
+    __syncthreads();  // sdS complete
+    // dQ (QT x D) += dS K: warp w takes query rows (w % 4) * 16 and a 1/(NW/4) slice of D
+    {
+      constexpr int WSPLIT = NW / 4, DW = D / WSPLIT, NN = DW / 8;
+      const int m0 = (warp & 3) * 16, n0 = (warp >> 2) * DW;
+      float acc[NN][4];
+#pragma unroll
+      for (int n = 0; n < NN; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < BS / 16; kk++) {
+        uint32_t a[4];
+        lds_a_t<QT>(a, sdS, m0, kk * 16, lane);
+#pragma unroll
+        for (int np = 0; np < NN / 2; np++) {
+          uint32_t bb[4];
+          lds_b_kn<D>(bb, sK, kk * 16, n0 + np * 16, lane);
+          mma16816(acc[2 * np], a, bb[0], bb[1]);
+          mma16816(acc[2 * np + 1], a, bb[2], bb[3]);
+        }
+      }
+      if (p.variant != 4) {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+          const int qr = m0 + (lane >> 2) + r * 8;
+          if (qr < nv) {
+            float* dst = p.dq_acc + ((int64_t(qt0) + qr) * p.H + h) * D + n0 + 2 * (lane & 3);
+#pragma unroll
+            for (int n = 0; n < NN; n++)
+              atomicAdd(reinterpret_cast<float2*>(dst + n * 8), make_float2(acc[n][2 * r], acc[n][2 * r + 1]));
+          }
+        }
+      } else if (p.variant == 4) {
+        // stage the fp32 tile in shared memory; one bulk reduce-add (TMA unit) per query row
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+          const int qr = m0 + (lane >> 2) + r * 8;
+#pragma unroll
+          for (int n = 0; n < NN; n++)
+            *reinterpret_cast<float2*>(sdQ + qr * LDQ + n0 + n * 8 + 2 * (lane & 3)) =
+                make_float2(acc[n][2 * r], acc[n][2 * r + 1]);
+        }
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        if (tid < nv) {
+          float* dst = p.dq_acc + ((int64_t(qt0) + tid) * p.H + h) * D;
+          asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+                       "r"(smem_u32(sdQ + tid * LDQ)), "n"(D * 4)
+                       : "memory");
+          asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+        }
+      }
+    }
+    __syncthreads();  // buffers and sdS are reused
+  }
+  cp_async_wait<0>();
+  if (p.variant == 4 && tid < QT) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    const int kr = krow + (lane >> 2) + r * 8;
+    if (kr >= b.len) continue;
+    const int64_t off = ((int64_t(b.t0) + kr) * p.Hkv + g) * D + 2 * (lane & 3);
+#pragma unroll
+    for (int n = 0; n < DN; n++) {
+      *reinterpret_cast<__nv_bfloat162*>(p.dk + off + n * 8) =
+          __floats2bfloat162_rn(dk[n][2 * r] * p.scale, dk[n][2 * r + 1] * p.scale);
+      *reinterpret_cast<__nv_bfloat162*>(p.dv + off + n * 8) = __floats2bfloat162_rn(dv[n][2 * r], dv[n][2 * r + 1]);
+    }
+  }
+}
+
+template <int D, int BS>
+void launch_bwd(const BwdParams& p, int n_blocks, cudaStream_t stream) {
+  constexpr int NT = BS / 16 * 32;
+  // the fp32 dQ staging tile only for variant 4 (it would halve the CTAs per SM at block 64)
+  const size_t smem = size_t(2 * BS * D + 4 * QT * D + BS * QT) * sizeof(bf16) + 4 * QT * sizeof(float) +
+                      (p.variant == 4 ? size_t(QT) * (D + 4) * sizeof(float) : 0);
+  SB_CUDA_CHECK(cudaFuncSetAttribute(bwd_kernel<D, BS>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  dim3 grid(n_blocks, p.Hkv);
+  bwd_kernel<D, BS><<<grid, NT, smem, stream>>>(p);
+  SB_CUDA_CHECK_LAUNCH("bwd_kernel");
+}
+}  // namespace
+
+// SB_ATTN_BWD_VARIANT=4 selects the bulk reduce-add for dQ (measured 5% slower on the H200,
+// 2026-11-29: 27.7 vs 26.2 ms backward at L=16K dense); the default is float2 atomics.
+int bwd_variant() {
+  static const int v = [] {
+    const char* e = std::getenv("SB_ATTN_BWD_VARIANT");
+    return e && std::atoi(e) == 4 ? 4 : 1;
+  }();
+  return v;
+}
+
+size_t block_attention_bwd_workspace(int64_t n_tokens, AttnShape s) {
+  const size_t rows = size_t(n_tokens) * s.n_heads;
+  return rows * s.head_dim * sizeof(float) + rows * sizeof(float);
+}
+
+void block_attention_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16* out, const float* lse,
+                         const bf16* dout, const DeviceSelection& sel, AttnShape s, bf16* dq, bf16* dk,
+                         bf16* dv, void* workspace, cudaStream_t stream) {
+  if (sel.n_blocks == 0) return;
+  if (sel.block_size != s.block_size || sel.n_kv_heads != s.n_kv_heads || s.n_heads % s.n_kv_heads != 0)
+    throw std::runtime_error("cuda::block_attention_bwd: selection does not match the attention shape");
+  const int D = s.head_dim;
+  const int64_t rows = sel.n_tokens * s.n_heads;
+  float* dq_acc = static_cast<float*>(workspace);
+  float* delta = dq_acc + rows * D;
+  {
+    const int threads = 256;
+    const int64_t nblk = (rows * 32 + threads - 1) / threads;
+    if (D == 64) bwd_prep_kernel<64><<<unsigned(nblk), threads, 0, stream>>>(out, dout, delta, dq_acc, rows);
+    else if (D == 128) bwd_prep_kernel<128><<<unsigned(nblk), threads, 0, stream>>>(out, dout, delta, dq_acc, rows);
+    else throw std::runtime_error("cuda::block_attention_bwd: head_dim must be 64 or 128");
+    SB_CUDA_CHECK_LAUNCH("bwd_prep_kernel");
+  }
+  const double scale = 1.0 / std::sqrt(double(D));
+  BwdParams p{q, k, v, dout, lse, delta, dq_acc, dk, dv, sel.bwd_blocks, sel.row_base, sel.col_ptr, sel.col_rows,
+              s.n_heads, s.n_kv_heads, float(scale), float(1.4426950408889634 * scale), bwd_variant()};
+  if (D == 64 && s.block_size == 64) launch_bwd<64, 64>(p, sel.n_blocks, stream);
+  else if (D == 64 && s.block_size == 128) launch_bwd<64, 128>(p, sel.n_blocks, stream);
+  else if (D == 128 && s.block_size == 64) launch_bwd<128, 64>(p, sel.n_blocks, stream);
+  else if (D == 128 && s.block_size == 128) launch_bwd<128, 128>(p, sel.n_blocks, stream);
+  else throw std::runtime_error("cuda::block_attention_bwd: head_dim must be 64 or 128, block_size 64 or 128");
+  const int64_t n2 = rows * D / 2;
+  dq_convert_kernel<<<unsigned(std::min<int64_t>((n2 + 255) / 256, 132 * 16)), 256, 0, stream>>>(dq_acc, dq, float(scale), n2);
+  SB_CUDA_CHECK_LAUNCH("dq_convert_kernel");
+}
+
+}  // namespace sb::kernels::cuda

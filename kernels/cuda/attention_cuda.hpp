@@ -1,0 +1,75 @@
+// CUDA block-sparse attention (bf16 in/out, fp32 accumulation, FlashAttention-2 style: online
+// softmax, no L x L matrix), driven by the same CSR BlockSelection as the CPU kernels.
+// Causal inside each document, varlen (cu_seqlens), GQA; head_dim 64 or 128; block size 64 or 128.
+// Layouts as kernels.hpp: q,out,dq (N,H,D); k,v,dk,dv (N,Hkv,D); lse (N,H) natural-log,
+// +inf on rows that keep no block (their out is 0). Plain C++ header (no CUDA syntax).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.hpp"
+
+namespace sb::kernels::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// One block of one document (query block in the forward, key block in the backward).
+struct BlockInfo {
+  int32_t doc, i, t0, len;  // document, block index in it, first token (global), tokens in block
+  int32_t nb, doc_t0, doc_len, pad;
+};
+
+// A BlockSelection on the device, plus its transpose (for each (doc, kv head, key block j) the
+// query blocks i that keep j, ascending) for the backward pass. Owns its device memory.
+class DeviceSelection {
+ public:
+  DeviceSelection() = default;
+  DeviceSelection(const DeviceSelection&) = delete;
+  DeviceSelection& operator=(const DeviceSelection&) = delete;
+  ~DeviceSelection();
+  // Copies sel (built for cu_seqlens / shape s) to the device; synchronous on `stream`.
+  void upload(const BlockSelection& sel, const int32_t* cu_seqlens_host, int ndocs, AttnShape s,
+              cudaStream_t stream = nullptr);
+  void release();
+
+  int n_blocks = 0;                  // (doc, block) pairs
+  int block_size = 0, n_kv_heads = 0;
+  int64_t n_tokens = 0, kept = 0;    // tokens covered; kept blocks over all rows
+  BlockInfo* fwd_blocks = nullptr;   // (n_blocks), heaviest rows first
+  BlockInfo* bwd_blocks = nullptr;   // (n_blocks), heaviest columns first
+  int64_t* row_base = nullptr;       // (ndocs + 1)
+  int64_t* row_ptr = nullptr;        // (rows + 1)
+  int32_t* cols = nullptr;           // (kept)
+  int64_t* col_ptr = nullptr;        // (rows + 1), transpose
+  int32_t* col_rows = nullptr;       // (kept), transpose: query block indices
+};
+
+// out, lse are fully overwritten.
+void block_attention_fwd(const bf16* q, const bf16* k, const bf16* v, const DeviceSelection& sel, AttnShape s,
+                         bf16* out, float* lse, cudaStream_t stream = nullptr);
+
+// Workspace (bytes, device) the backward needs: fp32 dq accumulator and the row dot products.
+size_t block_attention_bwd_workspace(int64_t n_tokens, AttnShape s);
+// dq, dk, dv are fully overwritten. out, lse from block_attention_fwd.
+void block_attention_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16* out, const float* lse,
+                         const bf16* dout, const DeviceSelection& sel, AttnShape s, bf16* dq, bf16* dk,
+                         bf16* dv, void* workspace, cudaStream_t stream = nullptr);
+
+// Gating on the GPU with the semantics of kernels::gate_blocks (kernels/cpu/gating.cpp), computed in
+// double in the same order, so the kept blocks are identical and recall agrees to rounding of exp:
+// pooled q (over the block's tokens and the kv head's query group) and k, s_ij = qbar_i . kbar_j /
+// sqrt(D), anchors (sink, diagonal, w local blocks), candidates with s_ij >= a_i - theta, the best k
+// (ties -> lower j), recall = sum of softmax_j s_ij over kept j. q (N,H,D), k (N,Hkv,D) on the device;
+// cu_seqlens on the host; sel is filled on the host (upload it with DeviceSelection::upload).
+GatingStats gate_blocks(const bf16* q, const bf16* k, const int32_t* cu_seqlens_host, int ndocs, AttnShape s,
+                        GatingParams p, BlockSelection& sel, cudaStream_t stream = nullptr);
+
+// True when a CUDA device is usable (false, with the reason in *why, when not).
+bool device_available(std::string* why = nullptr);
+
+}  // namespace sb::kernels::cuda

@@ -1,0 +1,182 @@
+// Block gating on the GPU, bit-compatible with kernels/cpu/gating.cpp: every double operation in the
+// same order as there (explicit _rn intrinsics, so no FMA contraction), so scores, thresholds and the
+// top-k choice match exactly; exp in the softmax (recall) may differ in the last bit.
+//   pool_kernel: one CTA per (block, kv head), one thread per dimension: qbar, kbar in double.
+//   row_kernel:  one CTA per (block i, kv head): scores s_ij (j <= i) into shared memory, anchors,
+//                the rank of each candidate (O(i^2) / threads), then thread 0 does the softmax and
+//                recall sequentially, as the CPU does. Rows are written into fixed-capacity slots
+//                (k + w + 2) and compacted into CSR on the host.
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/cuda/attention_cuda.hpp"
+#include "kernels/cuda/cuda_check.hpp"
+
+namespace sb::kernels::cuda {
+namespace {
+
+__global__ void pool_kernel(const bf16* q, const bf16* k, const BlockInfo* blocks, int H, int Hkv, int D,
+                            double* qbar, double* kbar) {
+  const int bi = blockIdx.x, g = blockIdx.y, G = H / Hkv;
+  const BlockInfo b = blocks[bi];
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    double qs = 0.0, ks = 0.0;
+    for (int t = b.t0; t < b.t0 + b.len; t++) {
+      for (int h = g * G; h < (g + 1) * G; h++) qs = __dadd_rn(qs, double(__bfloat162float(q[(int64_t(t) * H + h) * D + d])));
+      ks = __dadd_rn(ks, double(__bfloat162float(k[(int64_t(t) * Hkv + g) * D + d])));
+    }
+    const size_t o = (size_t(bi) * Hkv + g) * D + d;
+    qbar[o] = qs / (double(b.len) * G);
+    kbar[o] = ks / double(b.len);
+  }
+}
+
+struct RowParams {
+  const BlockInfo* blocks;
+  const int32_t* block_base;  // (ndocs): index of a doc's first block in blocks
+  const int64_t* row_base;    // (ndocs + 1)
+  const double *qbar, *kbar;
+  int Hkv, D, k, w, cap;
+  double theta, scale;
+  int32_t* out_cols;  // (rows, cap)
+  int32_t* out_cnt;   // (rows)
+  float* out_recall;  // (rows)
+};
+
+__global__ void row_kernel(const RowParams p) {
+  extern __shared__ double sc[];  // (nb) scores, then (nb) chars of keep flags after them
+  const BlockInfo b = p.blocks[blockIdx.x];
+  const int g = blockIdx.y, i = b.i, nb = b.nb;
+  char* keep = reinterpret_cast<char*>(sc + nb);
+  const int base = p.block_base[b.doc];
+  const double* qi = p.qbar + (size_t(base + i) * p.Hkv + g) * p.D;
+  for (int j = threadIdx.x; j <= i; j += blockDim.x) {
+    const double* kj = p.kbar + (size_t(base + j) * p.Hkv + g) * p.D;
+    double acc = 0.0;
+    for (int d = 0; d < p.D; d++) acc = __dadd_rn(acc, __dmul_rn(qi[d], kj[d]));
+    sc[j] = __dmul_rn(acc, p.scale);
+  }
+  __syncthreads();
+  // anchor score a_i (max is order-independent)
+  double a = -INFINITY;
+  for (int j = 0; j <= i; j++)
+    if (j == 0 || j == i || j >= i - p.w) a = fmax(a, sc[j]);
+  const double thr = a - p.theta;
+  for (int j = threadIdx.x; j <= i; j += blockDim.x) {
+    const bool anchor = j == 0 || j == i || j >= i - p.w;
+    bool kept = anchor;
+    if (!anchor && sc[j] >= thr && p.k > 0) {
+      int rank = 0;
+      const double sj = sc[j];
+      for (int c = 1; c < i && rank < p.k; c++) {
+        const bool cand = !(c >= i - p.w) && sc[c] >= thr;
+        if (cand && (sc[c] > sj || (sc[c] == sj && c < j))) rank++;
+      }
+      kept = rank < p.k;
+    }
+    keep[j] = kept;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double mx = -INFINITY;
+    for (int j = 0; j <= i; j++) mx = fmax(mx, sc[j]);
+    double z = 0.0;
+    for (int j = 0; j <= i; j++) z = __dadd_rn(z, exp(__dsub_rn(sc[j], mx)));
+    const int64_t row = p.row_base[b.doc] + int64_t(g) * nb + i;
+    int32_t* cols = p.out_cols + row * p.cap;
+    int n = 0;
+    double r = 0.0;
+    for (int j = 0; j <= i; j++)
+      if (keep[j]) {
+        cols[n++] = j;
+        r = __dadd_rn(r, exp(__dsub_rn(sc[j], mx)) / z);
+      }
+    p.out_cnt[row] = n;
+    p.out_recall[row] = float(fmin(1.0, r));
+  }
+}
+
+template <class T>
+T* dmalloc(size_t n) {
+  T* d = nullptr;
+  SB_CUDA_CHECK(cudaMalloc(&d, std::max<size_t>(n, 1) * sizeof(T)));
+  return d;
+}
+}  // namespace
+
+GatingStats gate_blocks(const bf16* q, const bf16* k, const int32_t* cu, int ndocs, AttnShape s, GatingParams gp,
+                        BlockSelection& sel, cudaStream_t stream) {
+  const int Bs = s.block_size, Hkv = s.n_kv_heads, D = s.head_dim;
+  if (s.n_heads % Hkv != 0) throw std::runtime_error("cuda::gate_blocks: n_heads % n_kv_heads != 0");
+  std::vector<BlockInfo> blocks;
+  std::vector<int32_t> block_base(ndocs + 1, 0);
+  sel.doc_row_base.assign(ndocs + 1, 0);
+  int max_nb = 0;
+  for (int d = 0; d < ndocs; d++) {
+    const int L = cu[d + 1] - cu[d], nb = L > 0 ? (L + Bs - 1) / Bs : 0;
+    for (int i = 0; i < nb; i++) blocks.push_back({d, i, cu[d] + i * Bs, std::min(Bs, L - i * Bs), nb, cu[d], L, 0});
+    block_base[d + 1] = block_base[d] + nb;
+    sel.doc_row_base[d + 1] = sel.doc_row_base[d] + int64_t(Hkv) * nb;
+    max_nb = std::max(max_nb, nb);
+  }
+  const int64_t rows = sel.doc_row_base[ndocs];
+  const int kk = std::max(gp.k, 0), w = std::max(gp.local_blocks, 0);
+  const int cap = kk + w + 2;
+  GatingStats st;
+  sel.row_ptr.assign(rows + 1, 0);
+  sel.cols.clear();
+  sel.recall.assign(rows, 0.f);
+  if (blocks.empty()) return st;
+
+  BlockInfo* dblocks = dmalloc<BlockInfo>(blocks.size());
+  int32_t* dbase = dmalloc<int32_t>(block_base.size());
+  int64_t* drow = dmalloc<int64_t>(sel.doc_row_base.size());
+  double* qbar = dmalloc<double>(blocks.size() * Hkv * D);
+  double* kbar = dmalloc<double>(blocks.size() * Hkv * D);
+  int32_t* ocols = dmalloc<int32_t>(size_t(rows) * cap);
+  int32_t* ocnt = dmalloc<int32_t>(rows);
+  float* orec = dmalloc<float>(rows);
+  SB_CUDA_CHECK(cudaMemcpyAsync(dblocks, blocks.data(), blocks.size() * sizeof(BlockInfo), cudaMemcpyHostToDevice, stream));
+  SB_CUDA_CHECK(cudaMemcpyAsync(dbase, block_base.data(), block_base.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+  SB_CUDA_CHECK(cudaMemcpyAsync(drow, sel.doc_row_base.data(), sel.doc_row_base.size() * sizeof(int64_t),
+                                cudaMemcpyHostToDevice, stream));
+  const dim3 grid(unsigned(blocks.size()), unsigned(Hkv));
+  pool_kernel<<<grid, std::min(D, 128), 0, stream>>>(q, k, dblocks, s.n_heads, Hkv, D, qbar, kbar);
+  SB_CUDA_CHECK_LAUNCH("pool_kernel");
+  RowParams rp{dblocks, dbase, drow, qbar, kbar, Hkv, D, kk, gp.local_blocks, cap, gp.theta,
+               1.0 / std::sqrt(double(D)), ocols, ocnt, orec};
+  const size_t smem = size_t(max_nb) * (sizeof(double) + 1);
+  if (smem > 48 * 1024)
+    SB_CUDA_CHECK(cudaFuncSetAttribute(row_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  row_kernel<<<grid, 128, smem, stream>>>(rp);
+  SB_CUDA_CHECK_LAUNCH("row_kernel");
+  std::vector<int32_t> hcols(size_t(rows) * cap), hcnt(rows);
+  SB_CUDA_CHECK(cudaMemcpyAsync(hcols.data(), ocols, hcols.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+  SB_CUDA_CHECK(cudaMemcpyAsync(hcnt.data(), ocnt, hcnt.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+  SB_CUDA_CHECK(cudaMemcpyAsync(sel.recall.data(), orec, rows * sizeof(float), cudaMemcpyDeviceToHost, stream));
+  SB_CUDA_CHECK(cudaStreamSynchronize(stream));
+  for (void* ptr : {(void*)dblocks, (void*)dbase, (void*)drow, (void*)qbar, (void*)kbar, (void*)ocols, (void*)ocnt,
+                    (void*)orec})
+    SB_CUDA_CHECK(cudaFree(ptr));
+
+  for (int64_t r = 0; r < rows; r++) {
+    if (hcnt[r] < 0 || hcnt[r] > cap) throw std::runtime_error("cuda::gate_blocks: row overflow");
+    sel.cols.insert(sel.cols.end(), hcols.begin() + r * cap, hcols.begin() + r * cap + hcnt[r]);
+    sel.row_ptr[r + 1] = int64_t(sel.cols.size());
+  }
+  for (int d = 0; d < ndocs; d++) {
+    const int nb = block_base[d + 1] - block_base[d];
+    for (int64_t r = sel.doc_row_base[d]; r < sel.doc_row_base[d + 1]; r++) {
+      const int i = int((r - sel.doc_row_base[d]) % nb);
+      st.rows += 1;
+      st.kept_blocks += double(sel.row_ptr[r + 1] - sel.row_ptr[r]);
+      st.causal_blocks += i + 1;
+      st.recall_sum += sel.recall[r];
+    }
+  }
+  return st;
+}
+
+}  // namespace sb::kernels::cuda

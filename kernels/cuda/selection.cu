@@ -1,0 +1,124 @@
+// DeviceSelection: a BlockSelection and its transpose on the device; device probing.
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+
+#include "kernels/cuda/attention_cuda.hpp"
+#include "kernels/cuda/cuda_check.hpp"
+
+namespace sb::kernels::cuda {
+
+namespace {
+template <class T>
+T* to_device(const std::vector<T>& h, cudaStream_t stream) {
+  T* d = nullptr;
+  const size_t n = std::max<size_t>(h.size(), 1);
+  SB_CUDA_CHECK(cudaMalloc(&d, n * sizeof(T)));
+  if (!h.empty()) SB_CUDA_CHECK(cudaMemcpyAsync(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice, stream));
+  return d;
+}
+template <class T>
+void free_ptr(T*& p) {
+  if (p) cudaFree(p);  // no check: also called from the destructor
+  p = nullptr;
+}
+}  // namespace
+
+DeviceSelection::~DeviceSelection() { release(); }
+
+void DeviceSelection::release() {
+  free_ptr(fwd_blocks);
+  free_ptr(bwd_blocks);
+  free_ptr(row_base);
+  free_ptr(row_ptr);
+  free_ptr(cols);
+  free_ptr(col_ptr);
+  free_ptr(col_rows);
+  n_blocks = 0;
+}
+
+void DeviceSelection::upload(const BlockSelection& sel, const int32_t* cu, int ndocs, AttnShape s,
+                             cudaStream_t stream) {
+  release();
+  const int Bs = s.block_size, Hkv = s.n_kv_heads;
+  if (int(sel.doc_row_base.size()) != ndocs + 1) throw std::runtime_error("DeviceSelection: doc_row_base size");
+  const int64_t rows = sel.doc_row_base[ndocs];
+  if (int64_t(sel.row_ptr.size()) != rows + 1) throw std::runtime_error("DeviceSelection: row_ptr size");
+  std::vector<BlockInfo> blocks;
+  std::vector<int64_t> cnt(rows + 1, 0);    // transpose counts, then col_ptr
+  for (int d = 0; d < ndocs; d++) {
+    const int L = cu[d + 1] - cu[d], nb = (L + Bs - 1) / Bs;
+    if (sel.doc_row_base[d + 1] - sel.doc_row_base[d] != int64_t(Hkv) * nb)
+      throw std::runtime_error("DeviceSelection: selection does not match cu_seqlens / block size");
+    for (int i = 0; i < nb; i++) blocks.push_back({d, i, cu[d] + i * Bs, std::min(Bs, L - i * Bs), nb, cu[d], L, 0});
+    for (int g = 0; g < Hkv; g++)
+      for (int i = 0; i < nb; i++) {
+        const int64_t r = sel.doc_row_base[d] + int64_t(g) * nb + i;
+        for (int64_t c = sel.row_ptr[r]; c < sel.row_ptr[r + 1]; c++) {
+          const int j = sel.cols[c];
+          if (j < 0 || j > i) throw std::runtime_error("DeviceSelection: kept block outside 0..i");
+          cnt[sel.doc_row_base[d] + int64_t(g) * nb + j + 1]++;
+        }
+      }
+  }
+  std::partial_sum(cnt.begin(), cnt.end(), cnt.begin());
+  std::vector<int32_t> crow(sel.cols.size());
+  {
+    std::vector<int64_t> fill(cnt.begin(), cnt.end() - 1);
+    // rows in ascending order, so every column's query blocks come out ascending
+    for (int d = 0; d < ndocs; d++) {
+      const int L = cu[d + 1] - cu[d], nb = (L + Bs - 1) / Bs;
+      for (int g = 0; g < Hkv; g++)
+        for (int i = 0; i < nb; i++) {
+          const int64_t base = sel.doc_row_base[d] + int64_t(g) * nb;
+          for (int64_t c = sel.row_ptr[base + i]; c < sel.row_ptr[base + i + 1]; c++)
+            crow[fill[base + sel.cols[c]]++] = i;
+        }
+    }
+  }
+  // Heaviest first, so the long CTAs start early (work summed over kv heads).
+  std::vector<int64_t> fw(blocks.size(), 0), bw(blocks.size(), 0);
+  for (size_t bi = 0; bi < blocks.size(); bi++) {
+    const BlockInfo& b = blocks[bi];
+    for (int g = 0; g < Hkv; g++) {
+      const int64_t r = sel.doc_row_base[b.doc] + int64_t(g) * b.nb + b.i;
+      fw[bi] += sel.row_ptr[r + 1] - sel.row_ptr[r];
+      bw[bi] += cnt[r + 1] - cnt[r];
+    }
+  }
+  std::vector<size_t> order(blocks.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::vector<BlockInfo> fb(blocks.size()), bb(blocks.size());
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t c) { return fw[a] > fw[c]; });
+  for (size_t x = 0; x < order.size(); x++) fb[x] = blocks[order[x]];
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t c) { return bw[a] > bw[c]; });
+  for (size_t x = 0; x < order.size(); x++) bb[x] = blocks[order[x]];
+
+  n_blocks = int(blocks.size());
+  block_size = Bs;
+  n_kv_heads = Hkv;
+  n_tokens = cu[ndocs];  // tokens are indexed from 0 (cu[0] == 0)
+  kept = int64_t(sel.cols.size());
+  fwd_blocks = to_device(fb, stream);
+  bwd_blocks = to_device(bb, stream);
+  row_base = to_device(sel.doc_row_base, stream);
+  row_ptr = to_device(sel.row_ptr, stream);
+  cols = to_device(sel.cols, stream);
+  col_ptr = to_device(cnt, stream);
+  col_rows = to_device(crow, stream);
+  SB_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+bool device_available(std::string* why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    if (why) *why = e != cudaSuccess ? std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e) : "no CUDA device";
+    cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
+}  // namespace sb::kernels::cuda
