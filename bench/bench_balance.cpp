@@ -1,9 +1,11 @@
-// Planning cost per step: make_plan (sparse) over the whole cluster (every rank computes it) and
-// one rank's DST (items, summary, T*, greedy), at 64/512/4096 ranks x 16 micro-batches, longalign.
+// Planning cost per step: make_plan over the whole cluster (every rank computes it), for each
+// batching (0 sequential, 1 tokens, 2 quadratic, 3 sparse), and one rank's DST (items, summary, T*,
+// greedy), at 64/512/4096 ranks x 16 micro-batches, longalign.
 #include <benchmark/benchmark.h>
 
 #include "src/balance/dst.hpp"
 #include "src/balance/length_presets.hpp"
+#include "tests/balance/plan_reference.hpp"  // the original planner, for before/after figures
 
 using namespace sb;
 
@@ -24,12 +26,39 @@ std::vector<Segment> global_batch(int ranks) {
 
 const ModelShape kShape{32, 128, 1};
 
-void BM_MakePlanSparse(benchmark::State& st) {
+void BM_MakePlan(benchmark::State& st) {
   int ranks = int(st.range(0));
+  const Batching b = Batching(st.range(1));
   auto segs = global_batch(ranks);
   LatencyModel lm(kShape);
-  for (auto _ : st) benchmark::DoNotOptimize(make_plan(segs, ranks, kMb, kCap, Batching::Sparse, lm, 32));
+  for (auto _ : st) benchmark::DoNotOptimize(make_plan(segs, ranks, kMb, kCap, b, lm, 32));
+  st.SetLabel(batching_name(b));
   st.counters["segments"] = double(segs.size());
+  st.counters["per_segment"] = benchmark::Counter(double(segs.size()), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
+// Two-level plan (PlanOptions::group_ranks = 64): what one rank computes, its own group's part.
+void BM_MakeGroupPlan(benchmark::State& st) {
+  int ranks = int(st.range(0));
+  const Batching b = Batching(st.range(1));
+  auto segs = global_batch(ranks);
+  LatencyModel lm(kShape);
+  PlanOptions o;
+  o.group_ranks = 64;
+  int me = 0;
+  for (auto _ : st) benchmark::DoNotOptimize(make_group_plan(segs, ranks, kMb, kCap, b, lm, 32, o, me)), me = (me + 977) % ranks;
+  st.SetLabel(batching_name(b));
+}
+
+// The original implementation (same plans, tests/balance/plan_reference.hpp), for comparison.
+void BM_MakePlanReference(benchmark::State& st) {
+  int ranks = int(st.range(0));
+  const Batching b = Batching(st.range(1));
+  auto segs = global_batch(ranks);
+  LatencyModel lm(kShape);
+  for (auto _ : st) benchmark::DoNotOptimize(ref::reference_make_plan(segs, ranks, kMb, kCap, b, lm, 32, {}));
+  st.SetLabel(batching_name(b));
+  st.counters["per_segment"] = benchmark::Counter(double(segs.size()), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
 // What one rank pays for DST: its own items and summary, T* over all ranks' summaries, its greedy.
@@ -52,6 +81,8 @@ void BM_TuneOneRank(benchmark::State& st) {
 
 }  // namespace
 
-BENCHMARK(BM_MakePlanSparse)->Arg(64)->Arg(512)->Arg(4096)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MakePlan)->ArgsProduct({{64, 512, 4096}, {0, 1, 2, 3}})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MakeGroupPlan)->ArgsProduct({{512, 4096}, {1, 2, 3}})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MakePlanReference)->ArgsProduct({{64, 512, 4096}, {0, 1, 2, 3}})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TuneOneRank)->ArgsProduct({{64, 512, 4096}, {0, 1}})->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();

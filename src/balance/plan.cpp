@@ -69,6 +69,8 @@ size_t Plan::segments() const {
 
 namespace {
 
+// Data order, `R` contiguous chunks of nearly equal segment count, each packed in order. Micro-batches
+// are built with their exact sizes (no growth reallocations: this is the baseline's whole cost).
 Plan sequential_plan(std::span<const Segment> segs, int R, int64_t cap) {
   Plan p;
   p.ranks.resize(size_t(R));
@@ -76,10 +78,15 @@ Plan sequential_plan(std::span<const Segment> segs, int R, int64_t cap) {
   for (int r = 0; r < R; ++r) {
     size_t lo = n * size_t(r) / size_t(R), hi = n * size_t(r + 1) / size_t(R);
     auto& mbs = p.ranks[size_t(r)];
-    for (size_t i = lo; i < hi; ++i) {
-      if (mbs.empty() || mbs.back().tokens + int64_t(segs[i].len) > cap) mbs.emplace_back();
-      mbs.back().segs.push_back(segs[i]);
-      mbs.back().tokens += int64_t(segs[i].len);
+    for (size_t i = lo; i < hi;) {
+      size_t j = i;
+      int64_t t = 0;
+      while (j < hi && (j == i || t + int64_t(segs[j].len) <= cap)) t += int64_t(segs[j].len), ++j;
+      MicroBatch mb;
+      mb.segs.assign(segs.begin() + ptrdiff_t(i), segs.begin() + ptrdiff_t(j));
+      mb.tokens = t;
+      mbs.push_back(std::move(mb));
+      i = j;
     }
   }
   return p;
@@ -120,63 +127,131 @@ std::vector<Item> lpt_order(std::span<const Segment> segs, int64_t cap, Batching
   return items;
 }
 
-// Iterative segment tree: the least load over all ranks (ties: lower rank) in O(1), updates O(log R).
-struct MinTree {
-  int n;
-  std::vector<std::pair<double, int>> t;
-  explicit MinTree(int n_) : n(1) {
-    while (n < n_) n *= 2;
-    t.assign(size_t(2 * n), {1e300, INT32_MAX});
-    for (int i = 0; i < n_; ++i) t[size_t(n + i)] = {0.0, i};
-    for (int i = n - 1; i >= 1; --i) t[size_t(i)] = std::min(t[size_t(2 * i)], t[size_t(2 * i + 1)]);
-  }
-  void set(int i, double v) {
-    size_t x = size_t(n + i);
-    t[x].first = v;
-    for (x /= 2; x >= 1; x /= 2) t[x] = std::min(t[2 * x], t[2 * x + 1]);
-  }
-  int argmin() const { return t[1].second; }
-};
-
+// Per-rank micro-batch free space: `M` regular micro-batches in one flat array (cache friendly),
+// plus, rarely, extra micro-batches opened when no rank has room.
 struct Packer {
   int R, M;
   int64_t cap;
-  std::vector<double> load;                   // [rank]
-  std::vector<std::vector<int64_t>> free;     // [rank][mb] free tokens
-  std::vector<int64_t> max_free;              // [rank]
-  std::vector<int32_t> where_rank, where_mb;  // [segment]
+  std::vector<double> load;                  // [rank]
+  std::vector<int64_t> free;                 // [rank * M + mb] free tokens of the regular micro-batches
+  std::vector<std::vector<int64_t>> extra;   // [rank][mb - M] free tokens of extra micro-batches
+  std::vector<int64_t> max_free;             // [rank]
+  std::vector<int32_t> where_rank, where_mb; // [segment]
 
   Packer(int R_, int M_, int64_t cap_, size_t n)
-      : R(R_), M(M_), cap(cap_), load(size_t(R_), 0.0), free(size_t(R_), std::vector<int64_t>(size_t(M_), cap_)),
+      : R(R_), M(M_), cap(cap_), load(size_t(R_), 0.0), free(size_t(R_) * size_t(M_), cap_), extra(size_t(R_)),
         max_free(size_t(R_), cap_), where_rank(n, -1), where_mb(n, -1) {}
+
+  int n_mb(int r) const { return M + int(extra[size_t(r)].size()); }
+  int64_t& at(int r, int m) { return m < M ? free[size_t(r) * size_t(M) + size_t(m)] : extra[size_t(r)][size_t(m - M)]; }
+  int64_t at(int r, int m) const { return m < M ? free[size_t(r) * size_t(M) + size_t(m)] : extra[size_t(r)][size_t(m - M)]; }
 
   // Fullest micro-batch of rank r with room for len (ties: lower index); -1 if none.
   int best_fit(int r, int64_t len) const {
     int best = -1;
-    const auto& f = free[size_t(r)];
-    for (int m = 0; m < int(f.size()); ++m)
-      if (f[size_t(m)] >= len && (best < 0 || f[size_t(m)] < f[size_t(best)])) best = m;
+    int64_t bf = INT64_MAX;
+    const int64_t* f = free.data() + size_t(r) * size_t(M);
+    for (int m = 0; m < M; ++m)
+      if (f[m] >= len && f[m] < bf) best = m, bf = f[m];
+    const auto& e = extra[size_t(r)];
+    for (size_t j = 0; j < e.size(); ++j)
+      if (e[j] >= len && e[j] < bf) best = M + int(j), bf = e[j];
     return best;
   }
-  void refresh(int r) { max_free[size_t(r)] = *std::max_element(free[size_t(r)].begin(), free[size_t(r)].end()); }
+  void refresh(int r) {
+    const int64_t* f = free.data() + size_t(r) * size_t(M);
+    int64_t mx = f[0];
+    for (int m = 1; m < M; ++m) mx = std::max(mx, f[m]);
+    for (int64_t x : extra[size_t(r)]) mx = std::max(mx, x);
+    max_free[size_t(r)] = mx;
+  }
+  int add_mb(int r) {
+    extra[size_t(r)].push_back(cap);
+    max_free[size_t(r)] = cap;
+    return n_mb(r) - 1;
+  }
   void put(size_t i, int r, int m, int64_t len, double c) {
-    free[size_t(r)][size_t(m)] -= len;
+    at(r, m) -= len;
     load[size_t(r)] += c;
     where_rank[i] = r, where_mb[i] = m;
     refresh(r);
   }
   void take(size_t i, int64_t len, double c) {
     int r = where_rank[i], m = where_mb[i];
-    free[size_t(r)][size_t(m)] += len;
+    at(r, m) += len;
     load[size_t(r)] -= c;
     refresh(r);
   }
 };
 
+// Binary min-heap of (load, rank), ties by lower rank (the order std::pair gives), with an in-place
+// "the top got heavier" update: LPT's common step costs one sift-down of log2(R) levels.
+struct RankHeap {
+  struct E {
+    double load;
+    int rank;
+    bool operator<(const E& o) const { return load < o.load || (load == o.load && rank < o.rank); }
+  };
+  std::vector<E> h;
+  bool empty() const { return h.empty(); }
+  int top() const { return h[0].rank; }
+  void push(double load, int rank) {
+    size_t i = h.size();
+    h.push_back({load, rank});
+    E x = h[i];
+    while (i > 0) {
+      size_t p = (i - 1) / 2;
+      if (!(x < h[p])) break;
+      h[i] = h[p], i = p;
+    }
+    h[i] = x;
+  }
+  void sift_down(size_t i) {
+    const size_t n = h.size();
+    E x = h[i];
+    for (;;) {
+      size_t c = 2 * i + 1;
+      if (c >= n) break;
+      if (c + 1 < n && h[c + 1] < h[c]) ++c;
+      if (!(h[c] < x)) break;
+      h[i] = h[c], i = c;
+    }
+    h[i] = x;
+  }
+  void update_top(double load) { h[0].load = load, sift_down(0); }
+  void pop() {
+    h[0] = h.back();
+    h.pop_back();
+    if (!h.empty()) sift_down(0);
+  }
+};
+
+// Segment indices grouped by rank, in increasing index (CSR over where_rank).
+void by_rank(const Packer& pk, std::vector<uint32_t>& start, std::vector<uint32_t>& idx) {
+  size_t n = pk.where_rank.size();
+  start.assign(size_t(pk.R) + 1, 0);
+  for (size_t i = 0; i < n; ++i) ++start[size_t(pk.where_rank[i]) + 1];
+  for (int r = 0; r < pk.R; ++r) start[size_t(r) + 1] += start[size_t(r)];
+  idx.resize(n);
+  std::vector<uint32_t> pos(start.begin(), start.end() - 1);
+  for (size_t i = 0; i < n; ++i) idx[pos[size_t(pk.where_rank[i])]++] = uint32_t(i);
+}
+
 // Improving moves and swaps between the most and the least loaded rank (SAB's local search).
+// Member lists are materialised only for the ranks a round touches (a few of thousands).
 void improve(Packer& pk, std::span<const Segment> segs, const std::vector<double>& cost, int rounds) {
-  std::vector<std::vector<uint32_t>> members(size_t(pk.R));
-  for (size_t i = 0; i < segs.size(); ++i) members[size_t(pk.where_rank[i])].push_back(uint32_t(i));
+  if (rounds <= 0 || pk.R < 2) return;
+  std::vector<uint32_t> start, idx;
+  by_rank(pk, start, idx);
+  std::vector<std::vector<uint32_t>> members_(size_t(pk.R));
+  std::vector<char> built(size_t(pk.R), 0);
+  auto members = [&](int r) -> std::vector<uint32_t>& {
+    if (!built[size_t(r)]) {
+      built[size_t(r)] = 1;
+      members_[size_t(r)].assign(idx.begin() + start[size_t(r)], idx.begin() + start[size_t(r) + 1]);
+    }
+    return members_[size_t(r)];
+  };
   std::set<std::pair<double, int>> byload;
   for (int r = 0; r < pk.R; ++r) byload.insert({pk.load[size_t(r)], r});
   std::vector<uint32_t> bsorted;
@@ -189,9 +264,9 @@ void improve(Packer& pk, std::span<const Segment> segs, const std::vector<double
     double best_gap = d / 2;  // must beat "no change" (|delta - d/2| = d/2)
     int64_t bx = -1, by = -1;
     int bmb_x = -1, bmb_y = -1;
-    bsorted = members[size_t(b)];
+    bsorted = members(b);
     std::sort(bsorted.begin(), bsorted.end(), [&](uint32_t u, uint32_t v) { return cost[u] < cost[v] || (cost[u] == cost[v] && u < v); });
-    for (uint32_t x : members[size_t(a)]) {
+    for (uint32_t x : members(a)) {
       double cx = cost[x];
       int64_t lx = int64_t(segs[x].len);
       // Move x to b.
@@ -209,7 +284,7 @@ void improve(Packer& pk, std::span<const Segment> segs, const std::vector<double
         if (delta <= 0 || delta >= d || std::abs(delta - d / 2) >= best_gap - 1e-12) continue;
         int64_t ly = int64_t(segs[y].len);
         int mx = pk.where_mb[x], my = pk.where_mb[y];
-        if (pk.free[size_t(a)][size_t(mx)] + lx < ly || pk.free[size_t(b)][size_t(my)] + ly < lx) continue;
+        if (pk.at(a, mx) + lx < ly || pk.at(b, my) + ly < lx) continue;
         best_gap = std::abs(delta - d / 2), bx = x, by = y, bmb_x = my, bmb_y = mx;
       }
     }
@@ -222,85 +297,194 @@ void improve(Packer& pk, std::span<const Segment> segs, const std::vector<double
       int64_t ly = int64_t(segs[size_t(by)].len);
       pk.take(size_t(by), ly, cost[size_t(by)]);
       pk.put(size_t(by), a, bmb_y, ly, cost[size_t(by)]);
-      auto& mb_ = members[size_t(b)];
+      auto& mb_ = members(b);
       mb_.erase(std::find(mb_.begin(), mb_.end(), uint32_t(by)));
-      members[size_t(a)].push_back(uint32_t(by));
+      members(a).push_back(uint32_t(by));
     }
     pk.put(size_t(bx), b, bmb_x, lx, cost[size_t(bx)]);
-    auto& ma = members[size_t(a)];
+    auto& ma = members(a);
     ma.erase(std::find(ma.begin(), ma.end(), uint32_t(bx)));
-    members[size_t(b)].push_back(uint32_t(bx));
+    members(b).push_back(uint32_t(bx));
     byload.insert({pk.load[size_t(a)], a});
     byload.insert({pk.load[size_t(b)], b});
   }
 }
 
-}  // namespace
 
-Plan make_plan(std::span<const Segment> segs, int ranks, int micro_batches_per_rank, int64_t capacity, Batching batching,
+// The one-level plan (LPT over all `ranks`, then swaps for sparse); inputs already validated.
+Plan flat_plan(std::span<const Segment> segs, int ranks, int micro_batches_per_rank, int64_t capacity, Batching batching,
                const LatencyModel& lm, int k0, const PlanOptions& opt) {
-  if (ranks < 1) throw Error("make_plan: ranks = " + std::to_string(ranks) + " must be >= 1");
-  if (micro_batches_per_rank < 1) throw Error("make_plan: micro-batches per rank = " + std::to_string(micro_batches_per_rank) + " must be >= 1");
-  for (const auto& s : segs)
-    if (int64_t(s.len) > capacity)
-      throw Error("make_plan: segment of document " + std::to_string(s.doc) + " has " + std::to_string(s.len) +
-                  " tokens, more than the capacity " + std::to_string(capacity) + " (train.micro_batch_tokens); window it first (make_segments)");
   if (batching == Batching::Sequential) return sequential_plan(segs, ranks, capacity);
 
   std::vector<Item> order = lpt_order(segs, capacity, batching, lm, k0);
-  std::vector<double> cost(segs.size());
-  for (const auto& it : order) cost[it.idx] = it.cost;
+  std::vector<double> cost;
+  if (batching == Batching::Sparse) {
+    cost.resize(segs.size());
+    for (const auto& it : order) cost[it.idx] = it.cost;
+  }
   Packer pk(ranks, micro_batches_per_rank, capacity, segs.size());
   // Min-heap of (load, rank) over ranks that may have room. A rank without room for the current
   // segment waits in `aside` (max-heap by its largest free space) until a segment fits it again:
   // each rank is set aside at most once per placement it receives, so LPT stays O(n log R).
-  using Entry = std::pair<double, int>;
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
+  RankHeap heap;
+  heap.h.reserve(size_t(ranks));
+  for (int r = 0; r < ranks; ++r) heap.h.push_back({0.0, r});  // already a heap (equal loads, ranks ascending)
   std::priority_queue<std::tuple<int64_t, int, int>> aside;  // (max_free, rank, version)
   std::vector<int> version(size_t(ranks), 0);
-  MinTree least(ranks);  // argmin of load over all ranks, for the no-room case
-  for (int r = 0; r < ranks; ++r) heap.push({0.0, r});
   for (const Item& item : order) {
     const uint32_t i = item.idx;
     const int64_t len = item.len;
     while (!aside.empty() && std::get<0>(aside.top()) >= len) {
       auto [f, r, v] = aside.top();
       aside.pop();
-      if (v == version[size_t(r)]) heap.push({pk.load[size_t(r)], r});
+      if (v == version[size_t(r)]) heap.push(pk.load[size_t(r)], r);
     }
-    int r = -1, m = -1;
+    int r = -1;
     while (!heap.empty()) {
-      int top = heap.top().second;
-      heap.pop();
-      if (pk.max_free[size_t(top)] >= len) { r = top, m = pk.best_fit(r, len); break; }
+      int top = heap.top();
+      if (pk.max_free[size_t(top)] >= len) { r = top; break; }
       aside.push({pk.max_free[size_t(top)], top, version[size_t(top)]});
+      heap.pop();
     }
-    if (r < 0) {  // no room anywhere: an extra micro-batch on the least-loaded rank
-      r = least.argmin();
-      pk.free[size_t(r)].push_back(capacity);
-      m = int(pk.free[size_t(r)].size()) - 1;
+    if (r >= 0) {
+      pk.put(i, r, pk.best_fit(r, len), len, item.cost);
+      heap.update_top(pk.load[size_t(r)]);
+    } else {  // no room anywhere: an extra micro-batch on the least-loaded rank (ties: lower rank)
+      r = 0;
+      for (int q = 1; q < ranks; ++q)
+        if (pk.load[size_t(q)] < pk.load[size_t(r)]) r = q;
+      int m = pk.add_mb(r);
       ++version[size_t(r)];  // its entry in `aside` is now stale
+      pk.put(i, r, m, len, item.cost);
+      heap.push(pk.load[size_t(r)], r);
     }
-    pk.put(i, r, m, len, item.cost);
-    least.set(r, pk.load[size_t(r)]);
-    heap.push({pk.load[size_t(r)], r});
   }
   if (batching == Batching::Sparse) improve(pk, segs, cost, opt.swap_rounds);
 
   // Materialise: micro-batches keep segments in data order; empty micro-batches are dropped.
+  // A counting sort of segment indices by destination, then one exact-size fill per micro-batch:
+  // no growth reallocations and no random read-modify-write of micro-batch headers.
+  std::vector<uint32_t> base(size_t(ranks) + 1, 0);
+  for (int r = 0; r < ranks; ++r) base[size_t(r) + 1] = base[size_t(r)] + uint32_t(pk.n_mb(r));
+  std::vector<uint32_t> off(size_t(base.back()) + 1, 0);
+  for (size_t i = 0; i < segs.size(); ++i) ++off[base[size_t(pk.where_rank[i])] + uint32_t(pk.where_mb[i]) + 1];
+  for (size_t j = 0; j < base.back(); ++j) off[j + 1] += off[j];
+  std::vector<uint32_t> perm(segs.size());
+  {
+    std::vector<uint32_t> pos(off.begin(), off.end() - 1);
+    for (size_t i = 0; i < segs.size(); ++i) perm[pos[base[size_t(pk.where_rank[i])] + uint32_t(pk.where_mb[i])]++] = uint32_t(i);
+  }
   Plan p;
   p.ranks.resize(size_t(ranks));
-  std::vector<std::vector<MicroBatch>> bins(static_cast<size_t>(ranks));
-  for (int r = 0; r < ranks; ++r) bins[size_t(r)].resize(pk.free[size_t(r)].size());
-  for (size_t i = 0; i < segs.size(); ++i) {
-    auto& mb = bins[size_t(pk.where_rank[i])][size_t(pk.where_mb[i])];
-    mb.segs.push_back(segs[i]);
-    mb.tokens += int64_t(segs[i].len);
+  for (int r = 0; r < ranks; ++r) {
+    auto& out = p.ranks[size_t(r)];
+    int used = 0;
+    for (uint32_t j = base[size_t(r)]; j < base[size_t(r) + 1]; ++j) used += off[j + 1] > off[j];
+    out.resize(size_t(used));
+    int k = 0;
+    for (uint32_t j = base[size_t(r)]; j < base[size_t(r) + 1]; ++j) {
+      if (off[j + 1] == off[j]) continue;
+      MicroBatch& mb = out[size_t(k++)];
+      mb.segs.reserve(off[j + 1] - off[j]);
+      for (uint32_t q = off[j]; q < off[j + 1]; ++q) mb.segs.push_back(segs[perm[q]]), mb.tokens += int64_t(segs[perm[q]].len);
+    }
   }
-  for (int r = 0; r < ranks; ++r)
-    for (auto& mb : bins[size_t(r)])
-      if (!mb.segs.empty()) p.ranks[size_t(r)].push_back(std::move(mb));
   return p;
+}
+
+[[noreturn]] void too_long(const Segment& s, int64_t capacity) {
+  throw Error("make_plan: segment of document " + std::to_string(s.doc) + " has " + std::to_string(s.len) +
+              " tokens, more than the capacity " + std::to_string(capacity) + " (train.micro_batch_tokens); window it first (make_segments)");
+}
+
+// Everything but the per-segment length check (a full pass; the two-level path folds it into its own).
+void validate_sizes(size_t n, int ranks, int micro_batches_per_rank, const PlanOptions& opt) {
+  if (ranks < 1) throw Error("make_plan: ranks = " + std::to_string(ranks) + " must be >= 1");
+  if (micro_batches_per_rank < 1) throw Error("make_plan: micro-batches per rank = " + std::to_string(micro_batches_per_rank) + " must be >= 1");
+  if (opt.group_ranks < 0) throw Error("make_plan: group_ranks = " + std::to_string(opt.group_ranks) + " must be >= 0 (0 = one group)");
+  if (n >= size_t(UINT32_MAX)) throw Error("make_plan: " + std::to_string(n) + " segments in one global batch (at most 2^32 - 1)");
+}
+
+void validate_lengths(std::span<const Segment> segs, int64_t capacity) {
+  for (const auto& s : segs)
+    if (int64_t(s.len) > capacity) too_long(s, capacity);
+}
+
+bool two_level(int ranks, Batching batching, const PlanOptions& opt) {
+  return batching != Batching::Sequential && opt.group_ranks > 0 && opt.group_ranks < ranks;
+}
+
+// Two-level plan, level 1: cut the data-order segments into one contiguous run per group of
+// `group_ranks` ranks (the last group may be smaller), each run's predicted cost proportional to its
+// group's rank count. A segment goes to the run where the midpoint of its cumulative cost falls.
+// One pass builds a length histogram (and checks the lengths), so the cost is computed once per
+// distinct length; a second pass places the cuts, and stops after group `last`'s end. Returns G + 1
+// boundaries, valid up to index last + 1.
+std::vector<size_t> group_runs(std::span<const Segment> segs, int ranks, int64_t cap, Batching b, const LatencyModel& lm, int k0,
+                               int g, int last) {
+  const int G = (ranks + g - 1) / g;
+  std::vector<uint32_t> hist(size_t(cap) + 1, 0);
+  for (const auto& s : segs) {
+    if (int64_t(s.len) > cap) too_long(s, cap);
+    ++hist[size_t(s.len)];
+  }
+  std::vector<double> cost(size_t(cap) + 1, 0.0);
+  double total = 0;
+  for (size_t len = 1; len <= size_t(cap); ++len)
+    if (hist[len]) {
+      cost[len] = b == Batching::Tokens ? double(len) : b == Batching::Quadratic ? lm.dense_segment_cost(int64_t(len)) : lm.segment_cost(int64_t(len), k0);
+      total += double(hist[len]) * cost[len];
+    }
+  std::vector<size_t> bounds(size_t(G) + 1, segs.size());
+  bounds[0] = 0;
+  int q = 0;
+  double acc = 0, next = total * double(std::min(ranks, g)) / ranks;
+  for (size_t i = 0; i < segs.size() && q <= last; ++i) {
+    double c = cost[size_t(segs[i].len)];
+    while (q < G - 1 && acc + c / 2 >= next) bounds[size_t(++q)] = i, next = total * double(std::min(ranks, (q + 1) * g)) / ranks;
+    acc += c;
+  }
+  return bounds;
+}
+
+}  // namespace
+
+Plan make_plan(std::span<const Segment> segs, int ranks, int micro_batches_per_rank, int64_t capacity, Batching batching,
+               const LatencyModel& lm, int k0, const PlanOptions& opt) {
+  validate_sizes(segs.size(), ranks, micro_batches_per_rank, opt);
+  if (!two_level(ranks, batching, opt)) {
+    validate_lengths(segs, capacity);
+    return flat_plan(segs, ranks, micro_batches_per_rank, capacity, batching, lm, k0, opt);
+  }
+  const int g = opt.group_ranks;
+  auto bounds = group_runs(segs, ranks, capacity, batching, lm, k0, g, (ranks + g - 1) / g - 1);
+  Plan p;
+  p.ranks.resize(size_t(ranks));
+  for (size_t q = 0; q + 1 < bounds.size(); ++q) {
+    const int first = int(q) * g, n = std::min(ranks, first + g) - first;
+    Plan gp = flat_plan(segs.subspan(bounds[q], bounds[q + 1] - bounds[q]), n, micro_batches_per_rank, capacity, batching, lm, k0, opt);
+    for (int r = 0; r < n; ++r) p.ranks[size_t(first + r)] = std::move(gp.ranks[size_t(r)]);
+  }
+  return p;
+}
+
+GroupPlan make_group_plan(std::span<const Segment> segs, int ranks, int micro_batches_per_rank, int64_t capacity, Batching batching,
+                          const LatencyModel& lm, int k0, const PlanOptions& opt, int rank) {
+  validate_sizes(segs.size(), ranks, micro_batches_per_rank, opt);
+  if (rank < 0 || rank >= ranks) throw Error("make_group_plan: rank " + std::to_string(rank) + " is not in [0, " + std::to_string(ranks) + ")");
+  GroupPlan out;
+  if (!two_level(ranks, batching, opt)) {  // one group: the whole plan
+    validate_lengths(segs, capacity);
+    out.ranks = flat_plan(segs, ranks, micro_batches_per_rank, capacity, batching, lm, k0, opt).ranks;
+    return out;
+  }
+  const int g = opt.group_ranks;
+  const size_t q = size_t(rank / g);
+  auto bounds = group_runs(segs, ranks, capacity, batching, lm, k0, g, int(q));
+  out.first_rank = int(q) * g;
+  const int n = std::min(ranks, out.first_rank + g) - out.first_rank;
+  out.ranks = flat_plan(segs.subspan(bounds[q], bounds[q + 1] - bounds[q]), n, micro_batches_per_rank, capacity, batching, lm, k0, opt).ranks;
+  return out;
 }
 
 }  // namespace sb

@@ -31,6 +31,12 @@ struct Plan {
 
 struct PlanOptions {
   int swap_rounds = 64;  // sparse only: improving moves/swaps between the most and least loaded ranks
+  // 0 (default): one-level plan over all ranks. g in (0, ranks): two-level plan for tokens,
+  // quadratic and sparse: the data-order segments are cut into contiguous runs of equal predicted
+  // cost per rank, one run per group of g consecutive ranks (the last group may be smaller), and
+  // each run is planned over its group as below. A rank then needs only its own group's plan
+  // (make_group_plan): O(n) for the cut plus LPT over about n*g/ranks segments.
+  int group_ranks = 0;
 };
 
 // sequential: data order, `ranks` contiguous chunks of nearly equal segment count, each packed in
@@ -44,5 +50,15 @@ struct PlanOptions {
 // an extra micro-batch on the least-loaded rank. Segments longer than `capacity` are an error.
 Plan make_plan(std::span<const Segment> segs, int ranks, int micro_batches_per_rank, int64_t capacity, Batching batching,
                const LatencyModel& lm, int k0, const PlanOptions& opt = {});
+
+// The ranks of make_plan's plan that share `rank`'s group (opt.group_ranks), exactly as make_plan
+// makes them: ranks[i] is rank first_rank + i. With one group (group_ranks = 0, >= ranks, or
+// sequential batching) it is the whole plan. What one rank computes when it needs only its group.
+struct GroupPlan {
+  int first_rank = 0;
+  std::vector<std::vector<MicroBatch>> ranks;
+};
+GroupPlan make_group_plan(std::span<const Segment> segs, int ranks, int micro_batches_per_rank, int64_t capacity, Batching batching,
+                          const LatencyModel& lm, int k0, const PlanOptions& opt, int rank);
 
 }  // namespace sb

@@ -74,6 +74,13 @@ SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallMod
       double t0 = now_ms();
       Plan plan = make_plan(segs, R, cfg.micro_batches, cfg.capacity, batchings[bi], lm, cfg.dst.k0, cfg.plan);
       double plan_ms = now_ms() - t0;
+      if (cfg.plan.group_ranks > 0 && cfg.plan.group_ranks < R && batchings[bi] != Batching::Sequential) {
+        // Two-level plan: one real rank computes only its group's part (tested equal to the plan's).
+        const int me = int((uint64_t(step) * 7919u) % uint64_t(R));
+        t0 = now_ms();
+        GroupPlan mine = make_group_plan(segs, R, cfg.micro_batches, cfg.capacity, batchings[bi], lm, cfg.dst.k0, cfg.plan, me);
+        plan_ms = now_ms() - t0;
+      }
       for (int ti = 0; ti < 2; ++ti) {
         DstParams p = cfg.dst;
         p.tuning = tunings[ti];

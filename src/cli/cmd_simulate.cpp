@@ -25,6 +25,7 @@ int run_simulate(const Args& args) {
   sc.max_len = cfg.i("simulate.max_len") > 0 ? cfg.i("simulate.max_len") : sc.capacity;
   sc.noise = cfg.f("simulate.noise");
   sc.plan.swap_rounds = int(cfg.i("balance.swap_rounds"));
+  sc.plan.group_ranks = int(cfg.i("simulate.group_ranks"));
 
   std::string profile = args.get("profile", cfg.s("balance.profile"));
   LatencyModel lm;
@@ -57,6 +58,8 @@ int run_simulate(const Args& args) {
                 profile.empty() ? "analytic" : profile.c_str(), shape.n_layers, shape.block_size, shape.local_blocks,
                 sc.dst.k0, res.k_lo, budget_steps(sc.dst).back(), target_name(sc.dst.target), 100 * res.attention_share,
                 (long long)sc.max_len);
+    if (sc.plan.group_ranks > 0 && sc.plan.group_ranks < sc.ranks)
+      std::printf("two-level plan: groups of %d ranks (sequential stays one-level); plan_ms counts one rank's group plan\n", sc.plan.group_ranks);
     std::printf("per step: %.0f documents, %.0f segments, %.3g tokens\n\n", res.docs_per_step, res.segments_per_step, res.tokens_per_step);
     std::printf("%-22s %12s %9s %7s %8s %8s %8s %10s\n", "policy", "makespan_ms", "imbal", "bubble", "recall", "speedup", "vs_LB", "plan_ms");
     for (const auto& p : res.policies)

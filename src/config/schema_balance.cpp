@@ -38,6 +38,7 @@ std::vector<KeySpec> schema_balance() {
       {"simulate.mb_overhead_ms", T::Float, "2", 0, 1e9, {}, "analytic model: fixed cost of one micro-batch, ms"},
       {"simulate.alpha_lo", T::Float, "0.3", 0.01, 5, {}, "recall exponent of the first layer (layers spread linearly to alpha_hi)"},
       {"simulate.alpha_hi", T::Float, "0.7", 0.01, 5, {}, "recall exponent of the last layer"},
+      {"simulate.group_ranks", T::Int, "0", 0, 1 << 20, {}, "two-level SAB plan: groups of this many ranks, each planning its own cost-balanced run of the batch (0 = one group); plan_ms then counts one rank's group plan (make_group_plan). Not wired into train yet"},
   };
 }
 

@@ -7,6 +7,7 @@
 #include "src/balance/length_presets.hpp"
 #include "src/balance/plan.hpp"
 #include "src/common/error.hpp"
+#include "tests/balance/plan_reference.hpp"
 
 using namespace sb;
 
@@ -150,4 +151,92 @@ TEST(Plan, SparseBalancesLongTailAtScale) {
   }
   EXPECT_LT(mx / (total / 32), 1.02);
   EXPECT_LT(mx, makespan(seq, lm, 32));
+}
+
+// The fast planner (flat free-space arrays, in-place heap, lazy swap members, exact-size
+// materialisation) makes exactly the plan of the original implementation, kept in
+// plan_reference.hpp: same ranks, micro-batches and segment order (Plan::hash and a deep compare).
+TEST(Plan, FastPlannerEqualsReference) {
+  LatencyModel lm(ModelShape{8, 64, 1});
+  struct Case { Preset preset; int docs, ranks, mbs; int64_t cap, max_len; uint64_t seed; };
+  const Case cases[] = {
+      {Preset::LongAlign, 600, 8, 4, 4096, 4096, 3},     // normal fill
+      {Preset::LongAlign, 3000, 8, 4, 4096, 4096, 5},    // overflow: extra micro-batches
+      {Preset::ChatQA2, 400, 16, 2, 2048, 8192, 7},      // windows of long documents
+      {Preset::Uniform, 200, 3, 5, 1024, 1024, 9},
+      {Preset::Fixed, 64, 8, 2, 1024, 1024, 1},          // all equal: ties everywhere
+      {Preset::LongAlign, 20, 32, 4, 4096, 4096, 2},     // fewer segments than ranks
+  };
+  for (const auto& c : cases) {
+    LengthSampler s(c.preset, c.max_len, c.seed);
+    std::vector<std::pair<uint64_t, uint64_t>> docs;
+    for (int i = 0; i < c.docs; ++i) docs.push_back({uint64_t(i), s.next()});
+    auto segs = make_segments(docs, c.cap, false);
+    for (auto b : {Batching::Sequential, Batching::Tokens, Batching::Quadratic, Batching::Sparse})
+      for (int rounds : {0, 64}) {
+        SCOPED_TRACE(std::string(batching_name(b)) + " docs " + std::to_string(c.docs) + " rounds " + std::to_string(rounds));
+        PlanOptions o;
+        o.swap_rounds = rounds;
+        Plan fast = make_plan(segs, c.ranks, c.mbs, c.cap, b, lm, 4, o);
+        Plan ref = ref::reference_make_plan(segs, c.ranks, c.mbs, c.cap, b, lm, 4, o);
+        check_partition(fast, segs, c.cap);
+        ASSERT_EQ(fast.ranks.size(), ref.ranks.size());
+        for (size_t r = 0; r < ref.ranks.size(); ++r) {
+          ASSERT_EQ(fast.ranks[r].size(), ref.ranks[r].size()) << "rank " << r;
+          for (size_t m = 0; m < ref.ranks[r].size(); ++m) {
+            EXPECT_EQ(fast.ranks[r][m].tokens, ref.ranks[r][m].tokens);
+            ASSERT_EQ(fast.ranks[r][m].segs.size(), ref.ranks[r][m].segs.size());
+            for (size_t j = 0; j < ref.ranks[r][m].segs.size(); ++j) {
+              EXPECT_EQ(fast.ranks[r][m].segs[j].doc, ref.ranks[r][m].segs[j].doc);
+              EXPECT_EQ(fast.ranks[r][m].segs[j].begin, ref.ranks[r][m].segs[j].begin);
+            }
+          }
+        }
+        EXPECT_EQ(fast.hash(), ref.hash());
+      }
+  }
+}
+
+// Two-level plan (PlanOptions::group_ranks): a partition like the one-level plan, balanced nearly as
+// well, identical to the one-level plan with one group, and make_group_plan gives exactly the
+// group's part of make_plan (what one rank computes for itself).
+TEST(Plan, TwoLevelGroupsPartitionAndMatchMakePlan) {
+  LatencyModel lm(ModelShape{32, 128, 1});
+  LengthSampler smp(Preset::LongAlign, 65536, 11);
+  std::vector<std::pair<uint64_t, uint64_t>> docs;
+  const int R = 30, M = 4;  // groups of 8: 8, 8, 8 and a smaller last group of 6
+  for (double tokens = 0; tokens < 0.9 * R * M * 65536;) docs.push_back({docs.size(), smp.next()}), tokens += double(docs.back().second);
+  auto segs = make_segments(docs, 65536, false);
+  for (auto b : {Batching::Tokens, Batching::Quadratic, Batching::Sparse}) {
+    SCOPED_TRACE(batching_name(b));
+    PlanOptions one, grouped;
+    grouped.group_ranks = 8;
+    Plan flat = make_plan(segs, R, M, 65536, b, lm, 32, one);
+    Plan two = make_plan(segs, R, M, 65536, b, lm, 32, grouped);
+    check_partition(two, segs, 65536);
+    ASSERT_EQ(two.ranks.size(), size_t(R));
+    double total = 0, mx = 0;
+    for (const auto& r : two.ranks) {
+      double c = rank_cost(r, lm, 32);
+      total += c, mx = std::max(mx, c);
+    }
+    if (b == Batching::Sparse) EXPECT_LT(mx / (total / R), 1.03);
+    EXPECT_LT(mx, makespan(flat, lm, 32) * 1.03) << "one-level " << makespan(flat, lm, 32) << " mean " << total / R;
+    for (int rank : {0, 7, 8, 23, 24, 29}) {
+      GroupPlan gp = make_group_plan(segs, R, M, 65536, b, lm, 32, grouped, rank);
+      EXPECT_EQ(gp.first_rank, rank / 8 * 8);
+      ASSERT_EQ(gp.ranks.size(), size_t(rank >= 24 ? 6 : 8));
+      Plan part, whole;
+      part.ranks = gp.ranks;
+      whole.ranks.assign(two.ranks.begin() + gp.first_rank, two.ranks.begin() + gp.first_rank + int(gp.ranks.size()));
+      EXPECT_EQ(part.hash(), whole.hash()) << "rank " << rank;
+    }
+    // One group (0, or at least the rank count) is the one-level plan.
+    grouped.group_ranks = R;
+    EXPECT_EQ(make_plan(segs, R, M, 65536, b, lm, 32, grouped).hash(), flat.hash());
+    EXPECT_EQ(make_group_plan(segs, R, M, 65536, b, lm, 32, one, 5).ranks.size(), size_t(R));
+  }
+  PlanOptions bad;
+  bad.group_ranks = -1;
+  EXPECT_NE(error_of([&] { make_plan(segs, R, M, 65536, Batching::Sparse, lm, 32, bad); }).find("group_ranks"), std::string::npos);
 }
