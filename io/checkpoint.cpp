@@ -4,8 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include "io/h5.hpp"
 #include "src/common/error.hpp"
@@ -47,6 +50,66 @@ static void write_text(hid_t loc, const std::string& name, const std::string& te
   H5_CHECK(H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, &p));
 }
 
+// libhdf5 1.10 trusts the sizes stored in a global heap collection when it reads a variable-length
+// string: a corrupt file makes H5Dread copy or allocate hundreds of MB past the heap (found by
+// tests/fuzz/fuzz_checkpoint). Before reading, check the string's heap object the way HDF5 lays it
+// out (contiguous scalar: 4-byte length, heap address, 4-byte index -> "GCOL" collection whose
+// objects must all lie inside it). Throws naming the dataset when anything is out of bounds.
+static void check_vlen_heap(hid_t ds, const std::string& name, const std::string& file) {
+  auto bad = [&](const std::string& why) {
+    return Error(file + ": dataset '" + name + "' is corrupt (" + why + ")");
+  };
+  h5::Id dcpl(H5_CHECK(H5Dget_create_plist(ds)));
+  if (H5Pget_layout(dcpl) != H5D_CONTIGUOUS) throw bad("expected contiguous layout");
+  haddr_t at = H5Dget_offset(ds);
+  if (at == HADDR_UNDEF) throw bad("no data stored");
+  h5::Id fid(H5_CHECK(H5Iget_file_id(ds)));
+  h5::Id fcpl(H5_CHECK(H5Fget_create_plist(fid)));
+  size_t sa = 0, ss = 0;
+  hsize_t ub = 0, fsize = 0;
+  H5_CHECK(H5Pget_sizes(fcpl, &sa, &ss));
+  H5_CHECK(H5Pget_userblock(fcpl, &ub));
+  H5_CHECK(H5Fget_filesize(fid, &fsize));
+  if (sa < 2 || sa > 8 || ss < 2 || ss > 8) throw bad("unsupported address/length sizes");
+  std::FILE* fp = std::fopen(file.c_str(), "rb");
+  if (!fp) throw Error(file + ": cannot open");
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> guard(fp, std::fclose);
+  const uint64_t disk = uint64_t(std::filesystem::file_size(file));
+  auto read_at = [&](uint64_t off, void* buf, size_t n) {
+    if (off > disk || n > disk - off || std::fseek(fp, long(off), SEEK_SET) != 0 || std::fread(buf, 1, n, fp) != n)
+      throw bad("heap data beyond the end of the file");
+  };
+  auto le = [](const unsigned char* p, size_t n) {
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; ++i) v |= uint64_t(p[i]) << (8 * i);
+    return v;
+  };
+  unsigned char d[24];
+  read_at(ub + at, d, 4 + sa + 4);
+  const uint64_t len = le(d, 4), heap = le(d + 4, sa), index = le(d + 4 + sa, 4);
+  if (len == 0) return;  // empty string: HDF5 reads nothing from the heap
+  unsigned char h[16];
+  read_at(ub + heap, h, 8 + ss);
+  if (std::memcmp(h, "GCOL", 4) != 0) throw bad("global heap signature missing");
+  const uint64_t csize = le(h + 8, ss);
+  if (csize < 8 + ss || csize > fsize || heap + csize > fsize) throw bad("global heap collection out of bounds");
+  std::vector<unsigned char> col(csize);
+  read_at(ub + heap, col.data(), csize);
+  bool found = false;
+  for (uint64_t p = 8 + ss; p + 8 + ss <= csize;) {
+    const uint64_t idx = le(&col[p], 2), osize = le(&col[p + 8], ss);
+    if (idx == 0) break;  // free space: the rest of the collection
+    const uint64_t padded = (osize + 7) / 8 * 8;
+    if (osize > csize || padded > csize - (p + 8 + ss)) throw bad("global heap object larger than its collection");
+    if (idx == index) {
+      if (len > osize) throw bad("string longer than its heap object");
+      found = true;
+    }
+    p += 8 + ss + padded;
+  }
+  if (!found) throw bad("heap object of the string not found");
+}
+
 static std::string read_text(hid_t loc, const std::string& name, const std::string& file) {
   if (!h5::exists(loc, name)) throw Error(file + ": missing dataset '" + name + "'");
   h5::Id ds(H5_CHECK(H5Dopen2(loc, name.c_str(), H5P_DEFAULT)));
@@ -55,6 +118,7 @@ static std::string read_text(hid_t loc, const std::string& name, const std::stri
   if (H5Tget_class(type) != H5T_STRING || H5Tis_variable_str(type) <= 0 ||
       H5Sget_simple_extent_type(space) != H5S_SCALAR)
     throw Error(file + ": dataset '" + name + "' must be a scalar variable-length string");
+  check_vlen_heap(ds, name, file);
   h5::Id mem(H5_CHECK(H5Tcopy(H5T_C_S1)));
   H5_CHECK(H5Tset_size(mem, H5T_VARIABLE));
   H5_CHECK(H5Tset_cset(mem, H5Tget_cset(type)));
@@ -74,6 +138,30 @@ static void fsync_path(const std::string& path, bool dir) {
   if (rc != 0) throw Error(path + ": fsync failed");
 }
 
+// Whole file, then fsync; errors carry errno's text (e.g. "No space left on device").
+static void write_file_synced(const std::string& p, const std::vector<unsigned char>& data) {
+  int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw Error(p + ": cannot create: " + std::strerror(errno));
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t w = ::write(fd, data.data() + done, data.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      int e = w < 0 ? errno : ENOSPC;
+      ::close(fd);
+      throw Error(p + ": write failed after " + std::to_string(done) + " of " + std::to_string(data.size()) +
+                  " bytes: " + std::strerror(e));
+    }
+    done += size_t(w);
+  }
+  if (::fsync(fd) != 0) {
+    int e = errno;
+    ::close(fd);
+    throw Error(p + ": fsync failed: " + std::strerror(e));
+  }
+  if (::close(fd) != 0) throw Error(p + ": close failed: " + std::strerror(errno));
+}
+
 void write_checkpoint(const std::string& path, const Checkpoint& ck, const std::function<void(hid_t)>& extra) {
   fs::path p(path);
   std::error_code ec;
@@ -81,7 +169,16 @@ void write_checkpoint(const std::string& path, const Checkpoint& ck, const std::
   if (ec) throw Error(path + ": cannot create checkpoint directory: " + ec.message());
   const std::string tmp = path + ".tmp";
   try {
-    h5::Id f = h5::create(tmp);
+    // Built in memory (HDF5 core driver, no backing store), then written with plain POSIX calls:
+    // a full or failing disk gives a clean errno here, and libhdf5 never holds a half-written file
+    // (after a failed flush on a full disk it kept the file open and crashed in MPI_Finalize).
+    h5::quiet_errors();
+    std::vector<unsigned char> image;
+    h5::Id fapl(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
+    H5_CHECK(H5Pset_fapl_core(fapl, 1 << 20, 0));
+    hid_t fid = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    if (fid < 0) throw Error(tmp + ": cannot create the checkpoint image in memory");
+    h5::Id f(fid);
     h5::write_attr(f, "format", std::string("sparsebalance-checkpoint"));
     h5::write_attr(f, "version", int64_t(kCheckpointVersion));
     h5::write_attr(f, "step", ck.step);
@@ -110,9 +207,13 @@ void write_checkpoint(const std::string& path, const Checkpoint& ck, const std::
       h5::write_vector(vg, t.name, slice(ck.v), dims);
     }
     if (extra) extra(f);
-    if (H5Fflush(f, H5F_SCOPE_GLOBAL) < 0) throw Error(tmp + ": flush failed (disk full?)");
+    if (H5Fflush(f, H5F_SCOPE_GLOBAL) < 0) throw Error(tmp + ": flush failed");
+    ssize_t n = H5Fget_file_image(f, nullptr, 0);
+    if (n <= 0) throw Error(tmp + ": cannot get the checkpoint image");
+    image.resize(size_t(n));
+    if (H5Fget_file_image(f, image.data(), size_t(n)) != n) throw Error(tmp + ": cannot get the checkpoint image");
     f.reset();
-    fsync_path(tmp, false);
+    write_file_synced(tmp, image);
   } catch (const std::exception& e) {
     fs::remove(tmp, ec);
     throw Error(path + ": checkpoint write failed, previous checkpoints untouched: " + e.what());

@@ -165,7 +165,20 @@ std::vector<T> read_vector(hid_t loc, const std::string& name, const std::string
   std::vector<hsize_t> dims(rank);
   H5_CHECK(H5Sget_simple_extent_dims(space, dims.data(), nullptr));
   hsize_t n = 1;
-  for (auto x : dims) n *= x;
+  for (auto x : dims)
+    if (__builtin_mul_overflow(n, x, &n)) throw Error(file + ": dataset '" + name + "' has an impossible shape");
+  // A hostile or corrupt header may claim any size: never allocate more than the file can hold
+  // (uncompressed), or a generous compression ratio of it, before HDF5 finds the data missing.
+  {
+    Id dcpl(H5_CHECK(H5Dget_create_plist(ds)));
+    hsize_t bytes = 0, fsize = 0;
+    Id fid(H5_CHECK(H5Iget_file_id(ds)));
+    H5_CHECK(H5Fget_filesize(fid, &fsize));
+    const hsize_t cap = fsize * (H5Pget_nfilters(dcpl) > 0 ? 1100 : 1) + 1024;
+    if (__builtin_mul_overflow(n, hsize_t(sizeof(T)), &bytes) || bytes > cap)
+      throw Error(file + ": dataset '" + name + "' claims " + std::to_string(n) + " elements, more than the " +
+                  std::to_string(fsize) + "-byte file can hold (truncated or corrupt?)");
+  }
   if (expect >= 0 && n != hsize_t(expect))
     throw Error(file + ": dataset '" + name + "' has " + std::to_string(n) + " elements, expected " +
                 std::to_string(expect));

@@ -146,6 +146,14 @@ h5::Id open_checked(hid_t file, const std::string& name, const std::string& path
 
 template <class T>
 std::vector<T> read_all(hid_t ds, hid_t mem, size_t n, const std::string& path, const std::string& name) {
+  // A corrupt header may claim any length: allocate no more than the file could hold.
+  hsize_t fsize = 0;
+  hid_t fid = H5Iget_file_id(ds);
+  herr_t rc = fid < 0 ? -1 : H5Fget_filesize(fid, &fsize);
+  if (fid >= 0) H5Fclose(fid);
+  if (rc < 0 || n > (fsize * 1100 + 1024) / sizeof(T))
+    throw Error(path + ": dataset '/" + name + "' claims " + std::to_string(n) + " entries, more than the " +
+                std::to_string(fsize) + "-byte file can hold (truncated or corrupt?)");
   std::vector<T> out(n);
   if (n && H5Dread(ds, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
     throw Error(path + ": cannot read dataset '/" + name + "' (file truncated or corrupt?)");
@@ -186,6 +194,13 @@ ShardReader ShardReader::open(const std::string& path) {
   std::vector<hsize_t> dims;
   r.tokens_ = std::make_shared<h5::Id>(open_checked(f, "tokens", path, H5T_NATIVE_UINT32, "uint32", 1, dims, true));
   const uint64_t n_tokens = dims[0];
+  {  // documents are read whole: a corrupt header must not claim more tokens than the file holds
+    hsize_t fsize = 0;
+    H5_CHECK(H5Fget_filesize(f, &fsize));
+    if (n_tokens > (fsize * 1100 + 1024) / sizeof(uint32_t))
+      throw Error(path + ": dataset '/tokens' claims " + std::to_string(n_tokens) + " tokens, more than the " +
+                  std::to_string(fsize) + "-byte file can hold (truncated or corrupt?)");
+  }
   h5::Id off_ds = open_checked(f, "doc_offsets", path, H5T_NATIVE_UINT64, "uint64", 1, dims);
   if (dims[0] < 1) throw Error(path + ": dataset '/doc_offsets' is empty, expected D+1 >= 1 entries");
   r.offsets_ = read_all<uint64_t>(off_ds, H5T_NATIVE_UINT64, dims[0], path, "doc_offsets");

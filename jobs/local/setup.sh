@@ -16,6 +16,7 @@ PACKAGES=(
   wamerican                                  # word list for the synthetic corpus
   python3-h5py python3-matplotlib            # reading logs, plots
   slurmctld slurmd slurm-client munge        # the single-node Slurm of the integration tests
+  clang libclang-rt-14-dev                   # libFuzzer targets (tests/fuzz)
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite: set up and build, then every ctest (units, MPI at 1/2/4 ranks,
-# end-to-end training, Slurm, plots). A few minutes to a quarter hour on 2 cores.
+# end-to-end training, reliability, Slurm, plots), after running each libFuzzer target briefly
+# (SB_FUZZ_SECONDS each, default 20; 0 skips). About 20 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash jobs/local/setup.sh
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+if [ "${SB_FUZZ_SECONDS:-20}" != 0 ] && [ $# -eq 0 ]; then
+  SB_FUZZ_JOBS=$(nproc) bash tests/fuzz/run_fuzz.sh all "${SB_FUZZ_SECONDS:-20}"
+fi
 cd build
 ctest --output-on-failure --timeout 900 "$@"

@@ -36,6 +36,8 @@ std::vector<KeySpec> schema_model_train() {
       {"train.nonfinite", T::String, "skip", 0, 0, {"skip", "stop"}, "on NaN/inf loss or gradient: skip the step or stop"},
       {"train.sync_check_every", T::Int, "10", 0, BIG, {}, "every N steps verify that all ranks hold bit-identical parameters (0 = never)"},
       {"train.max_skips", T::Int, "5", 0, BIG, {}, "consecutive skipped steps before stopping"},
+      {"train.inject_nan_step", T::Int, "0", 0, BIG, {}, "testing aid: poison the loss and a gradient with NaN/inf at this step (0 = off)"},
+      {"train.inject_nan_count", T::Int, "1", 1, BIG, {}, "testing aid: number of consecutive poisoned steps from train.inject_nan_step"},
       // [attention]
       {"attention.mode", T::String, "sparse", 0, 0, {"dense", "sparse"}, "dense or block-sparse attention"},
       {"attention.block_size", T::Int, "32", 4, 4096, {}, "block size Bs in tokens"},

@@ -5,14 +5,48 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 
 #include "io/checkpoint.hpp"
 #include "src/step/evaluate.hpp"
+#include "src/step/profile.hpp"
 #include "src/common/error.hpp"
 
 namespace sb {
 
 std::atomic<int> g_stop_signal{0};
+
+// The metrics log on resume. A job killed (kill -9, node loss) while the log was open leaves its
+// superblock's "open for write" flag set, and HDF5 refuses to reopen it: clear the flag as
+// h5clear does and retry. A log that still cannot be continued (torn, or written by another rank
+// count) is moved aside with a warning and a new one is started, so the resume itself goes on.
+static std::unique_ptr<MetricsLog> open_metrics_log(const std::string& path, int ranks, bool resume, int64_t step) {
+  if (!resume) return std::make_unique<MetricsLog>(path, ranks, false, step);
+  try {
+    return std::make_unique<MetricsLog>(path, ranks, true, step);
+  } catch (const std::exception&) {
+    h5::quiet_errors();
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    hbool_t clear = 1;
+    if (fapl >= 0 && H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST) >= 0 &&
+        H5Pset(fapl, "clear_status_flags", &clear) >= 0) {
+      hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl);
+      if (f >= 0) H5Fclose(f);
+    }
+    if (fapl >= 0) H5Pclose(fapl);
+    try {
+      return std::make_unique<MetricsLog>(path, ranks, true, step);
+    } catch (const std::exception& e) {
+      const std::string aside = path + ".before_step" + std::to_string(step + 1);
+      std::error_code ec;
+      std::filesystem::rename(path, aside, ec);
+      if (ec) throw;
+      std::fprintf(stderr, "warning: cannot continue the metrics log (%s); moved it to %s and started a new one\n",
+                   e.what(), aside.c_str());
+      return std::make_unique<MetricsLog>(path, ranks, false, step);
+    }
+  }
+}
 
 using Clock = std::chrono::steady_clock;
 static double ms_since(Clock::time_point t0) {
@@ -72,14 +106,55 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
   model_.init(uint64_t(cfg.i("train.seed")));
   std::string path = resume;
   if (resume == "latest") {
-    auto all = list_checkpoints(cfg.s("checkpoint.dir"));
-    path = all.empty() ? "" : all.front();
+    // The newest checkpoint that reads and verifies; a corrupt or unreadable one (a torn copy, a
+    // flipped bit) is skipped with a warning naming it. Temporaries (*.h5.tmp, left by a job
+    // killed while writing) are never listed; rank 0 removes stale ones.
+    const std::string dir = cfg.s("checkpoint.dir");
+    if (comm.root()) {
+      std::error_code ec;
+      if (std::filesystem::is_directory(dir, ec))
+        for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+          const std::string name = e.path().filename().string();
+          if (name.starts_with("ckpt_") && name.ends_with(".h5.tmp")) {
+            std::error_code rm;
+            std::filesystem::remove(e.path(), rm);
+            std::fprintf(stderr, "resume: removed stale temporary %s (an interrupted checkpoint write)\n",
+                         e.path().string().c_str());
+          }
+        }
+    }
+    path.clear();
+    auto all = list_checkpoints(dir);
+    std::string bad;
+    for (const auto& p : all) {
+      try {
+        read_checkpoint(p);
+        path = p;
+        break;
+      } catch (const std::exception& e) {
+        bad += (bad.empty() ? "" : "; ") + std::string(e.what());
+        if (comm.root())
+          std::fprintf(stderr, "warning: resume: skipping corrupt checkpoint %s: %s\n", p.c_str(), e.what());
+      }
+    }
+    if (path.empty() && !all.empty())
+      throw Error("resume: no readable checkpoint in " + dir + " (" + std::to_string(all.size()) +
+                  " found, all corrupt: " + bad + ")");
     if (path.empty() && comm.root())
-      std::printf("resume: no checkpoint in %s, starting fresh\n", cfg.s("checkpoint.dir").c_str());
+      std::printf("resume: no checkpoint in %s, starting fresh\n", dir.c_str());
   }
-  if (!path.empty()) load_checkpoint(path);
+  if (!path.empty()) {
+    load_checkpoint(path);  // restores the latency model as it was, so a resumed run plans the same
+  } else if (cfg.s("balance.profile").empty() && cfg.b("balance.self_profile")) {
+    ProfileReport pr = profile_machine(cfg, comm, dims_.vocab, /*quick=*/true);
+    lm_ = pr.model;
+    lm_.set_ema(cfg.f("balance.ema"));
+    if (comm.root())
+      std::printf("latency model: quick self-profile, %d samples in %.1f s (attention held-out error %.0f%%)\n",
+                  pr.samples, pr.seconds, 100 * pr.attention.heldout_error);
+  }
   if (comm.root())
-    log_ = std::make_unique<MetricsLog>(cfg.s("log.path"), comm.size(), !path.empty(), start_step_);
+    log_ = open_metrics_log(cfg.s("log.path"), comm.size(), !path.empty(), start_step_);
 }
 
 void Trainer::load_checkpoint(const std::string& path) {
@@ -209,6 +284,13 @@ Trainer::StepOut Trainer::step(int64_t s) {
   comm_.barrier();
   my[kIdle] = ms_since(t_idle);
   auto& grads = model_.grads();
+  // Fault injection, a testing aid (train.inject_nan_step/_count): rank 0 poisons its loss and one
+  // gradient before the reduction, so every rank sees the non-finite values, as with a real overflow.
+  if (const int64_t inj = cfg_.i("train.inject_nan_step");
+      inj > 0 && s >= inj && s < inj + cfg_.i("train.inject_nan_count") && me == 0) {
+    glob[kLossSum] = std::numeric_limits<double>::quiet_NaN();
+    if (!grads.empty()) grads[0] = std::numeric_limits<float>::infinity();
+  }
   reducer_.allreduce_sum(grads.data(), grads.size());
   my[kStepMs] = ms_since(t_step);
   comm_.allreduce_sum_inplace(slots);
@@ -316,7 +398,10 @@ TrainResult Trainer::run() {
     res.mean_density += o.row.density, res.mean_recall += o.row.recall, res.mean_pred_error += o.row.pred_error;
     res.budgets_above_k0 += o.above, res.budgets_below_k0 += o.below;
     const bool last = s == total || o.stop;
-    if (last || (every > 0 && s % every == 0)) save_checkpoint(s);
+    if (last || (every > 0 && s % every == 0)) {
+      if (log_) log_->flush();  // the log holds every step a checkpoint covers: a kill after it loses no row
+      save_checkpoint(s);
+    }
     if (o.stop && s < total) {
       res.stopped_early = true;
       if (comm_.root()) std::printf("stopping after step %lld as asked; checkpoint %s\n", static_cast<long long>(s), last_checkpoint_.c_str());

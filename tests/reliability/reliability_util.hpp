@@ -1,0 +1,114 @@
+// Helpers for the reliability tests: scratch dirs, a clean environment for child processes
+// (a child started from inside an MPI test must not inherit OMPI_*/PMIX_*), error capture,
+// and surgery on HDF5 files (flip a byte inside a dataset's stored data).
+#pragma once
+#include <hdf5.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "io/h5.hpp"
+#include "src/common/error.hpp"
+
+namespace rel {
+
+namespace fs = std::filesystem;
+
+inline std::string binary() { return std::string(SB_BINARY_DIR) + "/src/sparsebalance"; }
+
+inline std::string scratch(const std::string& name) {
+  auto p = fs::temp_directory_path() / ("sb_rel_" + name);
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// "env -i PATH=... HOME=/tmp OMPI_ALLOW_RUN_AS_ROOT=1 ..." so a child mpirun/singleton starts clean.
+inline std::string clean_env() {
+  const char* path = std::getenv("PATH");
+  return std::string("env -i PATH=") + (path ? path : "/usr/bin:/bin") +
+         " HOME=/tmp OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
+         " OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1 ";
+}
+
+inline std::string mpirun(int n) {
+  return "mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(n) + " -x OPENBLAS_NUM_THREADS=1 ";
+}
+
+struct Exit {
+  int code = -1;    // exit status when exited normally
+  int signal = 0;   // the signal that ended the shell's child, if any (shell reports 128+n)
+  double seconds = 0;
+};
+
+// Runs `cmd` in a clean environment; stdout+stderr appended to `log`.
+inline Exit run(const std::string& cmd, const std::string& log) {
+  auto t0 = std::chrono::steady_clock::now();
+  std::string full = clean_env() + "sh -c '" + cmd + "' >>" + log + " 2>&1";
+  int rc = std::system(full.c_str());
+  Exit e;
+  e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (WIFEXITED(rc)) {
+    e.code = WEXITSTATUS(rc);
+    if (e.code > 128 && e.code < 160) e.signal = e.code - 128;
+  } else if (WIFSIGNALED(rc)) {
+    e.signal = WTERMSIG(rc);
+  }
+  return e;
+}
+
+// Starts `cmd` (exec'd, so the pid is the program's own) in a clean environment, output to log.
+inline pid_t spawn(const std::string& cmd, const std::string& log) {
+  std::string full = "exec " + clean_env() + cmd + " >>" + log + " 2>&1";
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", full.c_str(), (char*)nullptr);
+    _exit(127);
+  }
+  return pid;
+}
+
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const sb::Error& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("NOT AN sb::Error: ") + e.what();
+  }
+  return "";
+}
+
+// Flips one byte of the raw data of a contiguous dataset, in place.
+inline void flip_dataset_byte(const std::string& file, const std::string& dataset, size_t at = 0) {
+  haddr_t off;
+  {
+    sb::h5::Id f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+    sb::h5::Id ds(H5Dopen2(f, dataset.c_str(), H5P_DEFAULT));
+    off = H5Dget_offset(ds);
+    if (off == HADDR_UNDEF) throw std::runtime_error(dataset + " is not contiguous");
+  }
+  std::fstream io(file, std::ios::in | std::ios::out | std::ios::binary);
+  io.seekg(std::streamoff(off + at));
+  char c = 0;
+  io.read(&c, 1);
+  c = char(c ^ 0x5a);
+  io.seekp(std::streamoff(off + at));
+  io.write(&c, 1);
+}
+
+}  // namespace rel
