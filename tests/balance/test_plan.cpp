@@ -6,8 +6,11 @@
 
 #include "src/balance/length_presets.hpp"
 #include "src/balance/plan.hpp"
+#include "tests/error_of.hpp"
 #include "src/common/error.hpp"
 #include "tests/balance/plan_reference.hpp"
+
+using sbtest::error_of;
 
 using namespace sb;
 
@@ -47,14 +50,6 @@ double makespan(const Plan& p, const LatencyModel& lm, int k) {
   return mx;
 }
 
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const sb::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 }  // namespace
 

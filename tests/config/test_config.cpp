@@ -7,6 +7,9 @@
 #include "src/cli/args.hpp"
 #include "src/common/error.hpp"
 #include "src/config/config.hpp"
+#include "tests/error_of.hpp"
+
+using sbtest::error_of;
 
 using sb::Config;
 
@@ -15,14 +18,6 @@ std::string write_tmp(const std::string& name, const std::string& text) {
   auto p = std::filesystem::temp_directory_path() / name;
   std::ofstream(p) << text;
   return p.string();
-}
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const sb::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 }  // namespace
 

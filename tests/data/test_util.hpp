@@ -3,6 +3,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <filesystem>
+
+#include "tests/error_of.hpp"
 #include <fstream>
 #include <string>
 #include <vector>
@@ -10,6 +13,8 @@
 #include "src/common/error.hpp"
 
 namespace sbt {
+
+using sbtest::error_of;
 
 // Removes the scratch directories when the test process ends.
 struct ScratchDirs {
@@ -30,14 +35,6 @@ inline std::string scratch(const std::string& name) {
   return p.string();
 }
 
-inline std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const sb::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 inline void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;

@@ -14,12 +14,17 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <string>
+
+#include "tests/error_of.hpp"
 #include <thread>
 
 #include "io/h5.hpp"
 #include "src/common/error.hpp"
 
 namespace rel {
+
+using sbtest::error_of;
 
 namespace fs = std::filesystem;
 
@@ -82,16 +87,6 @@ inline pid_t spawn(const std::string& cmd, const std::string& log) {
   return pid;
 }
 
-inline std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const sb::Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("NOT AN sb::Error: ") + e.what();
-  }
-  return "";
-}
 
 // Flips one byte of the raw data of a contiguous dataset, in place.
 inline void flip_dataset_byte(const std::string& file, const std::string& dataset, size_t at = 0) {
