@@ -179,7 +179,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& ck, const std::
     hid_t fid = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (fid < 0) throw Error(tmp + ": cannot create the checkpoint image in memory");
     h5::Id f(fid);
-    h5::write_attr(f, "format", std::string("sparsebalance-checkpoint"));
+    h5::write_attr(f, "format", std::string(kCheckpointFormat));
     h5::write_attr(f, "version", int64_t(kCheckpointVersion));
     h5::write_attr(f, "step", ck.step);
     h5::write_attr(f, "ranks", ck.ranks);
@@ -229,13 +229,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& ck, const std::
 Checkpoint read_checkpoint(const std::string& path, const std::function<void(hid_t)>& extra) {
   h5::Id f = h5::open_read(path);
   Checkpoint ck;
-  std::string fmt = h5::read_attr_string(f, "format", path);
-  if (fmt != "sparsebalance-checkpoint")
-    throw Error(path + ": attribute 'format' is '" + fmt + "', expected 'sparsebalance-checkpoint'");
-  int64_t ver = h5::read_attr_int(f, "version", path);
-  if (ver != kCheckpointVersion)
-    throw Error(path + ": attribute 'version' is " + std::to_string(ver) + ", this program reads version " +
-                std::to_string(kCheckpointVersion));
+  h5::check_format(f, path, kCheckpointFormat, kCheckpointVersion, "a checkpoint");
   ck.step = h5::read_attr_int(f, "step", path);
   ck.ranks = h5::read_attr_int(f, "ranks", path);
   ck.config_toml = read_text(f, "config", path);

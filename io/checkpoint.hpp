@@ -28,7 +28,8 @@ struct Checkpoint {
   std::vector<float> params, m, v;  // flat, in tensors order
 };
 
-inline constexpr int kCheckpointVersion = 1;
+inline constexpr const char* kCheckpointFormat = "sparsebalance-checkpoint";
+inline constexpr int64_t kCheckpointVersion = 1;
 
 // Atomic write. `extra(file)` may add groups (e.g. /latency) before the file is sealed.
 // Throws sb::Error naming the path; a failed write never touches an existing file of that name.

@@ -83,6 +83,19 @@ void write_attr(hid_t obj, const std::string& name, double value) {
 
 bool has_attr(hid_t obj, const std::string& name) { return H5Aexists(obj, name.c_str()) > 0; }
 
+void check_format(hid_t obj, const std::string& file, const std::string& format, int64_t version,
+                  const std::string& what) {
+  if (!has_attr(obj, "format"))
+    throw Error(file + ": missing attribute 'format' (expected format=\"" + format + "\"; not " + what + "?)");
+  const std::string got = read_attr_string(obj, "format", file);
+  if (got != format)
+    throw Error(file + ": attribute 'format' is \"" + got + "\", expected \"" + format + "\" (not " + what + ")");
+  const int64_t v = read_attr_int(obj, "version", file);
+  if (v != version)
+    throw Error(file + ": attribute 'version' is " + std::to_string(v) + ", expected " + std::to_string(version) +
+                " (written by another SparseBalance version?)");
+}
+
 static Id open_attr(hid_t obj, const std::string& name, const std::string& file) {
   if (!has_attr(obj, name)) throw Error(file + ": missing attribute '" + name + "'");
   return Id(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT)));

@@ -55,6 +55,11 @@ bool has_attr(hid_t obj, const std::string& name);
 std::string read_attr_string(hid_t obj, const std::string& name, const std::string& file);
 int64_t read_attr_int(hid_t obj, const std::string& name, const std::string& file);
 double read_attr_double(hid_t obj, const std::string& name, const std::string& file);
+// Every SparseBalance file (and the latency group) carries `format` and `version` attributes.
+// Throws "<file>: ... attribute 'format' ..." (naming `what`, e.g. "a shard") or "... 'version'
+// is N, expected V ..." when they are missing or differ.
+void check_format(hid_t obj, const std::string& file, const std::string& format, int64_t version,
+                  const std::string& what);
 
 // Whole 1-D (or n-D, flattened) datasets of a native type.
 template <class T>

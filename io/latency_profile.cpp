@@ -27,13 +27,7 @@ void save_latency_profile(hid_t group, const LatencyProfile& p) {
 }
 
 LatencyProfile load_latency_profile(hid_t group, const std::string& file) {
-  std::string fmt = h5::read_attr_string(group, "format", file);
-  if (fmt != kFormat)
-    throw Error(file + ": not a latency profile (attribute format = '" + fmt + "', expected '" + kFormat + "')");
-  int64_t version = h5::read_attr_int(group, "version", file);
-  if (version != kVersion)
-    throw Error(file + ": latency profile version " + std::to_string(version) + " is not supported (expected " +
-                std::to_string(kVersion) + ")");
+  h5::check_format(group, file, kFormat, kVersion, "a latency profile");
   LatencyProfile p;
   p.device = h5::read_attr_string(group, "device", file);
   p.n_layers = h5::read_attr_int(group, "n_layers", file);

@@ -161,15 +161,7 @@ std::vector<T> read_all(hid_t ds, hid_t mem, size_t n, const std::string& path, 
 }
 
 ShardMeta read_meta(hid_t file, const std::string& path) {
-  if (!h5::has_attr(file, "format"))
-    throw Error(path + ": missing attribute 'format' (expected format=\"" + kShardFormat + "\"; not a shard?)");
-  auto format = h5::read_attr_string(file, "format", path);
-  if (format != kShardFormat)
-    throw Error(path + ": attribute 'format' is \"" + format + "\", expected \"" + kShardFormat + "\"");
-  auto version = h5::read_attr_int(file, "version", path);
-  if (version != kShardVersion)
-    throw Error(path + ": attribute 'version' is " + std::to_string(version) + ", expected " +
-                std::to_string(kShardVersion) + " (written by another SparseBalance version?)");
+  h5::check_format(file, path, kShardFormat, kShardVersion, "a shard");
   ShardMeta m;
   m.vocab_size = h5::read_attr_int(file, "vocab_size", path);
   if (m.vocab_size <= 0 || m.vocab_size > (int64_t(1) << 32))

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 namespace sbtest {
@@ -17,14 +18,29 @@ struct Run {
 
 inline std::string program() { return std::string(SB_BINARY_DIR) + "/src/sparsebalance"; }
 
-// `cmd` is a shell command line; the environment is cleared except PATH, HOME and the
-// settings that let Open MPI run as root with more ranks than cores, one BLAS thread each.
+inline std::string sh_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// "env -i ..." with only PATH, HOME, the settings that let Open MPI run as root with more ranks
+// than cores, one BLAS thread each, and the sanitizer settings of an SB_SANITIZE build (so
+// children get the same suppressions as the test).
+inline std::string clean_env() {
+  const char* path = std::getenv("PATH");
+  std::string env = std::string("env -i PATH=") + sh_quote(path ? path : "/usr/local/bin:/usr/bin:/bin") +
+                    " HOME=/tmp OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
+                    " OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1 ";
+  for (const char* name : {"ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS",
+                           "OMPI_MCA_mca_base_component_disable_dlclose"})
+    if (const char* v = std::getenv(name)) env += std::string(name) + "=" + sh_quote(v) + " ";
+  return env;
+}
+
+// `cmd` is a shell command line, run in clean_env().
 inline Run run_clean(const std::string& cmd) {
-  std::string quoted;
-  for (char c : cmd) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  std::string full = "env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp OMPI_ALLOW_RUN_AS_ROOT=1 "
-                     "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1 "
-                     "sh -c '" + quoted + "' 2>&1";
+  std::string full = clean_env() + "sh -c " + sh_quote(cmd) + " 2>&1";
   FILE* p = popen(full.c_str(), "r");
   if (!p) return {-1, "popen failed"};
   std::string out;

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <toml++/toml.h>
@@ -74,8 +76,50 @@ std::string fmt_num(double x) {
   return os.str();
 }
 
+// Length of the printable UTF-8 character at s[i], or 0 where there is none: a control byte (NUL
+// would cut a path short), a stray or truncated byte, an overlong form or a surrogate.
+size_t text_char_at(const std::string& s, size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  if (c < 0x20 || c == 0x7f) return 0;
+  const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+  if (n == 0 || (n == 2 && c < 0xc2) || i + n > s.size()) return 0;
+  uint32_t cp = n == 1 ? c : c & (0x7f >> n);
+  for (size_t k = 1; k < n; ++k) {
+    const auto d = static_cast<unsigned char>(s[i + k]);
+    if ((d >> 6) != 0x2) return 0;
+    cp = (cp << 6) | (d & 0x3f);
+  }
+  if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
+    return 0;
+  return n;
+}
+
+// String values must be such text (TOML files are UTF-8, and a `--set` value is written back into
+// the checkpoint's TOML): the offset of the first byte that is not.
+std::optional<size_t> bad_text_at(const std::string& s) {
+  for (size_t i = 0, n; i < s.size(); i += n)
+    if ((n = text_char_at(s, i)) == 0) return i;
+  return std::nullopt;
+}
+
+// `s` fit for an error message: other bytes shown as \xNN (a NUL would end the message early).
+std::string escaped(const std::string& s) {
+  std::string out;
+  for (size_t i = 0, n; i < s.size(); i += n) {
+    if ((n = text_char_at(s, i)) > 0) {
+      out.append(s, i, n);
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02X", static_cast<unsigned char>(s[i]));
+      out += hex;
+      n = 1;
+    }
+  }
+  return out;
+}
+
 [[noreturn]] void unknown_key(const std::string& origin, const std::string& key) {
-  std::string msg = origin + ": unknown key '" + key + "'";
+  std::string msg = origin + ": unknown key '" + escaped(key) + "'";
   if (auto n = nearest_key(key); !n.empty()) msg += "; did you mean '" + n + "'?";
   msg += " (see README.md, 'Configuration')";
   throw Error(msg);
@@ -84,6 +128,11 @@ std::string fmt_num(double x) {
 // Range and choice checks shared by TOML values and --set strings.
 ConfigValue checked(const KeySpec& spec, ConfigValue v, const std::string& origin) {
   auto where = origin + ": '" + spec.key + "'";
+  if (spec.type == KeyType::String) {
+    if (auto at = bad_text_at(std::get<std::string>(v)))
+      throw Error(where + " must be UTF-8 text without control characters; byte " +
+                  std::to_string(*at) + " is not");
+  }
   if (spec.type == KeyType::Int || spec.type == KeyType::Float) {
     double x = spec.type == KeyType::Int ? double(std::get<int64_t>(v)) : std::get<double>(v);
     if (!std::isfinite(x)) throw Error(where + " must be finite, got " + fmt_num(x));
@@ -104,13 +153,14 @@ ConfigValue checked(const KeySpec& spec, ConfigValue v, const std::string& origi
 
 ConfigValue parse_string_value(const KeySpec& spec, const std::string& text, const std::string& origin) {
   auto bad = [&]() -> Error {
-    return Error(origin + ": '" + spec.key + "' must be " + type_name(spec.type) + ", got '" + text + "'");
+    return Error(origin + ": '" + spec.key + "' must be " + type_name(spec.type) + ", got '" + escaped(text) + "'");
   };
   switch (spec.type) {
     case KeyType::Int: {
       size_t pos = 0;
       long long x;
-      try { x = std::stoll(text, &pos, 0); } catch (...) { throw bad(); }
+      // base 10: "010" is 10, not 8
+      try { x = std::stoll(text, &pos, 10); } catch (...) { throw bad(); }
       if (pos != text.size()) throw bad();
       return checked(spec, int64_t(x), origin);
     }
@@ -217,8 +267,8 @@ Config Config::load(const std::string& path, std::span<const std::string> overri
   for (const auto& ov : overrides) {
     auto eq = ov.find('=');
     if (eq == std::string::npos || eq == 0)
-      throw Error("--set " + ov + ": expected key=value, e.g. --set train.steps=100");
-    cfg.set(ov.substr(0, eq), ov.substr(eq + 1), "--set " + ov);
+      throw Error("--set " + escaped(ov) + ": expected key=value, e.g. --set train.steps=100");
+    cfg.set(ov.substr(0, eq), ov.substr(eq + 1), "--set " + escaped(ov));
   }
   return cfg;
 }

@@ -4,8 +4,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <limits>
+#include <optional>
 
 #include "io/checkpoint.hpp"
 #include "src/step/evaluate.hpp"
@@ -70,6 +72,16 @@ struct Trainer::StepOut {
   bool stop = false;
 };
 
+struct Trainer::Restored {
+  Checkpoint ck;
+  std::string path;
+  std::optional<LatencyModel> lm;
+  std::vector<double> alphas;
+  // An error in the parts the checksum does not cover (latency model, recall) on a checkpoint that
+  // verified: a real mismatch (e.g. another model shape), so it must not make resume fall back.
+  std::exception_ptr error;
+};
+
 Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume, int64_t stop_at)
     : cfg_(cfg),
       comm_(comm),
@@ -105,6 +117,7 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
 
   model_.init(uint64_t(cfg.i("train.seed")));
   std::string path = resume;
+  std::optional<Restored> restored;
   if (resume == "latest") {
     // The newest checkpoint that reads and verifies; a corrupt or unreadable one (a torn copy, a
     // flipped bit) is skipped with a warning naming it. Temporaries (*.h5.tmp, left by a job
@@ -128,7 +141,7 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
     std::string bad;
     for (const auto& p : all) {
       try {
-        read_checkpoint(p);
+        restored = read_resume(p);
         path = p;
         break;
       } catch (const std::exception& e) {
@@ -142,9 +155,11 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
                   " found, all corrupt: " + bad + ")");
     if (path.empty() && comm.root())
       std::printf("resume: no checkpoint in %s, starting fresh\n", dir.c_str());
+  } else if (!path.empty()) {
+    restored = read_resume(path);
   }
-  if (!path.empty()) {
-    load_checkpoint(path);  // restores the latency model as it was, so a resumed run plans the same
+  if (restored) {
+    apply_checkpoint(std::move(*restored));  // also the latency model, so a resumed run plans the same
   } else if (cfg.s("balance.profile").empty() && cfg.b("balance.self_profile")) {
     ProfileReport pr = profile_machine(cfg, comm, dims_.vocab, /*quick=*/true);
     lm_ = pr.model;
@@ -157,15 +172,30 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
     log_ = open_metrics_log(cfg.s("log.path"), comm.size(), !path.empty(), start_step_);
 }
 
-void Trainer::load_checkpoint(const std::string& path) {
-  std::vector<double> alphas;
-  Checkpoint ck = read_checkpoint(path, [&](hid_t f) {
-    if (h5::exists(f, "latency")) {
-      h5::Id g = h5::group(f, "latency", false);
-      lm_ = LatencyModel::load(g, path, &lm_.shape());
+// Read once: resume 'latest' verifies candidates with this and applies the first good one.
+Trainer::Restored Trainer::read_resume(const std::string& path) {
+  Restored r;
+  r.path = path;
+  r.ck = read_checkpoint(path, [&](hid_t f) {
+    try {
+      if (h5::exists(f, "latency")) {
+        h5::Id g = h5::group(f, "latency", false);
+        r.lm = LatencyModel::load(g, path, &lm_.shape());
+      }
+      if (h5::exists(f, "recall/alpha")) r.alphas = h5::read_vector<double>(f, "recall/alpha", path, dims_.n_layers);
+    } catch (...) {
+      r.error = std::current_exception();
     }
-    if (h5::exists(f, "recall/alpha")) alphas = h5::read_vector<double>(f, "recall/alpha", path, dims_.n_layers);
   });
+  return r;
+}
+
+void Trainer::apply_checkpoint(Restored&& r) {
+  if (r.error) std::rethrow_exception(r.error);
+  const Checkpoint& ck = r.ck;
+  const std::string& path = r.path;
+  const auto& alphas = r.alphas;
+  if (r.lm) lm_ = std::move(*r.lm);
   load_weights(ck, path, model_);
   opt_.m() = ck.m;
   opt_.v() = ck.v;

@@ -45,7 +45,9 @@ class Trainer {
   struct StepOut;
   StepOut step(int64_t s);
   void save_checkpoint(int64_t s);
-  void load_checkpoint(const std::string& path);
+  struct Restored;  // a checkpoint read and verified, not yet applied
+  Restored read_resume(const std::string& path);
+  void apply_checkpoint(Restored&& r);
 
   Config cfg_;
   const Comm& comm_;

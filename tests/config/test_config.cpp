@@ -70,6 +70,27 @@ TEST(Config, WrongTypeAndRange) {
   EXPECT_NE(msg.find("expected key=value"), std::string::npos) << msg;
 }
 
+// Found by fuzz_config: a `--set` string with a stray byte (not UTF-8) was accepted, then written
+// into the checkpoint's TOML as a different text. Strings must be UTF-8 without control bytes.
+TEST(Config, StringsMustBeUtf8Text) {
+  std::vector<std::string> stray = {std::string("data.path=ab\xc7" "cd")};
+  auto msg = error_of([&] { Config::load("", stray); });
+  EXPECT_NE(msg.find("--set data.path"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("must be UTF-8 text without control characters; byte 2"), std::string::npos) << msg;
+  std::vector<std::string> nul = {std::string("data.path=a\0b", 13)};
+  msg = error_of([&] { Config::load("", nul); });  // the NUL shown escaped, not ending the message
+  EXPECT_NE(msg.find("--set data.path=a\\x00b: 'data.path' must be UTF-8 text"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("byte 1 is not"), std::string::npos) << msg;
+  auto path = write_tmp("sb_cfg_nul.toml", "[data]\npath = \"x\\u0000y\"\n");
+  msg = error_of([&] { Config::load(path); });
+  EXPECT_NE(msg.find("sb_cfg_nul.toml: 'data.path' must be UTF-8 text"), std::string::npos) << msg;
+  std::vector<std::string> ok = {"data.path=d\xc3\xa9j\xc3\xa0-vu"};  // déjà-vu
+  EXPECT_EQ(Config::load("", ok).s("data.path"), "d\xc3\xa9j\xc3\xa0-vu");
+  // Integers are decimal: a leading zero does not switch to octal.
+  std::vector<std::string> lead = {"train.steps=010"};
+  EXPECT_EQ(Config::load("", lead).i("train.steps"), 10);
+}
+
 TEST(Config, BadTomlAndMissingFile) {
   auto path = write_tmp("sb_cfg_bad.toml", "[model\nn_layers = 3\n");
   auto msg = error_of([&] { Config::load(path); });

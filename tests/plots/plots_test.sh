@@ -26,6 +26,9 @@ trap '[ $? -eq 0 ] && [ "$keep" = 0 ] && [ -z "${3:-}" ] && rm -rf "$D"' EXIT
 # A clean environment for the MPI child processes (nothing inherited from an enclosing launch).
 run() {
   env -i PATH="$PATH" HOME="${HOME:-/root}" LANG=C.UTF-8 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    ${ASAN_OPTIONS+ASAN_OPTIONS="$ASAN_OPTIONS"} ${LSAN_OPTIONS+LSAN_OPTIONS="$LSAN_OPTIONS"} \
+    ${UBSAN_OPTIONS+UBSAN_OPTIONS="$UBSAN_OPTIONS"} \
+    ${OMPI_MCA_mca_base_component_disable_dlclose+OMPI_MCA_mca_base_component_disable_dlclose=1} \
     OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1 "$@"
 }
 run "$BIN" prep synth --docs 120 --max-len 512 --min-len 48 --seed 3 --output "$D/data" > "$D/prep.log" 2>&1 \

@@ -14,13 +14,12 @@
 #include <fstream>
 #include <functional>
 #include <string>
-#include <string>
-
-#include "tests/error_of.hpp"
 #include <thread>
 
 #include "io/h5.hpp"
 #include "src/common/error.hpp"
+#include "tests/error_of.hpp"
+#include "tests/run_program.hpp"
 
 namespace rel {
 
@@ -42,14 +41,6 @@ inline std::string slurp(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-// "env -i PATH=... HOME=/tmp OMPI_ALLOW_RUN_AS_ROOT=1 ..." so a child mpirun/singleton starts clean.
-inline std::string clean_env() {
-  const char* path = std::getenv("PATH");
-  return std::string("env -i PATH=") + (path ? path : "/usr/bin:/bin") +
-         " HOME=/tmp OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
-         " OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1 ";
-}
-
 inline std::string mpirun(int n) {
   return "mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(n) + " -x OPENBLAS_NUM_THREADS=1 ";
 }
@@ -63,7 +54,7 @@ struct Exit {
 // Runs `cmd` in a clean environment; stdout+stderr appended to `log`.
 inline Exit run(const std::string& cmd, const std::string& log) {
   auto t0 = std::chrono::steady_clock::now();
-  std::string full = clean_env() + "sh -c '" + cmd + "' >>" + log + " 2>&1";
+  std::string full = sbtest::clean_env() + "sh -c " + sbtest::sh_quote(cmd) + " >>" + log + " 2>&1";
   int rc = std::system(full.c_str());
   Exit e;
   e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -78,7 +69,7 @@ inline Exit run(const std::string& cmd, const std::string& log) {
 
 // Starts `cmd` (exec'd, so the pid is the program's own) in a clean environment, output to log.
 inline pid_t spawn(const std::string& cmd, const std::string& log) {
-  std::string full = "exec " + clean_env() + cmd + " >>" + log + " 2>&1";
+  std::string full = "exec " + sbtest::clean_env() + cmd + " >>" + log + " 2>&1";
   pid_t pid = fork();
   if (pid == 0) {
     execl("/bin/sh", "sh", "-c", full.c_str(), (char*)nullptr);

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The test suite again, built with AddressSanitizer + UBSan (SB_SANITIZE=ON) into ./build-asan:
+# every ctest except the Slurm one (it runs the same programs under slurmd; the plain suite covers
+# it). Any ASan, UBSan or LeakSanitizer report fails the test that triggered it. Children started
+# by the tests (mpirun, the sparsebalance CLI) get the same settings. Extra args go to ctest.
+#   bash jobs/local/test_sanitize.sh            (after jobs/local/setup.sh has installed the packages)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSB_SANITIZE=ON -DSB_BENCH=OFF \
+  -DSB_CUDA=OFF >/dev/null
+cmake --build build-asan -j "$(nproc)"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# Open MPI's plugins stay loaded so LSan can name the library of their allocations, which
+# tests/lsan.supp then suppresses (MPI/HDF5 state kept until exit, by design).
+export OMPI_MCA_mca_base_component_disable_dlclose=1
+export ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0:abort_on_error=0:halt_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp:print_suppressions=0
+cd build-asan
+ctest --output-on-failure --timeout 1800 -LE slurm "$@"
