@@ -179,7 +179,7 @@ int curve_points(const DstParams& p) { return p.target == Target::Recall ? std::
 // its exact greedy reaches (lowering: the first sampled prefix at or under T; raising: the last
 // sampled prefix at or under T, and the exact greedy only adds to that prefix).
 double recall_at(const RankSummary& r, double T) {
-  if (r.mb_ms.empty()) return 0;
+  if (r.n_mb == 0) return 0;
   if (T >= r.ms_k0) {
     auto it = std::upper_bound(r.hi_ms.begin(), r.hi_ms.end(), T);
     return it == r.hi_ms.begin() ? r.recall_k0 : r.hi_rec[size_t(it - r.hi_ms.begin() - 1)];
@@ -193,7 +193,7 @@ double recall_at(const RankSummary& r, double T) {
 }
 
 double estimate_ms(const RankSummary& r, double T, const DstParams& p) {
-  if (r.mb_ms.empty() || p.tuning == Tuning::Fixed) return r.ms_k0;
+  if (r.n_mb == 0 || p.tuning == Tuning::Fixed) return r.ms_k0;
   return r.ms_k0 > T ? std::max(T, r.ms_lo) : std::max(r.ms_k0, std::min(T, r.ms_hi));
 }
 
@@ -201,9 +201,7 @@ double estimate_ms(const RankSummary& r, double T, const DstParams& p) {
 
 RankSummary summarize(const DstItems& it, const DstParams& p) {
   RankSummary r;
-  r.mb_ms.resize(size_t(it.n_mb));
-  for (int m = 0; m < it.n_mb; ++m)
-    r.mb_ms[size_t(m)] = it.fixed_ms[size_t(m)] + it.n_layers * it.attn_ms[size_t(m * it.n_steps + it.i0)];
+  r.n_mb = it.n_mb;
   State s0 = initial(it);
   r.ms_k0 = s0.ms, r.recall_k0 = s0.rec;
   for (double w : it.weight) r.weight += w;
@@ -225,12 +223,11 @@ RankSummary summarize(const DstItems& it, const DstParams& p) {
   return r;
 }
 
-size_t packed_size(int n_mb, const DstParams& p) { return 8 + size_t(n_mb) + 4 * size_t(curve_points(p)); }
+size_t packed_size(const DstParams& p) { return 8 + 4 * size_t(curve_points(p)); }
 
 std::vector<double> pack(const RankSummary& s, const DstParams& p) {
   int G = curve_points(p);
-  std::vector<double> v = {double(s.mb_ms.size()), s.ms_k0, s.recall_k0, s.weight, s.ms_lo, s.ms_hi, double(G), 0};
-  v.insert(v.end(), s.mb_ms.begin(), s.mb_ms.end());
+  std::vector<double> v = {double(s.n_mb), s.ms_k0, s.recall_k0, s.weight, s.ms_lo, s.ms_hi, double(G), 0};
   for (const auto* a : {&s.lo_ms, &s.lo_rec, &s.hi_ms, &s.hi_rec}) {
     if (int(a->size()) != G) throw Error("dst: rank summary curve has " + std::to_string(a->size()) + " points, expected " + std::to_string(G));
     v.insert(v.end(), a->begin(), a->end());
@@ -241,11 +238,10 @@ std::vector<double> pack(const RankSummary& s, const DstParams& p) {
 RankSummary unpack(std::span<const double> d) {
   if (d.size() < 8) throw Error("dst: truncated rank summary in the exchange");
   RankSummary s;
-  size_t n = size_t(d[0]), G = size_t(d[6]);
-  if (d.size() != 8 + n + 4 * G) throw Error("dst: rank summary of " + std::to_string(d.size()) + " values, expected " + std::to_string(8 + n + 4 * G));
-  s.ms_k0 = d[1], s.recall_k0 = d[2], s.weight = d[3], s.ms_lo = d[4], s.ms_hi = d[5];
+  const size_t G = size_t(d[6]);
+  if (d.size() != 8 + 4 * G) throw Error("dst: rank summary of " + std::to_string(d.size()) + " values, expected " + std::to_string(8 + 4 * G));
+  s.n_mb = int(d[0]), s.ms_k0 = d[1], s.recall_k0 = d[2], s.weight = d[3], s.ms_lo = d[4], s.ms_hi = d[5];
   const double* x = d.data() + 8;
-  s.mb_ms.assign(x, x + n), x += n;
   for (auto* a : {&s.lo_ms, &s.lo_rec, &s.hi_ms, &s.hi_rec}) a->assign(x, x + G), x += G;
   return s;
 }
@@ -254,7 +250,7 @@ double target_time(std::span<const RankSummary> ranks, const DstParams& p) {
   double sum = 0, mn = 1e300, mx = 0, lo = 1e300;
   int busy = 0;
   for (const auto& r : ranks) {
-    if (r.mb_ms.empty()) continue;  // an idle rank cannot take work: it does not set the target
+    if (r.n_mb == 0) continue;  // an idle rank cannot take work: it does not set the target
     ++busy, sum += r.ms_k0, mn = std::min(mn, r.ms_k0), mx = std::max(mx, r.ms_k0), lo = std::min(lo, r.ms_lo);
   }
   if (busy == 0) return 0;
@@ -265,7 +261,7 @@ double target_time(std::span<const RankSummary> ranks, const DstParams& p) {
     case Target::Recall: break;
   }
   for (const auto& r : ranks)
-    if (!r.mb_ms.empty() && r.lo_ms.empty()) throw Error("dst: balance.target = recall needs the recall curves in the exchange");
+    if (r.n_mb > 0 && r.lo_ms.empty()) throw Error("dst: balance.target = recall needs the recall curves in the exchange");
   double base = 0;
   for (const auto& r : ranks) base += r.recall_k0;
   auto enough = [&](double T) {
@@ -314,23 +310,17 @@ TuneResult tune(const DstInput& in, int my_rank, const DstParams& p) {
   return res;
 }
 
-TuneResult exchange_and_tune(const Comm& comm, const Plan& plan, const LatencyModel& lm, const RecallModel& rm,
-                             const DstParams& p) {
-  if (int(plan.ranks.size()) != comm.size())
-    throw Error("dst: the plan has " + std::to_string(plan.ranks.size()) + " ranks but the job has " + std::to_string(comm.size()));
+TuneResult exchange_and_tune(const Comm& comm, std::span<const MicroBatch> mine, const LatencyModel& lm,
+                             const RecallModel& rm, const DstParams& p) {
   DstInput in;
-  in.mine = build_items(plan.ranks[size_t(comm.rank())], lm, rm, p);
-  std::vector<double> mine = pack(summarize(in.mine, p), p);
-  // Every rank's message size follows from the (identical) plan: one Allgatherv, no size exchange.
-  std::vector<int> counts(size_t(comm.size())), displs(size_t(comm.size()));
-  int total = 0;
-  for (int r = 0; r < comm.size(); ++r)
-    displs[size_t(r)] = total, counts[size_t(r)] = int(packed_size(int(plan.ranks[size_t(r)].size()), p)), total += counts[size_t(r)];
-  std::vector<double> all(static_cast<size_t>(total));
-  MPI_CHECK(MPI_Allgatherv(mine.data(), int(mine.size()), MPI_DOUBLE, all.data(), counts.data(), displs.data(), MPI_DOUBLE, comm.raw()));
+  in.mine = build_items(mine, lm, rm, p);
+  std::vector<double> packed = pack(summarize(in.mine, p), p);
+  // Every summary has the same size, so ranks need not know each other's plans (two-level plans).
+  const size_t n = packed_size(p);
+  std::vector<double> all(n * size_t(comm.size()));
+  MPI_CHECK(MPI_Allgather(packed.data(), int(n), MPI_DOUBLE, all.data(), int(n), MPI_DOUBLE, comm.raw()));
   in.ranks.reserve(size_t(comm.size()));
-  for (int r = 0; r < comm.size(); ++r)
-    in.ranks.push_back(unpack(std::span<const double>(all.data() + displs[size_t(r)], size_t(counts[size_t(r)]))));
+  for (int r = 0; r < comm.size(); ++r) in.ranks.push_back(unpack(std::span<const double>(all.data() + n * size_t(r), n)));
   return tune(in, comm.rank(), p);
 }
 

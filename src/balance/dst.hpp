@@ -51,14 +51,14 @@ DstItems build_items(std::span<const MicroBatch> mbs, const LatencyModel& lm, co
 // What a rank sends in the exchange: predicted times at k0, recall at k0 and (target = recall
 // only) a sampled curve of its greedy path: (time, recall sum) after lowering / raising.
 struct RankSummary {
-  std::vector<double> mb_ms;  // [mb] predicted at k0
+  int n_mb = 0;               // micro-batches (0: an idle rank, which does not set T*)
   double ms_k0 = 0, recall_k0 = 0, weight = 0, ms_lo = 0, ms_hi = 0;
   std::vector<double> lo_ms, lo_rec;  // lowering path, time descending from (ms_k0, recall_k0)
   std::vector<double> hi_ms, hi_rec;  // raising path, time ascending from (ms_k0, recall_k0)
 };
 RankSummary summarize(const DstItems& items, const DstParams& p);
 std::vector<double> pack(const RankSummary& s, const DstParams& p);
-size_t packed_size(int n_mb, const DstParams& p);
+size_t packed_size(const DstParams& p);  // the same for every rank: one MPI_Allgather
 RankSummary unpack(std::span<const double> data);
 
 struct DstInput {
@@ -84,8 +84,9 @@ double target_time(std::span<const RankSummary> ranks, const DstParams& p);
 TuneResult tune_rank(const DstItems& items, double target_ms, const DstParams& p);
 // The pure function: T* from input.ranks, then tune input.mine (the items of `my_rank`).
 TuneResult tune(const DstInput& input, int my_rank, const DstParams& p);
-// One MPI_Allgatherv of every rank's summary, then tune(). The plan must be identical on all ranks.
-TuneResult exchange_and_tune(const Comm& comm, const Plan& plan, const LatencyModel& lm, const RecallModel& rm,
-                             const DstParams& p);
+// One MPI_Allgather of every rank's summary (fixed size), then tune() of `mine`, this rank's
+// micro-batches (from the whole plan, or from its group's plan).
+TuneResult exchange_and_tune(const Comm& comm, std::span<const MicroBatch> mine, const LatencyModel& lm,
+                             const RecallModel& rm, const DstParams& p);
 
 }  // namespace sb

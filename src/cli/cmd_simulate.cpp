@@ -25,7 +25,7 @@ int run_simulate(const Args& args) {
   sc.max_len = cfg.i("simulate.max_len") > 0 ? cfg.i("simulate.max_len") : sc.capacity;
   sc.noise = cfg.f("simulate.noise");
   sc.plan.swap_rounds = int(cfg.i("balance.swap_rounds"));
-  sc.plan.group_ranks = int(cfg.i("simulate.group_ranks"));
+  sc.plan.group_ranks = int(cfg.i("balance.group_ranks"));
 
   std::string profile = args.get("profile", cfg.s("balance.profile"));
   LatencyModel lm;

@@ -17,6 +17,7 @@ std::vector<KeySpec> schema_balance() {
       {"balance.self_profile", T::Bool, "true", 0, 0, {}, "with no balance.profile, time the model briefly at start (a quick `profile`) instead of starting from analytic constants"},
       {"balance.swap_rounds", T::Int, "64", 0, 1 << 20, {}, "SAB: improving moves/swaps between the most and least loaded ranks"},
       {"balance.recall_alpha", T::Float, "0.5", 0.01, 5, {}, "initial recall exponent: recall = kept_fraction^alpha per layer, learned online"},
+      {"balance.group_ranks", T::Int, "0", 0, 1 << 20, {}, "two-level SAB plan (tokens/quadratic/sparse): the batch is cut into cost-balanced runs, one per group of this many consecutive ranks, and each rank plans only its group's run (0 = one plan over all ranks; for thousands of ranks). In simulate, plan_ms then counts one rank's group plan"},
       {"balance.curve_points", T::Int, "32", 2, 4096, {}, "samples of each rank's recall/time curve exchanged for balance.target = recall"},
       // [simulate] the balancer on a modelled cluster (no model run)
       {"simulate.ranks", T::Int, "8", 1, 1 << 20, {}, "modelled ranks"},
@@ -38,7 +39,6 @@ std::vector<KeySpec> schema_balance() {
       {"simulate.mb_overhead_ms", T::Float, "2", 0, 1e9, {}, "analytic model: fixed cost of one micro-batch, ms"},
       {"simulate.alpha_lo", T::Float, "0.3", 0.01, 5, {}, "recall exponent of the first layer (layers spread linearly to alpha_hi)"},
       {"simulate.alpha_hi", T::Float, "0.7", 0.01, 5, {}, "recall exponent of the last layer"},
-      {"simulate.group_ranks", T::Int, "0", 0, 1 << 20, {}, "two-level SAB plan: groups of this many ranks, each planning its own cost-balanced run of the batch (0 = one group); plan_ms then counts one rank's group plan (make_group_plan). Not wired into train yet"},
   };
 }
 

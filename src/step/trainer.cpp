@@ -101,6 +101,8 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
   if (!cfg.s("balance.profile").empty())
     lm_ = LatencyModel::load_file(cfg.s("balance.profile"), &lm_.shape());
   lm_.set_ema(cfg.f("balance.ema"));
+  plan_opt_.swap_rounds = int(cfg.i("balance.swap_rounds"));
+  plan_opt_.group_ranks = int(cfg.i("balance.group_ranks"));
   dst_.k0 = int(cfg.i("attention.k"));
   dst_.k_min = int(cfg.i("balance.k_min"));
   dst_.k_max = int(cfg.i("balance.k_max"));
@@ -260,14 +262,22 @@ Trainer::StepOut Trainer::step(int64_t s) {
                                      cfg_.i("train.global_batch_tokens"), cur_, order_);
   std::vector<Segment> segs = make_segments(gb.docs, cap, cfg_.s("data.long_docs") == "reject");
   const int M = int(std::max<int64_t>(1, (gb.tokens + int64_t(R) * cap - 1) / (int64_t(R) * cap)));
-  Plan plan = make_plan(segs, R, M, cap, batching_, lm_, dst_.k0);
+  // One plan over all ranks, or (balance.group_ranks) only this rank's group's plan: the same
+  // micro-batches as the whole two-level plan would give this rank, at a fraction of the cost.
+  std::vector<MicroBatch> mine;
+  if (plan_opt_.group_ranks > 0 && plan_opt_.group_ranks < R && batching_ != Batching::Sequential) {
+    GroupPlan gp = make_group_plan(segs, R, M, cap, batching_, lm_, dst_.k0, plan_opt_, me);
+    mine = std::move(gp.ranks[size_t(me - gp.first_rank)]);
+  } else {
+    Plan plan = make_plan(segs, R, M, cap, batching_, lm_, dst_.k0, plan_opt_);
+    mine = std::move(plan.ranks[size_t(me)]);
+  }
   const int64_t global_targets = count_targets(segs);
   // ---- predict, exchange (one collective), tune
-  TuneResult tr = exchange_and_tune(comm_, plan, lm_, rm_, dst_);
+  TuneResult tr = exchange_and_tune(comm_, mine, lm_, rm_, dst_);
   const double plan_ms = ms_since(t_step);
 
   // ---- compute
-  const auto& mine = plan.ranks[size_t(me)];
   std::vector<double> slots(size_t(R) * kRankSlots + kGlobalSlots + 4 * size_t(L), 0.0);
   double* my = slots.data() + size_t(me) * kRankSlots;
   double* glob = slots.data() + size_t(R) * kRankSlots;

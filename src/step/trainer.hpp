@@ -60,6 +60,7 @@ class Trainer {
   RecallModel rm_;
   DstParams dst_;
   Batching batching_;
+  PlanOptions plan_opt_;
   AttnSettings attn_;
   MpiGradReducer reducer_;
   DataCursor cur_;

@@ -56,14 +56,14 @@ TEST(SimulateCli, SummaryKeysFiniteAndDeterministic) {
   EXPECT_NE(run("--set simulate.preset=zipf"), 0);  // a bad key value fails cleanly
 }
 
-// simulate.group_ranks: the two-level plan runs end to end, partitions like the one-level plan (same
+// balance.group_ranks: the two-level plan runs end to end, partitions like the one-level plan (same
 // sequential rows), and SAB stays balanced with groups of 2 of 8 ranks.
 TEST(SimulateCli, TwoLevelGroups) {
   auto one = summary("--set simulate.seed=5", "sb_sim_g1.json");
-  auto two = summary("--set simulate.seed=5 --set simulate.group_ranks=2", "sb_sim_g2.json");
+  auto two = summary("--set simulate.seed=5 --set balance.group_ranks=2", "sb_sim_g2.json");
   ASSERT_TRUE(two.contains("policies"));
   EXPECT_EQ(double(two["policies"]["sequential+fixed"]["makespan"]), double(one["policies"]["sequential+fixed"]["makespan"]));
   EXPECT_LT(double(two["policies"]["sparse+dst"]["imbalance"]), 1.05);
   EXPECT_LT(double(two["policies"]["sparse+fixed"]["makespan"]), double(one["policies"]["sequential+fixed"]["makespan"]));
-  EXPECT_NE(run("--set simulate.group_ranks=-1"), 0);
+  EXPECT_NE(run("--set balance.group_ranks=-1"), 0);
 }
