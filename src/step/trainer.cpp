@@ -92,7 +92,7 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
       opt_(os_, model_.weights().size()),
       lm_(ModelShape{dims_.n_layers, int(cfg.i("attention.block_size")), int(cfg.i("attention.local_blocks"))}),
       rm_(ModelShape{dims_.n_layers, int(cfg.i("attention.block_size")), int(cfg.i("attention.local_blocks"))},
-          0.5, cfg.f("balance.ema")),
+          cfg.f("balance.recall_alpha"), cfg.f("balance.ema")),
       batching_(parse_batching(cfg.s("balance.batching"))),
       reducer_(comm, size_t(cfg.f("train.bucket_mb") * 1024 * 1024)),
       stop_at_(stop_at) {

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "io/checkpoint.hpp"
+#include "io/h5.hpp"
 #include "src/comm/comm.hpp"
 #include "src/step/trainer.hpp"
 #include "train_test_util.hpp"
@@ -79,4 +80,21 @@ TEST(TrainMpi, TwoLevelPlanTrainsTheSameBatch) {
   EXPECT_TRUE(std::isfinite(r2.last_loss));
   const auto& w = t2.model().weights();
   EXPECT_TRUE(comm.all_equal(sb::fnv1a(w.data(), w.size() * sizeof(float))));
+}
+
+// balance.recall_alpha is the recall model's starting exponent (saved in checkpoints as
+// /recall/alpha); with balance.ema = 0 nothing learned online moves it.
+TEST(TrainMpi, RecallAlphaFromConfig) {
+  sb::Comm comm;
+  std::string dir = scratch(comm, "alpha");
+  sb::Config cfg = tiny_config(dir, "--set train.steps=1 --set checkpoint.every=1 --set balance.recall_alpha=1.75"
+                                    " --set balance.ema=0 --set balance.self_profile=false");
+  sb::Trainer t(cfg, comm, "", 0);
+  sb::TrainResult r = t.run();
+  if (comm.root()) {
+    sb::h5::Id f = sb::h5::open_read(r.checkpoint);
+    auto alpha = sb::h5::read_vector<double>(f, "recall/alpha", r.checkpoint);
+    ASSERT_EQ(alpha.size(), size_t(cfg.i("model.n_layers")));
+    for (double a : alpha) EXPECT_DOUBLE_EQ(a, 1.75);
+  }
 }
