@@ -103,6 +103,20 @@ TEST(Latency, SaveLoadRoundTripAndShapeCheck) {
     EXPECT_NE(msg.find(path), std::string::npos) << msg;
   }
   EXPECT_THROW(LatencyModel::load_file("/nonexistent/p.h5"), Error);
+  {  // a /latency group of another format: an error naming the file and the attribute
+    h5::Id f(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+    h5::Id g = h5::group(f, "latency", false);
+    ASSERT_GE(H5Adelete(g, "format"), 0);
+    h5::write_attr(g, "format", std::string("sparsebalance-metrics"));
+  }
+  try {
+    LatencyModel::load_file(path, &same);
+    FAIL() << "foreign format accepted";
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find(path + ": attribute 'format' is \"sparsebalance-metrics\", expected \"sparsebalance-latency\" (not a latency profile)"),
+              std::string::npos) << msg;
+  }
   if (std::system("command -v h5dump >/dev/null 2>&1") == 0) {
     EXPECT_EQ(std::system(("h5dump -a /latency/device " + path + " >/dev/null").c_str()), 0);
   }

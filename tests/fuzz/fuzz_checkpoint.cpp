@@ -23,11 +23,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (total != ck.params.size() || ck.m.size() != total || ck.v.size() != total) __builtin_trap();
   } catch (const sb::Error&) {
   }
-  unlink(path.c_str());
-  // Every HDF5 id opened for this input must be closed again (a leak keeps the file open).
-  if (ssize_t open = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL); open != 0) {
-    std::fprintf(stderr, "%zd HDF5 ids left open after one input\n", open);
-    __builtin_trap();
-  }
+  sbfuzz::end_input(path);
   return 0;
 }

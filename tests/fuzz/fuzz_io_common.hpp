@@ -26,4 +26,14 @@ inline bool write_file(const std::string& path, const uint8_t* data, size_t size
   return std::fclose(f) == 0 && ok;
 }
 
+// After each input: remove its file, and trap if any HDF5 id opened for it is still open (a leak
+// keeps the file open).
+inline void end_input(const std::string& path) {
+  unlink(path.c_str());
+  if (ssize_t open = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL); open != 0) {
+    std::fprintf(stderr, "%zd HDF5 ids left open after one input\n", open);
+    __builtin_trap();
+  }
+}
+
 }  // namespace sbfuzz

@@ -150,6 +150,24 @@ TEST(CheckpointInputs, WrongDtypeShapeAndMissingDatasetNameTheField) {
     auto msg = error_of([&] { sb::read_checkpoint(p); });
     EXPECT_NAMES(msg, p, "'step'");
   }
+  {  // another SparseBalance file, or a newer checkpoint version (h5::check_format)
+    auto p = write_good(dir, "format.h5");
+    {
+      sb::h5::Id f(H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+      ASSERT_GE(H5Adelete(f, "format"), 0);
+      sb::h5::write_attr(f, "format", std::string("sparsebalance-shard"));
+    }
+    auto msg = error_of([&] { sb::read_checkpoint(p); });
+    EXPECT_NAMES(msg, p, "attribute 'format' is \"sparsebalance-shard\", expected \"sparsebalance-checkpoint\" (not a checkpoint)");
+    p = write_good(dir, "version.h5");
+    {
+      sb::h5::Id f(H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+      ASSERT_GE(H5Adelete(f, "version"), 0);
+      sb::h5::write_attr(f, "version", int64_t(7));
+    }
+    msg = error_of([&] { sb::read_checkpoint(p); });
+    EXPECT_NAMES(msg, p, "attribute 'version' is 7, expected 1");
+  }
   {
     auto p = write_good(dir, "notack.h5");
     fs::resize_file(p, 0);
