@@ -32,8 +32,10 @@ inline std::string clean_env() {
   std::string env = std::string("env -i PATH=") + sh_quote(path ? path : "/usr/local/bin:/usr/bin:/bin") +
                     " HOME=/tmp OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
                     " OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1 ";
-  for (const char* name : {"ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS",
-                           "OMPI_MCA_mca_base_component_disable_dlclose"})
+  // LD_LIBRARY_PATH, OMPI_MCA_plm_rsh_agent: the GPU machine's build finds Kokkos and toml++ in an
+  // unpacked prefix, and has no ssh (jobs/gpu/build_on_gpu.sh).
+  for (const char* name : {"ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "OMPI_MCA_mca_base_component_disable_dlclose",
+                           "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "OMPI_MCA_plm_rsh_agent"})
     if (const char* v = std::getenv(name)) env += std::string(name) + "=" + sh_quote(v) + " ";
   return env;
 }

@@ -3,10 +3,13 @@
 # (jobs/gpu/fetch_debs.sh made it here). Unpacks the Debian packages into a private prefix, fixes
 # their CMake files to point there, configures with -DSB_CUDA=ON (serial HDF5 there), builds the CUDA
 # test and benchmark, and runs the stages named on the command line (default: test sanitize bench):
-#   test      tests/cuda correctness program (ctest -L cuda)
-#   sanitize  compute-sanitizer memcheck on the test program (--quick cases)
+#   test      tests/cuda correctness programs (ctest -L cuda: test_attention_cuda, test_ops_cuda,
+#             test_train_cuda at 1 and 2 ranks: the model and 20 training steps against the CPU)
+#   sanitize  compute-sanitizer memcheck on the test programs (--quick cases)
 #   bench     bench_attention_cuda over L x density (table at the end)
 #   flex      bench/flex_attention_ref.py (PyTorch FlexAttention + cuDNN SDPA on the same masks)
+#   e2e       bench/gpu_e2e.sh: train the 0.47B model of configs/gpu_0p5b.toml, dense and sparse, beside
+#             PyTorch (LENS, STEPS, TORCH=0|1 pass through)
 # Logs and CSVs go to $OUT (or ./gpu-out when OUT is unset).
 set -uo pipefail
 STAGES=${*:-test sanitize bench}
@@ -32,6 +35,13 @@ grep -rl "/usr/lib/x86_64-linux-gnu\|/usr/include" "$P"/usr/lib/x86_64-linux-gnu
    s#/usr/lib/x86_64-linux-gnu/libtomlplusplus#$P/usr/lib/x86_64-linux-gnu/libtomlplusplus#g; \
    s#/usr/include/trilinos#$P/usr/include/trilinos#g; \
    s#set(Kokkos_INSTALL_DIR \"/usr\")#set(Kokkos_INSTALL_DIR \"$P/usr\")#"
+# `prep synth` (tests, bench/gpu_e2e.sh) reads the word list where Debian puts it (prep.dict).
+if [ ! -f /usr/share/dict/american-english ] && [ -f "$P/usr/share/dict/american-english" ]; then
+  mkdir -p /usr/share/dict && cp "$P/usr/share/dict/american-english" /usr/share/dict/
+fi
+# No ssh/rsh there: a program the tests start outside mpirun (MPI singleton) fails at MPI_Init
+# looking for one, though it never launches a remote daemon. Any existing command satisfies it.
+export OMPI_MCA_plm_rsh_agent=${OMPI_MCA_plm_rsh_agent:-false}
 export LD_LIBRARY_PATH=$P/usr/lib/x86_64-linux-gnu:$P/usr/lib/x86_64-linux-gnu/openblas-pthread:${LD_LIBRARY_PATH:-}
 extra=()
 if [ $have_blas = 0 ]; then
@@ -50,23 +60,28 @@ cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSB_CUDA=ON -DSB_BENCH=O
   > "$OUTDIR/configure.log" 2>&1 || { tail -40 "$OUTDIR/configure.log"; exit 1; }
 grep -E "HDF5|SB_CUDA|CUDA compiler identification" "$OUTDIR/configure.log"
 log "build"
-ninja -C "$B" -j16 test_attention_cuda bench_attention_cuda > "$OUTDIR/build.log" 2>&1 || { tail -60 "$OUTDIR/build.log"; exit 1; }
+ninja -C "$B" -j16 sparsebalance test_attention_cuda test_ops_cuda test_train_cuda bench_attention_cuda > "$OUTDIR/build.log" 2>&1 || { tail -60 "$OUTDIR/build.log"; exit 1; }
 rc=0
 for st in $STAGES; do
   case $st in
     test)
       log "test"
-      (cd "$B" && timeout 300 ctest -L cuda -V) 2>&1 | tee "$OUTDIR/test.log" | grep -E "OK |FAIL|PASS|SKIP|tests passed" || rc=1 ;;
+      (cd "$B" && timeout 400 ctest ${SB_CTEST_ARGS:--L cuda} -V) 2>&1 | tee "$OUTDIR/test.log" | grep -E "OK |FAIL|PASS|SKIP|tests passed|rel|worst|steps, loss" || rc=1 ;;
     sanitize)
       log "compute-sanitizer memcheck"
       timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$B/tests/cuda/test_attention_cuda" --quick \
-        2>&1 | tee "$OUTDIR/memcheck.log" | tail -8 || rc=1 ;;
+        2>&1 | tee "$OUTDIR/memcheck.log" | tail -8 || rc=1
+      timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$B/tests/cuda/test_ops_cuda" --quick \
+        2>&1 | tee -a "$OUTDIR/memcheck.log" | tail -8 || rc=1 ;;
     bench)
       log "bench"
       timeout 300 "$B/kernels/bench_attention_cuda" --csv "$OUTDIR/bench_cuda.csv" 2>&1 | tee "$OUTDIR/bench_cuda.log" || rc=1 ;;
     flex)
       log "flex"
       PYTHONUNBUFFERED=1 timeout 400 python3 bench/flex_attention_ref.py --csv "$OUTDIR/flex.csv" 2>&1 | tee "$OUTDIR/flex.log" || rc=1 ;;
+    e2e)
+      log "e2e"
+      SB=$B/src/sparsebalance OUT=$OUTDIR timeout 560 bash bench/gpu_e2e.sh 2>&1 | tee "$OUTDIR/e2e.log" || rc=1 ;;
     *) echo "unknown stage $st"; rc=2 ;;
   esac
 done

@@ -52,6 +52,7 @@ static int run_train(const Args& args) {
                           {"first_loss", r.first_loss},
                           {"last_loss", r.last_loss},
                           {"losses", r.losses},
+                          {"step_ms", r.step_ms},
                           {"tokens_per_s", r.tokens_per_s},
                           {"mean_step_ms", r.mean_step_ms},
                           {"mean_imbalance", r.mean_imbalance},
@@ -65,6 +66,7 @@ static int run_train(const Args& args) {
                           {"batching", cfg.s("balance.batching")},
                           {"tuning", cfg.s("balance.tuning")},
                           {"attention", cfg.s("attention.mode")},
+                          {"device", cfg.s("train.device")},
                           {"stopped_early", r.stopped_early},
                           {"checkpoint", r.checkpoint},
                           {"log", r.log}};

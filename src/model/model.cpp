@@ -121,6 +121,14 @@ void Model<T>::zero_grads() {
   std::fill(g_.begin(), g_.end(), T(0));
 }
 
+void check_inputs(const PackedBatch& b, const AttnSettings& a, const ModelDims& s) {
+  if (int(a.k.size()) != s.n_layers) throw std::logic_error("AttnSettings.k must hold one budget per layer");
+  for (int32_t t : b.tokens)
+    if (t < 0 || t >= s.vocab)
+      throw Error("token id " + std::to_string(t) + " is outside the model's vocabulary (model.vocab_size = " +
+                  std::to_string(s.vocab) + ")");
+}
+
 void PackedBatch::add(const std::vector<uint32_t>& seq) {
   if (cu_seqlens.empty()) cu_seqlens.push_back(0);
   for (size_t i = 0; i < seq.size(); ++i) {
@@ -165,11 +173,7 @@ MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T los
   const int N = b.n(), C = s.d_model, H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, F = s.ffn_dim,
             V = s.vocab, L = s.n_layers;
   const int HD = H * D, KD = Hkv * D, nd = b.ndocs();
-  if (int(a.k.size()) != L) throw std::logic_error("AttnSettings.k must hold one budget per layer");
-  for (int32_t t : b.tokens)
-    if (t < 0 || t >= V)
-      throw Error("token id " + std::to_string(t) + " is outside the model's vocabulary (model.vocab_size = " +
-                  std::to_string(V) + ")");
+  check_inputs(b, a, s);
   const k::AttnShape ashape{H, Hkv, D, a.block_size};
   MicroBatchStats st;
   st.gating.resize(L);

@@ -60,6 +60,9 @@ struct PackedBatch {
   void add(const std::vector<uint32_t>& seq);
 };
 
+// One budget per layer, every token id inside the vocabulary (the error names model.vocab_size).
+void check_inputs(const PackedBatch& b, const AttnSettings& a, const ModelDims& s);
+
 template <class T>
 class Model {
  public:

@@ -94,10 +94,8 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
       rm_(ModelShape{dims_.n_layers, int(cfg.i("attention.block_size")), int(cfg.i("attention.local_blocks"))},
           cfg.f("balance.recall_alpha"), cfg.f("balance.ema")),
       batching_(parse_batching(cfg.s("balance.batching"))),
-      reducer_(comm, size_t(cfg.f("train.bucket_mb") * 1024 * 1024)),
+      engine_(make_engine(cfg, comm, model_, opt_)),
       stop_at_(stop_at) {
-  if (cfg.s("train.device") != "cpu")
-    throw Error("train.device = \"" + cfg.s("train.device") + "\": this build trains on the CPU only");
   if (!cfg.s("balance.profile").empty())
     lm_ = LatencyModel::load_file(cfg.s("balance.profile"), &lm_.shape());
   lm_.set_ema(cfg.f("balance.ema"));
@@ -162,6 +160,12 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
   }
   if (restored) {
     apply_checkpoint(std::move(*restored));  // also the latency model, so a resumed run plans the same
+  } else if (cfg.s("balance.profile").empty() && cfg.b("balance.self_profile") && cfg.s("train.device") != "cpu") {
+    // The quick self-profile times the CPU kernels; on a GPU the analytic model is corrected online
+    // from measured times within a few steps (a profile file for the GPU avoids those steps).
+    if (comm.root())
+      std::printf("latency model: analytic, corrected online (no self-profile on train.device = \"%s\"; "
+                  "set balance.profile for a measured one)\n", cfg.s("train.device").c_str());
   } else if (cfg.s("balance.profile").empty() && cfg.b("balance.self_profile")) {
     ProfileReport pr = profile_machine(cfg, comm, dims_.vocab, /*quick=*/true);
     lm_ = pr.model;
@@ -170,6 +174,7 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
       std::printf("latency model: quick self-profile, %d samples in %.1f s (attention held-out error %.0f%%)\n",
                   pr.samples, pr.seconds, 100 * pr.attention.heldout_error);
   }
+  engine_->from_host();  // the initial or restored weights and moments
   if (comm.root())
     log_ = open_metrics_log(cfg.s("log.path"), comm.size(), !path.empty(), start_step_);
 }
@@ -227,6 +232,7 @@ void Trainer::save_checkpoint(int64_t s) {
     ck.data_cursor = cur_.index;
     ck.skipped_steps = skipped_;
     for (const auto& p : model_.params()) ck.tensors.push_back({p.name, p.shape, p.offset, p.size});
+    engine_->to_host();
     ck.params = model_.weights();
     ck.m = opt_.m();
     ck.v = opt_.v();
@@ -283,12 +289,12 @@ Trainer::StepOut Trainer::step(int64_t s) {
   double* glob = slots.data() + size_t(R) * kRankSlots;
   double* layer = glob + kGlobalSlots;
   my[kBudgetMin] = 1e300, my[kBudgetMax] = -1e300;
-  model_.zero_grads();
+  engine_->zero_grads();
   const auto t_compute = Clock::now();
   for (size_t m = 0; m < mine.size(); ++m) {
     PackedBatch b = pack_micro_batch(ds_, mine[m]);
     attn_.k = tr.k[m];
-    MicroBatchStats st = model_.forward_backward(b, attn_, float(1.0 / double(std::max<int64_t>(global_targets, 1))));
+    MicroBatchStats st = engine_->forward_backward(b, attn_, float(1.0 / double(std::max<int64_t>(global_targets, 1))));
     PartTimes pred = lm_.micro_batch_parts(mine[m], tr.k[m]);
     my[kPredAttn] += pred.attention, my[kPredGating] += pred.gating, my[kPredLinear] += pred.linear;
     my[kAttnMs] += st.attn_ms, my[kGatingMs] += st.gating_ms;
@@ -323,26 +329,25 @@ Trainer::StepOut Trainer::step(int64_t s) {
   const auto t_idle = Clock::now();
   comm_.barrier();
   my[kIdle] = ms_since(t_idle);
-  auto& grads = model_.grads();
   // Fault injection, a testing aid (train.inject_nan_step/_count): rank 0 poisons its loss and one
   // gradient before the reduction, so every rank sees the non-finite values, as with a real overflow.
   if (const int64_t inj = cfg_.i("train.inject_nan_step");
       inj > 0 && s >= inj && s < inj + cfg_.i("train.inject_nan_count") && me == 0) {
     glob[kLossSum] = std::numeric_limits<double>::quiet_NaN();
-    if (!grads.empty()) grads[0] = std::numeric_limits<float>::infinity();
+    engine_->poison_gradient();
   }
-  reducer_.allreduce_sum(grads.data(), grads.size());
+  engine_->reduce_gradients();
   my[kStepMs] = ms_since(t_step);
   comm_.allreduce_sum_inplace(slots);
 
   // ---- update
   StepOut out;
   const double loss = glob[kLossSum] / double(std::max<int64_t>(global_targets, 1));
-  const double gnorm = global_norm(grads);
+  const double gnorm = engine_->gradient_norm();
   const double lr = lr_at(os_, s);
   const bool finite = std::isfinite(loss) && std::isfinite(gnorm);
   if (finite) {
-    opt_.step(model_, grads, gnorm, lr, s);
+    engine_->update(gnorm, lr, s);
     skipped_ = 0;
   } else {
     ++skipped_;
@@ -358,7 +363,7 @@ Trainer::StepOut Trainer::step(int64_t s) {
 
   const int64_t sync_every = cfg_.i("train.sync_check_every");
   if (sync_every > 0 && s % sync_every == 0 &&
-      !comm_.all_equal(fnv1a(model_.weights().data(), model_.weights().size() * sizeof(float))))
+      !comm_.all_equal(engine_->weights_hash()))
     throw Error("step " + std::to_string(s) + ": ranks hold different parameters after the update (the all-reduce "
                 "or the update is not deterministic); stopping before the divergence spreads");
 
@@ -431,6 +436,7 @@ TrainResult Trainer::run() {
     if (n == 0) res.first_loss = o.row.loss;
     res.last_loss = o.row.loss;
     res.losses.push_back(o.row.loss);
+    res.step_ms.push_back(o.row.makespan_ms);
     res.last_step = s;
     ++n;
     sum_tokens += double(o.row.tokens), sum_ms += o.row.makespan_ms;
@@ -455,6 +461,7 @@ TrainResult Trainer::run() {
       *x /= double(n);
   }
   if (log_) log_->flush();
+  engine_->to_host();  // model() holds the trained weights
   res.checkpoint = last_checkpoint_;
   return res;
 }

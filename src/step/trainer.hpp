@@ -14,6 +14,7 @@
 #include "src/comm/comm.hpp"
 #include "src/config/config.hpp"
 #include "src/model/model.hpp"
+#include "src/step/engine.hpp"
 #include "src/step/plan_batch.hpp"
 #include "src/step/update.hpp"
 
@@ -31,6 +32,7 @@ struct TrainResult {
   std::string checkpoint, log;
   bool stopped_early = false;  // by --stop-at or a signal
   std::vector<double> losses;
+  std::vector<double> step_ms;  // makespan of every step (the first ones include warm-up)
 };
 
 class Trainer {
@@ -62,7 +64,7 @@ class Trainer {
   Batching batching_;
   PlanOptions plan_opt_;
   AttnSettings attn_;
-  MpiGradReducer reducer_;
+  std::unique_ptr<Engine> engine_;  // compute, reduce, update on train.device
   DataCursor cur_;
   std::vector<uint64_t> order_;
   std::unique_ptr<MetricsLog> log_;

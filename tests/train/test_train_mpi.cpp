@@ -16,30 +16,6 @@
 using namespace sbtest;
 namespace fs = std::filesystem;
 
-namespace {
-// A fresh corpus in a per-rank-count scratch dir (rank 0 makes it).
-std::string scratch(const sb::Comm& comm, const std::string& tag) {
-  std::string dir = (fs::temp_directory_path() / ("sb_train_mpi_" + tag + "_np" + std::to_string(comm.size()))).string();
-  if (comm.root()) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    make_corpus(dir, 200, 1024);
-  }
-  comm.barrier();
-  return dir;
-}
-
-// The tiny config plus "--set k=v ..." flags, as the CLI would load them.
-sb::Config tiny_config(const std::string& dir, const std::string& extra) {
-  std::vector<std::string> sets;
-  std::string flags = tiny_flags(dir + "/data", dir) + " " + extra;
-  for (size_t at = flags.find("--set "); at != std::string::npos; at = flags.find("--set ", at + 1)) {
-    size_t end = flags.find(' ', at + 6);
-    sets.push_back(flags.substr(at + 6, end == std::string::npos ? std::string::npos : end - at - 6));
-  }
-  return sb::Config::load("", sets);
-}
-}  // namespace
 
 TEST(TrainMpi, RanksStayBitIdenticalAndBudgetsMoveBothWays) {
   sb::Comm comm;

@@ -1,0 +1,407 @@
+// CUDA twins of the per-row and elementwise kernels of kernels/cpu/elementwise.cpp (same formulas),
+// for the mixed-precision model: fp32 residual stream / master weights / moments, bf16 GEMM inputs.
+//   per row (one CTA per row): rmsnorm fwd and dx, cross-entropy;
+//   column tiles over row chunks: rmsnorm dw (one fp32 atomicAdd per column and chunk);
+//   elementwise (grid-stride, 64-bit indices: n can exceed 2^31): the rest.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/ops_cuda.hpp"
+
+namespace sb::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;          // elementwise and per-row CTAs
+constexpr int kCeThreads = 512;        // cross-entropy: one CTA streams a whole row of V logits
+constexpr int64_t kMaxBlocks = 65536;  // grid-stride cap for elementwise kernels (plenty for 132 SMs)
+
+// Blocks for a grid-stride loop over n items.
+unsigned grid_for(int64_t n, int threads = kThreads) {
+  const int64_t b = (n + threads - 1) / threads;
+  return unsigned(b < kMaxBlocks ? b : kMaxBlocks);
+}
+
+// ---- reductions ----
+template <class T>
+__device__ T warp_sum(T v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over the CTA, returned to every thread. blockDim.x a multiple of 32, at most 1024.
+template <class T>
+__device__ T block_sum(T v) {
+  __shared__ T sh[32];
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // sh may still be read by a previous block_sum of this CTA
+  if (lane == 0) sh[w] = v;
+  __syncthreads();
+  v = lane < nw ? sh[lane] : T(0);
+  return warp_sum(v);  // every warp reduces the same partials: all threads get the total
+}
+
+// Grid-stride loop over [0, n) with 64-bit indices.
+#define SB_GRID_LOOP(i, n)                                                                          \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < int64_t(n);                  \
+       i += int64_t(gridDim.x) * blockDim.x)
+
+// ---- rmsnorm ----
+// x (N,C) fp32, w (C), y (N,C) bf16, rstd (N). One CTA per row; sum of squares in double as the CPU.
+__global__ void __launch_bounds__(kThreads) rmsnorm_fwd_kernel(const float* x, const float* w, bf16* y,
+                                                                float* rstd, int C, float eps) {
+  const int64_t t = blockIdx.x;
+  const float* xt = x + t * C;  // (C)
+  double ss = 0;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) ss += double(xt[c]) * xt[c];
+  ss = block_sum(ss);
+  const float r = float(1.0 / sqrt(ss / C + double(eps)));
+  if (threadIdx.x == 0) rstd[t] = r;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) y[t * C + c] = __float2bfloat16(xt[c] * r * w[c]);
+}
+
+// dx (N,C) += r*dy*w - x * (r^3/C * sum_c dy*w*x). One CTA per row.
+__global__ void __launch_bounds__(kThreads) rmsnorm_bwd_dx_kernel(const float* x, const float* w,
+                                                                   const float* rstd, const float* dy, float* dx,
+                                                                   int C) {
+  const int64_t t = blockIdx.x;
+  const float* xt = x + t * C;    // (C)
+  const float* dyt = dy + t * C;  // (C)
+  double dot = 0;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) dot += double(dyt[c]) * w[c] * xt[c];
+  dot = block_sum(dot);
+  const double rd = rstd[t];
+  const float r = float(rd), k = float(dot * rd * rd * rd / C);
+  for (int c = threadIdx.x; c < C; c += blockDim.x) dx[t * C + c] += r * dyt[c] * w[c] - xt[c] * k;
+}
+
+// dw (C) += sum_t dy*x*r. CTA = 32 columns x kDwRows threads, walking `chunk` rows; the partial sums
+// (double) are reduced over the CTA's rows in shared memory, then one fp32 atomicAdd per column and
+// CTA (N/chunk atomics per column instead of N).
+constexpr int kDwRows = 8;
+__global__ void __launch_bounds__(32 * kDwRows) rmsnorm_bwd_dw_kernel(const float* x, const float* rstd,
+                                                                       const float* dy, float* dw, int N, int C,
+                                                                       int chunk) {
+  __shared__ double part[kDwRows][33];
+  const int c = blockIdx.x * 32 + threadIdx.x;
+  const int64_t t0 = int64_t(blockIdx.y) * chunk;
+  const int64_t t1 = t0 + chunk < N ? t0 + chunk : N;
+  double acc = 0;
+  if (c < C)
+    for (int64_t t = t0 + threadIdx.y; t < t1; t += kDwRows) acc += double(dy[t * C + c]) * x[t * C + c] * rstd[t];
+  part[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    for (int r = 1; r < kDwRows; r++) acc += part[r][threadIdx.x];
+    atomicAdd(dw + c, float(acc));
+  }
+}
+
+// ---- rope (rotate-half) ----
+// x (N,nh,D) bf16 in place; one thread per (token, pair d < D/2), looping over the heads so the
+// angle is computed once. Angle pos * theta^(-2d/D) in double, reduced to [-pi, pi] in double (pos
+// reaches 1e5: a float angle would lose ~1e-2 rad), then sin/cos in fp32. sign -1: inverse rotation.
+__global__ void __launch_bounds__(kThreads) rope_kernel(bf16* x, const int32_t* pos, int N, int nh, int D,
+                                                         double theta, float sign) {
+  const int half = D / 2;
+  SB_GRID_LOOP(i, int64_t(N) * half) {
+    const int64_t t = i / half;
+    const int d = int(i - t * half);
+    const double ang = double(pos[t]) * pow(theta, -2.0 * d / D);
+    const double two_pi = 6.283185307179586476925;
+    const float red = float(ang - two_pi * rint(ang / two_pi));
+    float sn, cs;
+    sincosf(red, &sn, &cs);
+    sn *= sign;
+    for (int h = 0; h < nh; h++) {
+      bf16* xh = x + (t * nh + h) * D;  // (D)
+      const float a = __bfloat162float(xh[d]), b = __bfloat162float(xh[d + half]);
+      xh[d] = __float2bfloat16(a * cs - b * sn);
+      xh[d + half] = __float2bfloat16(b * cs + a * sn);
+    }
+  }
+}
+
+// ---- swiglu ----
+// gate, up, h (n) bf16; math in fp32. silu(g) = g * sigmoid(g).
+__global__ void __launch_bounds__(kThreads) swiglu_fwd_kernel(const bf16* gate, const bf16* up, bf16* h,
+                                                               size_t n) {
+  SB_GRID_LOOP(i, n) {
+    const float g = __bfloat162float(gate[i]);
+    const float sig = 1.0f / (1.0f + expf(-g));
+    h[i] = __float2bfloat16(g * sig * __bfloat162float(up[i]));
+  }
+}
+// silu'(g) = sig * (1 + g*(1-sig)); dgate, dup overwritten.
+__global__ void __launch_bounds__(kThreads) swiglu_bwd_kernel(const bf16* gate, const bf16* up, const bf16* dh,
+                                                               bf16* dgate, bf16* dup, size_t n) {
+  SB_GRID_LOOP(i, n) {
+    const float g = __bfloat162float(gate[i]), u = __bfloat162float(up[i]), d = __bfloat162float(dh[i]);
+    const float sig = 1.0f / (1.0f + expf(-g));
+    dgate[i] = __float2bfloat16(d * u * sig * (1.0f + g * (1.0f - sig)));
+    dup[i] = __float2bfloat16(d * g * sig);
+  }
+}
+
+// ---- embedding ----
+// ids (N), table (V,C), out (N,C); one thread per output element.
+__global__ void __launch_bounds__(kThreads) embedding_fwd_kernel(const int32_t* ids, const float* table, float* out,
+                                                                  int N, int C) {
+  SB_GRID_LOOP(i, int64_t(N) * C) {
+    const int64_t t = i / C, c = i - t * C;
+    out[i] = table[int64_t(ids[t]) * C + c];
+  }
+}
+// dtable[ids[t]] += dout[t]: repeated ids hit the same row, hence atomicAdd.
+__global__ void __launch_bounds__(kThreads) embedding_bwd_kernel(const int32_t* ids, const float* dout,
+                                                                  float* dtable, int N, int C) {
+  SB_GRID_LOOP(i, int64_t(N) * C) {
+    const int64_t t = i / C, c = i - t * C;
+    atomicAdd(dtable + int64_t(ids[t]) * C + c, dout[i]);
+  }
+}
+
+// ---- cross-entropy ----
+// Running state of one row: online softmax (max m, sum s of exp(z - m)) and argmax (value, index).
+struct CeAcc {
+  float m, s, bv;
+  int bi;
+};
+
+__device__ void ce_merge(CeAcc& a, const CeAcc& b) {
+  if (b.m > a.m) {  // rescale a's sum to b's max (a.s = 0 when a.m = -inf: 0 * 0)
+    a.s = a.s * expf(a.m - b.m) + b.s;
+    a.m = b.m;
+  } else if (b.s > 0.0f) {  // b.s > 0 implies b.m finite
+    a.s += b.s * expf(b.m - a.m);
+  }
+  if (b.bv > a.bv || (b.bv == a.bv && b.bi < a.bi)) {  // ties -> lowest index, as std::max_element
+    a.bv = b.bv;
+    a.bi = b.bi;
+  }
+}
+
+__device__ CeAcc ce_shfl(const CeAcc& a, int o) {
+  return {__shfl_xor_sync(0xffffffffu, a.m, o), __shfl_xor_sync(0xffffffffu, a.s, o),
+          __shfl_xor_sync(0xffffffffu, a.bv, o), __shfl_xor_sync(0xffffffffu, a.bi, o)};
+}
+
+// logits (N,V) fp32, targets (N), loss (N), dlogits (N,V) bf16, argmax (N). One CTA per row; the row is
+// read twice (lse + argmax, then dlogits).
+__global__ void __launch_bounds__(kCeThreads) cross_entropy_kernel(const float* logits, const int32_t* targets,
+                                                                    float* loss, bf16* dlogits, int32_t* argmax,
+                                                                    int V, float scale) {
+  __shared__ CeAcc sh[kCeThreads / 32];
+  const int64_t t = blockIdx.x;
+  const float* z = logits + t * V;  // (V)
+  CeAcc acc{-INFINITY, 0.0f, -INFINITY, INT32_MAX};
+  for (int v = threadIdx.x; v < V; v += blockDim.x) {  // v ascending per thread: first max kept
+    const float x = z[v];
+    if (x > acc.m) {
+      acc.s = acc.s * expf(acc.m - x) + 1.0f;
+      acc.m = x;
+    } else if (x != -INFINITY) {  // -inf adds 0 (and would give exp(-inf - -inf) = NaN before any finite)
+      acc.s += expf(x - acc.m);
+    }
+    if (x > acc.bv || (x == acc.bv && v < acc.bi)) {
+      acc.bv = x;
+      acc.bi = v;
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) ce_merge(acc, ce_shfl(acc, o));
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  if (lane == 0) sh[w] = acc;
+  __syncthreads();
+  if (w == 0) {
+    acc = lane < nw ? sh[lane] : CeAcc{-INFINITY, 0.0f, -INFINITY, INT32_MAX};
+    for (int o = 16; o > 0; o >>= 1) ce_merge(acc, ce_shfl(acc, o));
+    if (lane == 0) sh[0] = acc;
+  }
+  __syncthreads();
+  acc = sh[0];
+  const int32_t y = targets[t];
+  const float lse = acc.m + logf(acc.s);
+  if (threadIdx.x == 0) {
+    if (loss) loss[t] = y >= 0 ? (acc.m - z[y]) + logf(acc.s) : 0.0f;  // m - z[y] first: exact near the max
+    if (argmax) argmax[t] = acc.bi < V ? acc.bi : 0;                  // all-NaN row: 0, as the CPU
+  }
+  if (!dlogits) return;
+  bf16* dz = dlogits + t * V;  // (V)
+  if (y < 0) {
+    for (int v = threadIdx.x; v < V; v += blockDim.x) dz[v] = __float2bfloat16(0.0f);
+    return;
+  }
+  for (int v = threadIdx.x; v < V; v += blockDim.x) {
+    const float p = expf(z[v] - lse);
+    dz[v] = __float2bfloat16(scale * (p - (v == y ? 1.0f : 0.0f)));
+  }
+}
+
+// ---- AdamW ----
+// p, g, m, v (n) fp32, p16 (n) bf16 optional; bc1, bc2 = 1 - beta^step from the host as kernels::adamw.
+__global__ void __launch_bounds__(kThreads) adamw_kernel(float* p, bf16* p16, const float* g, float* m, float* v,
+                                                          size_t n, float lr, float beta1, float beta2, float eps,
+                                                          float weight_decay, float bc1, float bc2) {
+  SB_GRID_LOOP(i, n) {
+    const float gi = g[i];
+    const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+    const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    const float mhat = mi / bc1, vhat = vi / bc2;
+    float pi = p[i];
+    pi -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * pi);
+    p[i] = pi;
+    if (p16) p16[i] = __float2bfloat16(pi);
+  }
+}
+
+// ---- small elementwise ----
+__global__ void __launch_bounds__(kThreads) to_bf16_kernel(const float* x, bf16* y, size_t n) {
+  SB_GRID_LOOP(i, n) y[i] = __float2bfloat16(x[i]);
+}
+__global__ void __launch_bounds__(kThreads) add_inplace_kernel(float* x, const float* y, size_t n) {
+  SB_GRID_LOOP(i, n) x[i] += y[i];
+}
+__global__ void __launch_bounds__(kThreads) scale_inplace_kernel(float* x, float c, size_t n) {
+  SB_GRID_LOOP(i, n) x[i] *= c;
+}
+
+// sum x^2: each CTA writes its partial (double) to part[blockIdx.x]; a second one-CTA kernel adds
+// the partials in a fixed order (no atomics: the result is deterministic for a given n).
+__global__ void __launch_bounds__(kThreads) sum_squares_kernel(const float* x, size_t n, double* part) {
+  double acc = 0;
+  SB_GRID_LOOP(i, n) {
+    const double xi = x[i];
+    acc += xi * xi;  // exact: a float squared fits in a double
+  }
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) part[blockIdx.x] = acc;
+}
+constexpr int kSumThreads = 1024;
+__global__ void __launch_bounds__(kSumThreads) sum_partials_kernel(const double* part, int nparts, double* out) {
+  double acc = 0;
+  for (int i = threadIdx.x; i < nparts; i += blockDim.x) acc += part[i];
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) *out = acc;
+}
+
+#undef SB_GRID_LOOP
+
+}  // namespace
+
+// ---- host launchers ----
+
+void rmsnorm_fwd(const float* x, const float* w, bf16* y, float* rstd, int N, int C, float eps, cudaStream_t stream) {
+  if (N <= 0 || C <= 0) return;
+  rmsnorm_fwd_kernel<<<N, kThreads, 0, stream>>>(x, w, y, rstd, C, eps);
+  SB_CUDA_CHECK_LAUNCH("rmsnorm_fwd_kernel");
+}
+
+void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, float* dx, float* dw, int N,
+                 int C, cudaStream_t stream) {
+  if (N <= 0 || C <= 0) return;
+  if (dx) {
+    rmsnorm_bwd_dx_kernel<<<N, kThreads, 0, stream>>>(x, w, rstd, dy, dx, C);
+    SB_CUDA_CHECK_LAUNCH("rmsnorm_bwd_dx_kernel");
+  }
+  if (dw) {
+    // 256 rows per CTA, more when N would need over 65535 chunks (gridDim.y limit).
+    const int chunk = std::max(256, (N + 65534) / 65535);
+    const dim3 grid((C + 31) / 32, (N + chunk - 1) / chunk);
+    rmsnorm_bwd_dw_kernel<<<grid, dim3(32, kDwRows), 0, stream>>>(x, rstd, dy, dw, N, C, chunk);
+    SB_CUDA_CHECK_LAUNCH("rmsnorm_bwd_dw_kernel");
+  }
+}
+
+static void rope_launch(bf16* x, const int32_t* pos, int N, int nh, int D, double theta, float sign,
+                        cudaStream_t stream) {
+  const int64_t pairs = int64_t(N) * (D / 2);
+  if (pairs <= 0 || nh <= 0) return;
+  rope_kernel<<<grid_for(pairs), kThreads, 0, stream>>>(x, pos, N, nh, D, theta, sign);
+  SB_CUDA_CHECK_LAUNCH("rope_kernel");
+}
+void rope_fwd(bf16* x, const int32_t* pos, int N, int nh, int D, double theta, cudaStream_t stream) {
+  rope_launch(x, pos, N, nh, D, theta, +1.0f, stream);
+}
+void rope_bwd(bf16* dx, const int32_t* pos, int N, int nh, int D, double theta, cudaStream_t stream) {
+  rope_launch(dx, pos, N, nh, D, theta, -1.0f, stream);  // rotation is orthogonal: grad = inverse
+}
+
+void swiglu_fwd(const bf16* gate, const bf16* up, bf16* h, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  swiglu_fwd_kernel<<<grid_for(int64_t(n)), kThreads, 0, stream>>>(gate, up, h, n);
+  SB_CUDA_CHECK_LAUNCH("swiglu_fwd_kernel");
+}
+void swiglu_bwd(const bf16* gate, const bf16* up, const bf16* dh, bf16* dgate, bf16* dup, size_t n,
+                cudaStream_t stream) {
+  if (n == 0) return;
+  swiglu_bwd_kernel<<<grid_for(int64_t(n)), kThreads, 0, stream>>>(gate, up, dh, dgate, dup, n);
+  SB_CUDA_CHECK_LAUNCH("swiglu_bwd_kernel");
+}
+
+void embedding_fwd(const int32_t* ids, const float* table, float* out, int N, int C, cudaStream_t stream) {
+  if (N <= 0 || C <= 0) return;
+  embedding_fwd_kernel<<<grid_for(int64_t(N) * C), kThreads, 0, stream>>>(ids, table, out, N, C);
+  SB_CUDA_CHECK_LAUNCH("embedding_fwd_kernel");
+}
+void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int N, int C, cudaStream_t stream) {
+  if (N <= 0 || C <= 0) return;
+  embedding_bwd_kernel<<<grid_for(int64_t(N) * C), kThreads, 0, stream>>>(ids, dout, dtable, N, C);
+  SB_CUDA_CHECK_LAUNCH("embedding_bwd_kernel");
+}
+
+void cross_entropy(const float* logits, const int32_t* targets, float* loss, bf16* dlogits, int32_t* argmax, int N,
+                   int V, float scale, cudaStream_t stream) {
+  if (N <= 0 || V <= 0) return;
+  cross_entropy_kernel<<<N, kCeThreads, 0, stream>>>(logits, targets, loss, dlogits, argmax, V, scale);
+  SB_CUDA_CHECK_LAUNCH("cross_entropy_kernel");
+}
+
+void adamw(float* p, bf16* p16, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
+           float eps, float weight_decay, int64_t step, cudaStream_t stream) {
+  if (n == 0) return;
+  // bias corrections exactly as kernels::adamw: in double, then rounded to float
+  const float bc1 = float(1.0 - std::pow(double(beta1), double(step)));
+  const float bc2 = float(1.0 - std::pow(double(beta2), double(step)));
+  adamw_kernel<<<grid_for(int64_t(n)), kThreads, 0, stream>>>(p, p16, g, m, v, n, lr, beta1, beta2, eps,
+                                                              weight_decay, bc1, bc2);
+  SB_CUDA_CHECK_LAUNCH("adamw_kernel");
+}
+
+void to_bf16(const float* x, bf16* y, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  to_bf16_kernel<<<grid_for(int64_t(n)), kThreads, 0, stream>>>(x, y, n);
+  SB_CUDA_CHECK_LAUNCH("to_bf16_kernel");
+}
+void add_inplace(float* x, const float* y, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  add_inplace_kernel<<<grid_for(int64_t(n)), kThreads, 0, stream>>>(x, y, n);
+  SB_CUDA_CHECK_LAUNCH("add_inplace_kernel");
+}
+void scale_inplace(float* x, float c, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  scale_inplace_kernel<<<grid_for(int64_t(n)), kThreads, 0, stream>>>(x, c, n);
+  SB_CUDA_CHECK_LAUNCH("scale_inplace_kernel");
+}
+
+double sum_squares(const float* x, size_t n, cudaStream_t stream) {
+  if (n == 0) return 0.0;
+  const unsigned blocks = grid_for(int64_t(n));
+  // partials (blocks) then the total, stream-ordered scratch (no device-wide sync of cudaMalloc)
+  double* buf = nullptr;
+  SB_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&buf), (blocks + 1) * sizeof(double), stream));
+  sum_squares_kernel<<<blocks, kThreads, 0, stream>>>(x, n, buf);
+  SB_CUDA_CHECK_LAUNCH("sum_squares_kernel");
+  sum_partials_kernel<<<1, kSumThreads, 0, stream>>>(buf, int(blocks), buf + blocks);
+  SB_CUDA_CHECK_LAUNCH("sum_partials_kernel");
+  double total = 0;
+  SB_CUDA_CHECK(cudaMemcpyAsync(&total, buf + blocks, sizeof(double), cudaMemcpyDeviceToHost, stream));
+  SB_CUDA_CHECK(cudaFreeAsync(buf, stream));
+  SB_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return total;
+}
+
+}  // namespace sb::kernels::cuda

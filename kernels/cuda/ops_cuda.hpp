@@ -1,0 +1,86 @@
+// CUDA twins of the per-row and elementwise kernels of kernels.hpp, and the bf16 GEMMs (cuBLAS),
+// for the mixed-precision model on the GPU (src/model/model_cuda.cpp):
+//   fp32: master weights, gradients, AdamW moments, the residual stream and its gradient, logits;
+//   bf16: the weight copy the GEMMs read, GEMM inputs (normed activations, q/k/v, attention out,
+//         MLP activations, dlogits), attention in/out.
+// Every GEMM accumulates in fp32. All pointers are device pointers; every call is asynchronous on
+// `stream` unless it says otherwise; every launch and library call is checked (file and line).
+// Layouts and semantics as kernels.hpp (rows of C = d_model, heads (N, nh, D), RoPE rotate-half).
+// Plain C++ header (no CUDA syntax), so C++ files can call it.
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace sb::kernels::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// ---- GEMMs (cuBLAS, bf16 inputs, fp32 accumulation) ----
+// A cuBLAS handle bound to one stream; owns its workspace. Not copyable.
+class Blas {
+ public:
+  explicit Blas(cudaStream_t stream = nullptr);
+  ~Blas();
+  Blas(const Blas&) = delete;
+  Blas& operator=(const Blas&) = delete;
+  cublasHandle_t handle() const { return h_; }
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  cublasHandle_t h_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
+// Row-major, as kernels::gemm: C (M,N) = alpha * op(A) @ op(B) + beta * C, op(A) (M,K), op(B) (K,N).
+void gemm(Blas& b, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda,
+          const bf16* B, int ldb, float beta, float* C, int ldc);
+void gemm(Blas& b, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda,
+          const bf16* B, int ldb, float beta, bf16* C, int ldc);
+// y (N,out) = x (N,in) @ W^T, W (out,in). y overwritten.
+void linear_fwd(Blas& b, const bf16* x, const bf16* W, float* y, int N, int in, int out);
+void linear_fwd(Blas& b, const bf16* x, const bf16* W, bf16* y, int N, int in, int out);
+// dW (out,in) += dy^T @ x (fp32); dx (N,in) = dy @ W, added to dx when accumulate_dx (skipped when
+// dx == nullptr).
+void linear_bwd(Blas& b, const bf16* x, const bf16* W, const bf16* dy, float* dx, bool accumulate_dx, float* dW,
+                int N, int in, int out);
+void linear_bwd(Blas& b, const bf16* x, const bf16* W, const bf16* dy, bf16* dx, bool accumulate_dx, float* dW,
+                int N, int in, int out);
+
+// ---- per-row / elementwise ----
+// y (N,C) bf16 = x / rms(x) * w; rstd (N). x fp32 (the residual stream), w fp32.
+void rmsnorm_fwd(const float* x, const float* w, bf16* y, float* rstd, int N, int C, float eps,
+                 cudaStream_t stream = nullptr);
+// dx (N,C) += ..., dw (C) += ... (fp32). dy fp32.
+void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, float* dx, float* dw, int N,
+                 int C, cudaStream_t stream = nullptr);
+// In place on x (N, nh, D) bf16; angles computed in fp32 from pos[t] * theta^(-2d/D) (the angle's
+// argument reduced in double precision first, so long positions keep their accuracy).
+void rope_fwd(bf16* x, const int32_t* pos, int N, int nh, int D, double theta, cudaStream_t stream = nullptr);
+void rope_bwd(bf16* dx, const int32_t* pos, int N, int nh, int D, double theta, cudaStream_t stream = nullptr);
+// h = silu(gate) * up; backward writes dgate, dup (overwritten). bf16, math in fp32.
+void swiglu_fwd(const bf16* gate, const bf16* up, bf16* h, size_t n, cudaStream_t stream = nullptr);
+void swiglu_bwd(const bf16* gate, const bf16* up, const bf16* dh, bf16* dgate, bf16* dup, size_t n,
+                cudaStream_t stream = nullptr);
+// out (N,C) fp32 = table[ids] (fp32 master table). Backward: dtable[ids] += dout.
+void embedding_fwd(const int32_t* ids, const float* table, float* out, int N, int C, cudaStream_t stream = nullptr);
+void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int N, int C, cudaStream_t stream = nullptr);
+// Fused cross-entropy over fp32 logits (N,V), targets (N) (-1 = none): loss (N) = lse - z[target]
+// (0 on untargeted rows), dlogits (N,V) bf16 = scale * (softmax - onehot) on targeted rows, 0 elsewhere;
+// argmax (N) the greedy prediction of every row (optional, nullptr). One block per row.
+void cross_entropy(const float* logits, const int32_t* targets, float* loss, bf16* dlogits, int32_t* argmax, int N,
+                   int V, float scale, cudaStream_t stream = nullptr);
+// AdamW as kernels::adamw (bias correction, decoupled decay, step counts from 1) on fp32 master p,
+// moments m, v; also writes p16 = bf16(p) when p16 != nullptr.
+void adamw(float* p, bf16* p16, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
+           float eps, float weight_decay, int64_t step, cudaStream_t stream = nullptr);
+void to_bf16(const float* x, bf16* y, size_t n, cudaStream_t stream = nullptr);
+void add_inplace(float* x, const float* y, size_t n, cudaStream_t stream = nullptr);  // x += y
+void scale_inplace(float* x, float c, size_t n, cudaStream_t stream = nullptr);     // x *= c
+// sum of x^2 accumulated in double; synchronises `stream` and returns the value on the host.
+double sum_squares(const float* x, size_t n, cudaStream_t stream = nullptr);
+
+}  // namespace sb::kernels::cuda

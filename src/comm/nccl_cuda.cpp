@@ -1,0 +1,36 @@
+#include "src/comm/nccl_cuda.hpp"
+
+#include <algorithm>
+
+#include "kernels/cuda/cuda_check.hpp"
+
+namespace sb {
+
+NcclGradReducer::NcclGradReducer(const Comm& comm, size_t bucket_bytes, cudaStream_t stream)
+    : bucket_(std::max<size_t>(bucket_bytes / sizeof(float), 1)), stream_(stream) {
+  ncclUniqueId id;
+  if (comm.root()) SB_NCCL_CHECK(ncclGetUniqueId(&id));
+  comm.broadcast(std::span<unsigned char>(reinterpret_cast<unsigned char*>(&id), sizeof(id)));
+  SB_NCCL_CHECK(ncclCommInitRank(&nccl_, comm.size(), id, comm.rank()));
+}
+
+NcclGradReducer::~NcclGradReducer() {
+  if (nccl_) ncclCommDestroy(nccl_);
+}
+
+void NcclGradReducer::allreduce_sum(float* data, size_t n) {
+  for (size_t off = 0; off < n; off += bucket_)
+    SB_NCCL_CHECK(ncclAllReduce(data + off, data + off, std::min(bucket_, n - off), ncclFloat, ncclSum, nccl_, stream_));
+  SB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void HostStagedGradReducer::allreduce_sum(float* data, size_t n) {
+  host_.resize(n);
+  SB_CUDA_CHECK(cudaMemcpyAsync(host_.data(), data, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  SB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  mpi_.allreduce_sum(host_.data(), n);
+  SB_CUDA_CHECK(cudaMemcpyAsync(data, host_.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream_));
+  SB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+}  // namespace sb

@@ -1,0 +1,54 @@
+// NCCL behind the GradReducer interface: gradient sums on device buffers, one communicator over
+// all ranks (one GPU each); its unique id travels over MPI. Checked calls name file and line.
+#pragma once
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "src/comm/comm.hpp"
+
+#define SB_NCCL_CHECK(call)                                                                          \
+  do {                                                                                               \
+    ncclResult_t sb_nccl_r_ = (call);                                                                \
+    if (sb_nccl_r_ != ncclSuccess)                                                                   \
+      throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " #call    \
+                               " failed: " + ncclGetErrorString(sb_nccl_r_));                        \
+  } while (0)
+
+namespace sb {
+
+class NcclGradReducer final : public GradReducer {
+ public:
+  // Collective over comm: every rank must construct it, after choosing its device.
+  NcclGradReducer(const Comm& comm, size_t bucket_bytes, cudaStream_t stream);
+  ~NcclGradReducer() override;
+  NcclGradReducer(const NcclGradReducer&) = delete;
+  NcclGradReducer& operator=(const NcclGradReducer&) = delete;
+  // data: device pointer. Bucketed (bounded message size); returns with the sums in place
+  // (the stream synchronised).
+  void allreduce_sum(float* data, size_t n) override;
+
+ private:
+  ncclComm_t nccl_ = nullptr;
+  size_t bucket_;
+  cudaStream_t stream_;
+};
+
+// Ranks that share one GPU cannot share an NCCL communicator: the device gradients go through host
+// memory and MPI instead (slower; for testing several ranks on one GPU).
+class HostStagedGradReducer final : public GradReducer {
+ public:
+  HostStagedGradReducer(const Comm& comm, size_t bucket_bytes, cudaStream_t stream)
+      : mpi_(comm, bucket_bytes), stream_(stream) {}
+  void allreduce_sum(float* data, size_t n) override;
+
+ private:
+  MpiGradReducer mpi_;
+  cudaStream_t stream_;
+  std::vector<float> host_;
+};
+
+}  // namespace sb

@@ -1,0 +1,259 @@
+#include "src/model/model_cuda.hpp"
+
+#include <chrono>
+#include <stdexcept>
+
+#include "kernels/cuda/cuda_check.hpp"
+#include "src/common/error.hpp"
+
+namespace sb {
+
+namespace kc = kernels::cuda;
+using Clock = std::chrono::steady_clock;
+static double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+template <class T>
+DeviceArray<T>::~DeviceArray() {
+  if (p_) cudaFree(p_);  // no check in a destructor
+}
+
+template <class T>
+T* DeviceArray<T>::resize(size_t n) {
+  if (n <= cap_ && p_) return p_;
+  if (p_) SB_CUDA_CHECK(cudaFree(p_));
+  p_ = nullptr, cap_ = 0;
+  SB_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p_), std::max<size_t>(n, 1) * sizeof(T)));
+  cap_ = std::max<size_t>(n, 1);
+  return p_;
+}
+
+template class DeviceArray<float>;
+template class DeviceArray<kc::bf16>;
+template class DeviceArray<int32_t>;
+template class DeviceArray<unsigned char>;
+
+// Activations of one layer saved for the backward pass (as Model<T>::Layer).
+struct ModelCuda::Layer {
+  DeviceArray<float> x_in, rstd1;      // (N, C), (N) residual stream entering the layer
+  DeviceArray<kc::bf16> xn, q, k, v;   // (N, C), (N, H*D), (N, Hkv*D), (N, Hkv*D) after RoPE
+  kc::DeviceSelection sel;
+  DeviceArray<kc::bf16> att;           // (N, H*D)
+  DeviceArray<float> lse;              // (N, H)
+  DeviceArray<float> x_mid, rstd2;     // (N, C) after the attention residual, (N)
+  DeviceArray<kc::bf16> xn2;           // (N, C)
+  DeviceArray<kc::bf16> gate, up, h;   // (N, F) x3
+};
+
+// Attention kernel times from CUDA events, read once at the end of the micro-batch.
+struct ModelCuda::Timers {
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> pairs;
+  size_t used = 0;
+  cudaStream_t stream;
+  explicit Timers(cudaStream_t s) : stream(s) {}
+  ~Timers() {
+    for (auto& [a, b] : pairs) cudaEventDestroy(a), cudaEventDestroy(b);
+  }
+  size_t start() {
+    if (used == pairs.size()) {
+      cudaEvent_t a, b;
+      SB_CUDA_CHECK(cudaEventCreate(&a));
+      SB_CUDA_CHECK(cudaEventCreate(&b));
+      pairs.push_back({a, b});
+    }
+    SB_CUDA_CHECK(cudaEventRecord(pairs[used].first, stream));
+    return used++;
+  }
+  void stop(size_t i) { SB_CUDA_CHECK(cudaEventRecord(pairs[i].second, stream)); }
+  double total_ms() {  // after the stream is synchronised
+    double t = 0;
+    for (size_t i = 0; i < used; ++i) {
+      float ms = 0;
+      SB_CUDA_CHECK(cudaEventElapsedTime(&ms, pairs[i].first, pairs[i].second));
+      t += ms;
+    }
+    return t;
+  }
+};
+
+ModelCuda::ModelCuda(const ModelDims& dims, const std::vector<ParamInfo>& params) : dims_(dims), params_(params) {
+  for (const auto& p : params_) n_ = std::max(n_, p.offset + p.size);
+  // The same index table as Model<T>: embed, per layer (ln1, q, k, v, o, ln2, gate, up, down), norm, head.
+  size_t i = 0;
+  i_embed_ = i++;
+  for (int l = 0; l < dims_.n_layers; ++l) {
+    LayerIdx L{i, i + 1, i + 2, i + 3, i + 4, i + 5, i + 6, i + 7, i + 8};
+    li_.push_back(L);
+    i += 9;
+  }
+  i_norm_ = i++;
+  i_head_ = dims_.tied ? i_embed_ : i++;
+  if (i != params_.size() || params_[i_norm_].name != "model.norm.weight")
+    throw std::logic_error("ModelCuda: parameter table does not match the model layout");
+  SB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  blas_ = std::make_unique<kc::Blas>(stream_);
+  w32_.resize(n_), g32_.resize(n_), w16_.resize(n_);
+  zero_grads();
+  for (int l = 0; l < dims_.n_layers; ++l) layers_.push_back(std::make_unique<Layer>());
+}
+
+ModelCuda::~ModelCuda() {
+  layers_.clear();
+  blas_.reset();
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void ModelCuda::upload_weights(const std::vector<float>& w) {
+  if (w.size() != n_) throw std::logic_error("ModelCuda::upload_weights: size mismatch");
+  SB_CUDA_CHECK(cudaMemcpyAsync(w32_.data(), w.data(), n_ * sizeof(float), cudaMemcpyHostToDevice, stream_));
+  kc::to_bf16(w32_.data(), w16_.data(), n_, stream_);
+  SB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void ModelCuda::download_weights(std::vector<float>& w) const {
+  w.resize(n_);
+  SB_CUDA_CHECK(cudaMemcpyAsync(w.data(), w32_.data(), n_ * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  SB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void ModelCuda::zero_grads() { SB_CUDA_CHECK(cudaMemsetAsync(g32_.data(), 0, n_ * sizeof(float), stream_)); }
+
+MicroBatchStats ModelCuda::forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale) {
+  return run(b, a, loss_scale, true, nullptr);
+}
+
+MicroBatchStats ModelCuda::forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax) {
+  return run(b, a, 1.f, false, argmax);
+}
+
+template <class T>
+static void to_device(DeviceArray<T>& d, const std::vector<T>& h, cudaStream_t s) {
+  d.resize(h.size());
+  SB_CUDA_CHECK(cudaMemcpyAsync(d.data(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice, s));
+}
+
+MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool backward,
+                               std::vector<int32_t>* argmax) {
+  const auto t_start = Clock::now();
+  const ModelDims& s = dims_;
+  const int N = b.n(), C = s.d_model, H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, F = s.ffn_dim,
+            V = s.vocab, L = s.n_layers;
+  const int HD = H * D, KD = Hkv * D, nd = b.ndocs();
+  const size_t NC = size_t(N) * C, NF = size_t(N) * F;
+  check_inputs(b, a, s);
+  MicroBatchStats st;
+  st.gating.resize(L);
+  if (N == 0) return st;
+  const kernels::AttnShape ashape{H, Hkv, D, a.block_size};
+  const float eps = float(s.norm_eps);
+  cudaStream_t cs = stream_;
+  kc::Blas& bl = *blas_;
+  Timers timers(cs);
+  to_device(tokens_, b.tokens, cs);
+  to_device(targets_, b.targets, cs);
+  to_device(pos_, b.pos, cs);
+
+  // ---- forward
+  float* x = layers_.empty() ? xs_top_.resize(NC) : layers_[0]->x_in.resize(NC);  // (N, C)
+  kc::embedding_fwd(tokens_.data(), W(i_embed_), x, N, C, cs);
+  for (int l = 0; l < L; ++l) {
+    Layer& A = *layers_[l];
+    const LayerIdx& I = li_[l];
+    // attention block
+    kc::rmsnorm_fwd(x, W(I.ln1), A.xn.resize(NC), A.rstd1.resize(N), N, C, eps, cs);
+    kc::linear_fwd(bl, A.xn.data(), W16(I.q), A.q.resize(size_t(N) * HD), N, C, HD);
+    kc::linear_fwd(bl, A.xn.data(), W16(I.k), A.k.resize(size_t(N) * KD), N, C, KD);
+    kc::linear_fwd(bl, A.xn.data(), W16(I.v), A.v.resize(size_t(N) * KD), N, C, KD);
+    kc::rope_fwd(A.q.data(), pos_.data(), N, H, D, s.rope_theta, cs);
+    kc::rope_fwd(A.k.data(), pos_.data(), N, Hkv, D, s.rope_theta, cs);
+    // Gating decides on the device and builds the CSR on the host (it synchronises), so its wall
+    // time is its cost on the critical path.
+    SB_CUDA_CHECK(cudaStreamSynchronize(cs));
+    const auto tg = Clock::now();
+    kernels::BlockSelection sel;
+    st.gating[l] = a.sparse ? kc::gate_blocks(A.q.data(), A.k.data(), b.cu_seqlens.data(), nd, ashape,
+                                              kernels::GatingParams{a.k[l], a.local_blocks, a.theta}, sel, cs)
+                            : kernels::select_all_causal(b.cu_seqlens.data(), nd, ashape, sel);
+    A.sel.upload(sel, b.cu_seqlens.data(), nd, ashape, cs);
+    st.gating_ms += ms_since(tg);
+    const size_t ta = timers.start();
+    kc::block_attention_fwd(A.q.data(), A.k.data(), A.v.data(), A.sel, ashape, A.att.resize(size_t(N) * HD),
+                            A.lse.resize(size_t(N) * H), cs);
+    timers.stop(ta);
+    // x_mid = x_in + o(att): the GEMM adds into a copy of the stream
+    float* xm = A.x_mid.resize(NC);
+    SB_CUDA_CHECK(cudaMemcpyAsync(xm, x, NC * sizeof(float), cudaMemcpyDeviceToDevice, cs));
+    kc::gemm(bl, false, true, N, C, HD, 1.f, A.att.data(), HD, W16(I.o), HD, 1.f, xm, C);
+    // MLP block
+    kc::rmsnorm_fwd(xm, W(I.ln2), A.xn2.resize(NC), A.rstd2.resize(N), N, C, eps, cs);
+    kc::linear_fwd(bl, A.xn2.data(), W16(I.gate), A.gate.resize(NF), N, C, F);
+    kc::linear_fwd(bl, A.xn2.data(), W16(I.up), A.up.resize(NF), N, C, F);
+    kc::swiglu_fwd(A.gate.data(), A.up.data(), A.h.resize(NF), NF, cs);
+    float* xo = l + 1 < L ? layers_[l + 1]->x_in.resize(NC) : xs_top_.resize(NC);  // the next layer's input
+    SB_CUDA_CHECK(cudaMemcpyAsync(xo, xm, NC * sizeof(float), cudaMemcpyDeviceToDevice, cs));
+    kc::gemm(bl, false, true, N, C, F, 1.f, A.h.data(), F, W16(I.down), F, 1.f, xo, C);
+    x = xo;
+  }
+  // x is the last layer's output (xs_top_)
+  kc::rmsnorm_fwd(x, W(i_norm_), xf_.resize(NC), rstdf_.resize(N), N, C, eps, cs);
+  kc::linear_fwd(bl, xf_.data(), W16(i_head_), logits_.resize(size_t(N) * V), N, C, V);  // (N, V) fp32
+  kc::cross_entropy(logits_.data(), targets_.data(), loss_.resize(N), dlogits_.resize(size_t(N) * V),
+                    argmax_.resize(N), N, V, loss_scale, cs);
+  std::vector<float> loss(N);
+  std::vector<int32_t> am(N);
+  SB_CUDA_CHECK(cudaMemcpyAsync(loss.data(), loss_.data(), N * sizeof(float), cudaMemcpyDeviceToHost, cs));
+  SB_CUDA_CHECK(cudaMemcpyAsync(am.data(), argmax_.data(), N * sizeof(int32_t), cudaMemcpyDeviceToHost, cs));
+
+  if (backward) {
+    // ---- backward: the same path in reverse; dx is the gradient of the residual stream (fp32)
+    float* dx = dx_.resize(NC);
+    float* dxn = dxn_.resize(NC);
+    bf16* dx16 = dx16_.resize(NC);
+    SB_CUDA_CHECK(cudaMemsetAsync(dx, 0, NC * sizeof(float), cs));
+    kc::linear_bwd(bl, xf_.data(), W16(i_head_), dlogits_.data(), dxf_.resize(NC), false, G(i_head_), N, C, V);
+    kc::rmsnorm_bwd(xs_top_.data(), W(i_norm_), rstdf_.data(), dxf_.data(), dx, G(i_norm_), N, C, cs);
+    bf16 *dh = dh_.resize(NF), *dg = dg_.resize(NF), *du = du_.resize(NF);
+    bf16 *datt = datt_.resize(size_t(N) * HD), *dq = dq_.resize(size_t(N) * HD);
+    bf16 *dk = dk_.resize(size_t(N) * KD), *dv = dv_.resize(size_t(N) * KD);
+    void* ws = attn_ws_.resize(kc::block_attention_bwd_workspace(N, ashape));
+    for (int l = L - 1; l >= 0; --l) {
+      Layer& A = *layers_[l];
+      const LayerIdx& I = li_[l];
+      // MLP block: x_out = x_mid + down(swiglu(gate(xn2), up(xn2)))
+      kc::to_bf16(dx, dx16, NC, cs);
+      kc::linear_bwd(bl, A.h.data(), W16(I.down), dx16, dh, false, G(I.down), N, F, C);
+      kc::swiglu_bwd(A.gate.data(), A.up.data(), dh, dg, du, NF, cs);
+      kc::linear_bwd(bl, A.xn2.data(), W16(I.gate), dg, dxn, false, G(I.gate), N, C, F);
+      kc::linear_bwd(bl, A.xn2.data(), W16(I.up), du, dxn, true, G(I.up), N, C, F);
+      kc::rmsnorm_bwd(A.x_mid.data(), W(I.ln2), A.rstd2.data(), dxn, dx, G(I.ln2), N, C, cs);
+      // attention block: x_mid = x_in + o(attn(rope(q(xn)), rope(k(xn)), v(xn)))
+      kc::to_bf16(dx, dx16, NC, cs);
+      kc::linear_bwd(bl, A.att.data(), W16(I.o), dx16, datt, false, G(I.o), N, HD, C);
+      const size_t ta = timers.start();
+      kc::block_attention_bwd(A.q.data(), A.k.data(), A.v.data(), A.att.data(), A.lse.data(), datt, A.sel, ashape,
+                              dq, dk, dv, ws, cs);
+      timers.stop(ta);
+      kc::rope_bwd(dq, pos_.data(), N, H, D, s.rope_theta, cs);
+      kc::rope_bwd(dk, pos_.data(), N, Hkv, D, s.rope_theta, cs);
+      kc::linear_bwd(bl, A.xn.data(), W16(I.q), dq, dxn, false, G(I.q), N, C, HD);
+      kc::linear_bwd(bl, A.xn.data(), W16(I.k), dk, dxn, true, G(I.k), N, C, KD);
+      kc::linear_bwd(bl, A.xn.data(), W16(I.v), dv, dxn, true, G(I.v), N, C, KD);
+      kc::rmsnorm_bwd(A.x_in.data(), W(I.ln1), A.rstd1.data(), dxn, dx, G(I.ln1), N, C, cs);
+    }
+    kc::embedding_bwd(tokens_.data(), dx, G(i_embed_), N, C, cs);
+  }
+  SB_CUDA_CHECK(cudaStreamSynchronize(cs));
+  for (int t = 0; t < N; ++t) {
+    if (b.targets[t] < 0) continue;
+    st.loss_sum += double(loss[t]);
+    st.targets += 1;
+    st.correct += am[t] == b.targets[t];
+  }
+  if (argmax) *argmax = std::move(am);
+  st.attn_ms = timers.total_ms();
+  st.total_ms = ms_since(t_start);
+  return st;
+}
+
+}  // namespace sb

@@ -1,0 +1,94 @@
+// The model on one GPU, mixed precision: the same network, parameter layout and semantics as
+// Model<float> (model.hpp), with fp32 master weights, gradients and residual stream, bf16 weight
+// copy, activations and attention, every GEMM through cuBLAS with fp32 accumulation.
+// Reads top to bottom in model_cuda.cpp, as model.cpp does. Plain C++ (CUDA runtime API only).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/cuda/attention_cuda.hpp"
+#include "kernels/cuda/ops_cuda.hpp"
+#include "src/model/model.hpp"
+
+namespace sb {
+
+// A device allocation that only grows (activations are re-sized per micro-batch). Not copyable.
+template <class T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  explicit DeviceArray(size_t n) { resize(n); }
+  ~DeviceArray();
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  DeviceArray(DeviceArray&& o) noexcept : p_(o.p_), cap_(o.cap_) { o.p_ = nullptr, o.cap_ = 0; }
+  // Ensures room for n elements; contents are not kept when it grows.
+  T* resize(size_t n);
+  T* data() const { return p_; }
+  size_t capacity() const { return cap_; }
+
+ private:
+  T* p_ = nullptr;
+  size_t cap_ = 0;
+};
+
+class ModelCuda {
+ public:
+  using bf16 = kernels::cuda::bf16;
+  // Same dims and parameter table as the host model; allocates weights, gradients and moments on
+  // the current device.
+  ModelCuda(const ModelDims& dims, const std::vector<ParamInfo>& params);
+  ~ModelCuda();
+  ModelCuda(const ModelCuda&) = delete;
+  ModelCuda& operator=(const ModelCuda&) = delete;
+
+  // fp32 weights (flat, params order) to the device (also refreshes the bf16 copy), and back.
+  void upload_weights(const std::vector<float>& w);
+  void download_weights(std::vector<float>& w) const;
+
+  // As Model::forward_backward: gradients accumulate into grads(), scaled by loss_scale; attention
+  // and gating times are GPU times (CUDA events), total_ms the wall time to a synchronised end.
+  MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale);
+  // Forward only; argmax (N) greedy predictions when given.
+  MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax = nullptr);
+
+  float* weights() { return w32_.data(); }
+  bf16* weights16() { return w16_.data(); }
+  float* grads() { return g32_.data(); }
+  size_t size() const { return n_; }
+  void zero_grads();
+  cudaStream_t stream() const { return stream_; }
+  kernels::cuda::Blas& blas() { return *blas_; }
+
+ private:
+  struct Layer;
+  struct Timers;
+  MicroBatchStats run(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool backward,
+                      std::vector<int32_t>* argmax);
+  float* W(size_t i) { return w32_.data() + params_[i].offset; }
+  bf16* W16(size_t i) { return w16_.data() + params_[i].offset; }
+  float* G(size_t i) { return g32_.data() + params_[i].offset; }
+
+  ModelDims dims_;
+  std::vector<ParamInfo> params_;
+  size_t n_ = 0;
+  size_t i_embed_ = 0, i_norm_ = 0, i_head_ = 0;
+  struct LayerIdx { size_t ln1, q, k, v, o, ln2, gate, up, down; };
+  std::vector<LayerIdx> li_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<kernels::cuda::Blas> blas_;
+  DeviceArray<float> w32_, g32_;  // (n) master weights, gradients
+  DeviceArray<bf16> w16_;         // (n) the copy the GEMMs read
+  std::vector<std::unique_ptr<Layer>> layers_;  // saved activations, kept between micro-batches
+  // per micro-batch: inputs, final norm, logits and scratch
+  DeviceArray<int32_t> tokens_, targets_, pos_, argmax_;
+  DeviceArray<float> xs_top_, rstdf_, logits_, loss_, dxf_, dx_, dxn_;
+  DeviceArray<bf16> xf_, dlogits_, dx16_, dh_, dg_, du_, datt_, dq_, dk_, dv_;
+  DeviceArray<unsigned char> attn_ws_;
+};
+
+}  // namespace sb

@@ -1,0 +1,53 @@
+#include "src/step/engine.hpp"
+
+#include <limits>
+
+#include "io/checkpoint.hpp"
+#include "src/common/error.hpp"
+
+namespace sb {
+
+namespace {
+
+// The host path: Model<float> with OpenBLAS/Kokkos kernels, bucketed MPI_Allreduce.
+class CpuEngine final : public Engine {
+ public:
+  CpuEngine(const Config& cfg, const Comm& comm, Model<float>& model, AdamW& opt)
+      : model_(model), opt_(opt), reducer_(comm, size_t(cfg.f("train.bucket_mb") * 1024 * 1024)) {}
+  void zero_grads() override { model_.zero_grads(); }
+  MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale) override {
+    return model_.forward_backward(b, a, loss_scale);
+  }
+  void poison_gradient() override {
+    if (!model_.grads().empty()) model_.grads()[0] = std::numeric_limits<float>::infinity();
+  }
+  void reduce_gradients() override { reducer_.allreduce_sum(model_.grads().data(), model_.grads().size()); }
+  double gradient_norm() override { return global_norm(model_.grads()); }
+  void update(double grad_norm, double lr, int64_t step) override {
+    opt_.step(model_, model_.grads(), grad_norm, lr, step);
+  }
+  uint64_t weights_hash() override {
+    return fnv1a(model_.weights().data(), model_.weights().size() * sizeof(float));
+  }
+  void to_host() override {}
+  void from_host() override {}
+
+ private:
+  Model<float>& model_;
+  AdamW& opt_;
+  MpiGradReducer reducer_;
+};
+
+}  // namespace
+
+std::unique_ptr<Engine> make_engine(const Config& cfg, const Comm& comm, Model<float>& model, AdamW& opt) {
+  const std::string dev = cfg.s("train.device");
+  if (dev == "cpu") return std::make_unique<CpuEngine>(cfg, comm, model, opt);
+#ifdef SB_WITH_CUDA
+  if (dev == "cuda") return make_cuda_engine(cfg, comm, model, opt);
+#endif
+  throw Error("train.device = \"" + dev + "\": this build has no CUDA support (configure with -DSB_CUDA=ON and nvcc "
+              "on PATH; README.md, 'GPU build')");
+}
+
+}  // namespace sb

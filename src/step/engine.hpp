@@ -1,0 +1,43 @@
+// compute, reduce, update: the part of the step that touches parameters, on one device.
+// The trainer owns the host model (layout, init, checkpoints) and the AdamW state; an Engine runs
+// forward/backward, the gradient all-reduce and the update where the model lives:
+//   CPU  (engine.cpp):      on the host model itself, MPI all-reduce;
+//   CUDA (engine_cuda.cpp): weights, gradients and moments on the GPU, NCCL all-reduce; the host
+//                           copies are refreshed only when asked (checkpoints, sync checks).
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "src/comm/comm.hpp"
+#include "src/config/config.hpp"
+#include "src/model/model.hpp"
+#include "src/step/update.hpp"
+
+namespace sb {
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual void zero_grads() = 0;
+  // Gradients accumulate over the step's micro-batches, scaled by loss_scale (Model::forward_backward).
+  virtual MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale) = 0;
+  // Fault injection (train.inject_nan_step): the first gradient becomes +inf.
+  virtual void poison_gradient() = 0;
+  virtual void reduce_gradients() = 0;  // sum over ranks, in place
+  virtual double gradient_norm() = 0;   // global L2 norm (after the reduction)
+  // Clip to grad_clip given the norm, then one AdamW step.
+  virtual void update(double grad_norm, double lr, int64_t step) = 0;
+  virtual uint64_t weights_hash() = 0;  // fnv1a of the fp32 weights (the sync check)
+  virtual void to_host() = 0;           // weights and moments -> host model and AdamW (checkpoints)
+  virtual void from_host() = 0;         // host model and AdamW -> device (after init or resume)
+};
+
+// By train.device: "cpu" or "cuda" (one GPU per rank, chosen by node-local rank). The engine keeps
+// references to model, opt and comm. Errors name train.device when this build or machine cannot.
+std::unique_ptr<Engine> make_engine(const Config& cfg, const Comm& comm, Model<float>& model, AdamW& opt);
+
+#ifdef SB_WITH_CUDA
+std::unique_ptr<Engine> make_cuda_engine(const Config& cfg, const Comm& comm, Model<float>& model, AdamW& opt);
+#endif
+
+}  // namespace sb

@@ -1,0 +1,123 @@
+// The CUDA engine: one GPU per rank (node-local rank picks it), the model in mixed precision
+// (src/model/model_cuda.cpp), AdamW on fp32 master weights on the device, NCCL all-reduce.
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "io/checkpoint.hpp"
+#include "kernels/cuda/cuda_check.hpp"
+#include "src/comm/nccl_cuda.hpp"
+#include "src/common/error.hpp"
+#include "src/model/model_cuda.hpp"
+#include "src/step/engine.hpp"
+
+namespace sb {
+
+namespace kc = kernels::cuda;
+
+namespace {
+
+// Picks this rank's GPU and checks that the model fits the CUDA kernels; errors name the keys.
+int choose_device(const Config& cfg, const Comm& comm, const ModelDims& d, bool* shared) {
+  std::string why;
+  if (!kc::device_available(&why)) throw Error("train.device = \"cuda\": no usable GPU on this node (" + why + ")");
+  int n = 0;
+  SB_CUDA_CHECK(cudaGetDeviceCount(&n));
+  const int dev = comm.local_rank() % n;
+  *shared = comm.local_size() > n;
+  SB_CUDA_CHECK(cudaSetDevice(dev));
+  if (d.head_dim != 64 && d.head_dim != 128)
+    throw Error("train.device = \"cuda\": the head dim model.d_model / model.n_heads = " + std::to_string(d.head_dim) +
+                "; the CUDA attention kernels take 64 or 128");
+  const int64_t bs = cfg.i("attention.block_size");
+  if (bs != 64 && bs != 128)
+    throw Error("train.device = \"cuda\": attention.block_size = " + std::to_string(bs) +
+                "; the CUDA attention kernels take 64 or 128");
+  return dev;
+}
+
+class CudaEngine final : public Engine {
+ public:
+  CudaEngine(const Config& cfg, const Comm& comm, Model<float>& model, AdamW& opt)
+      : model_(model), opt_(opt), os_(OptimSettings::from_config(cfg)) {
+    bool shared = false;
+    const int dev = choose_device(cfg, comm, model.shape(), &shared);
+    gpu_ = std::make_unique<ModelCuda>(model.shape(), model.params());
+    m_.resize(gpu_->size()), v_.resize(gpu_->size());
+    const size_t bucket = size_t(cfg.f("train.bucket_mb") * 1024 * 1024);
+    if (shared) {
+      reducer_ = std::make_unique<HostStagedGradReducer>(comm, bucket, gpu_->stream());
+    } else {
+      reducer_ = std::make_unique<NcclGradReducer>(comm, bucket, gpu_->stream());
+    }
+    const bool any_shared = comm.allreduce_max(shared ? 1.0 : 0.0) > 0;
+    if (comm.root()) {
+      cudaDeviceProp p{};
+      SB_CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
+      std::printf("device: %s (cuda:%d on rank 0); gradients: %s\n", p.name, dev,
+                  any_shared ? "MPI through host memory (more ranks than GPUs on a node)" : "NCCL all-reduce");
+    }
+  }
+  void zero_grads() override { gpu_->zero_grads(); }
+  MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale) override {
+    return gpu_->forward_backward(b, a, loss_scale);
+  }
+  void poison_gradient() override {
+    const float inf = std::numeric_limits<float>::infinity();
+    SB_CUDA_CHECK(cudaMemcpy(gpu_->grads(), &inf, sizeof(float), cudaMemcpyHostToDevice));
+  }
+  void reduce_gradients() override {
+    SB_CUDA_CHECK(cudaStreamSynchronize(gpu_->stream()));
+    reducer_->allreduce_sum(gpu_->grads(), gpu_->size());
+  }
+  double gradient_norm() override { return std::sqrt(kc::sum_squares(gpu_->grads(), gpu_->size(), gpu_->stream())); }
+  void update(double grad_norm, double lr, int64_t step) override {
+    if (os_.grad_clip > 0 && grad_norm > os_.grad_clip)
+      kc::scale_inplace(gpu_->grads(), float(os_.grad_clip / grad_norm), gpu_->size(), gpu_->stream());
+    for (const auto& p : model_.params())
+      kc::adamw(gpu_->weights() + p.offset, gpu_->weights16() + p.offset, gpu_->grads() + p.offset, m_.data() + p.offset,
+                v_.data() + p.offset, p.size, float(lr), float(os_.beta1), float(os_.beta2), float(os_.eps),
+                p.decay ? float(os_.weight_decay) : 0.f, step, gpu_->stream());
+    SB_CUDA_CHECK(cudaStreamSynchronize(gpu_->stream()));
+  }
+  uint64_t weights_hash() override {
+    gpu_->download_weights(scratch_);
+    return fnv1a(scratch_.data(), scratch_.size() * sizeof(float));
+  }
+  void to_host() override {
+    gpu_->download_weights(model_.weights());
+    download(m_, opt_.m());
+    download(v_, opt_.v());
+  }
+  void from_host() override {
+    gpu_->upload_weights(model_.weights());
+    upload(m_, opt_.m());
+    upload(v_, opt_.v());
+  }
+
+ private:
+  void download(const DeviceArray<float>& d, std::vector<float>& h) {
+    h.resize(gpu_->size());
+    SB_CUDA_CHECK(cudaMemcpy(h.data(), d.data(), h.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  }
+  void upload(DeviceArray<float>& d, const std::vector<float>& h) {
+    if (h.size() != gpu_->size()) throw std::logic_error("CudaEngine: optimizer state size mismatch");
+    SB_CUDA_CHECK(cudaMemcpy(d.data(), h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
+  }
+
+  Model<float>& model_;
+  AdamW& opt_;
+  OptimSettings os_;
+  std::unique_ptr<ModelCuda> gpu_;
+  DeviceArray<float> m_, v_;  // (n) AdamW moments
+  std::unique_ptr<GradReducer> reducer_;
+  std::vector<float> scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Engine> make_cuda_engine(const Config& cfg, const Comm& comm, Model<float>& model, AdamW& opt) {
+  return std::make_unique<CudaEngine>(cfg, comm, model, opt);
+}
+
+}  // namespace sb
