@@ -1,10 +1,11 @@
 // Planning cost per step: make_plan over the whole cluster (every rank computes it), for each
 // batching (0 sequential, 1 tokens, 2 quadratic, 3 sparse), and one rank's DST (items, summary, T*,
-// greedy), at 64/512/4096 ranks x 16 micro-batches, longalign.
+// greedy), at 64/512/4096 ranks x 16 micro-batches, longalign; the original planner and DST too.
 #include <benchmark/benchmark.h>
 
 #include "src/balance/dst.hpp"
 #include "src/balance/length_presets.hpp"
+#include "tests/balance/dst_reference.hpp"   // the original DST, for before/after figures
 #include "tests/balance/plan_reference.hpp"  // the original planner, for before/after figures
 
 using namespace sb;
@@ -62,21 +63,42 @@ void BM_MakePlanReference(benchmark::State& st) {
 }
 
 // What one rank pays for DST: its own items and summary, T* over all ranks' summaries, its greedy.
+// Arguments: ranks, target (0 mean, 1 recall), implementation (0 current, 1 the original one,
+// tests/balance/dst_reference.hpp: the same summaries, T* and budgets).
 void BM_TuneOneRank(benchmark::State& st) {
   int ranks = int(st.range(0));
+  const bool reference = st.range(2);
   auto segs = global_batch(ranks);
   LatencyModel lm(kShape);
   RecallModel rm(kShape);
   Plan plan = make_plan(segs, ranks, kMb, kCap, Batching::Sparse, lm, 32);
   DstParams p;
   p.k0 = 32, p.n_layers = kShape.n_layers, p.target = st.range(1) ? Target::Recall : Target::Mean;
-  DstInput in;
-  for (int r = 0; r < ranks; ++r) in.ranks.push_back(summarize(build_items(plan.ranks[size_t(r)], lm, rm, p), p));
+  std::vector<RankSummary> sums;
+  for (int r = 0; r < ranks; ++r) sums.push_back(summarize(build_items(plan.ranks[size_t(r)], lm, rm, p), p));
   for (auto _ : st) {
-    in.mine = build_items(plan.ranks[0], lm, rm, p);
-    in.ranks[0] = summarize(in.mine, p);
-    benchmark::DoNotOptimize(tune(in, 0, p));
+    DstItems mine = build_items(plan.ranks[0], lm, rm, p);
+    sums[0] = reference ? ref::summarize(mine, p) : summarize(mine, p);
+    double T = reference ? ref::target_time(sums, p) : target_time(sums, p);
+    benchmark::DoNotOptimize(reference ? ref::tune_rank(mine, T, p) : tune_rank(mine, T, p));
   }
+  st.SetLabel(reference ? "reference" : "");
+}
+
+// T* alone over every rank's summary (target = recall: the bisection over the recall curves).
+void BM_TargetTime(benchmark::State& st) {
+  int ranks = int(st.range(0));
+  const bool reference = st.range(1);
+  auto segs = global_batch(ranks);
+  LatencyModel lm(kShape);
+  RecallModel rm(kShape);
+  Plan plan = make_plan(segs, ranks, kMb, kCap, Batching::Sparse, lm, 32);
+  DstParams p;
+  p.k0 = 32, p.n_layers = kShape.n_layers, p.target = Target::Recall;
+  std::vector<RankSummary> sums;
+  for (int r = 0; r < ranks; ++r) sums.push_back(summarize(build_items(plan.ranks[size_t(r)], lm, rm, p), p));
+  for (auto _ : st) benchmark::DoNotOptimize(reference ? ref::target_time(sums, p) : target_time(sums, p));
+  st.SetLabel(reference ? "reference" : "");
 }
 
 }  // namespace
@@ -84,5 +106,6 @@ void BM_TuneOneRank(benchmark::State& st) {
 BENCHMARK(BM_MakePlan)->ArgsProduct({{64, 512, 4096}, {0, 1, 2, 3}})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MakeGroupPlan)->ArgsProduct({{512, 4096}, {1, 2, 3}})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MakePlanReference)->ArgsProduct({{64, 512, 4096}, {0, 1, 2, 3}})->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_TuneOneRank)->ArgsProduct({{64, 512, 4096}, {0, 1}})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TuneOneRank)->ArgsProduct({{64, 512, 4096}, {0, 1}, {0, 1}})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TargetTime)->ArgsProduct({{512, 4096}, {0, 1}})->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();

@@ -55,6 +55,10 @@ struct RankSummary {
   double ms_k0 = 0, recall_k0 = 0, weight = 0, ms_lo = 0, ms_hi = 0;
   std::vector<double> lo_ms, lo_rec;  // lowering path, time descending from (ms_k0, recall_k0)
   std::vector<double> hi_ms, hi_rec;  // raising path, time ascending from (ms_k0, recall_k0)
+  // Both paths monotone in time and recall (checked by summarize() and unpack(), not exchanged):
+  // target_time() may then infer steps of its bisection instead of evaluating them. Leave it false
+  // on summaries made by hand; false is always correct, only slower.
+  bool monotone = false;
 };
 RankSummary summarize(const DstItems& items, const DstParams& p);
 std::vector<double> pack(const RankSummary& s, const DstParams& p);
@@ -78,7 +82,8 @@ struct TuneResult {
 };
 
 // T* from the gathered summaries (mean / min / max of times at k0, or the smallest T whose
-// estimated mean recall is at least the recall at k0: bisection over T).
+// estimated mean recall is at least the recall at k0: bisection over T, exact to the bit whichever
+// of its steps are evaluated or inferred).
 double target_time(std::span<const RankSummary> ranks, const DstParams& p);
 // Greedy tuning of one rank's items toward T* (bidirectional); fills k, my_* fields.
 TuneResult tune_rank(const DstItems& items, double target_ms, const DstParams& p);
