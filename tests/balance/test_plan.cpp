@@ -215,7 +215,9 @@ TEST(Plan, TwoLevelGroupsPartitionAndMatchMakePlan) {
       double c = rank_cost(r, lm, 32);
       total += c, mx = std::max(mx, c);
     }
-    if (b == Batching::Sparse) EXPECT_LT(mx / (total / R), 1.03);
+    if (b == Batching::Sparse) {
+      EXPECT_LT(mx / (total / R), 1.03);
+    }
     EXPECT_LT(mx, makespan(flat, lm, 32) * 1.03) << "one-level " << makespan(flat, lm, 32) << " mean " << total / R;
     for (int rank : {0, 7, 8, 23, 24, 29}) {
       GroupPlan gp = make_group_plan(segs, R, M, 65536, b, lm, 32, grouped, rank);
