@@ -18,14 +18,8 @@ namespace kc = kernels::cuda;
 namespace {
 
 // Picks this rank's GPU and checks that the model fits the CUDA kernels; errors name the keys.
+// Shapes first: a config that cannot run on any GPU is reported as such, also on a machine without one.
 int choose_device(const Config& cfg, const Comm& comm, const ModelDims& d, bool* shared) {
-  std::string why;
-  if (!kc::device_available(&why)) throw Error("train.device = \"cuda\": no usable GPU on this node (" + why + ")");
-  int n = 0;
-  SB_CUDA_CHECK(cudaGetDeviceCount(&n));
-  const int dev = comm.local_rank() % n;
-  *shared = comm.local_size() > n;
-  SB_CUDA_CHECK(cudaSetDevice(dev));
   if (d.head_dim != 64 && d.head_dim != 128)
     throw Error("train.device = \"cuda\": the head dim model.d_model / model.n_heads = " + std::to_string(d.head_dim) +
                 "; the CUDA attention kernels take 64 or 128");
@@ -33,6 +27,13 @@ int choose_device(const Config& cfg, const Comm& comm, const ModelDims& d, bool*
   if (bs != 64 && bs != 128)
     throw Error("train.device = \"cuda\": attention.block_size = " + std::to_string(bs) +
                 "; the CUDA attention kernels take 64 or 128");
+  std::string why;
+  if (!kc::device_available(&why)) throw Error("train.device = \"cuda\": no usable GPU on this node (" + why + ")");
+  int n = 0;
+  SB_CUDA_CHECK(cudaGetDeviceCount(&n));
+  const int dev = comm.local_rank() % n;
+  *shared = comm.local_size() > n;
+  SB_CUDA_CHECK(cudaSetDevice(dev));
   return dev;
 }
 

@@ -127,6 +127,23 @@ TEST_F(TrainCli, BadInputsGiveClearErrors) {
   rc = sh(binary() + " train --set model.n_heads=3 --set data.path=" + make_corpus((fs::temp_directory_path() / "sb_train_cli_corpus").string()), log);
   EXPECT_NE(rc, 0);
   EXPECT_NE(slurp(log).find("must be divisible by model.n_heads"), std::string::npos) << slurp(log);
+  // train.device = "cuda": a shape the CUDA kernels do not take is named (in a build without CUDA,
+  // the build is); the tiny config's head dim is 8.
+  const std::string corpus = make_corpus((fs::temp_directory_path() / "sb_train_cli_corpus").string());
+  rc = sh(binary() + " train" + tiny_flags(corpus, d.path) + " --set train.device=cuda", log);
+  EXPECT_NE(rc, 0);
+#ifdef SB_WITH_CUDA
+  EXPECT_NE(slurp(log).find("model.d_model / model.n_heads = 8; the CUDA attention kernels take 64 or 128"),
+            std::string::npos) << slurp(log);
+  rc = sh(binary() + " train" + tiny_flags(corpus, d.path) +
+              " --set train.device=cuda --set model.d_model=128 --set model.n_heads=2 --set model.n_kv_heads=1",
+          log);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(slurp(log).find("attention.block_size = 16; the CUDA attention kernels take 64 or 128"), std::string::npos)
+      << slurp(log);
+#else
+  EXPECT_NE(slurp(log).find("train.device = \"cuda\": this build has no CUDA support"), std::string::npos) << slurp(log);
+#endif
   // A corrupt checkpoint is named on resume.
   fs::create_directories(d.path + "/ckpt");
   std::ofstream(d.path + "/ckpt/ckpt_00000002.h5") << "not hdf5 at all";
