@@ -65,17 +65,24 @@ void BM_MakePlanReference(benchmark::State& st) {
 // What one rank pays for DST: its own items and summary, T* over all ranks' summaries, its greedy.
 // Arguments: ranks, target (0 mean, 1 recall), implementation (0 current, 1 the original one,
 // tests/balance/dst_reference.hpp: the same summaries, T* and budgets).
-void BM_TuneOneRank(benchmark::State& st) {
-  int ranks = int(st.range(0));
-  const bool reference = st.range(2);
-  auto segs = global_batch(ranks);
-  LatencyModel lm(kShape);
-  RecallModel rm(kShape);
-  Plan plan = make_plan(segs, ranks, kMb, kCap, Batching::Sparse, lm, 32);
+// A sparse plan of `ranks` ranks and every rank's DST summary: what the exchange hands each rank.
+struct DstSetup {
+  LatencyModel lm{kShape};
+  RecallModel rm{kShape};
+  Plan plan;
   DstParams p;
-  p.k0 = 32, p.n_layers = kShape.n_layers, p.target = st.range(1) ? Target::Recall : Target::Mean;
   std::vector<RankSummary> sums;
-  for (int r = 0; r < ranks; ++r) sums.push_back(summarize(build_items(plan.ranks[size_t(r)], lm, rm, p), p));
+  DstSetup(int ranks, Target target) {
+    plan = make_plan(global_batch(ranks), ranks, kMb, kCap, Batching::Sparse, lm, 32);
+    p.k0 = 32, p.n_layers = kShape.n_layers, p.target = target;
+    for (int r = 0; r < ranks; ++r) sums.push_back(summarize(build_items(plan.ranks[size_t(r)], lm, rm, p), p));
+  }
+};
+
+void BM_TuneOneRank(benchmark::State& st) {
+  const bool reference = st.range(2);
+  DstSetup d(int(st.range(0)), st.range(1) ? Target::Recall : Target::Mean);
+  auto& [lm, rm, plan, p, sums] = d;
   for (auto _ : st) {
     DstItems mine = build_items(plan.ranks[0], lm, rm, p);
     sums[0] = reference ? ref::summarize(mine, p) : summarize(mine, p);
@@ -87,17 +94,9 @@ void BM_TuneOneRank(benchmark::State& st) {
 
 // T* alone over every rank's summary (target = recall: the bisection over the recall curves).
 void BM_TargetTime(benchmark::State& st) {
-  int ranks = int(st.range(0));
   const bool reference = st.range(1);
-  auto segs = global_batch(ranks);
-  LatencyModel lm(kShape);
-  RecallModel rm(kShape);
-  Plan plan = make_plan(segs, ranks, kMb, kCap, Batching::Sparse, lm, 32);
-  DstParams p;
-  p.k0 = 32, p.n_layers = kShape.n_layers, p.target = Target::Recall;
-  std::vector<RankSummary> sums;
-  for (int r = 0; r < ranks; ++r) sums.push_back(summarize(build_items(plan.ranks[size_t(r)], lm, rm, p), p));
-  for (auto _ : st) benchmark::DoNotOptimize(reference ? ref::target_time(sums, p) : target_time(sums, p));
+  const DstSetup d(int(st.range(0)), Target::Recall);
+  for (auto _ : st) benchmark::DoNotOptimize(reference ? ref::target_time(d.sums, d.p) : target_time(d.sums, d.p));
   st.SetLabel(reference ? "reference" : "");
 }
 
