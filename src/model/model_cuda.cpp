@@ -119,22 +119,13 @@ void ModelCuda::download_weights(std::vector<float>& w) const {
 
 void ModelCuda::zero_grads() { SB_CUDA_CHECK(cudaMemsetAsync(g32_.data(), 0, n_ * sizeof(float), stream_)); }
 
-MicroBatchStats ModelCuda::forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale) {
-  return run(b, a, loss_scale, true, nullptr);
-}
-
-MicroBatchStats ModelCuda::forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax) {
-  return run(b, a, 1.f, false, argmax);
-}
-
 template <class T>
 static void to_device(DeviceArray<T>& d, const std::vector<T>& h, cudaStream_t s) {
   d.resize(h.size());
   SB_CUDA_CHECK(cudaMemcpyAsync(d.data(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice, s));
 }
 
-MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool backward,
-                               std::vector<int32_t>* argmax) {
+MicroBatchStats ModelCuda::forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale) {
   const auto t_start = Clock::now();
   const ModelDims& s = dims_;
   const int N = b.n(), C = s.d_model, H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, F = s.ffn_dim,
@@ -205,7 +196,7 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   SB_CUDA_CHECK(cudaMemcpyAsync(loss.data(), loss_.data(), N * sizeof(float), cudaMemcpyDeviceToHost, cs));
   SB_CUDA_CHECK(cudaMemcpyAsync(am.data(), argmax_.data(), N * sizeof(int32_t), cudaMemcpyDeviceToHost, cs));
 
-  if (backward) {
+  {
     // ---- backward: the same path in reverse; dx is the gradient of the residual stream (fp32)
     float* dx = dx_.resize(NC);
     float* dxn = dxn_.resize(NC);
@@ -250,7 +241,6 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
     st.targets += 1;
     st.correct += am[t] == b.targets[t];
   }
-  if (argmax) *argmax = std::move(am);
   st.attn_ms = timers.total_ms();
   st.total_ms = ms_since(t_start);
   return st;

@@ -53,8 +53,6 @@ class ModelCuda {
   // As Model::forward_backward: gradients accumulate into grads(), scaled by loss_scale; attention
   // and gating times are GPU times (CUDA events), total_ms the wall time to a synchronised end.
   MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale);
-  // Forward only; argmax (N) greedy predictions when given.
-  MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax = nullptr);
 
   float* weights() { return w32_.data(); }
   bf16* weights16() { return w16_.data(); }
@@ -62,13 +60,10 @@ class ModelCuda {
   size_t size() const { return n_; }
   void zero_grads();
   cudaStream_t stream() const { return stream_; }
-  kernels::cuda::Blas& blas() { return *blas_; }
 
  private:
   struct Layer;
   struct Timers;
-  MicroBatchStats run(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool backward,
-                      std::vector<int32_t>* argmax);
   float* W(size_t i) { return w32_.data() + params_[i].offset; }
   bf16* W16(size_t i) { return w16_.data() + params_[i].offset; }
   float* G(size_t i) { return g32_.data() + params_[i].offset; }
