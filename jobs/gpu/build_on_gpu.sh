@@ -8,6 +8,8 @@
 #   sanitize  compute-sanitizer memcheck on the test programs (--quick cases)
 #   bench     bench_attention_cuda over L x density (table at the end)
 #   flex      bench/flex_attention_ref.py (PyTorch FlexAttention + cuDNN SDPA on the same masks)
+#   multi     bench/gpu_multi.sh: the four balancing policies with one rank per GPU (NCCL) on a
+#             long-tail corpus, the one-GPU latency fit, 1 GPU vs all (NGPU, STEPS pass through)
 #   e2e       bench/gpu_e2e.sh: train the 0.47B model of configs/gpu_0p5b.toml, dense and sparse, beside
 #             PyTorch (LENS, STEPS, TORCH=0|1 pass through)
 # Logs and CSVs go to $OUT (or ./gpu-out when OUT is unset).
@@ -79,6 +81,9 @@ for st in $STAGES; do
     flex)
       log "flex"
       PYTHONUNBUFFERED=1 timeout 400 python3 bench/flex_attention_ref.py --csv "$OUTDIR/flex.csv" 2>&1 | tee "$OUTDIR/flex.log" || rc=1 ;;
+    multi)
+      log "multi-GPU"
+      SB=$B/src/sparsebalance OUT=$OUTDIR timeout ${MULTI_TIMEOUT:-560} bash bench/gpu_multi.sh 2>&1 | tee "$OUTDIR/multi.log" || rc=1 ;;
     e2e)
       log "e2e"
       SB=$B/src/sparsebalance OUT=$OUTDIR timeout 560 bash bench/gpu_e2e.sh 2>&1 | tee "$OUTDIR/e2e.log" || rc=1 ;;

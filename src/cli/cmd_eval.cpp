@@ -42,7 +42,11 @@ static int run_eval(const Args& args) {
   Dataset ds = Dataset::open(cfg.s("data.path"));
   Model<float> model(ModelDims::from_config(cfg, ds.vocab_size()));
   load_weights(ck, ck_path, model);
-  EvalResult r = evaluate(cfg, comm, model, ds);
+  // On train.device: the GPU evaluates a GPU-sized model in seconds where the CPU would take minutes.
+  AdamW opt(OptimSettings::from_config(cfg), model.weights().size());  // unused: eval takes no step
+  std::unique_ptr<Engine> engine = make_engine(cfg, comm, model, opt);
+  engine->from_host();
+  EvalResult r = evaluate(cfg, comm, *engine, model.shape().n_layers, ds);
   if (!comm.root()) return 0;
   nlohmann::json buckets = nlohmann::json::array();
   for (size_t b = 0; b < r.dense.bucket_loss.size(); ++b) {

@@ -125,7 +125,8 @@ static void to_device(DeviceArray<T>& d, const std::vector<T>& h, cudaStream_t s
   SB_CUDA_CHECK(cudaMemcpyAsync(d.data(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice, s));
 }
 
-MicroBatchStats ModelCuda::forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale) {
+MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool backward,
+                               std::vector<int32_t>* argmax) {
   const auto t_start = Clock::now();
   const ModelDims& s = dims_;
   const int N = b.n(), C = s.d_model, H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, F = s.ffn_dim,
@@ -189,14 +190,14 @@ MicroBatchStats ModelCuda::forward_backward(const PackedBatch& b, const AttnSett
   // x is the last layer's output (xs_top_)
   kc::rmsnorm_fwd(x, W(i_norm_), xf_.resize(NC), rstdf_.resize(N), N, C, eps, cs);
   kc::linear_fwd(bl, xf_.data(), W16(i_head_), logits_.resize(size_t(N) * V), N, C, V);  // (N, V) fp32
-  kc::cross_entropy(logits_.data(), targets_.data(), loss_.resize(N), dlogits_.resize(size_t(N) * V),
+  kc::cross_entropy(logits_.data(), targets_.data(), loss_.resize(N), backward ? dlogits_.resize(size_t(N) * V) : nullptr,
                     argmax_.resize(N), N, V, loss_scale, cs);
   std::vector<float> loss(N);
   std::vector<int32_t> am(N);
   SB_CUDA_CHECK(cudaMemcpyAsync(loss.data(), loss_.data(), N * sizeof(float), cudaMemcpyDeviceToHost, cs));
   SB_CUDA_CHECK(cudaMemcpyAsync(am.data(), argmax_.data(), N * sizeof(int32_t), cudaMemcpyDeviceToHost, cs));
 
-  {
+  if (backward) {
     // ---- backward: the same path in reverse; dx is the gradient of the residual stream (fp32)
     float* dx = dx_.resize(NC);
     float* dxn = dxn_.resize(NC);
@@ -241,6 +242,7 @@ MicroBatchStats ModelCuda::forward_backward(const PackedBatch& b, const AttnSett
     st.targets += 1;
     st.correct += am[t] == b.targets[t];
   }
+  if (argmax) *argmax = std::move(am);
   st.attn_ms = timers.total_ms();
   st.total_ms = ms_since(t_start);
   return st;

@@ -52,7 +52,14 @@ class ModelCuda {
 
   // As Model::forward_backward: gradients accumulate into grads(), scaled by loss_scale; attention
   // and gating times are GPU times (CUDA events), total_ms the wall time to a synchronised end.
-  MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale);
+  MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale) {
+    return run(b, a, loss_scale, true, nullptr);
+  }
+  // As Model::forward (evaluation): loss and, when asked, the greedy prediction of every token; no
+  // gradients (grads() untouched).
+  MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax = nullptr) {
+    return run(b, a, 0.f, false, argmax);
+  }
 
   float* weights() { return w32_.data(); }
   bf16* weights16() { return w16_.data(); }
@@ -64,6 +71,8 @@ class ModelCuda {
  private:
   struct Layer;
   struct Timers;
+  MicroBatchStats run(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool backward,
+                      std::vector<int32_t>* argmax);
   float* W(size_t i) { return w32_.data() + params_[i].offset; }
   bf16* W16(size_t i) { return w16_.data() + params_[i].offset; }
   float* G(size_t i) { return g32_.data() + params_[i].offset; }

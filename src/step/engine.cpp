@@ -1,5 +1,7 @@
 #include "src/step/engine.hpp"
 
+#include <chrono>
+#include <fstream>
 #include <limits>
 
 #include "io/checkpoint.hpp"
@@ -13,10 +15,13 @@ namespace {
 class CpuEngine final : public Engine {
  public:
   CpuEngine(const Config& cfg, const Comm& comm, Model<float>& model, AdamW& opt)
-      : model_(model), opt_(opt), reducer_(comm, size_t(cfg.f("train.bucket_mb") * 1024 * 1024)) {}
+      : comm_(comm), model_(model), opt_(opt), reducer_(comm, size_t(cfg.f("train.bucket_mb") * 1024 * 1024)) {}
   void zero_grads() override { model_.zero_grads(); }
   MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale) override {
     return model_.forward_backward(b, a, loss_scale);
+  }
+  MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax) override {
+    return model_.forward(b, a, argmax);
   }
   void poison_gradient() override {
     if (!model_.grads().empty()) model_.grads()[0] = std::numeric_limits<float>::infinity();
@@ -31,14 +36,35 @@ class CpuEngine final : public Engine {
   }
   void to_host() override {}
   void from_host() override {}
+  double allreduce_ms(size_t n, int reps) override {
+    std::vector<float> buf(n, 1.0f);
+    comm_.barrier();
+    const auto t = std::chrono::steady_clock::now();
+    for (int r = 0; r < reps; ++r) reducer_.allreduce_sum(buf.data(), n);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+    return comm_.allreduce_max(ms / reps);
+  }
+  std::string device_name() override { return cpu_device_name(comm_); }
 
  private:
+  const Comm& comm_;
   Model<float>& model_;
   AdamW& opt_;
   MpiGradReducer reducer_;
 };
 
 }  // namespace
+
+std::string cpu_device_name(const Comm& comm) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, name = "unknown CPU";
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      name = line.substr(line.find(':') + 2);
+      break;
+    }
+  return "cpu: " + name + " (" + std::to_string(comm.size()) + " ranks)";
+}
 
 std::unique_ptr<Engine> make_engine(const Config& cfg, const Comm& comm, Model<float>& model, AdamW& opt) {
   const std::string dev = cfg.s("train.device");

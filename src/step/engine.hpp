@@ -7,6 +7,8 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "src/comm/comm.hpp"
 #include "src/config/config.hpp"
@@ -21,6 +23,8 @@ class Engine {
   virtual void zero_grads() = 0;
   // Gradients accumulate over the step's micro-batches, scaled by loss_scale (Model::forward_backward).
   virtual MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale) = 0;
+  // Forward only (eval): as Model::forward, `argmax` (optional) gets every token's greedy prediction.
+  virtual MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax) = 0;
   // Fault injection (train.inject_nan_step): the first gradient becomes +inf.
   virtual void poison_gradient() = 0;
   virtual void reduce_gradients() = 0;  // sum over ranks, in place
@@ -30,11 +34,19 @@ class Engine {
   virtual uint64_t weights_hash() = 0;  // fnv1a of the fp32 weights (the sync check)
   virtual void to_host() = 0;           // weights and moments -> host model and AdamW (checkpoints)
   virtual void from_host() = 0;         // host model and AdamW -> device (after init or resume)
+  // Mean time (ms, the slowest rank's) of `reps` all-reduces of n floats where the gradients live,
+  // through the gradient reducer (profile). Collective.
+  virtual double allreduce_ms(size_t n, int reps) = 0;
+  // What runs it, for the latency profile: "cpu: <model> (<n> ranks)" or "cuda: <GPU> (<n> ranks)".
+  virtual std::string device_name() = 0;
 };
 
 // By train.device: "cpu" or "cuda" (one GPU per rank, chosen by node-local rank). The engine keeps
 // references to model, opt and comm. Errors name train.device when this build or machine cannot.
 std::unique_ptr<Engine> make_engine(const Config& cfg, const Comm& comm, Model<float>& model, AdamW& opt);
+
+// "cpu: <model name> (<n> ranks)" from /proc/cpuinfo.
+std::string cpu_device_name(const Comm& comm);
 
 #ifdef SB_WITH_CUDA
 std::unique_ptr<Engine> make_cuda_engine(const Config& cfg, const Comm& comm, Model<float>& model, AdamW& opt);

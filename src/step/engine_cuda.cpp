@@ -1,5 +1,6 @@
 // The CUDA engine: one GPU per rank (node-local rank picks it), the model in mixed precision
 // (src/model/model_cuda.cpp), AdamW on fp32 master weights on the device, NCCL all-reduce.
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -40,7 +41,7 @@ int choose_device(const Config& cfg, const Comm& comm, const ModelDims& d, bool*
 class CudaEngine final : public Engine {
  public:
   CudaEngine(const Config& cfg, const Comm& comm, Model<float>& model, AdamW& opt)
-      : model_(model), opt_(opt), os_(OptimSettings::from_config(cfg)) {
+      : comm_(comm), model_(model), opt_(opt), os_(OptimSettings::from_config(cfg)) {
     bool shared = false;
     const int dev = choose_device(cfg, comm, model.shape(), &shared);
     gpu_ = std::make_unique<ModelCuda>(model.shape(), model.params());
@@ -52,9 +53,10 @@ class CudaEngine final : public Engine {
       reducer_ = std::make_unique<NcclGradReducer>(comm, bucket, gpu_->stream());
     }
     const bool any_shared = comm.allreduce_max(shared ? 1.0 : 0.0) > 0;
+    cudaDeviceProp p{};
+    SB_CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
+    gpu_name_ = p.name;
     if (comm.root()) {
-      cudaDeviceProp p{};
-      SB_CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
       std::printf("device: %s (cuda:%d on rank 0); gradients: %s\n", p.name, dev,
                   any_shared ? "MPI through host memory (more ranks than GPUs on a node)" : "NCCL all-reduce");
     }
@@ -62,6 +64,9 @@ class CudaEngine final : public Engine {
   void zero_grads() override { gpu_->zero_grads(); }
   MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale) override {
     return gpu_->forward_backward(b, a, loss_scale);
+  }
+  MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax) override {
+    return gpu_->forward(b, a, argmax);
   }
   void poison_gradient() override {
     const float inf = std::numeric_limits<float>::infinity();
@@ -95,8 +100,22 @@ class CudaEngine final : public Engine {
     upload(m_, opt_.m());
     upload(v_, opt_.v());
   }
+  double allreduce_ms(size_t n, int reps) override {
+    DeviceArray<float> buf(n);
+    std::vector<float> ones(n, 1.0f);
+    SB_CUDA_CHECK(cudaMemcpy(buf.data(), ones.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    comm_.barrier();
+    const auto t = std::chrono::steady_clock::now();
+    for (int r = 0; r < reps; ++r) reducer_->allreduce_sum(buf.data(), n);  // returns with the stream synchronised
+    SB_CUDA_CHECK(cudaStreamSynchronize(gpu_->stream()));
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+    return comm_.allreduce_max(ms / reps);
+  }
+  std::string device_name() override { return "cuda: " + gpu_name_ + " (" + std::to_string(comm_.size()) + " ranks)"; }
 
  private:
+  const Comm& comm_;
+  std::string gpu_name_;
   void download(const DeviceArray<float>& d, std::vector<float>& h) {
     h.resize(gpu_->size());
     SB_CUDA_CHECK(cudaMemcpy(h.data(), d.data(), h.size() * sizeof(float), cudaMemcpyDeviceToHost));

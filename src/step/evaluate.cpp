@@ -50,7 +50,7 @@ static void add_doc(EvalPart& part, const MicroBatchStats& st, const std::vector
   part.task_correct[task.type] += ok;
 }
 
-EvalResult evaluate(const Config& cfg, const Comm& comm, Model<float>& model, const Dataset& ds) {
+EvalResult evaluate(const Config& cfg, const Comm& comm, Engine& engine, int n_layers, const Dataset& ds) {
   EvalResult res;
   res.bucket_bounds = parse_buckets(cfg.s("eval.buckets"));
   const size_t nb = res.bucket_bounds.size() + 1;
@@ -67,7 +67,7 @@ EvalResult evaluate(const Config& cfg, const Comm& comm, Model<float>& model, co
     a->block_size = int(cfg.i("attention.block_size"));
     a->local_blocks = int(cfg.i("attention.local_blocks"));
     a->theta = cfg.f("attention.theta");
-    a->k.assign(size_t(model.shape().n_layers), int(cfg.i("attention.k")));
+    a->k.assign(size_t(n_layers), int(cfg.i("attention.k")));
   }
   for (size_t i = size_t(comm.rank()); i < val.size(); i += size_t(comm.size())) {
     uint64_t doc = val[i], len = ds.doc_length(doc);
@@ -80,8 +80,8 @@ EvalResult evaluate(const Config& cfg, const Comm& comm, Model<float>& model, co
     while (bucket < res.bucket_bounds.size() && int64_t(len) > res.bucket_bounds[bucket]) ++bucket;
     TaskSpan task = ds.task(doc);
     std::vector<int32_t> argmax;
-    add_doc(res.dense, model.forward(b, dense, &argmax), argmax, toks, bucket, task, begin);
-    add_doc(res.sparse, model.forward(b, sparse, &argmax), argmax, toks, bucket, task, begin);
+    add_doc(res.dense, engine.forward(b, dense, &argmax), argmax, toks, bucket, task, begin);
+    add_doc(res.sparse, engine.forward(b, sparse, &argmax), argmax, toks, bucket, task, begin);
     res.docs += 1, res.tokens += int64_t(toks.size());
   }
   // Sum over ranks: pack every counter into one vector of doubles.

@@ -10,6 +10,7 @@
 #include "src/comm/comm.hpp"
 #include "src/config/config.hpp"
 #include "src/model/model.hpp"
+#include "src/step/engine.hpp"
 
 namespace sb {
 
@@ -35,7 +36,7 @@ struct EvalResult {
 
 // Evaluates eval.docs validation documents, spread over ranks (results identical on all ranks).
 // A document longer than train.micro_batch_tokens is evaluated on its last window (where the
-// task's question and answer sit).
-EvalResult evaluate(const Config& cfg, const Comm& comm, Model<float>& model, const Dataset& ds);
+// task's question and answer sit). Runs on the engine's device (train.device) with its weights.
+EvalResult evaluate(const Config& cfg, const Comm& comm, Engine& engine, int n_layers, const Dataset& ds);
 
 }  // namespace sb

@@ -2,25 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <random>
 
+#include "src/step/engine.hpp"
 #include "src/step/update.hpp"
 
 namespace sb {
 
 using Clock = std::chrono::steady_clock;
-
-std::string device_name(const Comm& comm) {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line, name = "unknown CPU";
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) {
-      name = line.substr(line.find(':') + 2);
-      break;
-    }
-  return "cpu: " + name + " (" + std::to_string(comm.size()) + " ranks)";
-}
 
 ProfileReport profile_machine(const Config& cfg, const Comm& comm, int vocab, bool quick) {
   const auto t0 = Clock::now();
@@ -30,6 +19,10 @@ ProfileReport profile_machine(const Config& cfg, const Comm& comm, int vocab, bo
   const int64_t cap = cfg.i("train.micro_batch_tokens");
   Model<float> model(dims);
   model.init(1);
+  // Where train.device says: the same engine the trainer runs, so GPU runs time GPU kernels.
+  AdamW opt(OptimSettings::from_config(cfg), model.weights().size());
+  std::unique_ptr<Engine> engine = make_engine(cfg, comm, model, opt);
+  engine->from_host();
   ProfileReport rep{LatencyModel(ModelShape{dims.n_layers, bs, w}), {}, {}, {}, {}, 0, 0};
 
   // Lengths: geometric up to the micro-batch capacity; budgets around k0 and dense.
@@ -52,8 +45,8 @@ ProfileReport profile_machine(const Config& cfg, const Comm& comm, int vocab, bo
       a.k.assign(size_t(dims.n_layers), k);
       std::vector<MicroBatchStats> runs;
       for (int r = 0; r < reps + 1; ++r) {  // the first run warms caches and is dropped
-        model.zero_grads();
-        auto st = model.forward_backward(b, a, 1.0f / float(L));
+        engine->zero_grads();
+        auto st = engine->forward_backward(b, a, 1.0f / float(L));
         if (r > 0) runs.push_back(st);
       }
       std::sort(runs.begin(), runs.end(), [](auto& x, auto& y) { return x.total_ms < y.total_ms; });
@@ -67,14 +60,9 @@ ProfileReport profile_machine(const Config& cfg, const Comm& comm, int vocab, bo
       lin.push_back({double(L), 0, std::max(1e-6, st.total_ms - st.attn_ms - st.gating_ms)});
     }
   // All-reduce: bucketed sums of gradient-sized buffers.
-  MpiGradReducer reducer(comm, size_t(cfg.f("train.bucket_mb") * 1024 * 1024));
   for (size_t n = 1 << 14; n <= std::max<size_t>(model.weights().size(), 1 << 16) * 2; n *= 4) {
-    std::vector<float> buf(n, 1.0f);
-    comm.barrier();
-    auto t = Clock::now();
-    for (int r = 0; r < 3; ++r) reducer.allreduce_sum(buf.data(), n);
-    double ms = std::chrono::duration<double, std::milli>(Clock::now() - t).count() / 3;
-    red.push_back({double(n * sizeof(float)), 0, comm.allreduce_max(ms)});
+    engine->allreduce_ms(n, 1);  // warm-up (NCCL sets up its channels on the first call)
+    red.push_back({double(n * sizeof(float)), 0, engine->allreduce_ms(n, 3)});
   }
   // Every rank must hold the same model: fit on rank 0's samples, broadcast the file contents.
   rep.attention = rep.model.fit(Part::Attention, attn);
@@ -91,7 +79,7 @@ ProfileReport profile_machine(const Config& cfg, const Comm& comm, int vocab, bo
     rep.model.set_coeffs(p, c);
     i += 3;
   }
-  rep.model.set_device(device_name(comm));
+  rep.model.set_device(engine->device_name());
   rep.samples = int(attn.size() + gate.size() + lin.size() + red.size());
   rep.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return rep;

@@ -17,14 +17,11 @@ struct ProfileReport {
   double seconds = 0;
 };
 
-// Runs the configured model (random weights and tokens) forward+backward on single sequences of
+// Runs the configured model (random weights and tokens) on train.device forward+backward on single sequences of
 // several lengths up to train.micro_batch_tokens at several budgets around attention.k, times
 // attention (per layer), gating (per layer) and the token-linear rest, and the gradient
 // all-reduce over the ranks at several sizes; fits each part. `quick` uses a smaller grid (the
 // brief self-profile `train` runs when no balance.profile is given). Collective: every rank calls it.
 ProfileReport profile_machine(const Config& cfg, const Comm& comm, int vocab, bool quick);
-
-// "cpu: <model name> (<n> ranks)" from /proc/cpuinfo.
-std::string device_name(const Comm& comm);
 
 }  // namespace sb

@@ -160,13 +160,8 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
   }
   if (restored) {
     apply_checkpoint(std::move(*restored));  // also the latency model, so a resumed run plans the same
-  } else if (cfg.s("balance.profile").empty() && cfg.b("balance.self_profile") && cfg.s("train.device") != "cpu") {
-    // The quick self-profile times the CPU kernels; on a GPU the analytic model is corrected online
-    // from measured times within a few steps (a profile file for the GPU avoids those steps).
-    if (comm.root())
-      std::printf("latency model: analytic, corrected online (no self-profile on train.device = \"%s\"; "
-                  "set balance.profile for a measured one)\n", cfg.s("train.device").c_str());
   } else if (cfg.s("balance.profile").empty() && cfg.b("balance.self_profile")) {
+    // On train.device (its own engine, weights and activations, freed before training starts).
     ProfileReport pr = profile_machine(cfg, comm, dims_.vocab, /*quick=*/true);
     lm_ = pr.model;
     lm_.set_ema(cfg.f("balance.ema"));

@@ -1,9 +1,11 @@
 // The model and the training step on the GPU against the CPU (needs a GPU; skipped without one).
 // - One micro-batch, forward + backward: ModelCuda (bf16 activations, fp32 master weights) against
 //   Model<double> on the same weights rounded to bf16: loss and every parameter's gradient.
+// - Forward only (eval): loss and greedy predictions against Model<double>; gradients untouched.
 // - 20 steps of `train` on the GPU against the same run on the CPU: the losses agree to bf16
 //   tolerance at every step, and ranks stay bit-identical (train.sync_check_every = 1). At 2 ranks
-//   on one GPU the gradients go through host memory (NCCL takes one GPU per rank).
+//   on one GPU the gradients go through host memory (NCCL takes one GPU per rank). Then `eval` of
+//   the trained checkpoint on the GPU against the CPU, and the profile (latency fit) on the GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +15,8 @@
 #include "kernels/cuda/attention_cuda.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "src/model/model_cuda.hpp"
+#include "src/step/evaluate.hpp"
+#include "src/step/profile.hpp"
 #include "src/step/trainer.hpp"
 #include "tests/train/train_test_util.hpp"
 
@@ -87,6 +91,93 @@ void check_one_micro_batch(BatchCase c) {
   std::printf("  worst gradient rel error %.2e over %zu tensors\n", worst, host.params().size());
 }
 
+// Forward only: loss and argmax against the double reference; the gradients stay as they were.
+void check_forward() {
+  sb::ModelDims d;
+  d.n_layers = 2, d.d_model = 256, d.n_heads = 2, d.n_kv_heads = 1, d.head_dim = 128, d.ffn_dim = 384;
+  d.vocab = 500, d.tied = false;
+  sb::Model<float> host(d);
+  host.init(21);
+  for (float& w : host.weights()) w = bf16_round(w);
+  sb::Model<double> ref(d);
+  for (size_t i = 0; i < host.weights().size(); ++i) ref.weights()[i] = host.weights()[i];
+  std::mt19937_64 rng(9);
+  sb::PackedBatch b;
+  for (int len : {700, 257, 40}) {
+    std::vector<uint32_t> seq(static_cast<size_t>(len));
+    for (auto& t : seq) t = uint32_t(rng() % uint64_t(d.vocab));
+    b.add(seq);
+  }
+  sb::AttnSettings a;
+  a.sparse = true, a.block_size = 128, a.local_blocks = 1, a.theta = 1e9, a.k = {64, 64};
+  sb::ModelCuda gpu(d, host.params());
+  gpu.upload_weights(host.weights());
+  gpu.zero_grads();
+  gpu.forward_backward(b, a, 1e-3f);  // gradients now hold something the forward must leave alone
+  std::vector<float> g0(gpu.size()), g1(gpu.size());
+  SB_CUDA_CHECK(cudaMemcpy(g0.data(), gpu.grads(), g0.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  std::vector<int32_t> am_gpu(size_t(b.n()), -7), am_ref;
+  sb::MicroBatchStats sg = gpu.forward(b, a, &am_gpu);
+  sb::MicroBatchStats sr = ref.forward(b, a, &am_ref);
+  SB_CUDA_CHECK(cudaMemcpy(g1.data(), gpu.grads(), g1.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(g0, g1) << "forward changed the gradients";
+  EXPECT_EQ(sg.targets, sr.targets);
+  const double loss_err = std::abs(sg.loss_sum - sr.loss_sum) / sr.loss_sum;
+  EXPECT_LT(loss_err, 5e-3);
+  ASSERT_EQ(am_gpu.size(), am_ref.size());
+  size_t same = 0;
+  for (size_t t = 0; t < am_gpu.size(); ++t) {
+    ASSERT_GE(am_gpu[t], 0) << "token " << t << " has no prediction";
+    ASSERT_LT(am_gpu[t], d.vocab);
+    same += am_gpu[t] == am_ref[t];
+  }
+  // bf16 activations may flip a near tie between the two largest logits; most must agree.
+  const double agree = double(same) / double(am_gpu.size());
+  std::printf("forward: loss gpu %.6f ref %.6f rel %.2e, argmax agreement %.4f over %zu tokens\n", sg.loss_sum,
+              sr.loss_sum, loss_err, agree, am_gpu.size());
+  EXPECT_GT(agree, 0.9);
+}
+
+// `eval` of the GPU run's checkpoint on the GPU and on the CPU (same weights, same documents):
+// losses to bf16 tolerance, the same documents and targets. Then `profile` on the GPU: the fit
+// comes from GPU timings and says so.
+void check_eval_and_profile(const sb::Comm& comm, const std::string& dir, const std::string& flags) {
+  sb::Config cfg = tiny_config(dir, flags + " --set checkpoint.dir=" + dir + "/ckpt_1 --set eval.docs=24");
+  const std::string ck_path = sb::list_checkpoints(dir + "/ckpt_1").front();
+  sb::Checkpoint ck = sb::read_checkpoint(ck_path);
+  sb::Dataset ds = sb::Dataset::open(cfg.s("data.path"));
+  sb::EvalResult r[2];
+  for (int gpu = 0; gpu < 2; ++gpu) {
+    cfg.set("train.device", gpu ? "cuda" : "cpu", "test");
+    sb::Model<float> model(sb::ModelDims::from_config(cfg, ds.vocab_size()));
+    sb::load_weights(ck, ck_path, model);
+    sb::AdamW opt(sb::OptimSettings::from_config(cfg), model.weights().size());
+    auto engine = sb::make_engine(cfg, comm, model, opt);
+    engine->from_host();
+    r[gpu] = sb::evaluate(cfg, comm, *engine, model.shape().n_layers, ds);
+  }
+  EXPECT_EQ(r[0].doc_ids, r[1].doc_ids);
+  EXPECT_EQ(r[0].dense.targets, r[1].dense.targets);
+  ASSERT_GT(r[0].dense.targets, 0);
+  const double ed = std::abs(r[1].dense.loss() - r[0].dense.loss()) / r[0].dense.loss();
+  const double es = std::abs(r[1].sparse.loss() - r[0].sparse.loss()) / r[0].sparse.loss();
+  EXPECT_LT(ed, 1e-2);
+  EXPECT_LT(es, 2e-2);
+  if (comm.root())
+    std::printf("eval: %lld docs, loss gpu %.4f cpu %.4f (rel %.1e), sparse gpu %.4f cpu %.4f (rel %.1e)\n",
+                static_cast<long long>(r[1].docs), r[1].dense.loss(), r[0].dense.loss(), ed, r[1].sparse.loss(),
+                r[0].sparse.loss(), es);
+
+  cfg.set("train.device", "cuda", "test");
+  sb::ProfileReport pr = sb::profile_machine(cfg, comm, int(ds.vocab_size()), /*quick=*/true);
+  const std::string dev = pr.model.profile().device;
+  EXPECT_EQ(dev.rfind("cuda: ", 0), 0u) << dev;
+  EXPECT_GT(pr.attention.samples, 0);
+  for (double c : pr.attention.coeffs) EXPECT_TRUE(std::isfinite(c));
+  EXPECT_GT(pr.model.segment_cost(1024, 2), 0.0);
+  if (comm.root()) std::printf("profile: %s, %d samples in %.1f s\n", dev.c_str(), pr.samples, pr.seconds);
+}
+
 // GPU and CPU losses of the same run (same ranks, data and seed).
 void check_training(const std::string& tag, const std::string& extra, double tol) {
   sb::Comm comm;
@@ -112,6 +203,7 @@ void check_training(const std::string& tag, const std::string& extra, double tol
     EXPECT_LT(e, tol) << "step " << s + 1 << ": gpu " << loss[1][s] << " cpu " << loss[0][s];
   }
   EXPECT_LT(loss[1].back(), loss[1].front());
+  if (tag == "dense") check_eval_and_profile(comm, dir, flags);
   if (comm.root())
     std::printf("%s: 20 steps, loss %.4f -> %.4f (gpu) vs %.4f -> %.4f (cpu), worst step rel diff %.2e\n", tag.c_str(),
                 loss[1].front(), loss[1].back(), loss[0].front(), loss[0].back(), worst);
@@ -129,7 +221,12 @@ TEST(ModelCuda, TiedGatedMatchesDoubleReference) {
   check_one_micro_batch({true, true});
 }
 
-TEST(TrainCuda, DenseLossesMatchCpuOver20Steps) {
+TEST(ModelCuda, ForwardMatchesDoubleReference) {
+  if (!have_gpu()) GTEST_SKIP();
+  check_forward();
+}
+
+TEST(TrainCuda, DenseLossesMatchCpuOver20StepsThenEvalAndProfile) {
   if (!have_gpu()) GTEST_SKIP();
   check_training("dense", "--set attention.mode=dense --set balance.tuning=fixed", 2e-2);
 }

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Multi-GPU balancing run: `sparsebalance train configs/gpu_longtail.toml` with one rank per GPU
+# (NCCL all-reduce) on a long-tail corpus, for the four balancing policies on the same data and
+# steps, each evaluated on the GPUs; the latency model is fitted on ONE GPU first
+# (`sparsebalance profile` with CUDA_VISIBLE_DEVICES=0) and every run predicts with it.
+# Also: the same SAB+DST run with the online correction off (balance.ema = 0), so the per-step
+# error is that of the one-GPU fit alone; and fixed/sequential on one GPU with the same global batch,
+# whose losses the multi-GPU run must match to bf16 tolerance. Every run checks that all ranks hold
+# bit-identical parameters after every step (train.sync_check_every = 1; a mismatch stops the run).
+# Run on the GPU machine after jobs/gpu/build_on_gpu.sh (stage `multi` calls this):
+#   NGPU=2 STEPS=30 bash bench/gpu_multi.sh        # tables on stdout and in $OUT/gpu_multi.md
+set -uo pipefail
+SB=${SB:-build-gpu/src/sparsebalance}
+OUTDIR=${OUT:-gpu-out}
+NGPU=${NGPU:-$(nvidia-smi -L 2>/dev/null | wc -l)}
+STEPS=${STEPS:-30}
+DOCS=${DOCS:-4000}
+CFG=configs/gpu_longtail.toml
+R=runs/gpu_multi
+# NVLink multicast stays off (device README): it can take a shared host's GPUs out of service.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MPI=(mpirun -np "$NGPU" -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x LD_LIBRARY_PATH)
+GB=$((NGPU * 4 * 16384))  # 4 micro-batches of 16K per GPU
+mkdir -p "$OUTDIR" $R
+log() { echo "== $(date -u +%H:%M:%S) $*"; }
+nvidia-smi topo -m > "$OUTDIR/topo.txt" 2>&1 || true
+
+[ -f $R/data/shard_00000.h5 ] || "$SB" prep synth --preset longalign --docs "$DOCS" --seed 7 --max-len 16384 \
+  --min-len 64 --output $R/data > "$OUTDIR/prep.log" 2>&1 || { cat "$OUTDIR/prep.log"; exit 1; }
+COMMON=(--set data.path=$R/data --set train.steps="$STEPS" --set train.global_batch_tokens=$GB)
+# EXTRA: more --set flags for every command (a dry run of this script on CPU:
+#   EXTRA="--set train.device=cpu --set model.n_layers=2 --set model.d_model=64 --set model.n_heads=1
+#          --set model.ffn_dim=128 --set train.micro_batch_tokens=2048" DOCS=300 NGPU=2 bash bench/gpu_multi.sh)
+read -r -a EX <<< "${EXTRA:-}"
+COMMON+=("${EX[@]}")
+
+log "profile on one GPU"
+CUDA_VISIBLE_DEVICES=0 mpirun -np 1 -x NCCL_NVLS_ENABLE "$SB" profile $CFG "${COMMON[@]}" --output $R/profile_1gpu.h5 \
+  --summary "$OUTDIR/profile_1gpu.json" > "$OUTDIR/profile.log" 2>&1 || { tail -20 "$OUTDIR/profile.log"; exit 1; }
+cat "$OUTDIR/profile.log"
+
+run() {  # name, ranks, extra flags...
+  local name=$1 np=$2; shift 2
+  local dir=$R/$name
+  rm -rf "$dir"; mkdir -p "$dir"
+  log "train $name ($np GPU)"
+  local env=()
+  [ "$np" = 1 ] && env=(env CUDA_VISIBLE_DEVICES=0)
+  "${env[@]}" mpirun -np "$np" -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS \
+    -x LD_LIBRARY_PATH "$SB" train $CFG "${COMMON[@]}" --set balance.profile=$R/profile_1gpu.h5 \
+    --set checkpoint.dir="$dir/ckpt" --set log.path="$dir/metrics.h5" "$@" --summary "$OUTDIR/train_$name.json" \
+    > "$OUTDIR/train_$name.log" 2>&1 || { echo "train $name failed:"; tail -20 "$OUTDIR/train_$name.log"; return 1; }
+  grep -E "^(device|latency|done)" "$OUTDIR/train_$name.log"
+}
+evaluate() {  # name
+  local dir=$R/$1
+  "${MPI[@]}" "$SB" eval $CFG "${COMMON[@]}" --set checkpoint.dir="$dir/ckpt" --checkpoint latest \
+    --summary "$OUTDIR/eval_$1.json" > "$OUTDIR/eval_$1.log" 2>&1 || { echo "eval $1 failed:"; tail -5 "$OUTDIR/eval_$1.log"; }
+}
+
+for p in sequential:fixed sparse:fixed sequential:dst sparse:dst; do
+  b=${p%%:*}; t=${p##*:}
+  run "$b+$t" "$NGPU" --set balance.batching=$b --set balance.tuning=$t && evaluate "$b+$t"
+done
+run "sparse+dst_ema0" "$NGPU" --set balance.batching=sparse --set balance.tuning=dst --set balance.ema=0
+run "sequential+fixed_1gpu" 1 --set balance.batching=sequential --set balance.tuning=fixed
+rm -rf $R/*/ckpt/*.h5.tmp
+
+python3 bench/gpu_multi_report.py "$OUTDIR" "$R" "$NGPU" | tee "$OUTDIR/gpu_multi.md"
