@@ -32,7 +32,7 @@ class CpuEngine final : public Engine {
     opt_.step(model_, model_.grads(), grad_norm, lr, step);
   }
   uint64_t weights_hash() override {
-    return fnv1a(model_.weights().data(), model_.weights().size() * sizeof(float));
+    return fnv1a_words(model_.weights().data(), model_.weights().size());
   }
   void to_host() override {}
   void from_host() override {}

@@ -31,7 +31,7 @@ class Engine {
   virtual double gradient_norm() = 0;   // global L2 norm (after the reduction)
   // Clip to grad_clip given the norm, then one AdamW step.
   virtual void update(double grad_norm, double lr, int64_t step) = 0;
-  virtual uint64_t weights_hash() = 0;  // fnv1a of the fp32 weights (the sync check)
+  virtual uint64_t weights_hash() = 0;  // fnv1a_words of the fp32 weights (the sync check)
   virtual void to_host() = 0;           // weights and moments -> host model and AdamW (checkpoints)
   virtual void from_host() = 0;         // host model and AdamW -> device (after init or resume)
   // Mean time (ms, the slowest rank's) of `reps` all-reduces of n floats where the gradients live,

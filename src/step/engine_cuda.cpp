@@ -88,7 +88,7 @@ class CudaEngine final : public Engine {
   }
   uint64_t weights_hash() override {
     gpu_->download_weights(scratch_);
-    return fnv1a(scratch_.data(), scratch_.size() * sizeof(float));
+    return fnv1a_words(scratch_.data(), scratch_.size());
   }
   void to_host() override {
     gpu_->download_weights(model_.weights());
