@@ -32,33 +32,45 @@ ProfileReport profile_machine(const Config& cfg, const Comm& comm, int vocab, bo
   std::vector<int> ks = quick ? std::vector<int>{std::max(1, k0 / 2), 2 * k0 + 1}
                               : std::vector<int>{std::max(1, k0 / 2), k0, 2 * k0, 4 * k0 + 1};
   const int reps = quick ? 1 : 3;
+  // Two families of micro-batches, so that tokens and kept blocks are told apart by the fit:
+  //  - one document of each length (tokens vary; kept blocks grow with them),
+  //  - full micro-batches packed with documents of one length (tokens fixed at the capacity; kept
+  //    blocks from a few per document to k per row), as training packs short documents.
+  struct Shape { int64_t len; int64_t docs; int k; };
+  std::vector<Shape> grid;
+  for (int64_t L : lens)
+    for (int k : ks) grid.push_back({L, 1, k});
+  for (int64_t L = bs; L < cap; L *= quick ? 4 : 2)
+    for (int k : {ks.front(), ks.back()}) grid.push_back({L, cap / L, k});
   std::vector<LatencySample> attn, gate, lin, red;
   std::mt19937_64 rng(7);
-  for (int64_t L : lens)
-    for (int k : ks) {
-      std::vector<uint32_t> seq(static_cast<size_t>(L));
+  for (const Shape& g : grid) {
+    PackedBatch b;
+    for (int64_t d = 0; d < g.docs; ++d) {
+      std::vector<uint32_t> seq(static_cast<size_t>(g.len));
       for (auto& t : seq) t = uint32_t(rng() % uint64_t(dims.vocab));
-      PackedBatch b;
       b.add(seq);
-      AttnSettings a;
-      a.sparse = true, a.block_size = bs, a.local_blocks = w, a.theta = 1e30;  // every candidate eligible: k decides
-      a.k.assign(size_t(dims.n_layers), k);
-      std::vector<MicroBatchStats> runs;
-      for (int r = 0; r < reps + 1; ++r) {  // the first run warms caches and is dropped
-        engine->zero_grads();
-        auto st = engine->forward_backward(b, a, 1.0f / float(L));
-        if (r > 0) runs.push_back(st);
-      }
-      std::sort(runs.begin(), runs.end(), [](auto& x, auto& y) { return x.total_ms < y.total_ms; });
-      const MicroBatchStats& st = runs[runs.size() / 2];  // median run
-      double kept = 0;
-      for (const auto& g : st.gating) kept += g.kept_blocks / dims.n_kv_heads;
-      kept /= dims.n_layers;
-      double nl = dims.n_layers;
-      attn.push_back({double(L), kept * bs * bs, st.attn_ms / nl});
-      gate.push_back({double(L), LatencyModel::causal_blocks(L, bs), st.gating_ms / nl});
-      lin.push_back({double(L), 0, std::max(1e-6, st.total_ms - st.attn_ms - st.gating_ms)});
     }
+    const double tokens = double(b.n());
+    AttnSettings a;
+    a.sparse = true, a.block_size = bs, a.local_blocks = w, a.theta = 1e30;  // every candidate eligible: k decides
+    a.k.assign(size_t(dims.n_layers), g.k);
+    std::vector<MicroBatchStats> runs;
+    for (int r = 0; r < reps + 1; ++r) {  // the first run warms caches and is dropped
+      engine->zero_grads();
+      auto st = engine->forward_backward(b, a, float(1.0 / tokens));
+      if (r > 0) runs.push_back(st);
+    }
+    std::sort(runs.begin(), runs.end(), [](auto& x, auto& y) { return x.total_ms < y.total_ms; });
+    const MicroBatchStats& st = runs[runs.size() / 2];  // median run
+    double kept = 0;
+    for (const auto& gs : st.gating) kept += gs.kept_blocks / dims.n_kv_heads;
+    kept /= dims.n_layers;
+    double nl = dims.n_layers;
+    attn.push_back({tokens, kept * bs * bs, st.attn_ms / nl});
+    gate.push_back({tokens, double(g.docs) * LatencyModel::causal_blocks(g.len, bs), st.gating_ms / nl});
+    lin.push_back({tokens, 0, std::max(1e-6, st.total_ms - st.attn_ms - st.gating_ms)});
+  }
   // All-reduce: bucketed sums of gradient-sized buffers.
   for (size_t n = 1 << 14; n <= std::max<size_t>(model.weights().size(), 1 << 16) * 2; n *= 4) {
     engine->allreduce_ms(n, 1);  // warm-up (NCCL sets up its channels on the first call)
