@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -32,10 +33,11 @@ class DeviceSelection {
   DeviceSelection(const DeviceSelection&) = delete;
   DeviceSelection& operator=(const DeviceSelection&) = delete;
   ~DeviceSelection();
-  // Copies sel (built for cu_seqlens / shape s) to the device; synchronous on `stream`.
+  // Copies sel (built for cu_seqlens / shape s) to the device; synchronous on `stream`. Reuses the
+  // buffers of the previous upload when they are large enough.
   void upload(const BlockSelection& sel, const int32_t* cu_seqlens_host, int ndocs, AttnShape s,
               cudaStream_t stream = nullptr);
-  void release();
+  void release();  // frees the buffers
 
   int n_blocks = 0;                  // (doc, block) pairs
   int block_size = 0, n_kv_heads = 0;
@@ -47,6 +49,9 @@ class DeviceSelection {
   int32_t* cols = nullptr;           // (kept)
   int64_t* col_ptr = nullptr;        // (rows + 1), transpose
   int32_t* col_rows = nullptr;       // (kept), transpose: query block indices
+
+ private:
+  std::array<size_t, 7> cap_{};      // allocated elements of the seven arrays above
 };
 
 // out, lse are fully overwritten.

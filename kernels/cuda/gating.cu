@@ -98,10 +98,12 @@ __global__ void row_kernel(const RowParams p) {
   }
 }
 
+// Stream-ordered scratch (the device's memory pool): cudaMalloc/cudaFree per call synchronised the
+// whole device once per layer.
 template <class T>
-T* dmalloc(size_t n) {
+T* dmalloc(size_t n, cudaStream_t stream) {
   T* d = nullptr;
-  SB_CUDA_CHECK(cudaMalloc(&d, std::max<size_t>(n, 1) * sizeof(T)));
+  SB_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&d), std::max<size_t>(n, 1) * sizeof(T), stream));
   return d;
 }
 }  // namespace
@@ -130,14 +132,14 @@ GatingStats gate_blocks(const bf16* q, const bf16* k, const int32_t* cu, int ndo
   sel.recall.assign(rows, 0.f);
   if (blocks.empty()) return st;
 
-  BlockInfo* dblocks = dmalloc<BlockInfo>(blocks.size());
-  int32_t* dbase = dmalloc<int32_t>(block_base.size());
-  int64_t* drow = dmalloc<int64_t>(sel.doc_row_base.size());
-  double* qbar = dmalloc<double>(blocks.size() * Hkv * D);
-  double* kbar = dmalloc<double>(blocks.size() * Hkv * D);
-  int32_t* ocols = dmalloc<int32_t>(size_t(rows) * cap);
-  int32_t* ocnt = dmalloc<int32_t>(rows);
-  float* orec = dmalloc<float>(rows);
+  BlockInfo* dblocks = dmalloc<BlockInfo>(blocks.size(), stream);
+  int32_t* dbase = dmalloc<int32_t>(block_base.size(), stream);
+  int64_t* drow = dmalloc<int64_t>(sel.doc_row_base.size(), stream);
+  double* qbar = dmalloc<double>(blocks.size() * Hkv * D, stream);
+  double* kbar = dmalloc<double>(blocks.size() * Hkv * D, stream);
+  int32_t* ocols = dmalloc<int32_t>(size_t(rows) * cap, stream);
+  int32_t* ocnt = dmalloc<int32_t>(rows, stream);
+  float* orec = dmalloc<float>(rows, stream);
   SB_CUDA_CHECK(cudaMemcpyAsync(dblocks, blocks.data(), blocks.size() * sizeof(BlockInfo), cudaMemcpyHostToDevice, stream));
   SB_CUDA_CHECK(cudaMemcpyAsync(dbase, block_base.data(), block_base.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
   SB_CUDA_CHECK(cudaMemcpyAsync(drow, sel.doc_row_base.data(), sel.doc_row_base.size() * sizeof(int64_t),
@@ -159,7 +161,7 @@ GatingStats gate_blocks(const bf16* q, const bf16* k, const int32_t* cu, int ndo
   SB_CUDA_CHECK(cudaStreamSynchronize(stream));
   for (void* ptr : {(void*)dblocks, (void*)dbase, (void*)drow, (void*)qbar, (void*)kbar, (void*)ocols, (void*)ocnt,
                     (void*)orec})
-    SB_CUDA_CHECK(cudaFree(ptr));
+    SB_CUDA_CHECK(cudaFreeAsync(ptr, stream));
 
   for (int64_t r = 0; r < rows; r++) {
     if (hcnt[r] < 0 || hcnt[r] > cap) throw std::runtime_error("cuda::gate_blocks: row overflow");

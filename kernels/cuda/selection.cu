@@ -9,11 +9,17 @@
 namespace sb::kernels::cuda {
 
 namespace {
+// Grow-only: a layer's selection is uploaded every micro-batch, and cudaFree synchronises the whole
+// device, so buffers are reused while they are large enough.
 template <class T>
-T* to_device(const std::vector<T>& h, cudaStream_t stream) {
-  T* d = nullptr;
+T* to_device(const std::vector<T>& h, T*& d, size_t& cap, cudaStream_t stream) {
   const size_t n = std::max<size_t>(h.size(), 1);
-  SB_CUDA_CHECK(cudaMalloc(&d, n * sizeof(T)));
+  if (!d || cap < n) {
+    if (d) SB_CUDA_CHECK(cudaFree(d));
+    d = nullptr;
+    SB_CUDA_CHECK(cudaMalloc(&d, n * sizeof(T)));
+    cap = n;
+  }
   if (!h.empty()) SB_CUDA_CHECK(cudaMemcpyAsync(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice, stream));
   return d;
 }
@@ -34,12 +40,12 @@ void DeviceSelection::release() {
   free_ptr(cols);
   free_ptr(col_ptr);
   free_ptr(col_rows);
+  cap_ = {};
   n_blocks = 0;
 }
 
 void DeviceSelection::upload(const BlockSelection& sel, const int32_t* cu, int ndocs, AttnShape s,
                              cudaStream_t stream) {
-  release();
   const int Bs = s.block_size, Hkv = s.n_kv_heads;
   if (int(sel.doc_row_base.size()) != ndocs + 1) throw std::runtime_error("DeviceSelection: doc_row_base size");
   const int64_t rows = sel.doc_row_base[ndocs];
@@ -100,13 +106,13 @@ void DeviceSelection::upload(const BlockSelection& sel, const int32_t* cu, int n
   n_kv_heads = Hkv;
   n_tokens = cu[ndocs];  // tokens are indexed from 0 (cu[0] == 0)
   kept = int64_t(sel.cols.size());
-  fwd_blocks = to_device(fb, stream);
-  bwd_blocks = to_device(bb, stream);
-  row_base = to_device(sel.doc_row_base, stream);
-  row_ptr = to_device(sel.row_ptr, stream);
-  cols = to_device(sel.cols, stream);
-  col_ptr = to_device(cnt, stream);
-  col_rows = to_device(crow, stream);
+  to_device(fb, fwd_blocks, cap_[0], stream);
+  to_device(bb, bwd_blocks, cap_[1], stream);
+  to_device(sel.doc_row_base, row_base, cap_[2], stream);
+  to_device(sel.row_ptr, row_ptr, cap_[3], stream);
+  to_device(sel.cols, cols, cap_[4], stream);
+  to_device(cnt, col_ptr, cap_[5], stream);
+  to_device(crow, col_rows, cap_[6], stream);
   SB_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 

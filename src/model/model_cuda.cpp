@@ -39,6 +39,7 @@ struct ModelCuda::Layer {
   DeviceArray<float> x_in, rstd1;      // (N, C), (N) residual stream entering the layer
   DeviceArray<kc::bf16> xn, q, k, v;   // (N, C), (N, H*D), (N, Hkv*D), (N, Hkv*D) after RoPE
   kc::DeviceSelection sel;
+  const kc::DeviceSelection* selp = nullptr;  // &sel, or layer 0's (dense: every layer keeps the same blocks)
   DeviceArray<kc::bf16> att;           // (N, H*D)
   DeviceArray<float> lse;              // (N, H)
   DeviceArray<float> x_mid, rstd2;     // (N, C) after the attention residual, (N)
@@ -92,6 +93,14 @@ ModelCuda::ModelCuda(const ModelDims& dims, const std::vector<ParamInfo>& params
   if (i != params_.size() || params_[i_norm_].name != "model.norm.weight")
     throw std::logic_error("ModelCuda: parameter table does not match the model layout");
   SB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  // Keep freed stream-ordered memory (gating's per-layer scratch) in the pool instead of returning
+  // it to the driver at every synchronisation.
+  int dev = 0;
+  cudaMemPool_t pool;
+  SB_CUDA_CHECK(cudaGetDevice(&dev));
+  SB_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, dev));
+  uint64_t keep = UINT64_MAX;
+  SB_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
   blas_ = std::make_unique<kc::Blas>(stream_);
   w32_.resize(n_), g32_.resize(n_), w16_.resize(n_);
   zero_grads();
@@ -161,16 +170,23 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
     kc::rope_fwd(A.k.data(), pos_.data(), N, Hkv, D, s.rope_theta, cs);
     // Gating decides on the device and builds the CSR on the host (it synchronises), so its wall
     // time is its cost on the critical path.
-    SB_CUDA_CHECK(cudaStreamSynchronize(cs));
-    const auto tg = Clock::now();
-    kernels::BlockSelection sel;
-    st.gating[l] = a.sparse ? kc::gate_blocks(A.q.data(), A.k.data(), b.cu_seqlens.data(), nd, ashape,
-                                              kernels::GatingParams{a.k[l], a.local_blocks, a.theta}, sel, cs)
-                            : kernels::select_all_causal(b.cu_seqlens.data(), nd, ashape, sel);
-    A.sel.upload(sel, b.cu_seqlens.data(), nd, ashape, cs);
-    st.gating_ms += ms_since(tg);
+    // Dense attention keeps every causal block in every layer: one selection per micro-batch.
+    if (!a.sparse && l > 0) {
+      A.selp = layers_[0]->selp;
+      st.gating[l] = st.gating[0];
+    } else {
+      SB_CUDA_CHECK(cudaStreamSynchronize(cs));
+      const auto tg = Clock::now();
+      kernels::BlockSelection sel;
+      st.gating[l] = a.sparse ? kc::gate_blocks(A.q.data(), A.k.data(), b.cu_seqlens.data(), nd, ashape,
+                                                kernels::GatingParams{a.k[l], a.local_blocks, a.theta}, sel, cs)
+                              : kernels::select_all_causal(b.cu_seqlens.data(), nd, ashape, sel);
+      A.sel.upload(sel, b.cu_seqlens.data(), nd, ashape, cs);
+      A.selp = &A.sel;
+      st.gating_ms += ms_since(tg);
+    }
     const size_t ta = timers.start();
-    kc::block_attention_fwd(A.q.data(), A.k.data(), A.v.data(), A.sel, ashape, A.att.resize(size_t(N) * HD),
+    kc::block_attention_fwd(A.q.data(), A.k.data(), A.v.data(), *A.selp, ashape, A.att.resize(size_t(N) * HD),
                             A.lse.resize(size_t(N) * H), cs);
     timers.stop(ta);
     // x_mid = x_in + o(att): the GEMM adds into a copy of the stream
@@ -223,7 +239,7 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
       kc::to_bf16(dx, dx16, NC, cs);
       kc::linear_bwd(bl, A.att.data(), W16(I.o), dx16, datt, false, G(I.o), N, HD, C);
       const size_t ta = timers.start();
-      kc::block_attention_bwd(A.q.data(), A.k.data(), A.v.data(), A.att.data(), A.lse.data(), datt, A.sel, ashape,
+      kc::block_attention_bwd(A.q.data(), A.k.data(), A.v.data(), A.att.data(), A.lse.data(), datt, *A.selp, ashape,
                               dq, dk, dv, ws, cs);
       timers.stop(ta);
       kc::rope_bwd(dq, pos_.data(), N, H, D, s.rope_theta, cs);
