@@ -61,4 +61,10 @@ PY
     fi
   done
 done
-python3 -c "import csv,sys; r=list(csv.reader(open(sys.argv[1]))); w=[max(len(x[i]) for x in r) for i in range(len(r[0]))]; [print("  ".join(c.ljust(w[i]) for i,c in enumerate(x))) for x in r]" "$CSV"
+python3 - "$CSV" <<'PY'
+import csv, sys
+r = list(csv.reader(open(sys.argv[1])))
+w = [max(len(x[i]) for x in r) for i in range(len(r[0]))]
+for x in r:
+    print("  ".join(c.ljust(w[i]) for i, c in enumerate(x)))
+PY
