@@ -6,6 +6,9 @@
 // block and head), forward+backward = 3.5x forward.
 //   bench_attention_cuda [--lens 8192,16384,32768,65536] [--densities 1,0.5,0.25,0.1] [--heads 32]
 //                        [--dim 128] [--block 128] [--reps 10] [--seed 1234] [--csv FILE]
+//                        [--kernels wgmma,mma]
+// --kernels: the kernel generations to time, side by side on the same inputs and masks (wgmma only
+// where it runs: sm_90a build, block 128); "x mma" is the mma.sync time over this line's.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -117,6 +120,7 @@ int main(int argc, char** argv) {
   int H = 32, D = 128, Bs = 128, reps = 10;
   uint64_t seed = 1234;
   const char* csv = nullptr;
+  std::string kernels = "wgmma,mma";
   for (int a = 1; a + 1 < argc; a += 2) {
     if (!std::strcmp(argv[a], "--lens")) lens = parse_list(argv[a + 1]);
     else if (!std::strcmp(argv[a], "--densities")) dens = parse_list(argv[a + 1]);
@@ -126,6 +130,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[a], "--reps")) reps = std::atoi(argv[a + 1]);
     else if (!std::strcmp(argv[a], "--seed")) seed = std::strtoull(argv[a + 1], nullptr, 10);
     else if (!std::strcmp(argv[a], "--csv")) csv = argv[a + 1];
+    else if (!std::strcmp(argv[a], "--kernels")) kernels = argv[a + 1];
     else { std::fprintf(stderr, "unknown option %s\n", argv[a]); return 2; }
   }
   std::string why;
@@ -137,10 +142,25 @@ int main(int argc, char** argv) {
   SB_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device %s, %d SMs; H=%d Hkv=%d D=%d Bs=%d, median of %d\n", prop.name, prop.multiProcessorCount, H, H,
               D, Bs, reps);
+  std::vector<bool> gens;  // true: wgmma, false: mma.sync
+  for (size_t p0 = 0; p0 <= kernels.size();) {
+    const size_t p1 = std::min(kernels.find(',', p0), kernels.size());
+    const std::string t = kernels.substr(p0, p1 - p0);
+    if (t == "mma") gens.push_back(false);
+    else if (t == "wgmma" && Bs == 128 && C::wgmma_attention_available()) gens.push_back(true);
+    else if (t == "wgmma") std::printf("wgmma kernels do not run here (block %d, or no sm_90a build / 9.0 device)\n", Bs);
+    else { std::fprintf(stderr, "--kernels: unknown '%s' (expected wgmma, mma or wgmma,mma)\n", t.c_str()); return 2; }
+    p0 = p1 + 1;
+  }
+  if (gens.empty()) {
+    std::fprintf(stderr, "--kernels: nothing to run here\n");
+    return 2;
+  }
   FILE* fc = csv ? std::fopen(csv, "w") : nullptr;
-  if (fc) std::fprintf(fc, "L,density,kept_frac,fwd_ms,bwd_ms,fwdbwd_ms,fwd_tflops,fwdbwd_tflops,flex_ms,cudnn_ms\n");
-  std::printf("%6s %5s %6s | %8s %8s %9s | %7s %8s | %8s %7s %8s\n", "L", "dens", "kept", "fwd ms", "bwd ms",
-              "f+b ms", "fwd TF", "f+b TF", "flex ms", "x flex", "cudnn ms");
+  if (fc)
+    std::fprintf(fc, "kernels,L,density,kept_frac,fwd_ms,bwd_ms,fwdbwd_ms,fwd_tflops,fwdbwd_tflops,flex_ms,cudnn_ms\n");
+  std::printf("%6s %5s %6s %5s | %8s %8s %9s | %7s %8s | %8s %7s %8s %6s\n", "L", "dens", "kept", "kern", "fwd ms",
+              "bwd ms", "f+b ms", "fwd TF", "f+b TF", "flex ms", "x flex", "cudnn ms", "x mma");
   const K::AttnShape s{H, H, D, Bs};
   for (double Ld : lens) {
     const int L = int(Ld);
@@ -175,22 +195,34 @@ int main(int argc, char** argv) {
       const double kept_frac = double(sel.cols.size()) / (double(H) * nb * (nb + 1) / 2);
       C::DeviceSelection dsel;
       dsel.upload(sel, cu, 1, s);
-      const float tf = median_ms(reps, [&] { C::block_attention_fwd(q, k, v, dsel, s, o, lse); });
-      const float tb = median_ms(reps, [&] { C::block_attention_bwd(q, k, v, o, lse, dO, dsel, s, dq, dk, dv, ws); });
-      const float tfb = median_ms(reps, [&] {
-        C::block_attention_fwd(q, k, v, dsel, s, o, lse);
-        C::block_attention_bwd(q, k, v, o, lse, dO, dsel, s, dq, dk, dv, ws);
-      });
-      SB_CUDA_CHECK(cudaDeviceSynchronize());
+      struct T { float f, b, fb; };
+      std::vector<T> t(gens.size());
+      float t_mma = NAN;
+      for (size_t gi = 0; gi < gens.size(); gi++) {
+        C::prefer_wgmma_attention(gens[gi]);
+        t[gi].f = median_ms(reps, [&] { C::block_attention_fwd(q, k, v, dsel, s, o, lse); });
+        t[gi].b = median_ms(reps, [&] { C::block_attention_bwd(q, k, v, o, lse, dO, dsel, s, dq, dk, dv, ws); });
+        t[gi].fb = median_ms(reps, [&] {
+          C::block_attention_fwd(q, k, v, dsel, s, o, lse);
+          C::block_attention_bwd(q, k, v, o, lse, dO, dsel, s, dq, dk, dv, ws);
+        });
+        SB_CUDA_CHECK(cudaDeviceSynchronize());
+        if (!gens[gi]) t_mma = t[gi].fb;
+      }
       // the reference figures are for the issue's shape only
       const bool ref_shape = H == 32 && D == 128 && Bs == 128;
       const double fr = ref_shape ? flex_ref(L, dd) : NAN, cr = ref_shape && dd == 1 ? cudnn_ref(L) : NAN;
-      const double tff = flops_fwd / (tf * 1e-3) / 1e12, tfbf = 3.5 * flops_fwd / (tfb * 1e-3) / 1e12;
-      std::printf("%6d %5.2f %6.3f | %8.3f %8.3f %9.3f | %7.1f %8.1f | %8.2f %7.2f %8.2f\n", L, dd, kept_frac, tf, tb,
-                  tfb, tff, tfbf, fr, fr / tfb, cr);
+      for (size_t gi = 0; gi < gens.size(); gi++) {
+        const double tff = flops_fwd / (t[gi].f * 1e-3) / 1e12, tfbf = 3.5 * flops_fwd / (t[gi].fb * 1e-3) / 1e12;
+        const char* kn = gens[gi] ? "wgmma" : "mma";
+        std::printf("%6d %5.2f %6.3f %5s | %8.3f %8.3f %9.3f | %7.1f %8.1f | %8.2f %7.2f %8.2f %6.2f\n", L, dd,
+                    kept_frac, kn, t[gi].f, t[gi].b, t[gi].fb, tff, tfbf, fr, fr / t[gi].fb, cr, t_mma / t[gi].fb);
+        if (fc)
+          std::fprintf(fc, "%s,%d,%g,%.4f,%.4f,%.4f,%.4f,%.1f,%.1f,%g,%g\n", kn, L, dd, kept_frac, t[gi].f, t[gi].b,
+                       t[gi].fb, tff, tfbf, fr, cr);
+      }
       std::fflush(stdout);
-      if (fc)
-        std::fprintf(fc, "%d,%g,%.4f,%.4f,%.4f,%.4f,%.1f,%.1f,%g,%g\n", L, dd, kept_frac, tf, tb, tfb, tff, tfbf, fr, cr);
+      C::prefer_wgmma_attention(true);
     }
     for (void* p : {(void*)q, (void*)k, (void*)v, (void*)o, (void*)dO, (void*)dq, (void*)dk, (void*)dv, (void*)lse, ws})
       SB_CUDA_CHECK(cudaFree(p));

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "kernels/cuda/attention_cuda.hpp"
+#include "kernels/cuda/attention_params.cuh"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/mma.cuh"
 
@@ -42,19 +42,6 @@ __global__ void dq_convert_kernel(const float* dq_acc, bf16* dq, float scale, in
     reinterpret_cast<__nv_bfloat162*>(dq)[i] = __floats2bfloat162_rn(a.x * scale, a.y * scale);
   }
 }
-
-struct BwdParams {
-  const bf16 *q, *k, *v, *dout;
-  const float *lse, *delta;
-  float* dq_acc;
-  bf16 *dk, *dv;
-  const BlockInfo* blocks;
-  const int64_t *row_base, *col_ptr;
-  const int32_t* col_rows;
-  int H, Hkv;
-  float scale, scale_log2;
-  int variant;  // dQ accumulation: 1 float2 atomics (default), 4 shared-memory tile + bulk reduce-add
-};
 
 template <int D, int BS>
 __global__ void __launch_bounds__(BS / 16 * 32, 1) bwd_kernel(const BwdParams p) {
@@ -344,7 +331,8 @@ void block_attention_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16
   const double scale = 1.0 / std::sqrt(double(D));
   BwdParams p{q, k, v, dout, lse, delta, dq_acc, dk, dv, sel.bwd_blocks, sel.row_base, sel.col_ptr, sel.col_rows,
               s.n_heads, s.n_kv_heads, float(scale), float(1.4426950408889634 * scale), bwd_variant()};
-  if (D == 64 && s.block_size == 64) launch_bwd<64, 64>(p, sel.n_blocks, stream);
+  if (use_sm90(s.block_size)) launch_bwd_sm90(p, D, sel.n_blocks, stream);
+  else if (D == 64 && s.block_size == 64) launch_bwd<64, 64>(p, sel.n_blocks, stream);
   else if (D == 64 && s.block_size == 128) launch_bwd<64, 128>(p, sel.n_blocks, stream);
   else if (D == 128 && s.block_size == 64) launch_bwd<128, 64>(p, sel.n_blocks, stream);
   else if (D == 128 && s.block_size == 128) launch_bwd<128, 128>(p, sel.n_blocks, stream);

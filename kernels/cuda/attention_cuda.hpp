@@ -54,6 +54,13 @@ class DeviceSelection {
   std::array<size_t, 7> cap_{};      // allocated elements of the seven arrays above
 };
 
+// Two generations of attention kernels: wgmma (Hopper warpgroup MMA, attention_*_sm90.cu) where the
+// build has sm_90a code, the device is compute capability 9.0 and the block size is 128; mma.sync
+// (Ampere-style, every shape and architecture) otherwise. wgmma is preferred unless SB_ATTN_KERNEL=mma
+// is set at start or prefer_wgmma_attention(false) is called (benchmarks compare the two).
+bool wgmma_attention_available();  // built for sm_90a and running on a compute-capability 9.0 device
+void prefer_wgmma_attention(bool on);
+
 // out, lse are fully overwritten.
 void block_attention_fwd(const bf16* q, const bf16* k, const bf16* v, const DeviceSelection& sel, AttnShape s,
                          bf16* out, float* lse, cudaStream_t stream = nullptr);

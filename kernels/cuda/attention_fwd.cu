@@ -4,24 +4,13 @@
 // softmax in registers (log2 domain).
 #include <cmath>
 
-#include "kernels/cuda/attention_cuda.hpp"
+#include "kernels/cuda/attention_params.cuh"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/mma.cuh"
 
 namespace sb::kernels::cuda {
 namespace {
 using namespace dev;
-
-struct FwdParams {
-  const bf16 *q, *k, *v;
-  bf16* out;
-  float* lse;
-  const BlockInfo* blocks;
-  const int64_t *row_base, *row_ptr;
-  const int32_t* cols;
-  int H, Hkv;
-  float scale_log2;  // log2(e) / sqrt(D)
-};
 
 template <int D, int BS>
 __global__ void __launch_bounds__(BS / 16 * 32) fwd_kernel(const FwdParams p) {
@@ -188,7 +177,8 @@ void block_attention_fwd(const bf16* q, const bf16* k, const bf16* v, const Devi
     throw std::runtime_error("cuda::block_attention_fwd: selection does not match the attention shape");
   FwdParams p{q, k, v, out, lse, sel.fwd_blocks, sel.row_base, sel.row_ptr, sel.cols, s.n_heads, s.n_kv_heads,
               float(1.4426950408889634 / std::sqrt(double(s.head_dim)))};
-  if (s.head_dim == 64 && s.block_size == 64) launch_fwd<64, 64>(p, sel.n_blocks, stream);
+  if (use_sm90(s.block_size) && (s.head_dim == 64 || s.head_dim == 128)) launch_fwd_sm90(p, s.head_dim, sel.n_blocks, stream);
+  else if (s.head_dim == 64 && s.block_size == 64) launch_fwd<64, 64>(p, sel.n_blocks, stream);
   else if (s.head_dim == 64 && s.block_size == 128) launch_fwd<64, 128>(p, sel.n_blocks, stream);
   else if (s.head_dim == 128 && s.block_size == 64) launch_fwd<128, 64>(p, sel.n_blocks, stream);
   else if (s.head_dim == 128 && s.block_size == 128) launch_fwd<128, 128>(p, sel.n_blocks, stream);

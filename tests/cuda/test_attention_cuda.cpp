@@ -24,6 +24,7 @@ using C::bf16;
 namespace {
 
 constexpr double kTol = 1e-2;
+const char* g_kernels = "";  // the kernel generation under test, for the report
 
 float bf_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
@@ -156,8 +157,8 @@ bool run_case(const Case& c, uint64_t seed, int rep) {
             ev = compare(from_dev_bf16(ddv, nk), dv_ref);
   const bool ok = eo.bad + el.bad + eq.bad + ek.bad + ev.bad == 0 && eo.rel <= kTol && el.rel <= kTol &&
                   eq.rel <= kTol && ek.rel <= kTol && ev.rel <= kTol;
-  std::printf("%-4s %-28s rep %d N %6lld kept %7zu | rel err out %.2e lse %.2e dq %.2e dk %.2e dv %.2e | bad %zu\n",
-              ok ? "OK" : "FAIL", c.name, rep, (long long)N, sel.cols.size(), eo.rel, el.rel, eq.rel, ek.rel, ev.rel,
+  std::printf("%-4s %-5s %-28s rep %d N %6lld kept %7zu | rel err out %.2e lse %.2e dq %.2e dk %.2e dv %.2e | bad %zu\n",
+              ok ? "OK" : "FAIL", g_kernels, c.name, rep, (long long)N, sel.cols.size(), eo.rel, el.rel, eq.rel, ek.rel, ev.rel,
               eo.bad + el.bad + eq.bad + ek.bad + ev.bad);
   for (void* p : {(void*)dq_in, (void*)dk_in, (void*)dv_in, (void*)ddo, (void*)dout_o, (void*)ddq, (void*)ddk,
                   (void*)ddv, (void*)dlse, ws})
@@ -234,6 +235,7 @@ int main(int argc, char** argv) {
       {"D64 Bs64 GQA2 gated", 64, 64, 4, 2, {1200, 300}, Case::kGate},
       {"D128 Bs128 GQA2 gated", 128, 128, 4, 2, {2000, 700}, Case::kGate},
       {"D128 Bs64 GQA2 random", 128, 64, 4, 2, {513, 1024, 1}, Case::kRandom},
+      {"D128 Bs128 GQA2 long random", 128, 128, 4, 2, {4100, 77}, Case::kRandom},
   };
   int fails = 0;
   const int reps = quick ? 1 : 2;
@@ -241,11 +243,21 @@ int main(int argc, char** argv) {
   const uint64_t base = (uint64_t(rd()) << 32) ^ rd();
   std::printf("seed base %llu\n", (unsigned long long)base);
   try {
-    for (int rep = 0; rep < reps; rep++)
-      for (size_t i = 0; i < cases.size(); i++) {
-        if (quick && i % 2 == 1) continue;
-        fails += !run_case(cases[i], base + 1000 * rep + i, rep);
+    // both kernel generations where the wgmma one runs (block 128 on sm_90a); mma.sync everywhere
+    for (const bool wg : {true, false}) {
+      if (wg && !C::wgmma_attention_available()) {
+        std::printf("wgmma kernels: not available here (not an sm_90a build on a 9.0 device)\n");
+        continue;
       }
+      C::prefer_wgmma_attention(wg);
+      g_kernels = wg ? "wgmma" : "mma";
+      for (int rep = 0; rep < reps; rep++)
+        for (size_t i = 0; i < cases.size(); i++) {
+          if (quick && i % 2 == 1) continue;
+          fails += !run_case(cases[i], base + 1000 * rep + i, rep);
+        }
+    }
+    C::prefer_wgmma_attention(true);
     fails += !run_gating("D128 Bs128 GQA4 k3 w1", 128, 128, 8, 2, {3000, 700, 64, 1}, {3, 1, 4.0}, false, base + 77);
     fails += !run_gating("D64 Bs64 MHA k8 w2 th1", 64, 64, 4, 4, {2500, 130}, {8, 2, 1.0}, false, base + 78);
     fails += !run_gating("D64 Bs64 ties k2 w0", 64, 64, 2, 1, {4000}, {2, 0, 1e9}, true, base + 79);

@@ -1,0 +1,229 @@
+// Block-sparse attention backward with Hopper warpgroup MMA (sm_90a), block size 128: one CTA of two
+// warpgroups per (key block, kv head); warpgroup w owns keys 64w..64w+63 with K, V resident in
+// shared memory and dK, dV in registers. It walks every query head of the group x every query block
+// keeping this key block (the transposed selection) in 64-query tiles, Q/dO double-buffered:
+//   S^T = K Q^T and dP^T = V dO^T (wgmma, shared x shared), P^T = exp(S^T - lse),
+//   dV += P^T dO and dK += dS^T Q with P^T, dS^T = P^T (dP^T - Delta) straight from registers,
+//   dQ = dS K from dS^T staged in shared memory (head_dim 128: warpgroup w takes columns 64w..;
+//   head_dim 64: its own 64 keys), added into the fp32 workspace with float2 atomics.
+#include <cmath>
+#include <stdexcept>
+
+#include "kernels/cuda/attention_params.cuh"
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/wgmma.cuh"
+
+namespace sb::kernels::cuda {
+namespace {
+using namespace dev;
+
+constexpr int kBS = 128, kQT = 64, kThreads = 256;
+
+template <int R, int D>
+__device__ __forceinline__ void load_sw128(uint32_t dst, const bf16* src, int64_t ld, int nvalid, int tid) {
+  constexpr int chunks = R * (D / 8);
+#pragma unroll
+  for (int idx = tid; idx < chunks; idx += kThreads) {
+    const int r = idx / (D / 8), c = idx % (D / 8);
+    const bool ok = r < nvalid;
+    cp_async16(dst + sw128<R>(r, c * 8), ok ? src + int64_t(r) * ld + c * 8 : src, ok);
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int TK = kBS * D * 2, TQ = kQT * D * 2, DN = D / 8;  // tile bytes; n8 chunks of dK/dV
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const uint32_t sK = base, sV = base + TK, sQ = base + 2 * TK;  // Q: 2 buffers
+  const uint32_t sdO = sQ + 2 * TQ;                              // 2 buffers
+  const uint32_t sdS = sdO + 2 * TQ;                             // dS^T (128 keys x 64 queries)
+  float* sL = reinterpret_cast<float*>(smem_raw + (sdS + kBS * kQT * 2 - smem_u32(smem_raw)));  // 2 x QT
+  float* sDl = sL + 2 * kQT;                                                                    // 2 x QT
+
+  const int tid = threadIdx.x, wg = tid >> 7, wq = (tid >> 5) & 3, lane = tid & 31;
+  const BlockInfo b = p.blocks[blockIdx.x];  // key block j = b.i
+  const int g = blockIdx.y, G = p.H / p.Hkv;
+  const int64_t col = p.row_base[b.doc] + int64_t(g) * b.nb + b.i;
+  const int64_t r0 = p.col_ptr[col];
+  const int nq = int(p.col_ptr[col + 1] - r0);
+  const int niter = G * nq * (kBS / kQT);
+  const int doc_end = b.doc_t0 + b.doc_len;
+  const int64_t ldq = int64_t(p.H) * D, ldk = int64_t(p.Hkv) * D;
+
+  {
+    const int64_t off = (int64_t(b.t0) * p.Hkv + g) * D;
+    load_sw128<kBS, D>(sK, p.k + off, ldk, b.len, tid);
+    load_sw128<kBS, D>(sV, p.v + off, ldk, b.len, tid);
+  }
+  auto decode = [&](int it, int& h, int& i, int& qt0, int& nvalid) {
+    const int sub = it & 1, rest = it >> 1;
+    h = g * G + rest / nq;
+    i = p.col_rows[r0 + rest % nq];
+    qt0 = b.doc_t0 + i * kBS + sub * kQT;
+    nvalid = max(0, min(kQT, doc_end - qt0));
+  };
+  auto issue = [&](int it) {
+    int h, i, qt0, nv;
+    decode(it, h, i, qt0, nv);
+    const int buf = it & 1;
+    const int64_t off = (int64_t(qt0) * p.H + h) * D;
+    load_sw128<kQT, D>(sQ + buf * TQ, p.q + off, ldq, nv, tid);
+    load_sw128<kQT, D>(sdO + buf * TQ, p.dout + off, ldq, nv, tid);
+    for (int r = tid; r < kQT; r += kThreads) {
+      const bool ok = r < nv;
+      sL[buf * kQT + r] = ok ? p.lse[(int64_t(qt0) + r) * p.H + h] * 1.4426950408889634f : INFINITY;
+      sDl[buf * kQT + r] = ok ? p.delta[(int64_t(qt0) + r) * p.H + h] : 0.f;
+    }
+  };
+  if (niter > 0) issue(0);
+  cp_async_commit();
+
+  float dk[D / 2], dv[D / 2];  // (64 keys of this warpgroup, D)
+#pragma unroll
+  for (int n = 0; n < D / 2; n++) dk[n] = dv[n] = 0.f;
+  const int kr0 = wg * 64;                                   // this warpgroup's keys in the block
+  const int kloc = kr0 + wq * 16 + (lane >> 2);              // this thread's key rows: kloc, kloc + 8
+  const int kpos0 = b.i * kBS + kloc;
+  // dQ: head_dim 128 -> all 128 keys, columns 64wg..; head_dim 64 -> own 64 keys, all columns
+  constexpr int QK = D == 128 ? 8 : 4;
+  const int qkey0 = D == 128 ? 0 : kr0, qpanel = D == 128 ? wg : 0;
+
+  for (int it = 0; it < niter; it++) {
+    if (it + 1 < niter) issue(it + 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    fence_async_smem();
+    __syncthreads();
+    const int buf = it & 1;
+    const uint32_t tQ = sQ + buf * TQ, tdO = sdO + buf * TQ;
+    const float* tL = sL + buf * kQT;
+    const float* tDl = sDl + buf * kQT;
+    int h, i, qt0, nv;
+    decode(it, h, i, qt0, nv);
+    const bool diag = (i == b.i);
+    const int qpos0 = qt0 - b.doc_t0 + 2 * (lane & 3);
+
+    float st[32], dpt[32];  // S^T, dP^T: (64 keys, 64 queries)
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+      wgmma_ss_n64<0, 0>(st, desc_k<kBS>(sK, kr0, kk * 16), desc_k<kQT>(tQ, 0, kk * 16), kk > 0);
+    wg_commit();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+      wgmma_ss_n64<0, 0>(dpt, desc_k<kBS>(sV, kr0, kk * 16), desc_k<kQT>(tdO, 0, kk * 16), kk > 0);
+    wg_commit();
+    wg_wait<1>();
+    reg_fence(st);
+    // P^T = exp2(S^T * scale*log2e - lse*log2e), causal on the diagonal block
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+      const int qc = n * 8 + 2 * (lane & 3);
+      const float l0 = tL[qc], l1 = tL[qc + 1];
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        float x = ex2(st[4 * n + e] * p.scale_log2 - ((e & 1) ? l1 : l0));
+        if (diag && kpos0 + (e >> 1) * 8 > qpos0 + n * 8 + (e & 1)) x = 0.f;
+        st[4 * n + e] = x;
+      }
+    }
+    uint32_t pt[4][4], ds[4][4];  // bf16 A fragments (16 queries each) of P^T and dS^T
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) pt[kk][e] = pack_bf16(st[8 * kk + 2 * e], st[8 * kk + 2 * e + 1]);
+    wg_wait<0>();
+    reg_fence(dpt);
+    // dV += P^T dO (in flight while dS^T is formed)
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) wgmma_rs<1>(dv, pt[kk], desc_mn<kQT>(tdO, kk * 16, 0));
+    wg_commit();
+    // dS^T = P^T (dP^T - Delta): registers for dK, shared memory for dQ
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+      const int qc = n * 8 + 2 * (lane & 3);
+      const float d0 = tDl[qc], d1 = tDl[qc + 1];
+      const uint32_t lo = pack_bf16(st[4 * n] * (dpt[4 * n] - d0), st[4 * n + 1] * (dpt[4 * n + 1] - d1));
+      const uint32_t hi = pack_bf16(st[4 * n + 2] * (dpt[4 * n + 2] - d0), st[4 * n + 3] * (dpt[4 * n + 3] - d1));
+      ds[n / 2][(n & 1) * 2] = lo;
+      ds[n / 2][(n & 1) * 2 + 1] = hi;
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + sw128<kBS>(kloc, qc)), "r"(lo) : "memory");
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + sw128<kBS>(kloc + 8, qc)), "r"(hi) : "memory");
+    }
+    // dK += dS^T Q
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) wgmma_rs<1>(dk, ds[kk], desc_mn<kQT>(tQ, kk * 16, 0));
+    wg_commit();
+    fence_async_smem();  // dS^T is read by wgmma next
+    __syncthreads();
+    // dQ (64 queries x 64 columns) = dS K over this warpgroup's share
+    float dq[32];
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < QK; kk++)
+      wgmma_ss_n64<1, 1>(dq, desc_mn<kBS>(sdS, qkey0 + kk * 16, 0), desc_mn<kBS>(sK, qkey0 + kk * 16, qpanel),
+                         kk > 0);
+    wg_commit();
+    wg_wait<0>();
+    reg_fence(dq);
+    reg_fence(dk);
+    reg_fence(dv);
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+      reg_fence(pt[kk]);
+      reg_fence(ds[kk]);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      const int qr = wq * 16 + (lane >> 2) + r * 8;
+      if (qr < nv) {
+        float* dst = p.dq_acc + ((int64_t(qt0) + qr) * p.H + h) * D + qpanel * 64 + 2 * (lane & 3);
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+          atomicAdd(reinterpret_cast<float2*>(dst + n * 8), make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]));
+      }
+    }
+    __syncthreads();  // Q/dO buffers and dS^T are reused
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    const int kr = kloc + r * 8;
+    if (kr >= b.len) continue;
+    const int64_t off = ((int64_t(b.t0) + kr) * p.Hkv + g) * D + 2 * (lane & 3);
+#pragma unroll
+    for (int n = 0; n < DN; n++) {
+      *reinterpret_cast<__nv_bfloat162*>(p.dk + off + n * 8) =
+          __floats2bfloat162_rn(dk[4 * n + 2 * r] * p.scale, dk[4 * n + 2 * r + 1] * p.scale);
+      *reinterpret_cast<__nv_bfloat162*>(p.dv + off + n * 8) =
+          __floats2bfloat162_rn(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
+    }
+  }
+#else
+  __trap();  // built without sm_90a: use_sm90() keeps this kernel from being launched
+#endif
+}
+
+template <int D>
+void launch(const BwdParams& p, int n_blocks, cudaStream_t stream) {
+  // K, V; 2 x Q, 2 x dO; dS^T; lse and Delta (2 x QT each); alignment slack
+  constexpr size_t smem = size_t(2) * kBS * D * 2 + size_t(4) * kQT * D * 2 + kBS * kQT * 2 + 4 * kQT * 4 + 1024;
+  SB_CUDA_CHECK(cudaFuncSetAttribute(bwd_sm90_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  bwd_sm90_kernel<D><<<dim3(n_blocks, p.Hkv), kThreads, smem, stream>>>(p);
+  SB_CUDA_CHECK_LAUNCH("bwd_sm90_kernel");
+}
+}  // namespace
+
+void launch_bwd_sm90(const BwdParams& p, int head_dim, int n_blocks, cudaStream_t stream) {
+  if (head_dim == 128) launch<128>(p, n_blocks, stream);
+  else if (head_dim == 64) launch<64>(p, n_blocks, stream);
+  else throw std::runtime_error("cuda::launch_bwd_sm90: head_dim must be 64 or 128");
+}
+
+}  // namespace sb::kernels::cuda

@@ -1,0 +1,45 @@
+// Kernel parameters shared by the two generations of attention kernels (mma.sync: attention_fwd.cu,
+// attention_bwd.cu; wgmma on sm_90a: attention_*_sm90.cu), and the sm_90a launchers.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/attention_cuda.hpp"
+
+namespace sb::kernels::cuda {
+
+struct FwdParams {
+  const bf16 *q, *k, *v;
+  bf16* out;
+  float* lse;
+  const BlockInfo* blocks;
+  const int64_t *row_base, *row_ptr;
+  const int32_t* cols;
+  int H, Hkv;
+  float scale_log2;  // log2(e) / sqrt(D)
+};
+
+struct BwdParams {
+  const bf16 *q, *k, *v, *dout;
+  const float *lse, *delta;
+  float* dq_acc;
+  bf16 *dk, *dv;
+  const BlockInfo* blocks;
+  const int64_t *row_base, *col_ptr;
+  const int32_t* col_rows;
+  int H, Hkv;
+  float scale, scale_log2;
+  int variant;  // mma.sync dQ accumulation: 1 float2 atomics (default), 4 shared tile + bulk reduce-add
+};
+
+// Which kernels run: the wgmma ones (sm_90a build, a compute-capability 9.0 device, block 128) unless
+// SB_ATTN_KERNEL=mma asks for the mma.sync ones (kept as the portable path and for comparison).
+bool use_sm90(int block_size);
+
+// wgmma kernels for block size 128, head_dim 64 or 128 (the launchers throw on other shapes).
+void launch_fwd_sm90(const FwdParams& p, int head_dim, int n_blocks, cudaStream_t stream);
+// Expects dq_acc zeroed and delta computed (bwd_prep_kernel), as the mma.sync kernel does.
+void launch_bwd_sm90(const BwdParams& p, int head_dim, int n_blocks, cudaStream_t stream);
+
+}  // namespace sb::kernels::cuda

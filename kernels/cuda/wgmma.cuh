@@ -1,0 +1,109 @@
+// Hopper warpgroup MMA (wgmma, sm_90a) helpers for the attention kernels: shared-memory matrix
+// descriptors over the 128-byte-swizzled tile layout, fences, and the four instruction shapes used
+// (m64 x n64/n128 x k16, bf16 in, fp32 accumulators; A from shared memory (SS) or registers (RS)).
+// Accumulator and register-A fragments have the mma.sync m16n8 layout per warp of the warpgroup:
+// warp w owns rows 16w..16w+15; d[4n + e] is row (lane/4 + 8*(e/2)), column 8n + 2*(lane%4) + e%2.
+// Compiled only for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL); callers guard their kernels with it.
+#pragma once
+#include <cstdint>
+
+namespace sb::kernels::cuda::dev {
+
+// Byte offset of element (r, c) in a bf16 tile of R rows whose columns are split into 64-wide panels
+// stored one after another (R x 128 bytes each); in a row the 16-byte chunk k sits at k ^ (r & 7).
+// This is the 128-byte swizzle the descriptors below name; tiles start 1024-byte aligned.
+template <int R>
+__device__ __forceinline__ uint32_t sw128(int r, int c) {
+  return uint32_t((c >> 6) * R * 128 + r * 128 + ((((c >> 3) & 7) ^ (r & 7)) << 4) + (c & 7) * 2);
+}
+
+// Descriptor of a 128B-swizzled operand at shared address `addr`. K-major (rows of 64 k-values):
+// lbo unused (16), sbo = 1024 (8 rows x 128 B). MN-major: lbo = the stride between 64-wide panels
+// of the M/N dimension, sbo = 1024 (8 k-rows).
+__device__ __forceinline__ uint64_t gmma_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t((lbo >> 4) & 0x3FFFu) << 16) |
+         (uint64_t((sbo >> 4) & 0x3FFFu) << 32) | (uint64_t(1) << 62);
+}
+// K-major operand: rows row0.. of a tile with R rows, k-slice k0..k0+15 (k0 % 16 == 0).
+template <int R>
+__device__ __forceinline__ uint64_t desc_k(uint32_t tile, int row0, int k0) {
+  return gmma_desc(tile + (k0 >> 6) * R * 128 + row0 * 128 + (k0 & 63) * 2, 16, 1024);
+}
+// MN-major operand: k-rows k0..k0+15 of a tile with R rows, M/N from 64-wide panel `panel` on.
+template <int R>
+__device__ __forceinline__ uint64_t desc_mn(uint32_t tile, int k0, int panel) {
+  return gmma_desc(tile + panel * R * 128 + k0 * 128, R * 128, 1024);
+}
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int n>
+__device__ __forceinline__ void wg_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(n) : "memory");
+}
+// Keeps registers that an in-flight wgmma reads or writes from being reused or read early: call on
+// its accumulators and register-A operands after wg_wait.
+template <int n>
+__device__ __forceinline__ void reg_fence(float (&r)[n]) {
+#pragma unroll
+  for (int i = 0; i < n; i++) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int n>
+__device__ __forceinline__ void reg_fence(uint32_t (&r)[n]) {
+#pragma unroll
+  for (int i = 0; i < n; i++) asm volatile("" : "+r"(r[i])::"memory");
+}
+__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+#define SB_F8(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+                    "+f"(d[i + 6]), "+f"(d[i + 7])
+
+// D (64 x 64) (+)= A (64 x 16, shared) B (16 x 64, shared); accumulate when acc != 0.
+template <int tA, int tB>
+__device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], uint64_t da, uint64_t db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+      : SB_F8(d, 0), SB_F8(d, 8), SB_F8(d, 16), SB_F8(d, 24)
+      : "l"(da), "l"(db), "r"(acc), "n"(tA), "n"(tB));
+}
+// D (64 x 64) += A (64 x 16, registers) B (16 x 64, shared).
+template <int tB>
+__device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, %38;\n}\n"
+      : SB_F8(d, 0), SB_F8(d, 8), SB_F8(d, 16), SB_F8(d, 24)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(tB));
+}
+
+// D (64 x 128) (+)= A (64 x 16, shared) B (16 x 128, shared); accumulate when acc != 0.
+template <int tA, int tB>
+__device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t da, uint64_t db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, %67, %68;\n}\n"
+      : SB_F8(d, 0), SB_F8(d, 8), SB_F8(d, 16), SB_F8(d, 24), SB_F8(d, 32), SB_F8(d, 40), SB_F8(d, 48), SB_F8(d, 56)
+      : "l"(da), "l"(db), "r"(acc), "n"(tA), "n"(tB));
+}
+// D (64 x 128) += A (64 x 16, registers) B (16 x 128, shared).
+template <int tB>
+__device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, %70;\n}\n"
+      : SB_F8(d, 0), SB_F8(d, 8), SB_F8(d, 16), SB_F8(d, 24), SB_F8(d, 32), SB_F8(d, 40), SB_F8(d, 48), SB_F8(d, 56)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(tB));
+}
+
+#undef SB_F8
+
+// D (64 x N) += A (registers) B (shared), N = 64 or 128 chosen by the accumulator's size.
+template <int tB, int n>
+__device__ __forceinline__ void wgmma_rs(float (&d)[n], const uint32_t (&a)[4], uint64_t db) {
+  static_assert(n == 32 || n == 64, "wgmma_rs: 64 x 64 or 64 x 128 accumulators");
+  if constexpr (n == 64) wgmma_rs_n128<tB>(d, a, db);
+  else wgmma_rs_n64<tB>(d, a, db);
+}
+
+}  // namespace sb::kernels::cuda::dev
