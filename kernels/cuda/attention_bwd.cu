@@ -295,12 +295,16 @@ void launch_bwd(const BwdParams& p, int n_blocks, cudaStream_t stream) {
 }
 }  // namespace
 
-// SB_ATTN_BWD_VARIANT=4 selects the bulk reduce-add for dQ (measured 5% slower on the H200,
-// 2026-11-29: 27.7 vs 26.2 ms backward at L=16K dense); the default is float2 atomics.
+// dQ accumulation, SB_ATTN_BWD_VARIANT (for comparisons; unset: each kernel's default, 0):
+//   mma.sync: float2 atomics from registers (default); 4 a shared-memory tile and a bulk reduce-add
+//     per row (measured 5% slower on the H200, 2026-11-29: 27.7 vs 26.2 ms backward at L=16K dense).
+//   wgmma: staged in shared memory, float4 atomics overlapping the next tile (default); 1 float2
+//     atomics from registers before the next tile starts (bench/RESULTS.md compares them).
 int bwd_variant() {
   static const int v = [] {
     const char* e = std::getenv("SB_ATTN_BWD_VARIANT");
-    return e && std::atoi(e) == 4 ? 4 : 1;
+    const int x = e ? std::atoi(e) : 0;
+    return x == 1 || x == 4 ? x : 0;
   }();
   return v;
 }

@@ -5,8 +5,11 @@
 //   S^T = K Q^T and dP^T = V dO^T (wgmma, shared x shared), P^T = exp(S^T - lse),
 //   dV += P^T dO and dK += dS^T Q with P^T, dS^T = P^T (dP^T - Delta) straight from registers,
 //   dQ = dS K from dS^T staged in shared memory (head_dim 128: warpgroup w takes columns 64w..;
-//   head_dim 64: its own 64 keys), added into the fp32 workspace with float2 atomics.
+//   head_dim 64: its own 64 keys), staged in shared memory and added into the fp32 workspace with
+//   float4 atomics while S^T and dP^T of the next tile are already on the tensor cores.
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 
 #include "kernels/cuda/attention_params.cuh"
@@ -31,8 +34,12 @@ __device__ __forceinline__ void load_sw128(uint32_t dst, const bf16* src, int64_
   }
 }
 
-template <int D>
+// KS (key split): each warpgroup adds dQ of its own 64 keys (64 queries x D), so dS^T need only be
+// visible within the warpgroup; otherwise (head_dim 128) warpgroup w takes dQ columns 64w.. over all
+// 128 keys, half the atomics but a CTA-wide barrier.
+template <int D, bool KS>
 __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p) {
+  static_assert(KS || D == 128, "the column split needs head_dim 128");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int TK = kBS * D * 2, TQ = kQT * D * 2, DN = D / 8;  // tile bytes; n8 chunks of dK/dV
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -42,6 +49,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   const uint32_t sdS = sdO + 2 * TQ;                             // dS^T (128 keys x 64 queries)
   float* sL = reinterpret_cast<float*>(smem_raw + (sdS + kBS * kQT * 2 - smem_u32(smem_raw)));  // 2 x QT
   float* sDl = sL + 2 * kQT;                                                                    // 2 x QT
+  float* sdQ = sDl + 2 * kQT;  // fp32 dQ staging, per warpgroup 64 x (dQ columns + 4)
 
   const int tid = threadIdx.x, wg = tid >> 7, wq = (tid >> 5) & 3, lane = tid & 31;
   const BlockInfo b = p.blocks[blockIdx.x];  // key block j = b.i
@@ -87,16 +95,36 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   const int kr0 = wg * 64;                                   // this warpgroup's keys in the block
   const int kloc = kr0 + wq * 16 + (lane >> 2);              // this thread's key rows: kloc, kloc + 8
   const int kpos0 = b.i * kBS + kloc;
-  // dQ: head_dim 128 -> all 128 keys, columns 64wg..; head_dim 64 -> own 64 keys, all columns
-  constexpr int QK = D == 128 ? 8 : 4;
-  const int qkey0 = D == 128 ? 0 : kr0, qpanel = D == 128 ? wg : 0;
+  constexpr int QK = KS ? 4 : 8;  // dQ k-steps (16 keys each)
+  const int qkey0 = KS ? kr0 : 0, qpanel = KS ? 0 : wg;
 
-  for (int it = 0; it < niter; it++) {
-    if (it + 1 < niter) issue(it + 1);
-    cp_async_commit();
-    cp_async_wait<1>();
+  float st[32], dpt[32];  // S^T, dP^T: (64 keys, 64 queries)
+  // S^T = K Q^T and dP^T = V dO^T of iteration it (two commit groups)
+  auto st_dpt = [&](int it) {
+    const int buf = it & 1;
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+      wgmma_ss_n64<0, 0>(st, desc_k<kBS>(sK, kr0, kk * 16), desc_k<kQT>(sQ + buf * TQ, 0, kk * 16), kk > 0);
+    wg_commit();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+      wgmma_ss_n64<0, 0>(dpt, desc_k<kBS>(sV, kr0, kk * 16), desc_k<kQT>(sdO + buf * TQ, 0, kk * 16), kk > 0);
+    wg_commit();
+  };
+  // tile it has landed in every thread and every warp is past iteration it - 1 (its Q/dO buffer,
+  // lse/Delta and dS^T are free): load tile it + 1, start S^T and dP^T of it
+  auto next = [&](int it) {
+    cp_async_wait<0>();  // tile it (the only group in flight)
     fence_async_smem();
     __syncthreads();
+    if (it + 1 < niter) issue(it + 1);
+    cp_async_commit();
+    st_dpt(it);
+  };
+  next(0);
+
+  for (int it = 0; it < niter; it++) {
     const int buf = it & 1;
     const uint32_t tQ = sQ + buf * TQ, tdO = sdO + buf * TQ;
     const float* tL = sL + buf * kQT;
@@ -106,18 +134,9 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     const bool diag = (i == b.i);
     const int qpos0 = qt0 - b.doc_t0 + 2 * (lane & 3);
 
-    float st[32], dpt[32];  // S^T, dP^T: (64 keys, 64 queries)
-    wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++)
-      wgmma_ss_n64<0, 0>(st, desc_k<kBS>(sK, kr0, kk * 16), desc_k<kQT>(tQ, 0, kk * 16), kk > 0);
-    wg_commit();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++)
-      wgmma_ss_n64<0, 0>(dpt, desc_k<kBS>(sV, kr0, kk * 16), desc_k<kQT>(tdO, 0, kk * 16), kk > 0);
-    wg_commit();
-    wg_wait<1>();
+    wg_wait<0>();
     reg_fence(st);
+    reg_fence(dpt);
     // P^T = exp2(S^T * scale*log2e - lse*log2e), causal on the diagonal block
 #pragma unroll
     for (int n = 0; n < 8; n++) {
@@ -160,14 +179,14 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     for (int kk = 0; kk < 4; kk++) wgmma_rs<1>(dk, ds[kk], desc_mn<kQT>(tQ, kk * 16, 0));
     wg_commit();
     fence_async_smem();  // dS^T is read by wgmma next
-    __syncthreads();
-    // dQ (64 queries x 64 columns) = dS K over this warpgroup's share
-    float dq[32];
+    if constexpr (KS) asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");  // this warpgroup
+    else __syncthreads();
+    // dQ = dS K over this warpgroup's share: (64 queries, D) or (64 queries, 64 columns)
+    float dq[KS ? D / 2 : 32];
     wg_fence();
 #pragma unroll
     for (int kk = 0; kk < QK; kk++)
-      wgmma_ss_n64<1, 1>(dq, desc_mn<kBS>(sdS, qkey0 + kk * 16, 0), desc_mn<kBS>(sK, qkey0 + kk * 16, qpanel),
-                         kk > 0);
+      wgmma_ss<1, 1>(dq, desc_mn<kBS>(sdS, qkey0 + kk * 16, 0), desc_mn<kBS>(sK, qkey0 + kk * 16, qpanel), kk > 0);
     wg_commit();
     wg_wait<0>();
     reg_fence(dq);
@@ -178,18 +197,53 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
       reg_fence(pt[kk]);
       reg_fence(ds[kk]);
     }
+    // dQ leaves the registers (staged in shared memory) before the next tile's loads and first
+    // products go out, so that its atomics overlap them without holding 32-64 more registers. The
+    // products are issued after the last tile too (stale buffers, results unused): the same wgmma
+    // sequence on every path keeps ptxas from serializing the pipeline.
+    constexpr int NQ = KS ? D / 8 : 8, SLD = NQ * 8 + 4;  // n8 column chunks of dq; staging stride
+    float* stg = sdQ + wg * 64 * SLD;
+    if (p.variant == 1) {  // float2 atomics straight from the registers, not overlapped
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-      const int qr = wq * 16 + (lane >> 2) + r * 8;
-      if (qr < nv) {
-        float* dst = p.dq_acc + ((int64_t(qt0) + qr) * p.H + h) * D + qpanel * 64 + 2 * (lane & 3);
+      for (int r = 0; r < 2; r++) {
+        const int qr = wq * 16 + (lane >> 2) + r * 8;
+        if (qr < nv) {
+          float* dst = p.dq_acc + ((int64_t(qt0) + qr) * p.H + h) * D + qpanel * 64 + 2 * (lane & 3);
 #pragma unroll
-        for (int n = 0; n < 8; n++)
-          atomicAdd(reinterpret_cast<float2*>(dst + n * 8), make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]));
+          for (int n = 0; n < NQ; n++)
+            atomicAdd(reinterpret_cast<float2*>(dst + n * 8), make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]));
+        }
+      }
+    } else {
+#pragma unroll
+      for (int r = 0; r < 2; r++) {
+        const int qr = wq * 16 + (lane >> 2) + r * 8;
+#pragma unroll
+        for (int n = 0; n < NQ; n++)
+          *reinterpret_cast<float2*>(stg + qr * SLD + n * 8 + 2 * (lane & 3)) =
+              make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+      }
+      asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");  // this warpgroup's tile staged
+    }
+    next(it + 1);
+    if (p.variant != 1) {
+      // float4 atomics, a warp on two consecutive rows; the tile is rewritten only after the next
+      // dS^T barrier, which every thread of the warpgroup reaches after these reads
+      constexpr int C4 = NQ * 2;  // float4 per row
+      const int wt = tid & 127;
+      float* dst = p.dq_acc + (int64_t(qt0) * p.H + h) * D + qpanel * 64;
+#pragma unroll
+      for (int idx = wt; idx < 64 * C4; idx += 128) {
+        const int qr = idx / C4, c = idx % C4;
+        if (qr < nv)
+          atomicAdd(reinterpret_cast<float4*>(dst + int64_t(qr) * p.H * D + 4 * c),
+                    *reinterpret_cast<const float4*>(stg + qr * SLD + 4 * c));
       }
     }
-    __syncthreads();  // Q/dO buffers and dS^T are reused
   }
+  wg_wait<0>();  // the unused products issued after the last tile
+  reg_fence(st);
+  reg_fence(dpt);
   cp_async_wait<0>();
 
 #pragma unroll
@@ -210,19 +264,27 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
 #endif
 }
 
-template <int D>
+template <int D, bool KS>
 void launch(const BwdParams& p, int n_blocks, cudaStream_t stream) {
-  // K, V; 2 x Q, 2 x dO; dS^T; lse and Delta (2 x QT each); alignment slack
-  constexpr size_t smem = size_t(2) * kBS * D * 2 + size_t(4) * kQT * D * 2 + kBS * kQT * 2 + 4 * kQT * 4 + 1024;
-  SB_CUDA_CHECK(cudaFuncSetAttribute(bwd_sm90_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  bwd_sm90_kernel<D><<<dim3(n_blocks, p.Hkv), kThreads, smem, stream>>>(p);
+  // K, V; 2 x Q, 2 x dO; dS^T; lse and Delta (2 x QT each); dQ staging; alignment slack
+  constexpr size_t stage = size_t(2) * 64 * ((KS ? D : 64) + 4) * 4;
+  constexpr size_t smem =
+      size_t(2) * kBS * D * 2 + size_t(4) * kQT * D * 2 + kBS * kQT * 2 + 4 * kQT * 4 + stage + 1024;
+  SB_CUDA_CHECK(cudaFuncSetAttribute(bwd_sm90_kernel<D, KS>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  bwd_sm90_kernel<D, KS><<<dim3(n_blocks, p.Hkv), kThreads, smem, stream>>>(p);
   SB_CUDA_CHECK_LAUNCH("bwd_sm90_kernel");
 }
 }  // namespace
 
 void launch_bwd_sm90(const BwdParams& p, int head_dim, int n_blocks, cudaStream_t stream) {
-  if (head_dim == 128) launch<128>(p, n_blocks, stream);
-  else if (head_dim == 64) launch<64>(p, n_blocks, stream);
+  // SB_ATTN_BWD_SPLIT=keys: the key split at head_dim 128 too (compared in bench/RESULTS.md)
+  static const bool ks128 = [] {
+    const char* e = std::getenv("SB_ATTN_BWD_SPLIT");
+    return e && std::strcmp(e, "keys") == 0;
+  }();
+  if (head_dim == 128 && ks128) launch<128, true>(p, n_blocks, stream);
+  else if (head_dim == 128) launch<128, false>(p, n_blocks, stream);
+  else if (head_dim == 64) launch<64, true>(p, n_blocks, stream);
   else throw std::runtime_error("cuda::launch_bwd_sm90: head_dim must be 64 or 128");
 }
 

@@ -1,8 +1,9 @@
 // Block-sparse attention forward with Hopper warpgroup MMA (sm_90a), block size 128: one CTA of two
 // warpgroups per (query block, query head); warpgroup w owns query rows 64w..64w+63. Each kept key
-// block (128 keys) is one tile: K and V double-buffered in shared memory (cp.async, 128-byte
-// swizzle), S = Q K^T by wgmma with both operands in shared memory, online softmax in registers,
-// O += P V by wgmma with P straight from registers (no round trip through shared memory).
+// block (128 keys) is one tile: K and V in three shared-memory stages (cp.async, 128-byte swizzle),
+// S = Q K^T by wgmma with both operands in shared memory, online softmax in registers, O += P V by
+// wgmma with P straight from registers (no round trip through shared memory); the softmax of one
+// tile overlaps the P V product of the previous one.
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -18,7 +19,7 @@ namespace sb::kernels::cuda {
 namespace {
 using namespace dev;
 
-constexpr int kBS = 128, kThreads = 256;
+constexpr int kBS = 128, kThreads = 256, kStages = 3;  // K/V tiles in flight or in use
 
 // Async load of a (R x D) tile, row r at src + r * ld, into the sw128 layout; rows >= nvalid zeroed.
 template <int R, int D>
@@ -38,7 +39,7 @@ __global__ void __launch_bounds__(kThreads, 1) fwd_sm90_kernel(const FwdParams p
   constexpr int TILE = kBS * D * 2, DN = D / 8;  // bytes of a 128-row tile; n8 chunks of O
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  const uint32_t sQ = base, sK = base + TILE, sV = base + 3 * TILE;  // K, V: 2 buffers each
+  const uint32_t sQ = base, sK = base + TILE, sV = sK + kStages * TILE;  // K, V: kStages buffers each
 
   const int tid = threadIdx.x, wg = tid >> 7, wq = (tid >> 5) & 3, lane = tid & 31;
   const BlockInfo b = p.blocks[blockIdx.x];
@@ -49,42 +50,34 @@ __global__ void __launch_bounds__(kThreads, 1) fwd_sm90_kernel(const FwdParams p
   const int doc_end = b.doc_t0 + b.doc_len;
   const int64_t ldq = int64_t(p.H) * D, ldk = int64_t(p.Hkv) * D;
 
-  load_sw128<kBS, D>(sQ, p.q + (int64_t(b.t0) * p.H + h) * D, ldq, b.len, tid);
+  // One commit group per tile (empty past the end), so "tile it has landed" is always wait_group<1>
+  // at the top of iteration it: only tile it + 1 may still be in flight.
   auto issue = [&](int it) {
-    const int j = p.cols[c0 + it], buf = it & 1;
-    const int u0 = b.doc_t0 + j * kBS;
-    const int64_t off = (int64_t(u0) * p.Hkv + g) * D;
-    const int nvalid = min(kBS, doc_end - u0);
-    load_sw128<kBS, D>(sK + buf * TILE, p.k + off, ldk, nvalid, tid);
-    load_sw128<kBS, D>(sV + buf * TILE, p.v + off, ldk, nvalid, tid);
+    if (it < niter) {
+      const int j = p.cols[c0 + it], buf = it % kStages;
+      const int u0 = b.doc_t0 + j * kBS;
+      const int64_t off = (int64_t(u0) * p.Hkv + g) * D;
+      const int nvalid = min(kBS, doc_end - u0);
+      load_sw128<kBS, D>(sK + buf * TILE, p.k + off, ldk, nvalid, tid);
+      load_sw128<kBS, D>(sV + buf * TILE, p.v + off, ldk, nvalid, tid);
+    }
+    cp_async_commit();
   };
-  if (niter > 0) issue(0);
-  cp_async_commit();
+  load_sw128<kBS, D>(sQ, p.q + (int64_t(b.t0) * p.H + h) * D, ldq, b.len, tid);
+  issue(0);  // with Q
+  issue(1);
 
   float o[D / 2];  // (64 rows of this warpgroup, D): rows 16wq + lane/4 (+8)
 #pragma unroll
   for (int n = 0; n < D / 2; n++) o[n] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   const int qpos0 = b.i * kBS + wg * 64 + wq * 16 + (lane >> 2);  // query position in the doc
+  float s[64];         // S of the current tile: (64 queries, 128 keys)
+  uint32_t pa[8][4];   // P of the previous tile as bf16 A fragments (16 keys each)
+  float corr[2];
 
-  for (int it = 0; it < niter; it++) {
-    if (it + 1 < niter) issue(it + 1);  // its buffer was released by the barrier ending it - 1
-    cp_async_commit();
-    cp_async_wait<1>();
-    fence_async_smem();  // cp.async wrote through the generic proxy; wgmma reads through the async one
-    __syncthreads();
-    const int buf = it & 1;
-    const uint32_t tK = sK + buf * TILE, tV = sV + buf * TILE;
-
-    float s[64];  // (64 queries, 128 keys)
-    wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++)
-      wgmma_ss_n128<0, 0>(s, desc_k<kBS>(sQ, wg * 64, kk * 16), desc_k<kBS>(tK, 0, kk * 16), kk > 0);
-    wg_commit();
-    wg_wait<0>();
-    reg_fence(s);
-
+  // mask (diagonal block), online softmax of s in place (log2 domain), corr = rescale of older terms
+  auto softmax = [&](int it) {
     const int j = p.cols[c0 + it];
     const bool diag = (j == b.i);
     const int kpos0 = j * kBS + 2 * (lane & 3);
@@ -96,7 +89,6 @@ __global__ void __launch_bounds__(kThreads, 1) fwd_sm90_kernel(const FwdParams p
         if (diag && kpos0 + n * 8 + (e & 1) > qpos0 + (e >> 1) * 8) x = -INFINITY;
         s[4 * n + e] = x;
       }
-    float corr[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
       float mx = m[r];
@@ -116,6 +108,54 @@ __global__ void __launch_bounds__(kThreads, 1) fwd_sm90_kernel(const FwdParams p
       }
       l[r] = l[r] * corr[r] + sum;
     }
+  };
+  auto pack_p = [&] {
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) pa[kk][e] = pack_bf16(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
+  };
+  auto qk = [&](uint32_t tK) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+      wgmma_ss_n128<0, 0>(s, desc_k<kBS>(sQ, wg * 64, kk * 16), desc_k<kBS>(tK, 0, kk * 16), kk > 0);
+    wg_commit();
+  };
+  auto pv = [&](uint32_t tV) {
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++) wgmma_rs<1>(o, pa[kk], desc_mn<kBS>(tV, kk * 16, 0));
+    wg_commit();
+  };
+
+  if (niter > 0) {
+    cp_async_wait<1>();
+    fence_async_smem();  // cp.async wrote through the generic proxy; wgmma reads through the async one
+    __syncthreads();
+    wg_fence();
+    qk(sK);
+    wg_wait<0>();
+    reg_fence(s);
+    softmax(0);  // o is still 0: nothing to rescale
+    pack_p();
+    issue(2);    // buffer 2 was never used
+  }
+  // Iteration it: S_it = Q K_it^T and O += P_{it-1} V_{it-1} in flight together; the softmax of S_it
+  // runs while the tensor cores finish P V. Three buffers: tile it + 1 lands meanwhile, it + 2 is
+  // loaded into the buffer of it - 1 once every warp is done with it.
+  for (int it = 1; it < niter; it++) {
+    cp_async_wait<1>();
+    fence_async_smem();
+    __syncthreads();
+    wg_fence();
+    qk(sK + (it % kStages) * TILE);
+    pv(sV + ((it - 1) % kStages) * TILE);
+    wg_wait<1>();
+    reg_fence(s);
+    softmax(it);
+    wg_wait<0>();
+    reg_fence(o);
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++) reg_fence(pa[kk]);
 #pragma unroll
     for (int n = 0; n < DN; n++) {
       o[4 * n] *= corr[0];
@@ -123,20 +163,17 @@ __global__ void __launch_bounds__(kThreads, 1) fwd_sm90_kernel(const FwdParams p
       o[4 * n + 2] *= corr[1];
       o[4 * n + 3] *= corr[1];
     }
-    uint32_t pa[8][4];  // P as bf16 A fragments, 16 keys each
-#pragma unroll
-    for (int kk = 0; kk < 8; kk++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) pa[kk][e] = pack_bf16(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
+    pack_p();
+    __syncthreads();  // buffer (it - 1) % kStages is free in every warp
+    issue(it + 2);
+  }
+  if (niter > 0) {
     wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < 8; kk++) wgmma_rs<1>(o, pa[kk], desc_mn<kBS>(tV, kk * 16, 0));
-    wg_commit();
+    pv(sV + ((niter - 1) % kStages) * TILE);
     wg_wait<0>();
     reg_fence(o);
 #pragma unroll
     for (int kk = 0; kk < 8; kk++) reg_fence(pa[kk]);
-    __syncthreads();  // the next issue overwrites this buffer
   }
   cp_async_wait<0>();
 
@@ -167,7 +204,7 @@ __global__ void __launch_bounds__(kThreads, 1) fwd_sm90_kernel(const FwdParams p
 
 template <int D>
 void launch(const FwdParams& p, int n_blocks, cudaStream_t stream) {
-  constexpr size_t smem = size_t(5) * kBS * D * 2 + 1024;  // Q, 2 x K, 2 x V, alignment slack
+  constexpr size_t smem = size_t(1 + 2 * kStages) * kBS * D * 2 + 1024;  // Q, K and V stages, alignment slack
   SB_CUDA_CHECK(cudaFuncSetAttribute(fwd_sm90_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   fwd_sm90_kernel<D><<<dim3(n_blocks, p.H), kThreads, smem, stream>>>(p);
   SB_CUDA_CHECK_LAUNCH("fwd_sm90_kernel");

@@ -30,7 +30,8 @@ struct BwdParams {
   const int32_t* col_rows;
   int H, Hkv;
   float scale, scale_log2;
-  int variant;  // mma.sync dQ accumulation: 1 float2 atomics (default), 4 shared tile + bulk reduce-add
+  int variant;  // dQ accumulation (attention_bwd.cu, bwd_variant): 0 the kernel's default, 1 float2
+                // atomics from registers, 4 shared tile + bulk reduce-add (mma.sync only)
 };
 
 // Which kernels run: the wgmma ones (sm_90a build, a compute-capability 9.0 device, block 128) unless

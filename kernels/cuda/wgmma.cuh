@@ -106,4 +106,12 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[n], const uint32_t (&a)[4], 
   else wgmma_rs_n64<tB>(d, a, db);
 }
 
+// D (64 x N) (+)= A (shared) B (shared), N = 64 or 128 chosen by the accumulator's size.
+template <int tA, int tB, int n>
+__device__ __forceinline__ void wgmma_ss(float (&d)[n], uint64_t da, uint64_t db, int acc) {
+  static_assert(n == 32 || n == 64, "wgmma_ss: 64 x 64 or 64 x 128 accumulators");
+  if constexpr (n == 64) wgmma_ss_n128<tA, tB>(d, da, db, acc);
+  else wgmma_ss_n64<tA, tB>(d, da, db, acc);
+}
+
 }  // namespace sb::kernels::cuda::dev

@@ -183,7 +183,7 @@ void check_training(const std::string& tag, const std::string& extra, double tol
   sb::Comm comm;
   const std::string dir = scratch(comm, "cuda_" + tag);
   const std::string flags = " --set model.d_model=128 --set model.n_heads=2 --set model.n_kv_heads=1"
-                            " --set model.ffn_dim=256 --set attention.block_size=64 --set train.micro_batch_tokens=1024"
+                            " --set model.ffn_dim=256 --set attention.block_size=128 --set train.micro_batch_tokens=1024"
                             " --set train.global_batch_tokens=4096 --set train.steps=20 --set train.lr=2e-3"
                             " --set balance.self_profile=false " + extra;
   std::vector<double> loss[2];
