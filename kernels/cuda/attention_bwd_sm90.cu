@@ -23,17 +23,6 @@ using namespace dev;
 
 constexpr int kBS = 128, kQT = 64, kThreads = 256;
 
-template <int R, int D>
-__device__ __forceinline__ void load_sw128(uint32_t dst, const bf16* src, int64_t ld, int nvalid, int tid) {
-  constexpr int chunks = R * (D / 8);
-#pragma unroll
-  for (int idx = tid; idx < chunks; idx += kThreads) {
-    const int r = idx / (D / 8), c = idx % (D / 8);
-    const bool ok = r < nvalid;
-    cp_async16(dst + sw128<R>(r, c * 8), ok ? src + int64_t(r) * ld + c * 8 : src, ok);
-  }
-}
-
 // KS (key split): each warpgroup adds dQ of its own 64 keys (64 queries x D), so dS^T need only be
 // visible within the warpgroup; otherwise (head_dim 128) warpgroup w takes dQ columns 64w.. over all
 // 128 keys, half the atomics but a CTA-wide barrier.
@@ -63,8 +52,8 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
 
   {
     const int64_t off = (int64_t(b.t0) * p.Hkv + g) * D;
-    load_sw128<kBS, D>(sK, p.k + off, ldk, b.len, tid);
-    load_sw128<kBS, D>(sV, p.v + off, ldk, b.len, tid);
+    load_sw128<kBS, D, kThreads>(sK, p.k + off, ldk, b.len, tid);
+    load_sw128<kBS, D, kThreads>(sV, p.v + off, ldk, b.len, tid);
   }
   auto decode = [&](int it, int& h, int& i, int& qt0, int& nvalid) {
     const int sub = it & 1, rest = it >> 1;
@@ -78,8 +67,8 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     decode(it, h, i, qt0, nv);
     const int buf = it & 1;
     const int64_t off = (int64_t(qt0) * p.H + h) * D;
-    load_sw128<kQT, D>(sQ + buf * TQ, p.q + off, ldq, nv, tid);
-    load_sw128<kQT, D>(sdO + buf * TQ, p.dout + off, ldq, nv, tid);
+    load_sw128<kQT, D, kThreads>(sQ + buf * TQ, p.q + off, ldq, nv, tid);
+    load_sw128<kQT, D, kThreads>(sdO + buf * TQ, p.dout + off, ldq, nv, tid);
     for (int r = tid; r < kQT; r += kThreads) {
       const bool ok = r < nv;
       sL[buf * kQT + r] = ok ? p.lse[(int64_t(qt0) + r) * p.H + h] * 1.4426950408889634f : INFINITY;

@@ -21,18 +21,6 @@ using namespace dev;
 
 constexpr int kBS = 128, kThreads = 256, kStages = 3;  // K/V tiles in flight or in use
 
-// Async load of a (R x D) tile, row r at src + r * ld, into the sw128 layout; rows >= nvalid zeroed.
-template <int R, int D>
-__device__ __forceinline__ void load_sw128(uint32_t dst, const bf16* src, int64_t ld, int nvalid, int tid) {
-  constexpr int chunks = R * (D / 8);
-#pragma unroll
-  for (int idx = tid; idx < chunks; idx += kThreads) {
-    const int r = idx / (D / 8), c = idx % (D / 8);
-    const bool ok = r < nvalid;
-    cp_async16(dst + sw128<R>(r, c * 8), ok ? src + int64_t(r) * ld + c * 8 : src, ok);
-  }
-}
-
 template <int D>
 __global__ void __launch_bounds__(kThreads, 1) fwd_sm90_kernel(const FwdParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -58,12 +46,12 @@ __global__ void __launch_bounds__(kThreads, 1) fwd_sm90_kernel(const FwdParams p
       const int u0 = b.doc_t0 + j * kBS;
       const int64_t off = (int64_t(u0) * p.Hkv + g) * D;
       const int nvalid = min(kBS, doc_end - u0);
-      load_sw128<kBS, D>(sK + buf * TILE, p.k + off, ldk, nvalid, tid);
-      load_sw128<kBS, D>(sV + buf * TILE, p.v + off, ldk, nvalid, tid);
+      load_sw128<kBS, D, kThreads>(sK + buf * TILE, p.k + off, ldk, nvalid, tid);
+      load_sw128<kBS, D, kThreads>(sV + buf * TILE, p.v + off, ldk, nvalid, tid);
     }
     cp_async_commit();
   };
-  load_sw128<kBS, D>(sQ, p.q + (int64_t(b.t0) * p.H + h) * D, ldq, b.len, tid);
+  load_sw128<kBS, D, kThreads>(sQ, p.q + (int64_t(b.t0) * p.H + h) * D, ldq, b.len, tid);
   issue(0);  // with Q
   issue(1);
 
