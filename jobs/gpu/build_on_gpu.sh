@@ -12,6 +12,7 @@
 #             long-tail corpus, the one-GPU latency fit, 1 GPU vs all (NGPU, STEPS pass through)
 #   e2e       bench/gpu_e2e.sh: train the 0.47B model of configs/gpu_0p5b.toml, dense and sparse, beside
 #             PyTorch (LENS, STEPS, TORCH=0|1 pass through)
+#   none      build only (BUILD_TARGETS narrows what is built; BUILD_DIR, DEBS, OUT as below)
 # Logs and CSVs go to $OUT (or ./gpu-out when OUT is unset).
 set -uo pipefail
 STAGES=${*:-test sanitize bench}
@@ -62,7 +63,7 @@ cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSB_CUDA=ON -DSB_BENCH=O
   > "$OUTDIR/configure.log" 2>&1 || { tail -40 "$OUTDIR/configure.log"; exit 1; }
 grep -E "HDF5|SB_CUDA|CUDA compiler identification" "$OUTDIR/configure.log"
 log "build"
-ninja -C "$B" -j16 sparsebalance test_attention_cuda test_ops_cuda test_train_cuda bench_attention_cuda > "$OUTDIR/build.log" 2>&1 || { tail -60 "$OUTDIR/build.log"; exit 1; }
+ninja -C "$B" -j16 ${BUILD_TARGETS:-sparsebalance test_attention_cuda test_ops_cuda test_train_cuda bench_attention_cuda} > "$OUTDIR/build.log" 2>&1 || { tail -60 "$OUTDIR/build.log"; exit 1; }
 rc=0
 for st in $STAGES; do
   case $st in
@@ -87,6 +88,7 @@ for st in $STAGES; do
     e2e)
       log "e2e"
       SB=$B/src/sparsebalance OUT=$OUTDIR timeout 560 bash bench/gpu_e2e.sh 2>&1 | tee "$OUTDIR/e2e.log" || rc=1 ;;
+    none) ;;  # build only
     *) echo "unknown stage $st"; rc=2 ;;
   esac
 done

@@ -1,25 +1,31 @@
 #!/usr/bin/env bash
 # Run on the GPU machine after jobs/gpu/build_on_gpu.sh has built build-gpu (any stage): the wgmma
-# backward's dQ accumulation, the default (staged in shared memory, float4 atomics overlapping the
-# next tile) against SB_ATTN_BWD_VARIANT=1 (float2 atomics from registers, not overlapped): the
-# kernel test under variant 1, then both timed side by side at 8K-32K (the default was tested by
-# the `test` stage). Logs and CSVs under $OUT.
+# backward's dQ accumulation variants side by side. The default (staged in shared memory, float4
+# atomics overlapping the next tile's first products), SB_ATTN_BWD_VARIANT=1 (float2 atomics from
+# registers, not overlapped) and =2 (staged, one bulk reduce-add per row by the TMA engine): the
+# kernel test under 1 and 2 (the default is tested by the `test` stage), then the three timed in
+# one process each, alternating, at LENS. Logs and CSVs under $OUT.
 set -uo pipefail
 B=${BUILD_DIR:-build-gpu}
 O=${OUT:-gpu-out}
 LENS=${LENS:-8192,16384,32768}
 mkdir -p "$O"
-echo "== SB_ATTN_BWD_VARIANT=1: kernel test"
-SB_ATTN_BWD_VARIANT=1 timeout 60 "$B/tests/cuda/test_attention_cuda" > "$O/test_v1.log" 2>&1
-grep -E "FAIL|PASSED" "$O/test_v1.log"
-echo "== bench default (staged dQ, float4, overlapped)"
-timeout 120 "$B/kernels/bench_attention_cuda" --lens "$LENS" --kernels wgmma --csv "$O/v0.csv"
-echo "== bench SB_ATTN_BWD_VARIANT=1 (float2 from registers)"
-SB_ATTN_BWD_VARIANT=1 timeout 120 "$B/kernels/bench_attention_cuda" --lens "$LENS" --kernels wgmma --csv "$O/v1.csv"
-python3 - "$O/v0.csv" "$O/v1.csv" <<'PY'
+for v in 1 2; do
+  echo "== SB_ATTN_BWD_VARIANT=$v: kernel test"
+  SB_ATTN_BWD_VARIANT=$v timeout 90 "$B/tests/cuda/test_attention_cuda" > "$O/test_v$v.log" 2>&1
+  grep -E "FAIL|PASSED" "$O/test_v$v.log"
+done
+for v in 0 1 2; do
+  echo "== bench SB_ATTN_BWD_VARIANT=$v"
+  SB_ATTN_BWD_VARIANT=$v timeout 150 "$B/kernels/bench_attention_cuda" --lens "$LENS" --kernels wgmma --csv "$O/v$v.csv" > "$O/v$v.log" 2>&1
+done
+python3 - "$O" <<'PY'
 import csv, sys
-a = list(csv.DictReader(open(sys.argv[1]))); b = list(csv.DictReader(open(sys.argv[2])))
-print(" L      dens  bwd ms default  bwd ms v1  v1/default")
-for x, y in zip(a, b):
-    print(f"{x['L']:>6} {x['density']:>5} {float(x['bwd_ms']):14.3f} {float(y['bwd_ms']):10.3f} {float(y['bwd_ms']) / float(x['bwd_ms']):11.3f}")
+o = sys.argv[1]
+a, b, c = (list(csv.DictReader(open(f"{o}/v{v}.csv"))) for v in (0, 1, 2))
+print("      L  dens  bwd ms default  v1 (float2)  v2 (bulk)  v1/default  v2/default")
+for x, y, z in zip(a, b, c):
+    d = float(x["bwd_ms"])
+    print(f"{x['L']:>7} {x['density']:>5} {d:14.3f} {float(y['bwd_ms']):12.3f} {float(z['bwd_ms']):10.3f}"
+          f" {float(y['bwd_ms']) / d:11.3f} {float(z['bwd_ms']) / d:11.3f}")
 PY

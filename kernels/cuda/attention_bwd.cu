@@ -58,8 +58,10 @@ __global__ void __launch_bounds__(BS / 16 * 32, 1) bwd_kernel(const BwdParams p)
   constexpr int LDQ = D + 4;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const BlockInfo b = p.blocks[blockIdx.x];  // key block j = b.i
-  const int g = blockIdx.y, G = p.H / p.Hkv;
+  int bi, g;
+  cta_item(p.items, p.Hkv, bi, g);
+  const BlockInfo b = p.blocks[bi];  // key block j = b.i
+  const int G = p.H / p.Hkv;
   const int64_t col = p.row_base[b.doc] + int64_t(g) * b.nb + b.i;
   const int64_t r0 = p.col_ptr[col];
   const int nq = int(p.col_ptr[col + 1] - r0);
@@ -289,8 +291,7 @@ void launch_bwd(const BwdParams& p, int n_blocks, cudaStream_t stream) {
   const size_t smem = size_t(2 * BS * D + 4 * QT * D + BS * QT) * sizeof(bf16) + 4 * QT * sizeof(float) +
                       (p.variant == 4 ? size_t(QT) * (D + 4) * sizeof(float) : 0);
   SB_CUDA_CHECK(cudaFuncSetAttribute(bwd_kernel<D, BS>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  dim3 grid(n_blocks, p.Hkv);
-  bwd_kernel<D, BS><<<grid, NT, smem, stream>>>(p);
+  bwd_kernel<D, BS><<<n_blocks * p.Hkv, NT, smem, stream>>>(p);
   SB_CUDA_CHECK_LAUNCH("bwd_kernel");
 }
 }  // namespace
@@ -299,12 +300,13 @@ void launch_bwd(const BwdParams& p, int n_blocks, cudaStream_t stream) {
 //   mma.sync: float2 atomics from registers (default); 4 a shared-memory tile and a bulk reduce-add
 //     per row (measured 5% slower on the H200, 2026-11-29: 27.7 vs 26.2 ms backward at L=16K dense).
 //   wgmma: staged in shared memory, float4 atomics overlapping the next tile (default); 1 float2
-//     atomics from registers before the next tile starts (bench/RESULTS.md compares them).
+//     atomics from registers before the next tile starts; 2 staged, then one bulk reduce-add per row
+//     (bench/RESULTS.md compares them).
 int bwd_variant() {
   static const int v = [] {
     const char* e = std::getenv("SB_ATTN_BWD_VARIANT");
     const int x = e ? std::atoi(e) : 0;
-    return x == 1 || x == 4 ? x : 0;
+    return x == 1 || x == 2 || x == 4 ? x : 0;
   }();
   return v;
 }
@@ -318,7 +320,8 @@ void block_attention_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16
                          const bf16* dout, const DeviceSelection& sel, AttnShape s, bf16* dq, bf16* dk,
                          bf16* dv, void* workspace, cudaStream_t stream) {
   if (sel.n_blocks == 0) return;
-  if (sel.block_size != s.block_size || sel.n_kv_heads != s.n_kv_heads || s.n_heads % s.n_kv_heads != 0)
+  if (sel.block_size != s.block_size || sel.n_kv_heads != s.n_kv_heads || sel.n_heads != s.n_heads ||
+      s.n_heads % s.n_kv_heads != 0)
     throw std::runtime_error("cuda::block_attention_bwd: selection does not match the attention shape");
   const int D = s.head_dim;
   const int64_t rows = sel.n_tokens * s.n_heads;
@@ -333,9 +336,10 @@ void block_attention_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16
     SB_CUDA_CHECK_LAUNCH("bwd_prep_kernel");
   }
   const double scale = 1.0 / std::sqrt(double(D));
-  BwdParams p{q, k, v, dout, lse, delta, dq_acc, dk, dv, sel.bwd_blocks, sel.row_base, sel.col_ptr, sel.col_rows,
-              s.n_heads, s.n_kv_heads, float(scale), float(1.4426950408889634 * scale), bwd_variant()};
-  if (use_sm90(s.block_size)) launch_bwd_sm90(p, D, sel.n_blocks, stream);
+  BwdParams p{q, k, v, dout, lse, delta, dq_acc, dk, dv, sel.blocks, sel.row_base, sel.col_ptr, sel.col_rows,
+              s.n_heads, s.n_kv_heads, float(scale), float(1.4426950408889634 * scale), sel.bwd_items,
+              bwd_variant()};
+  if (use_sm90(s.block_size)) launch_bwd_sm90(p, D, sel.n_blocks, sel.n_tokens, stream);
   else if (D == 64 && s.block_size == 64) launch_bwd<64, 64>(p, sel.n_blocks, stream);
   else if (D == 64 && s.block_size == 128) launch_bwd<64, 128>(p, sel.n_blocks, stream);
   else if (D == 128 && s.block_size == 64) launch_bwd<128, 64>(p, sel.n_blocks, stream);

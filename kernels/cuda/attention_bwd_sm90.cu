@@ -8,75 +8,94 @@
 //   head_dim 64: its own 64 keys), staged in shared memory and added into the fp32 workspace with
 //   float4 atomics while S^T and dP^T of the next tile are already on the tensor cores.
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <stdexcept>
 
 #include "kernels/cuda/attention_params.cuh"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/tma.hpp"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace sb::kernels::cuda {
 namespace {
 using namespace dev;
 
-constexpr int kBS = 128, kQT = 64, kThreads = 256;
+constexpr int kBS = 128, kQT = 64, kThreads = 256, kStages = 3;  // Q/dO/lse/Delta stages
 
 // KS (key split): each warpgroup adds dQ of its own 64 keys (64 queries x D), so dS^T need only be
 // visible within the warpgroup; otherwise (head_dim 128) warpgroup w takes dQ columns 64w.. over all
 // 128 keys, half the atomics but a CTA-wide barrier.
 template <int D, bool KS>
-__global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p) {
+__global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p, const __grid_constant__ BwdMaps maps) {
   static_assert(KS || D == 128, "the column split needs head_dim 128");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int TK = kBS * D * 2, TQ = kQT * D * 2, DN = D / 8;  // tile bytes; n8 chunks of dK/dV
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  const uint32_t sK = base, sV = base + TK, sQ = base + 2 * TK;  // Q: 2 buffers
-  const uint32_t sdO = sQ + 2 * TQ;                              // 2 buffers
-  const uint32_t sdS = sdO + 2 * TQ;                             // dS^T (128 keys x 64 queries)
-  float* sL = reinterpret_cast<float*>(smem_raw + (sdS + kBS * kQT * 2 - smem_u32(smem_raw)));  // 2 x QT
-  float* sDl = sL + 2 * kQT;                                                                    // 2 x QT
-  float* sdQ = sDl + 2 * kQT;  // fp32 dQ staging, per warpgroup 64 x (dQ columns + 4)
+  const uint32_t sK = base, sV = base + TK, sQ = base + 2 * TK;  // Q: kStages buffers
+  const uint32_t sdO = sQ + kStages * TQ;                        // kStages buffers
+  const uint32_t sdS = sdO + kStages * TQ;                       // dS^T (128 keys x 64 queries)
+  float* sL = reinterpret_cast<float*>(smem_raw + (sdS + kBS * kQT * 2 - smem_u32(smem_raw)));  // kStages x QT
+  float* sDl = sL + kStages * kQT;                                                              // kStages x QT
+  float* sdQ = sDl + kStages * kQT;  // fp32 dQ staging, per warpgroup 64 x (dQ columns + 4)
+  constexpr int SLD0 = (KS ? D : 64) + 4;
+  const uint32_t bars = (smem_u32(sdQ + 2 * 64 * SLD0) + 7u) & ~7u;  // mbarriers: K/V, then Q/dO stages
+  auto barQ = [&](int t) { return bars + 8 * (1 + t % kStages); };
+  auto parity = [](int t) { return uint32_t(t / kStages) & 1u; };
 
   const int tid = threadIdx.x, wg = tid >> 7, wq = (tid >> 5) & 3, lane = tid & 31;
-  const BlockInfo b = p.blocks[blockIdx.x];  // key block j = b.i
-  const int g = blockIdx.y, G = p.H / p.Hkv;
+  int bi, g;
+  cta_item(p.items, p.Hkv, bi, g);
+  const BlockInfo b = p.blocks[bi];  // key block j = b.i
+  const int G = p.H / p.Hkv;
   const int64_t col = p.row_base[b.doc] + int64_t(g) * b.nb + b.i;
   const int64_t r0 = p.col_ptr[col];
   const int nq = int(p.col_ptr[col + 1] - r0);
   const int niter = G * nq * (kBS / kQT);
   const int doc_end = b.doc_t0 + b.doc_len;
-  const int64_t ldq = int64_t(p.H) * D, ldk = int64_t(p.Hkv) * D;
 
-  {
-    const int64_t off = (int64_t(b.t0) * p.Hkv + g) * D;
-    load_sw128<kBS, D, kThreads>(sK, p.k + off, ldk, b.len, tid);
-    load_sw128<kBS, D, kThreads>(sV, p.v + off, ldk, b.len, tid);
+  // K, V, Q and dO by TMA from thread 0, each load completing an mbarrier; lse and Delta by cp.async.
+  if (tid == 0) {
+    for (int x = 0; x < 1 + kStages; x++) mbar_init(bars + 8 * x, 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  if (tid == 0) {
+    mbar_expect(bars, 2 * TK);
+    tma_tile<kBS, D>(sK, &maps.k, bars, g, b.t0);
+    tma_tile<kBS, D>(sV, &maps.v, bars, g, b.t0);
   }
   auto decode = [&](int it, int& h, int& i, int& qt0, int& nvalid) {
     const int sub = it & 1, rest = it >> 1;
-    h = g * G + rest / nq;
-    i = p.col_rows[r0 + rest % nq];
+    const int hh = G == 1 ? 0 : rest / nq;  // no integer division for MHA: the kernel is issue-bound
+    h = g * G + hh;
+    i = p.col_rows[r0 + rest - hh * nq];
     qt0 = b.doc_t0 + i * kBS + sub * kQT;
     nvalid = max(0, min(kQT, doc_end - qt0));
   };
+  // Q, dO (TMA) and lse, Delta (cp.async, one commit group per tile, empty past the end) of tile
+  // it. Query rows past the document hold the next document's Q and dO (zeros past the tensor) and
+  // lse, Delta 0: their P^T is masked to 0, so they add nothing to dV, dK; their dQ is not written.
   auto issue = [&](int it) {
-    int h, i, qt0, nv;
-    decode(it, h, i, qt0, nv);
-    const int buf = it & 1;
-    const int64_t off = (int64_t(qt0) * p.H + h) * D;
-    load_sw128<kQT, D, kThreads>(sQ + buf * TQ, p.q + off, ldq, nv, tid);
-    load_sw128<kQT, D, kThreads>(sdO + buf * TQ, p.dout + off, ldq, nv, tid);
-    for (int r = tid; r < kQT; r += kThreads) {
-      const bool ok = r < nv;
-      sL[buf * kQT + r] = ok ? p.lse[(int64_t(qt0) + r) * p.H + h] * 1.4426950408889634f : INFINITY;
-      sDl[buf * kQT + r] = ok ? p.delta[(int64_t(qt0) + r) * p.H + h] : 0.f;
+    if (it < niter) {
+      int h, i, qt0, nv;
+      decode(it, h, i, qt0, nv);
+      const int buf = it % kStages;
+      if (tid == 0) {
+        mbar_expect(barQ(it), 2 * TQ);
+        tma_tile<kQT, D>(sQ + buf * TQ, &maps.q, barQ(it), h, qt0);
+        tma_tile<kQT, D>(sdO + buf * TQ, &maps.dout, barQ(it), h, qt0);
+      }
+      if (tid < 2 * kQT) {
+        const int r = tid & (kQT - 1);
+        const bool ok = r < nv;
+        const int64_t e = ok ? (int64_t(qt0) + r) * p.H + h : 0;
+        if (tid < kQT) cp_async4(smem_u32(sL + buf * kQT + r), p.lse + e, ok);
+        else cp_async4(smem_u32(sDl + buf * kQT + r), p.delta + e, ok);
+      }
     }
+    cp_async_commit();
   };
-  if (niter > 0) issue(0);
-  cp_async_commit();
 
   float dk[D / 2], dv[D / 2];  // (64 keys of this warpgroup, D)
 #pragma unroll
@@ -90,7 +109,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   float st[32], dpt[32];  // S^T, dP^T: (64 keys, 64 queries)
   // S^T = K Q^T and dP^T = V dO^T of iteration it (two commit groups)
   auto st_dpt = [&](int it) {
-    const int buf = it & 1;
+    const int buf = it % kStages;
     wg_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++)
@@ -101,20 +120,20 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
       wgmma_ss_n64<0, 0>(dpt, desc_k<kBS>(sV, kr0, kk * 16), desc_k<kQT>(sdO + buf * TQ, 0, kk * 16), kk > 0);
     wg_commit();
   };
-  // tile it has landed in every thread and every warp is past iteration it - 1 (its Q/dO buffer,
-  // lse/Delta and dS^T are free): load tile it + 1, start S^T and dP^T of it
-  auto next = [&](int it) {
-    cp_async_wait<0>();  // tile it (the only group in flight)
-    fence_async_smem();
-    __syncthreads();
-    if (it + 1 < niter) issue(it + 1);
-    cp_async_commit();
-    st_dpt(it);
-  };
-  next(0);
 
+  issue(0);
+  issue(1);
+  cp_async_wait<1>();
+  __syncthreads();  // lse, Delta of tile 0 from every thread
+  mbar_wait(bars, 0);  // K, V
+  if (niter > 0) mbar_wait(barQ(0), 0);
+  st_dpt(0);
+
+  // Iteration it: S^T, dP^T of tile it are in flight on entry; dV, dK, dQ of it follow, then S^T,
+  // dP^T of it + 1, under which the dQ atomics of it run. One CTA barrier per tile; three Q/dO stages:
+  // tile it + 1 lands during iterations it - 1 .. it, it + 2 goes out right after the barrier.
   for (int it = 0; it < niter; it++) {
-    const int buf = it & 1;
+    const int buf = it % kStages;
     const uint32_t tQ = sQ + buf * TQ, tdO = sdO + buf * TQ;
     const float* tL = sL + buf * kQT;
     const float* tDl = sDl + buf * kQT;
@@ -126,16 +145,27 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     wg_wait<0>();
     reg_fence(st);
     reg_fence(dpt);
-    // P^T = exp2(S^T * scale*log2e - lse*log2e), causal on the diagonal block
+    // P^T = exp2(S^T * scale*log2e - lse*log2e); causal on the diagonal block, query columns past
+    // the document zeroed on the document's last tile (a separate loop: most tiles need neither)
+    if (diag || nv < kQT) {
 #pragma unroll
-    for (int n = 0; n < 8; n++) {
-      const int qc = n * 8 + 2 * (lane & 3);
-      const float l0 = tL[qc], l1 = tL[qc + 1];
+      for (int n = 0; n < 8; n++) {
+        const int qc = n * 8 + 2 * (lane & 3);
+        const float l0 = tL[qc] * 1.4426950408889634f, l1 = tL[qc + 1] * 1.4426950408889634f;
 #pragma unroll
-      for (int e = 0; e < 4; e++) {
-        float x = ex2(st[4 * n + e] * p.scale_log2 - ((e & 1) ? l1 : l0));
-        if (diag && kpos0 + (e >> 1) * 8 > qpos0 + n * 8 + (e & 1)) x = 0.f;
-        st[4 * n + e] = x;
+        for (int e = 0; e < 4; e++) {
+          float x = ex2(fmaf(st[4 * n + e], p.scale_log2, -((e & 1) ? l1 : l0)));
+          if ((diag && kpos0 + (e >> 1) * 8 > qpos0 + n * 8 + (e & 1)) || qc + (e & 1) >= nv) x = 0.f;
+          st[4 * n + e] = x;
+        }
+      }
+    } else {
+#pragma unroll
+      for (int n = 0; n < 8; n++) {
+        const int qc = n * 8 + 2 * (lane & 3);
+        const float l0 = tL[qc] * 1.4426950408889634f, l1 = tL[qc + 1] * 1.4426950408889634f;
+#pragma unroll
+        for (int e = 0; e < 4; e++) st[4 * n + e] = ex2(fmaf(st[4 * n + e], p.scale_log2, -((e & 1) ? l1 : l0)));
       }
     }
     uint32_t pt[4][4], ds[4][4];  // bf16 A fragments (16 queries each) of P^T and dS^T
@@ -143,14 +173,15 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     for (int kk = 0; kk < 4; kk++)
 #pragma unroll
       for (int e = 0; e < 4; e++) pt[kk][e] = pack_bf16(st[8 * kk + 2 * e], st[8 * kk + 2 * e + 1]);
-    wg_wait<0>();
-    reg_fence(dpt);
     // dV += P^T dO (in flight while dS^T is formed)
     wg_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) wgmma_rs<1>(dv, pt[kk], desc_mn<kQT>(tdO, kk * 16, 0));
     wg_commit();
-    // dS^T = P^T (dP^T - Delta): registers for dK, shared memory for dQ
+    // dS^T = P^T (dP^T - Delta): registers for dK, shared memory for dQ. With the column split
+    // the other warpgroup's dQ of the previous tile reads our rows of dS^T: wait for its arrival.
+    if constexpr (!KS)
+      if (it > 0) asm volatile("bar.sync %0, 256;\n" ::"r"(3 + (wg ^ 1)) : "memory");
 #pragma unroll
     for (int n = 0; n < 8; n++) {
       const int qc = n * 8 + 2 * (lane & 3);
@@ -167,9 +198,13 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) wgmma_rs<1>(dk, ds[kk], desc_mn<kQT>(tQ, kk * 16, 0));
     wg_commit();
+    // One CTA barrier per tile: dS^T is complete in shared memory, tile it + 1 has landed in every
+    // thread, and every warp is past iteration it - 1, so its stage (that of it + 2) is free.
+    cp_async_wait<0>();  // lse, Delta of tile it + 1, the only group in flight
+    if (p.variant == 2) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");  // staging tile read
     fence_async_smem();  // dS^T is read by wgmma next
-    if constexpr (KS) asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");  // this warpgroup
-    else __syncthreads();
+    __syncthreads();
+    issue(it + 2);
     // dQ = dS K over this warpgroup's share: (64 queries, D) or (64 queries, 64 columns)
     float dq[KS ? D / 2 : 32];
     wg_fence();
@@ -186,10 +221,12 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
       reg_fence(pt[kk]);
       reg_fence(ds[kk]);
     }
-    // dQ leaves the registers (staged in shared memory) before the next tile's loads and first
-    // products go out, so that its atomics overlap them without holding 32-64 more registers. The
-    // products are issued after the last tile too (stale buffers, results unused): the same wgmma
-    // sequence on every path keeps ptxas from serializing the pipeline.
+    if constexpr (!KS)  // done reading dS^T: the other warpgroup may overwrite its rows
+      if (it + 1 < niter) asm volatile("bar.arrive %0, 256;\n" ::"r"(3 + wg) : "memory");
+    // dQ leaves the registers (staged in shared memory) before the next tile's products go out, so
+    // that its atomics overlap them without holding 32-64 more registers (ptxas serializes the
+    // wgmma pipeline when they stay live). The products are issued after the last tile too (stale
+    // stage, results unused): the same wgmma sequence on every path.
     constexpr int NQ = KS ? D / 8 : 8, SLD = NQ * 8 + 4;  // n8 column chunks of dq; staging stride
     float* stg = sdQ + wg * 64 * SLD;
     if (p.variant == 1) {  // float2 atomics straight from the registers, not overlapped
@@ -212,12 +249,25 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
           *reinterpret_cast<float2*>(stg + qr * SLD + n * 8 + 2 * (lane & 3)) =
               make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
       }
+      if (p.variant == 2) fence_async_smem();  // the bulk reduce reads the tile through the async proxy
       asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");  // this warpgroup's tile staged
     }
-    next(it + 1);
-    if (p.variant != 1) {
-      // float4 atomics, a warp on two consecutive rows; the tile is rewritten only after the next
-      // dS^T barrier, which every thread of the warpgroup reaches after these reads
+    if (it + 1 < niter) mbar_wait(barQ(it + 1), parity(it + 1));
+    st_dpt(it + 1);
+    if (p.variant == 2) {
+      // one bulk reduce-add (TMA engine) per row, issued by 64 threads; they wait for its reads of
+      // the staging tile before the next tile's CTA barrier, after which the tile is rewritten
+      const int wt = tid & 127;
+      if (wt < nv) {
+        float* dst = p.dq_acc + ((int64_t(qt0) + wt) * p.H + h) * D + qpanel * 64;
+        asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+                     "r"(smem_u32(stg + wt * SLD)), "n"(NQ * 8 * 4)
+                     : "memory");
+        asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+      }
+    } else if (p.variant != 1) {
+      // float4 atomics, a warp on two consecutive rows; the staging tile is rewritten only after the
+      // next tile's CTA barrier, which every thread of the warpgroup reaches after these reads
       constexpr int C4 = NQ * 2;  // float4 per row
       const int wt = tid & 127;
       float* dst = p.dq_acc + (int64_t(qt0) * p.H + h) * D + qpanel * 64;
@@ -234,6 +284,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   reg_fence(st);
   reg_fence(dpt);
   cp_async_wait<0>();
+  if (p.variant == 2) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 
 #pragma unroll
   for (int r = 0; r < 2; r++) {
@@ -254,26 +305,23 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
 }
 
 template <int D, bool KS>
-void launch(const BwdParams& p, int n_blocks, cudaStream_t stream) {
-  // K, V; 2 x Q, 2 x dO; dS^T; lse and Delta (2 x QT each); dQ staging; alignment slack
+void launch(const BwdParams& p, int n_blocks, int64_t n_tokens, cudaStream_t stream) {
+  // K, V; kStages x (Q, dO); dS^T; lse and Delta (kStages x QT each); dQ staging; mbarriers; slack
   constexpr size_t stage = size_t(2) * 64 * ((KS ? D : 64) + 4) * 4;
-  constexpr size_t smem =
-      size_t(2) * kBS * D * 2 + size_t(4) * kQT * D * 2 + kBS * kQT * 2 + 4 * kQT * 4 + stage + 1024;
+  constexpr size_t smem = size_t(2) * kBS * D * 2 + size_t(2 * kStages) * kQT * D * 2 + kBS * kQT * 2 +
+                          size_t(2 * kStages) * kQT * 4 + stage + 8 * (1 + kStages) + 8 + 1024;
   SB_CUDA_CHECK(cudaFuncSetAttribute(bwd_sm90_kernel<D, KS>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  bwd_sm90_kernel<D, KS><<<dim3(n_blocks, p.Hkv), kThreads, smem, stream>>>(p);
+  const BwdMaps maps{tile_map(p.q, n_tokens, p.H, D, kQT), tile_map(p.dout, n_tokens, p.H, D, kQT),
+                     tile_map(p.k, n_tokens, p.Hkv, D, kBS), tile_map(p.v, n_tokens, p.Hkv, D, kBS)};
+  bwd_sm90_kernel<D, KS><<<n_blocks * p.Hkv, kThreads, smem, stream>>>(p, maps);
   SB_CUDA_CHECK_LAUNCH("bwd_sm90_kernel");
 }
 }  // namespace
 
-void launch_bwd_sm90(const BwdParams& p, int head_dim, int n_blocks, cudaStream_t stream) {
-  // SB_ATTN_BWD_SPLIT=keys: the key split at head_dim 128 too (compared in bench/RESULTS.md)
-  static const bool ks128 = [] {
-    const char* e = std::getenv("SB_ATTN_BWD_SPLIT");
-    return e && std::strcmp(e, "keys") == 0;
-  }();
-  if (head_dim == 128 && ks128) launch<128, true>(p, n_blocks, stream);
-  else if (head_dim == 128) launch<128, false>(p, n_blocks, stream);
-  else if (head_dim == 64) launch<64, true>(p, n_blocks, stream);
+void launch_bwd_sm90(const BwdParams& p, int head_dim, int n_blocks, int64_t n_tokens, cudaStream_t stream) {
+  // head_dim 128 splits dQ by columns: the key split there was 1.26x slower (bench/RESULTS.md)
+  if (head_dim == 128) launch<128, false>(p, n_blocks, n_tokens, stream);
+  else if (head_dim == 64) launch<64, true>(p, n_blocks, n_tokens, stream);
   else throw std::runtime_error("cuda::launch_bwd_sm90: head_dim must be 64 or 128");
 }
 

@@ -40,10 +40,11 @@ class DeviceSelection {
   void release();  // frees the buffers
 
   int n_blocks = 0;                  // (doc, block) pairs
-  int block_size = 0, n_kv_heads = 0;
+  int block_size = 0, n_heads = 0, n_kv_heads = 0;
   int64_t n_tokens = 0, kept = 0;    // tokens covered; kept blocks over all rows
-  BlockInfo* fwd_blocks = nullptr;   // (n_blocks), heaviest rows first
-  BlockInfo* bwd_blocks = nullptr;   // (n_blocks), heaviest columns first
+  BlockInfo* blocks = nullptr;       // (n_blocks), documents in order
+  int32_t* fwd_items = nullptr;      // (n_blocks x n_heads) CTA launch order, block * n_heads + head
+  int32_t* bwd_items = nullptr;      // (n_blocks x n_kv_heads) same for the backward (kernels/cta_order.hpp)
   int64_t* row_base = nullptr;       // (ndocs + 1)
   int64_t* row_ptr = nullptr;        // (rows + 1)
   int32_t* cols = nullptr;           // (kept)
@@ -51,7 +52,7 @@ class DeviceSelection {
   int32_t* col_rows = nullptr;       // (kept), transpose: query block indices
 
  private:
-  std::array<size_t, 7> cap_{};      // allocated elements of the seven arrays above
+  std::array<size_t, 8> cap_{};      // allocated elements of the eight arrays above
 };
 
 // Two generations of attention kernels: wgmma (Hopper warpgroup MMA, attention_*_sm90.cu) where the

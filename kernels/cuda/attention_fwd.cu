@@ -21,8 +21,10 @@ __global__ void __launch_bounds__(BS / 16 * 32) fwd_kernel(const FwdParams p) {
   bf16* sV = sK + 2 * KT * D;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const BlockInfo b = p.blocks[blockIdx.x];
-  const int h = blockIdx.y, G = p.H / p.Hkv, g = h / G;
+  int bi, h;
+  cta_item(p.items, p.H, bi, h);
+  const BlockInfo b = p.blocks[bi];
+  const int G = p.H / p.Hkv, g = h / G;
   const int64_t row = p.row_base[b.doc] + int64_t(g) * b.nb + b.i;
   const int64_t c0 = p.row_ptr[row];
   const int niter = int(p.row_ptr[row + 1] - c0) * NSUB;
@@ -164,8 +166,7 @@ void launch_fwd(const FwdParams& p, int n_blocks, cudaStream_t stream) {
   constexpr int NT = BS / 16 * 32;
   constexpr size_t smem = size_t(BS * D + 4 * 64 * D) * sizeof(bf16);
   SB_CUDA_CHECK(cudaFuncSetAttribute(fwd_kernel<D, BS>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  dim3 grid(n_blocks, p.H);
-  fwd_kernel<D, BS><<<grid, NT, smem, stream>>>(p);
+  fwd_kernel<D, BS><<<n_blocks * p.H, NT, smem, stream>>>(p);
   SB_CUDA_CHECK_LAUNCH("fwd_kernel");
 }
 }  // namespace
@@ -173,11 +174,12 @@ void launch_fwd(const FwdParams& p, int n_blocks, cudaStream_t stream) {
 void block_attention_fwd(const bf16* q, const bf16* k, const bf16* v, const DeviceSelection& sel, AttnShape s,
                          bf16* out, float* lse, cudaStream_t stream) {
   if (sel.n_blocks == 0) return;
-  if (sel.block_size != s.block_size || sel.n_kv_heads != s.n_kv_heads || s.n_heads % s.n_kv_heads != 0)
+  if (sel.block_size != s.block_size || sel.n_kv_heads != s.n_kv_heads || sel.n_heads != s.n_heads ||
+      s.n_heads % s.n_kv_heads != 0)
     throw std::runtime_error("cuda::block_attention_fwd: selection does not match the attention shape");
-  FwdParams p{q, k, v, out, lse, sel.fwd_blocks, sel.row_base, sel.row_ptr, sel.cols, s.n_heads, s.n_kv_heads,
-              float(1.4426950408889634 / std::sqrt(double(s.head_dim)))};
-  if (use_sm90(s.block_size) && (s.head_dim == 64 || s.head_dim == 128)) launch_fwd_sm90(p, s.head_dim, sel.n_blocks, stream);
+  FwdParams p{q, k, v, out, lse, sel.blocks, sel.row_base, sel.row_ptr, sel.cols, s.n_heads, s.n_kv_heads,
+              float(1.4426950408889634 / std::sqrt(double(s.head_dim))), sel.fwd_items};
+  if (use_sm90(s.block_size) && (s.head_dim == 64 || s.head_dim == 128)) launch_fwd_sm90(p, s.head_dim, sel.n_blocks, sel.n_tokens, stream);
   else if (s.head_dim == 64 && s.block_size == 64) launch_fwd<64, 64>(p, sel.n_blocks, stream);
   else if (s.head_dim == 64 && s.block_size == 128) launch_fwd<64, 128>(p, sel.n_blocks, stream);
   else if (s.head_dim == 128 && s.block_size == 64) launch_fwd<128, 64>(p, sel.n_blocks, stream);

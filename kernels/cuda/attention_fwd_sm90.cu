@@ -13,6 +13,7 @@
 #include "kernels/cuda/attention_params.cuh"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/tma.hpp"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace sb::kernels::cuda {
@@ -22,38 +23,53 @@ using namespace dev;
 constexpr int kBS = 128, kThreads = 256, kStages = 3;  // K/V tiles in flight or in use
 
 template <int D>
-__global__ void __launch_bounds__(kThreads, 1) fwd_sm90_kernel(const FwdParams p) {
+__global__ void __launch_bounds__(kThreads, 1) fwd_sm90_kernel(const FwdParams p, const __grid_constant__ FwdMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int TILE = kBS * D * 2, DN = D / 8;  // bytes of a 128-row tile; n8 chunks of O
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t sQ = base, sK = base + TILE, sV = sK + kStages * TILE;  // K, V: kStages buffers each
+  const uint32_t bars = sV + kStages * TILE;  // mbarriers: Q, then K stages, then V stages
+  auto barK = [&](int t) { return bars + 8 * (1 + t % kStages); };
+  auto barV = [&](int t) { return bars + 8 * (1 + kStages + t % kStages); };
+  auto parity = [](int t) { return uint32_t(t / kStages) & 1u; };  // phase of tile t's stage
 
   const int tid = threadIdx.x, wg = tid >> 7, wq = (tid >> 5) & 3, lane = tid & 31;
-  const BlockInfo b = p.blocks[blockIdx.x];
-  const int h = blockIdx.y, G = p.H / p.Hkv, g = h / G;
+  int bi, h;
+  cta_item(p.items, p.H, bi, h);
+  const BlockInfo b = p.blocks[bi];
+  const int G = p.H / p.Hkv, g = h / G;
   const int64_t row = p.row_base[b.doc] + int64_t(g) * b.nb + b.i;
   const int64_t c0 = p.row_ptr[row];
   const int niter = int(p.row_ptr[row + 1] - c0);
-  const int doc_end = b.doc_t0 + b.doc_len;
-  const int64_t ldq = int64_t(p.H) * D, ldk = int64_t(p.Hkv) * D;
 
-  // One commit group per tile (empty past the end), so "tile it has landed" is always wait_group<1>
-  // at the top of iteration it: only tile it + 1 may still be in flight.
-  auto issue = [&](int it) {
-    if (it < niter) {
-      const int j = p.cols[c0 + it], buf = it % kStages;
-      const int u0 = b.doc_t0 + j * kBS;
-      const int64_t off = (int64_t(u0) * p.Hkv + g) * D;
-      const int nvalid = min(kBS, doc_end - u0);
-      load_sw128<kBS, D, kThreads>(sK + buf * TILE, p.k + off, ldk, nvalid, tid);
-      load_sw128<kBS, D, kThreads>(sV + buf * TILE, p.v + off, ldk, nvalid, tid);
+  // TMA loads issued by thread 0, each completing an mbarrier. V runs one tile behind K, as P V runs
+  // one tile behind Q K^T: the end of iteration it loads K of tile it + 2 and V of tile it + 1 into
+  // the stages of K_(it-1), V_(it-2), which the CTA barrier at the top of iteration it released. Rows
+  // past the document are the next document's (or zeros past the tensor): queries there are not
+  // written, keys there are causally masked for every query of the document.
+  if (tid == 0) {
+    for (int x = 0; x < 1 + 2 * kStages; x++) mbar_init(bars + 8 * x, 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  auto issue = [&](int kt, int vt) {
+    if (tid != 0) return;
+    if (kt < niter) {
+      mbar_expect(barK(kt), TILE);
+      tma_tile<kBS, D>(sK + (kt % kStages) * TILE, &maps.k, barK(kt), g, b.doc_t0 + p.cols[c0 + kt] * kBS);
     }
-    cp_async_commit();
+    if (vt >= 0 && vt < niter) {
+      mbar_expect(barV(vt), TILE);
+      tma_tile<kBS, D>(sV + (vt % kStages) * TILE, &maps.v, barV(vt), g, b.doc_t0 + p.cols[c0 + vt] * kBS);
+    }
   };
-  load_sw128<kBS, D, kThreads>(sQ, p.q + (int64_t(b.t0) * p.H + h) * D, ldq, b.len, tid);
-  issue(0);  // with Q
-  issue(1);
+  if (tid == 0 && niter > 0) {
+    mbar_expect(bars, TILE);
+    tma_tile<kBS, D>(sQ, &maps.q, bars, h, b.t0);
+  }
+  issue(0, -1);
+  issue(1, 0);
 
   float o[D / 2];  // (64 rows of this warpgroup, D): rows 16wq + lane/4 (+8)
 #pragma unroll
@@ -64,34 +80,34 @@ __global__ void __launch_bounds__(kThreads, 1) fwd_sm90_kernel(const FwdParams p
   uint32_t pa[8][4];   // P of the previous tile as bf16 A fragments (16 keys each)
   float corr[2];
 
-  // mask (diagonal block), online softmax of s in place (log2 domain), corr = rescale of older terms
+  // mask (diagonal block only), online softmax of s in place: the max over the raw scores, then
+  // exp2(s * scale_log2 - m) as one FFMA + EX2 per element (m, l in the log2 domain); corr = rescale
+  // of the older terms. Few instructions per element matter: the kernel is issue-bound.
   auto softmax = [&](int it) {
-    const int j = p.cols[c0 + it];
-    const bool diag = (j == b.i);
-    const int kpos0 = j * kBS + 2 * (lane & 3);
+    if (p.cols[c0 + it] == b.i) {
+      const int kpos0 = b.i * kBS + 2 * (lane & 3);
 #pragma unroll
-    for (int n = 0; n < 16; n++)
+      for (int n = 0; n < 16; n++)
 #pragma unroll
-      for (int e = 0; e < 4; e++) {
-        float x = s[4 * n + e] * p.scale_log2;
-        if (diag && kpos0 + n * 8 + (e & 1) > qpos0 + (e >> 1) * 8) x = -INFINITY;
-        s[4 * n + e] = x;
-      }
+        for (int e = 0; e < 4; e++)
+          if (kpos0 + n * 8 + (e & 1) > qpos0 + (e >> 1) * 8) s[4 * n + e] = -INFINITY;
+    }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-      float mx = m[r];
+      float mx = -INFINITY;
 #pragma unroll
       for (int n = 0; n < 16; n++) mx = fmaxf(mx, fmaxf(s[4 * n + 2 * r], s[4 * n + 2 * r + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float shift = mx == -INFINITY ? 0.f : mx;
+      const float mnew = fmaxf(m[r], mx * p.scale_log2);
+      const float shift = mnew == -INFINITY ? 0.f : mnew;
       corr[r] = ex2(m[r] - shift);
-      m[r] = mx;
+      m[r] = mnew;
       float sum = 0.f;
 #pragma unroll
       for (int n = 0; n < 16; n++) {
-        s[4 * n + 2 * r] = ex2(s[4 * n + 2 * r] - shift);
-        s[4 * n + 2 * r + 1] = ex2(s[4 * n + 2 * r + 1] - shift);
+        s[4 * n + 2 * r] = ex2(fmaf(s[4 * n + 2 * r], p.scale_log2, -shift));
+        s[4 * n + 2 * r + 1] = ex2(fmaf(s[4 * n + 2 * r + 1], p.scale_log2, -shift));
         sum += s[4 * n + 2 * r] + s[4 * n + 2 * r + 1];
       }
       l[r] = l[r] * corr[r] + sum;
@@ -116,24 +132,22 @@ __global__ void __launch_bounds__(kThreads, 1) fwd_sm90_kernel(const FwdParams p
   };
 
   if (niter > 0) {
-    cp_async_wait<1>();
-    fence_async_smem();  // cp.async wrote through the generic proxy; wgmma reads through the async one
-    __syncthreads();
+    mbar_wait(bars, 0);  // Q
+    mbar_wait(barK(0), 0);
     wg_fence();
     qk(sK);
     wg_wait<0>();
     reg_fence(s);
     softmax(0);  // o is still 0: nothing to rescale
     pack_p();
-    issue(2);    // buffer 2 was never used
+    issue(2, 1);  // stages never used yet
   }
   // Iteration it: S_it = Q K_it^T and O += P_{it-1} V_{it-1} in flight together; the softmax of S_it
-  // runs while the tensor cores finish P V. Three buffers: tile it + 1 lands meanwhile, it + 2 is
-  // loaded into the buffer of it - 1 once every warp is done with it.
+  // runs while the tensor cores finish P V; then K_(it+2), V_(it+1) go out.
   for (int it = 1; it < niter; it++) {
-    cp_async_wait<1>();
-    fence_async_smem();
-    __syncthreads();
+    __syncthreads();  // every warp is past iteration it - 1: the stages loaded at its end are free
+    mbar_wait(barK(it), parity(it));
+    mbar_wait(barV(it - 1), parity(it - 1));
     wg_fence();
     qk(sK + (it % kStages) * TILE);
     pv(sV + ((it - 1) % kStages) * TILE);
@@ -152,10 +166,10 @@ __global__ void __launch_bounds__(kThreads, 1) fwd_sm90_kernel(const FwdParams p
       o[4 * n + 3] *= corr[1];
     }
     pack_p();
-    __syncthreads();  // buffer (it - 1) % kStages is free in every warp
-    issue(it + 2);
+    issue(it + 2, it + 1);  // after the softmax: issuing it earlier delayed the softmax (2.5% slower)
   }
   if (niter > 0) {
+    mbar_wait(barV(niter - 1), parity(niter - 1));
     wg_fence();
     pv(sV + ((niter - 1) % kStages) * TILE);
     wg_wait<0>();
@@ -163,7 +177,6 @@ __global__ void __launch_bounds__(kThreads, 1) fwd_sm90_kernel(const FwdParams p
 #pragma unroll
     for (int kk = 0; kk < 8; kk++) reg_fence(pa[kk]);
   }
-  cp_async_wait<0>();
 
 #pragma unroll
   for (int r = 0; r < 2; r++) {
@@ -191,10 +204,13 @@ __global__ void __launch_bounds__(kThreads, 1) fwd_sm90_kernel(const FwdParams p
 }
 
 template <int D>
-void launch(const FwdParams& p, int n_blocks, cudaStream_t stream) {
-  constexpr size_t smem = size_t(1 + 2 * kStages) * kBS * D * 2 + 1024;  // Q, K and V stages, alignment slack
+void launch(const FwdParams& p, int n_blocks, int64_t n_tokens, cudaStream_t stream) {
+  // Q, K and V stages, mbarriers, alignment slack
+  constexpr size_t smem = size_t(1 + 2 * kStages) * kBS * D * 2 + 8 * (1 + 2 * kStages) + 1024;
   SB_CUDA_CHECK(cudaFuncSetAttribute(fwd_sm90_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  fwd_sm90_kernel<D><<<dim3(n_blocks, p.H), kThreads, smem, stream>>>(p);
+  const FwdMaps maps{tile_map(p.q, n_tokens, p.H, D, kBS), tile_map(p.k, n_tokens, p.Hkv, D, kBS),
+                     tile_map(p.v, n_tokens, p.Hkv, D, kBS)};
+  fwd_sm90_kernel<D><<<n_blocks * p.H, kThreads, smem, stream>>>(p, maps);
   SB_CUDA_CHECK_LAUNCH("fwd_sm90_kernel");
 }
 }  // namespace
@@ -228,9 +244,9 @@ bool use_sm90(int block_size) {
   return g_prefer == 1 && block_size == kBS && wgmma_attention_available();
 }
 
-void launch_fwd_sm90(const FwdParams& p, int head_dim, int n_blocks, cudaStream_t stream) {
-  if (head_dim == 128) launch<128>(p, n_blocks, stream);
-  else if (head_dim == 64) launch<64>(p, n_blocks, stream);
+void launch_fwd_sm90(const FwdParams& p, int head_dim, int n_blocks, int64_t n_tokens, cudaStream_t stream) {
+  if (head_dim == 128) launch<128>(p, n_blocks, n_tokens, stream);
+  else if (head_dim == 64) launch<64>(p, n_blocks, n_tokens, stream);
   else throw std::runtime_error("cuda::launch_fwd_sm90: head_dim must be 64 or 128");
 }
 

@@ -1,10 +1,14 @@
 // DeviceSelection: a BlockSelection and its transpose on the device; device probing.
 #include <algorithm>
 #include <numeric>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
+#include <string>
 
 #include "kernels/cuda/attention_cuda.hpp"
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cta_order.hpp"
 
 namespace sb::kernels::cuda {
 
@@ -28,13 +32,33 @@ void free_ptr(T*& p) {
   if (p) cudaFree(p);  // no check: also called from the destructor
   p = nullptr;
 }
+// SMs of the current device: the launch order's slots (one wgmma CTA per SM; the mma.sync kernels
+// fit two, which the order tolerates).
+int sm_count() {
+  int dev = 0, n = 0;
+  SB_CUDA_CHECK(cudaGetDevice(&dev));
+  SB_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  return std::max(n, 1);
+}
+// SB_ATTN_ORDER=heads|blocks picks the other launch orders (for comparisons); unset or mixed: default.
+CtaOrder cta_order_mode() {
+  static const CtaOrder m = [] {
+    const char* e = std::getenv("SB_ATTN_ORDER");
+    if (!e || !*e || !std::strcmp(e, "mixed")) return CtaOrder::mixed;
+    if (!std::strcmp(e, "heads")) return CtaOrder::heads;
+    if (!std::strcmp(e, "blocks")) return CtaOrder::blocks;
+    throw std::runtime_error(std::string("SB_ATTN_ORDER='") + e + "': expected mixed, heads or blocks");
+  }();
+  return m;
+}
 }  // namespace
 
 DeviceSelection::~DeviceSelection() { release(); }
 
 void DeviceSelection::release() {
-  free_ptr(fwd_blocks);
-  free_ptr(bwd_blocks);
+  free_ptr(blocks);
+  free_ptr(fwd_items);
+  free_ptr(bwd_items);
   free_ptr(row_base);
   free_ptr(row_ptr);
   free_ptr(cols);
@@ -50,13 +74,14 @@ void DeviceSelection::upload(const BlockSelection& sel, const int32_t* cu, int n
   if (int(sel.doc_row_base.size()) != ndocs + 1) throw std::runtime_error("DeviceSelection: doc_row_base size");
   const int64_t rows = sel.doc_row_base[ndocs];
   if (int64_t(sel.row_ptr.size()) != rows + 1) throw std::runtime_error("DeviceSelection: row_ptr size");
-  std::vector<BlockInfo> blocks;
+  if (s.n_heads < Hkv || s.n_heads % Hkv != 0) throw std::runtime_error("DeviceSelection: n_heads must be a multiple of n_kv_heads");
+  std::vector<BlockInfo> binfo;
   std::vector<int64_t> cnt(rows + 1, 0);    // transpose counts, then col_ptr
   for (int d = 0; d < ndocs; d++) {
     const int L = cu[d + 1] - cu[d], nb = (L + Bs - 1) / Bs;
     if (sel.doc_row_base[d + 1] - sel.doc_row_base[d] != int64_t(Hkv) * nb)
       throw std::runtime_error("DeviceSelection: selection does not match cu_seqlens / block size");
-    for (int i = 0; i < nb; i++) blocks.push_back({d, i, cu[d] + i * Bs, std::min(Bs, L - i * Bs), nb, cu[d], L, 0});
+    for (int i = 0; i < nb; i++) binfo.push_back({d, i, cu[d] + i * Bs, std::min(Bs, L - i * Bs), nb, cu[d], L, 0});
     for (int g = 0; g < Hkv; g++)
       for (int i = 0; i < nb; i++) {
         const int64_t r = sel.doc_row_base[d] + int64_t(g) * nb + i;
@@ -82,32 +107,31 @@ void DeviceSelection::upload(const BlockSelection& sel, const int32_t* cu, int n
         }
     }
   }
-  // Heaviest first, so the long CTAs start early (work summed over kv heads).
-  std::vector<int64_t> fw(blocks.size(), 0), bw(blocks.size(), 0);
-  for (size_t bi = 0; bi < blocks.size(); bi++) {
-    const BlockInfo& b = blocks[bi];
+  // CTA launch order (kernels/cta_order.hpp). Work of a forward item (block, head): its kept key
+  // blocks; of a backward item (key block, kv head): the query blocks keeping it, times the group.
+  const int H = s.n_heads, G = H / Hkv;
+  std::vector<int64_t> fw(binfo.size() * H), bw(binfo.size() * Hkv);
+  for (size_t bi = 0; bi < binfo.size(); bi++) {
+    const BlockInfo& b = binfo[bi];
     for (int g = 0; g < Hkv; g++) {
       const int64_t r = sel.doc_row_base[b.doc] + int64_t(g) * b.nb + b.i;
-      fw[bi] += sel.row_ptr[r + 1] - sel.row_ptr[r];
-      bw[bi] += cnt[r + 1] - cnt[r];
+      for (int h = g * G; h < g * G + G; h++) fw[bi * H + h] = sel.row_ptr[r + 1] - sel.row_ptr[r];
+      bw[bi * Hkv + g] = G * (cnt[r + 1] - cnt[r]);
     }
   }
-  std::vector<size_t> order(blocks.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::vector<BlockInfo> fb(blocks.size()), bb(blocks.size());
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t c) { return fw[a] > fw[c]; });
-  for (size_t x = 0; x < order.size(); x++) fb[x] = blocks[order[x]];
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t c) { return bw[a] > bw[c]; });
-  for (size_t x = 0; x < order.size(); x++) bb[x] = blocks[order[x]];
+  const int slots = sm_count();
+  const CtaOrder mode = cta_order_mode();
 
-  n_blocks = int(blocks.size());
+  n_blocks = int(binfo.size());
   block_size = Bs;
+  n_heads = H;
   n_kv_heads = Hkv;
   n_tokens = cu[ndocs];  // tokens are indexed from 0 (cu[0] == 0)
   kept = int64_t(sel.cols.size());
-  to_device(fb, fwd_blocks, cap_[0], stream);
-  to_device(bb, bwd_blocks, cap_[1], stream);
+  to_device(binfo, this->blocks, cap_[0], stream);
+  const std::vector<int32_t> fo = cta_order(fw, H, slots, mode), bo = cta_order(bw, Hkv, slots, mode);
+  to_device(fo, fwd_items, cap_[1], stream);
+  to_device(bo, bwd_items, cap_[7], stream);
   to_device(sel.doc_row_base, row_base, cap_[2], stream);
   to_device(sel.row_ptr, row_ptr, cap_[3], stream);
   to_device(sel.cols, cols, cap_[4], stream);

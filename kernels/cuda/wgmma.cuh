@@ -131,4 +131,37 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[n], uint64_t da, uint64_t db
   else wgmma_ss_n64<tA, tB>(d, da, db, acc);
 }
 
+// mbarrier (shared memory, 8 bytes) and TMA tile loads.
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// Makes the initialised barriers visible to the async proxy (TMA) before the first load.
+__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+// One arrival that also expects `bytes` of TMA transactions in the current phase.
+__device__ __forceinline__ void mbar_expect(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// Waits until the phase with this parity has completed.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// TMA: rows row0.. of head `head` of a (rows, heads, D) tensor map, 64-column panels, into the sw128
+// tile at dst (R rows: panel p at dst + p * R * 128), completing `bar` with R * D * 2 bytes.
+template <int R, int D>
+__device__ __forceinline__ void tma_tile(uint32_t dst, const void* map, uint32_t bar, int head, int row0) {
+#pragma unroll
+  for (int pn = 0; pn < D / 64; pn++)
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n"
+        ::"r"(dst + pn * R * 128), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(pn * 64), "r"(head), "r"(row0)
+        : "memory");
+}
+
 }  // namespace sb::kernels::cuda::dev

@@ -1,0 +1,86 @@
+// Launch order of the attention kernels' CTAs (one per (block, head)): which work items start first.
+// Plain C++ (no CUDA), so that the CPU tests check it. CTAs start roughly in index order, each on the
+// next free SM, so the order is a list schedule:
+//   heads   head-outer, heaviest first within a head. Concurrent CTAs share a head, so its K/V (or
+//           Q/dO) stay in L2, but the last head's heaviest CTAs start near the end and leave a tail
+//           as long as they are: at density 0.1 the backward's key block 0, which every query block
+//           keeps, has ten times the average work.
+//   blocks  heaviest first over all heads (longest-processing-time list scheduling): no tail, but
+//           concurrent CTAs spread over all heads and L2 reuse suffers (measured 5-12% slower at
+//           density 0.5 on an H200, bench/RESULTS.md).
+//   mixed   (default) the head-outer order, except that items which finish more than 3% past the
+//           best possible makespan (max of mean load per slot and largest item) in a simulation of
+//           that list schedule go first, heaviest first (repeated until none does).
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <queue>
+#include <stdexcept>
+#include <vector>
+
+namespace sb::kernels {
+
+enum class CtaOrder { mixed, heads, blocks };
+
+// work[bi * n_heads + h]: cost of block bi for head h (any unit). Returns the item indices
+// bi * n_heads + h in launch order. slots: CTAs that run at once (SMs x CTAs per SM), >= 1.
+inline std::vector<int32_t> cta_order(const std::vector<int64_t>& work, int n_heads, int slots, CtaOrder mode) {
+  if (n_heads < 1 || slots < 1 || work.size() % size_t(n_heads) != 0)
+    throw std::invalid_argument("cta_order: work must hold n_blocks x n_heads items, n_heads and slots >= 1");
+  if (work.size() > size_t(INT32_MAX)) throw std::invalid_argument("cta_order: more than 2^31 items");
+  std::vector<int32_t> idx(work.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  auto heavier = [&](int32_t a, int32_t b) { return work[a] > work[b]; };  // stable: ties by index
+  if (mode == CtaOrder::blocks) {
+    std::stable_sort(idx.begin(), idx.end(), heavier);
+    return idx;
+  }
+  std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) {
+    const int ha = a % n_heads, hb = b % n_heads;
+    return ha != hb ? ha < hb : work[a] > work[b];
+  });
+  if (mode == CtaOrder::heads) return idx;
+  // Simulate the list schedule; items that finish more than 3% past the best possible makespan go
+  // to the front; repeat with the new order until none does (a few passes).
+  const double total = std::accumulate(work.begin(), work.end(), 0.0);
+  const double wmax = work.empty() ? 0.0 : double(*std::max_element(work.begin(), work.end()));
+  const double limit = 1.03 * std::max(total / slots, wmax);
+  std::vector<char> is_early(work.size(), 0);
+  std::vector<int32_t> early, rest, order = idx;
+  for (int pass = 0; pass < 8; pass++) {
+    std::priority_queue<double, std::vector<double>, std::greater<double>> free_at;
+    for (int s = 0; s < slots; s++) free_at.push(0.0);
+    bool moved = false;
+    for (int32_t x : order) {
+      const double end = free_at.top() + double(work[x]);
+      free_at.pop();
+      free_at.push(end);
+      if (end > limit && !is_early[x]) is_early[x] = 1, moved = true;
+    }
+    if (!moved) break;
+    early.clear();
+    rest.clear();
+    for (int32_t x : idx) (is_early[x] ? early : rest).push_back(x);
+    std::stable_sort(early.begin(), early.end(), heavier);
+    order = early;
+    order.insert(order.end(), rest.begin(), rest.end());
+  }
+  return order;
+}
+
+// Makespan of a list schedule: items in `order` each start on the earliest free of `slots` slots.
+inline double list_makespan(const std::vector<int64_t>& work, const std::vector<int32_t>& order, int slots) {
+  std::priority_queue<double, std::vector<double>, std::greater<double>> free_at;
+  for (int s = 0; s < std::max(slots, 1); s++) free_at.push(0.0);
+  double end = 0;
+  for (int32_t x : order) {
+    const double e = free_at.top() + double(work[size_t(x)]);
+    free_at.pop();
+    free_at.push(e);
+    end = std::max(end, e);
+  }
+  return end;
+}
+
+}  // namespace sb::kernels
