@@ -118,33 +118,67 @@ double LatencyModel::dense_segment_cost(int64_t len) const {
   return segment_cost_kept(p_, shape_, len, causal_blocks(len, shape_.block_size));
 }
 
-// Solve the (nf x nf) normal equations with column scaling (features span many decades).
-static std::array<double, 3> least_squares(std::span<const LatencySample> s, const std::vector<size_t>& idx, int nf) {
+// Least squares over the features named by the bits of `use` (feature j: 1, tokens, x2; j < nf), the
+// others 0: the normal equations with column scaling (features span many decades).
+static std::array<double, 3> least_squares(std::span<const LatencySample> s, const std::vector<size_t>& idx, int nf,
+                                           unsigned use) {
   auto feat = [&](const LatencySample& x, int j) { return j == 0 ? 1.0 : j == 1 ? x.tokens : x.x2; };
+  int fj[3], m = 0;
+  for (int j = 0; j < nf; ++j)
+    if (use >> j & 1u) fj[m++] = j;
   double scale[3] = {1, 1, 1};
   for (size_t i : idx)
-    for (int j = 0; j < nf; ++j) scale[j] = std::max(scale[j], std::abs(feat(s[i], j)));
+    for (int r = 0; r < m; ++r) scale[r] = std::max(scale[r], std::abs(feat(s[i], fj[r])));
   double A[3][4] = {};
   for (size_t i : idx)
-    for (int r = 0; r < nf; ++r) {
-      for (int c = 0; c < nf; ++c) A[r][c] += feat(s[i], r) / scale[r] * feat(s[i], c) / scale[c];
-      A[r][nf] += feat(s[i], r) / scale[r] * s[i].ms;
+    for (int r = 0; r < m; ++r) {
+      for (int c = 0; c < m; ++c) A[r][c] += feat(s[i], fj[r]) / scale[r] * feat(s[i], fj[c]) / scale[c];
+      A[r][m] += feat(s[i], fj[r]) / scale[r] * s[i].ms;
     }
-  for (int c = 0; c < nf; ++c) {  // Gaussian elimination, partial pivoting
+  for (int c = 0; c < m; ++c) {  // Gaussian elimination, partial pivoting
     int piv = c;
-    for (int r = c + 1; r < nf; ++r)
+    for (int r = c + 1; r < m; ++r)
       if (std::abs(A[r][c]) > std::abs(A[piv][c])) piv = r;
-    for (int j = 0; j <= nf; ++j) std::swap(A[c][j], A[piv][j]);
+    for (int j = 0; j <= m; ++j) std::swap(A[c][j], A[piv][j]);
     if (std::abs(A[c][c]) < 1e-14) throw Error("latency fit: samples do not determine the coefficients (features are collinear; vary lengths and budgets)");
-    for (int r = 0; r < nf; ++r) {
+    for (int r = 0; r < m; ++r) {
       if (r == c) continue;
       double f = A[r][c] / A[c][c];
-      for (int j = c; j <= nf; ++j) A[r][j] -= f * A[c][j];
+      for (int j = c; j <= m; ++j) A[r][j] -= f * A[c][j];
     }
   }
   std::array<double, 3> out{};
-  for (int j = 0; j < nf; ++j) out[j] = A[j][nf] / A[j][j] / scale[j];
+  for (int r = 0; r < m; ++r) out[fj[r]] = A[r][m] / A[r][r] / scale[r];
   return out;
+}
+
+// Least squares with every coefficient >= 0: a time cannot fall as tokens or kept blocks grow, and a
+// negative slope makes short documents cost less than nothing (seen on an H200, where the attention
+// part is small and noisy). With at most three features the exact solution is the best of the
+// subsets whose unconstrained fit is non-negative.
+static std::array<double, 3> fit_nonneg(std::span<const LatencySample> s, const std::vector<size_t>& idx, int nf) {
+  const unsigned all = (1u << nf) - 1;
+  auto c = least_squares(s, idx, nf, all);  // throws when the samples do not determine it
+  auto feasible = [&](const std::array<double, 3>& x) { return x[0] >= 0 && x[1] >= 0 && x[2] >= 0; };
+  if (feasible(c)) return c;
+  std::array<double, 3> best{};
+  double best_r = INFINITY;
+  for (unsigned use = 1; use < all; ++use) {
+    std::array<double, 3> x;
+    try {
+      x = least_squares(s, idx, nf, use);
+    } catch (const Error&) {
+      continue;
+    }
+    if (!feasible(x)) continue;
+    double r = 0;
+    for (size_t i : idx) {
+      const double e = x[0] + x[1] * s[i].tokens + x[2] * s[i].x2 - s[i].ms;
+      r += e * e;
+    }
+    if (r < best_r) best_r = r, best = x;
+  }
+  return best;  // all zero only if no subset fits with a non-negative coefficient (times <= 0)
 }
 
 FitReport LatencyModel::fit(Part part, std::span<const LatencySample> samples) {
@@ -157,7 +191,7 @@ FitReport LatencyModel::fit(Part part, std::span<const LatencySample> samples) {
   std::vector<size_t> train, held, all;
   for (size_t i = 0; i < samples.size(); ++i) (i % 5 == 4 ? held : train).push_back(i), all.push_back(i);
   if (int(train.size()) >= nf && !held.empty()) {
-    auto c = least_squares(samples, train, nf);
+    auto c = fit_nonneg(samples, train, nf);
     double err = 0;
     for (size_t i : held) {
       double pred = c[0] + c[1] * samples[i].tokens + c[2] * samples[i].x2;
@@ -165,7 +199,7 @@ FitReport LatencyModel::fit(Part part, std::span<const LatencySample> samples) {
     }
     rep.heldout_error = err / double(held.size());
   }
-  rep.coeffs = least_squares(samples, all, nf);
+  rep.coeffs = fit_nonneg(samples, all, nf);
   p_.coeffs[int(part)] = rep.coeffs;
   p_.correction[int(part)] = 1.0;
   p_.heldout_error[int(part)] = rep.heldout_error;

@@ -48,6 +48,24 @@ TEST(Latency, FitRecoversCoefficients) {
   EXPECT_THROW(lm.fit(Part::Linear, few), Error);
 }
 
+// Timings where the unconstrained fit has a negative slope (a large intercept, a flat or falling
+// token term, as a fast, noisy GPU profile gives): the fit keeps every coefficient >= 0, so no
+// document costs less than nothing, and still beats the best single feature.
+TEST(Latency, FitKeepsCoefficientsNonNegative) {
+  LatencyModel lm(ModelShape{4, 64, 1});
+  std::vector<LatencySample> s;
+  for (int i = 0; i < 40; ++i) {
+    const double tokens = 1024.0 * (1 + i % 8), kept = tokens / 64 * (1 + i % 5) * 4096;
+    s.push_back({tokens, kept, 2.0 - 1e-5 * tokens + 4e-8 * kept});  // falls with tokens
+  }
+  auto rep = lm.fit(Part::Attention, s);
+  for (double c : rep.coeffs) EXPECT_GE(c, 0.0);
+  EXPECT_GT(rep.coeffs[2], 0.0);
+  EXPECT_GE(lm.segment_cost(1024, 2), 0.0);
+  EXPECT_GT(lm.segment_cost(8192, 8), lm.segment_cost(1024, 2));
+  EXPECT_LT(rep.heldout_error, 0.2);
+}
+
 TEST(Latency, OnlineCorrectionHealsInjectedSlowdown) {
   LatencyModel lm(ModelShape{4, 64, 1});
   lm.set_ema(0.3);
