@@ -100,6 +100,31 @@ void BM_TargetTime(benchmark::State& st) {
   st.SetLabel(reference ? "reference" : "");
 }
 
+// Unpacking every rank's gathered summary (target = recall: with the curves), into fresh
+// summaries (arg 1 = 0) or into those of the step before (1, what `train` does).
+void BM_UnpackAll(benchmark::State& st) {
+  const DstSetup d(int(st.range(0)), Target::Recall);
+  const size_t n = packed_size(d.p);
+  std::vector<double> all;
+  for (const auto& s : d.sums) {
+    const auto v = pack(s, d.p);
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  std::vector<RankSummary> out(d.sums.size());
+  for (auto _ : st) {
+    if (st.range(1)) {
+      for (size_t r = 0; r < out.size(); ++r) unpack(std::span<const double>(all.data() + n * r, n), out[r]);
+    } else {
+      std::vector<RankSummary> fresh;
+      fresh.reserve(out.size());
+      for (size_t r = 0; r < out.size(); ++r) fresh.push_back(unpack(std::span<const double>(all.data() + n * r, n)));
+      benchmark::DoNotOptimize(fresh.data());
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  st.SetLabel(st.range(1) ? "reused" : "fresh");
+}
+
 }  // namespace
 
 BENCHMARK(BM_MakePlan)->ArgsProduct({{64, 512, 4096}, {0, 1, 2, 3}})->Unit(benchmark::kMillisecond);
@@ -107,4 +132,5 @@ BENCHMARK(BM_MakeGroupPlan)->ArgsProduct({{512, 4096}, {1, 2, 3}})->Unit(benchma
 BENCHMARK(BM_MakePlanReference)->ArgsProduct({{64, 512, 4096}, {0, 1, 2, 3}})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TuneOneRank)->ArgsProduct({{64, 512, 4096}, {0, 1}, {0, 1}})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TargetTime)->ArgsProduct({{512, 4096}, {0, 1}})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_UnpackAll)->ArgsProduct({{4096}, {0, 1}})->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();

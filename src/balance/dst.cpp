@@ -381,15 +381,19 @@ std::vector<double> pack(const RankSummary& s, const DstParams& p) {
   return v;
 }
 
-RankSummary unpack(std::span<const double> d) {
+void unpack(std::span<const double> d, RankSummary& s) {
   if (d.size() < 8) throw Error("dst: truncated rank summary in the exchange");
-  RankSummary s;
   const size_t G = size_t(d[6]);
   if (d.size() != 8 + 4 * G) throw Error("dst: rank summary of " + std::to_string(d.size()) + " values, expected " + std::to_string(8 + 4 * G));
   s.n_mb = int(d[0]), s.ms_k0 = d[1], s.recall_k0 = d[2], s.weight = d[3], s.ms_lo = d[4], s.ms_hi = d[5];
   const double* x = d.data() + 8;
   for (auto* a : {&s.lo_ms, &s.lo_rec, &s.hi_ms, &s.hi_rec}) a->assign(x, x + G), x += G;
   s.monotone = G > 0 && monotone_curves(s);
+}
+
+RankSummary unpack(std::span<const double> d) {
+  RankSummary s;
+  unpack(d, s);
   return s;
 }
 
@@ -470,17 +474,24 @@ TuneResult tune(const DstInput& in, int my_rank, const DstParams& p) {
 }
 
 TuneResult exchange_and_tune(const Comm& comm, std::span<const MicroBatch> mine, const LatencyModel& lm,
-                             const RecallModel& rm, const DstParams& p) {
-  DstInput in;
+                             const RecallModel& rm, const DstParams& p, DstExchange& work) {
+  DstInput& in = work.in;
   in.mine = build_items(mine, lm, rm, p);
   std::vector<double> packed = pack(summarize(in.mine, p), p);
   // Every summary has the same size, so ranks need not know each other's plans (two-level plans).
   const size_t n = packed_size(p);
-  std::vector<double> all(n * size_t(comm.size()));
-  MPI_CHECK(MPI_Allgather(packed.data(), int(n), MPI_DOUBLE, all.data(), int(n), MPI_DOUBLE, comm.raw()));
-  in.ranks.reserve(size_t(comm.size()));
-  for (int r = 0; r < comm.size(); ++r) in.ranks.push_back(unpack(std::span<const double>(all.data() + n * size_t(r), n)));
+  work.gathered.resize(n * size_t(comm.size()));
+  MPI_CHECK(MPI_Allgather(packed.data(), int(n), MPI_DOUBLE, work.gathered.data(), int(n), MPI_DOUBLE, comm.raw()));
+  in.ranks.resize(size_t(comm.size()));
+  for (int r = 0; r < comm.size(); ++r)
+    unpack(std::span<const double>(work.gathered.data() + n * size_t(r), n), in.ranks[size_t(r)]);
   return tune(in, comm.rank(), p);
+}
+
+TuneResult exchange_and_tune(const Comm& comm, std::span<const MicroBatch> mine, const LatencyModel& lm,
+                             const RecallModel& rm, const DstParams& p) {
+  DstExchange work;
+  return exchange_and_tune(comm, mine, lm, rm, p, work);
 }
 
 }  // namespace sb

@@ -48,6 +48,9 @@ SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallMod
   std::vector<Acc> acc(8);
   LengthSampler sampler(cfg.preset, cfg.max_len, cfg.seed);
   const double target_tokens = double(R) * cfg.micro_batches * double(cfg.capacity) * cfg.fill;
+  // the exchange's buffers, reused across policies and steps as a real rank reuses them
+  std::vector<double> gathered;
+  std::vector<RankSummary> unpacked;
   for (int step = 0; step < cfg.steps; ++step) {
     // The global batch: whole documents until the next one would pass the token target.
     std::vector<std::pair<uint64_t, uint64_t>> docs;
@@ -93,9 +96,21 @@ SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallMod
           sums[size_t(r)] = summarize(items[size_t(r)], p);
         }
         double own_ms = (now_ms() - t1) / R;
+        // The exchange as a real rank sees it: every summary packed (the Allgather's buffer), then
+        // all of them unpacked, into summaries kept from the step before as `train` keeps them.
+        const size_t n = packed_size(p);
+        gathered.resize(n * size_t(R));
+        for (int r = 0; r < R; ++r) {
+          const std::vector<double> v = pack(sums[size_t(r)], p);
+          std::copy(v.begin(), v.end(), gathered.begin() + std::ptrdiff_t(n * size_t(r)));
+        }
+        unpacked.resize(size_t(R));
+        double tu = now_ms();
+        for (int r = 0; r < R; ++r) unpack(std::span<const double>(gathered.data() + n * size_t(r), n), unpacked[size_t(r)]);
+        double unpack_ms = now_ms() - tu;
         double t2 = now_ms();
-        double T = target_time(sums, p);  // every real rank computes this same value
-        double target_ms = now_ms() - t2;
+        double T = target_time(unpacked, p);  // every real rank computes this same value
+        double target_ms = now_ms() - t2 + unpack_ms;
         double t3 = now_ms();
         std::vector<TuneResult> res(static_cast<size_t>(R));
         for (int r = 0; r < R; ++r) res[size_t(r)] = tune_rank(items[size_t(r)], T, p);

@@ -275,7 +275,7 @@ Trainer::StepOut Trainer::step(int64_t s) {
   }
   const int64_t global_targets = count_targets(segs);
   // ---- predict, exchange (one collective), tune
-  TuneResult tr = exchange_and_tune(comm_, mine, lm_, rm_, dst_);
+  TuneResult tr = exchange_and_tune(comm_, mine, lm_, rm_, dst_, dst_work_);
   const double plan_ms = ms_since(t_step);
 
   // ---- compute

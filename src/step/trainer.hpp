@@ -61,6 +61,7 @@ class Trainer {
   LatencyModel lm_;
   RecallModel rm_;
   DstParams dst_;
+  DstExchange dst_work_;  // the exchange's buffers, kept across steps
   Batching batching_;
   PlanOptions plan_opt_;
   AttnSettings attn_;
