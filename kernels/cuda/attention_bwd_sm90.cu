@@ -126,12 +126,29 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   cp_async_wait<1>();
   __syncthreads();  // lse, Delta of tile 0 from every thread
   mbar_wait(bars, 0);  // K, V
-  if (niter > 0) mbar_wait(barQ(0), 0);
-  st_dpt(0);
 
-  // Iteration it: S^T, dP^T of tile it are in flight on entry; dV, dK, dQ of it follow, then S^T,
-  // dP^T of it + 1, under which the dQ atomics of it run. One CTA barrier per tile; three Q/dO stages:
-  // tile it + 1 lands during iterations it - 1 .. it, it + 2 goes out right after the barrier.
+  constexpr int NQ = KS ? D / 8 : 8, SLD = NQ * 8 + 4;  // n8 column chunks of dq; staging stride
+  float* stg = sdQ + wg * 64 * SLD;
+  // float4 atomics of a staged dQ tile, a warp on two consecutive rows. The tile is rewritten only
+  // after the next CTA barrier, which every thread of the warpgroup reaches after these reads.
+  auto add_staged = [&](int h, int qt0, int nv) {
+    constexpr int C4 = NQ * 2;  // float4 per row
+    const int wt = tid & 127;
+    float* dst = p.dq_acc + (int64_t(qt0) * p.H + h) * D + qpanel * 64;
+#pragma unroll
+    for (int idx = wt; idx < 64 * C4; idx += 128) {
+      const int qr = idx / C4, c = idx % C4;
+      if (qr < nv)
+        atomicAdd(reinterpret_cast<float4*>(dst + int64_t(qr) * p.H * D + 4 * c),
+                  *reinterpret_cast<const float4*>(stg + qr * SLD + 4 * c));
+    }
+  };
+
+  // Iteration it: S^T and dP^T of tile it go out first, the staged dQ atomics of tile it - 1 run
+  // under them, the exponentials under dP^T; then dV, dK, dQ. One CTA barrier per tile; three Q/dO
+  // stages: tile it + 1 lands during iterations it - 1 .. it, it + 2 goes out right after the barrier.
+  const bool staged_atomics = p.variant != 1 && p.variant != 2;  // the default
+  int ph = 0, pqt0 = 0, pnv = 0;  // the previous tile's dQ destination
   for (int it = 0; it < niter; it++) {
     const int buf = it % kStages;
     const uint32_t tQ = sQ + buf * TQ, tdO = sdO + buf * TQ;
@@ -142,9 +159,13 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     const bool diag = (i == b.i);
     const int qpos0 = qt0 - b.doc_t0 + 2 * (lane & 3);
 
-    wg_wait<0>();
+    mbar_wait(barQ(it), parity(it));
+    st_dpt(it);
+    if (it > 0 && staged_atomics) add_staged(ph, pqt0, pnv);
+    ph = h, pqt0 = qt0, pnv = nv;
+
+    wg_wait<1>();  // S^T; dP^T may still run, under the exponentials
     reg_fence(st);
-    reg_fence(dpt);
     // P^T = exp2(S^T * scale*log2e - lse*log2e); causal on the diagonal block, query columns past
     // the document zeroed on the document's last tile (a separate loop: most tiles need neither)
     if (diag || nv < kQT) {
@@ -178,6 +199,8 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) wgmma_rs<1>(dv, pt[kk], desc_mn<kQT>(tdO, kk * 16, 0));
     wg_commit();
+    wg_wait<1>();  // dP^T (dV in flight)
+    reg_fence(dpt);
     // dS^T = P^T (dP^T - Delta): registers for dK, shared memory for dQ. With the column split
     // the other warpgroup's dQ of the previous tile reads our rows of dS^T: wait for its arrival.
     if constexpr (!KS)
@@ -223,12 +246,8 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     }
     if constexpr (!KS)  // done reading dS^T: the other warpgroup may overwrite its rows
       if (it + 1 < niter) asm volatile("bar.arrive %0, 256;\n" ::"r"(3 + wg) : "memory");
-    // dQ leaves the registers (staged in shared memory) before the next tile's products go out, so
-    // that its atomics overlap them without holding 32-64 more registers (ptxas serializes the
-    // wgmma pipeline when they stay live). The products are issued after the last tile too (stale
-    // stage, results unused): the same wgmma sequence on every path.
-    constexpr int NQ = KS ? D / 8 : 8, SLD = NQ * 8 + 4;  // n8 column chunks of dq; staging stride
-    float* stg = sdQ + wg * 64 * SLD;
+    // dQ leaves the registers (staged in shared memory; added at the top of the next iteration,
+    // under its first products, or after the loop) without holding 32-64 more registers there.
     if (p.variant == 1) {  // float2 atomics straight from the registers, not overlapped
 #pragma unroll
       for (int r = 0; r < 2; r++) {
@@ -252,8 +271,6 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
       if (p.variant == 2) fence_async_smem();  // the bulk reduce reads the tile through the async proxy
       asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");  // this warpgroup's tile staged
     }
-    if (it + 1 < niter) mbar_wait(barQ(it + 1), parity(it + 1));
-    st_dpt(it + 1);
     if (p.variant == 2) {
       // one bulk reduce-add (TMA engine) per row, issued by 64 threads; they wait for its reads of
       // the staging tile before the next tile's CTA barrier, after which the tile is rewritten
@@ -265,24 +282,9 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
                      : "memory");
         asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
       }
-    } else if (p.variant != 1) {
-      // float4 atomics, a warp on two consecutive rows; the staging tile is rewritten only after the
-      // next tile's CTA barrier, which every thread of the warpgroup reaches after these reads
-      constexpr int C4 = NQ * 2;  // float4 per row
-      const int wt = tid & 127;
-      float* dst = p.dq_acc + (int64_t(qt0) * p.H + h) * D + qpanel * 64;
-#pragma unroll
-      for (int idx = wt; idx < 64 * C4; idx += 128) {
-        const int qr = idx / C4, c = idx % C4;
-        if (qr < nv)
-          atomicAdd(reinterpret_cast<float4*>(dst + int64_t(qr) * p.H * D + 4 * c),
-                    *reinterpret_cast<const float4*>(stg + qr * SLD + 4 * c));
-      }
     }
   }
-  wg_wait<0>();  // the unused products issued after the last tile
-  reg_fence(st);
-  reg_fence(dpt);
+  if (niter > 0 && staged_atomics) add_staged(ph, pqt0, pnv);
   cp_async_wait<0>();
   if (p.variant == 2) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 
