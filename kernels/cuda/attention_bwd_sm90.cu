@@ -1,7 +1,8 @@
 // Block-sparse attention backward with Hopper warpgroup MMA (sm_90a), block size 128: one CTA of two
 // warpgroups per (key block, kv head); warpgroup w owns keys 64w..64w+63 with K, V resident in
 // shared memory and dK, dV in registers. It walks every query head of the group x every query block
-// keeping this key block (the transposed selection) in 64-query tiles, Q/dO double-buffered:
+// keeping this key block (the transposed selection) in 64-query tiles, Q/dO in three stages (TMA
+// loads completing mbarriers; lse, Delta by cp.async):
 //   S^T = K Q^T and dP^T = V dO^T (wgmma, shared x shared), P^T = exp(S^T - lse),
 //   dV += P^T dO and dK += dS^T Q with P^T, dS^T = P^T (dP^T - Delta) straight from registers,
 //   dQ = dS K from dS^T staged in shared memory (head_dim 128: warpgroup w takes columns 64w..;

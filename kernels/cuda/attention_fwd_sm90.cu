@@ -1,6 +1,7 @@
 // Block-sparse attention forward with Hopper warpgroup MMA (sm_90a), block size 128: one CTA of two
 // warpgroups per (query block, query head); warpgroup w owns query rows 64w..64w+63. Each kept key
-// block (128 keys) is one tile: K and V in three shared-memory stages (cp.async, 128-byte swizzle),
+// block (128 keys) is one tile: K and V in three shared-memory stages each (TMA loads from one thread
+// completing mbarriers, 128-byte swizzle),
 // S = Q K^T by wgmma with both operands in shared memory, online softmax in registers, O += P V by
 // wgmma with P straight from registers (no round trip through shared memory); the softmax of one
 // tile overlaps the P V product of the previous one.
