@@ -6,7 +6,7 @@
 //           as long as they are: at density 0.1 the backward's key block 0, which every query block
 //           keeps, has ten times the average work.
 //   blocks  heaviest first over all heads (longest-processing-time list scheduling): no tail, but
-//           concurrent CTAs spread over all heads and L2 reuse suffers (measured 5-12% slower at
+//           concurrent CTAs spread over all heads and L2 reuse suffers (measured 5-11% slower at
 //           density 0.5 on an H200, bench/RESULTS.md).
 //   mixed   (default) the head-outer order, except that items which finish more than 3% past the
 //           best possible makespan (max of mean load per slot and largest item) in a simulation of
