@@ -17,11 +17,21 @@
 #include <numeric>
 #include <queue>
 #include <stdexcept>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace sb::kernels {
 
 enum class CtaOrder { mixed, heads, blocks };
+
+// The value of SB_ATTN_ORDER (null or empty: mixed).
+inline CtaOrder parse_cta_order(const char* s) {
+  if (!s || !*s || std::string_view(s) == "mixed") return CtaOrder::mixed;
+  if (std::string_view(s) == "heads") return CtaOrder::heads;
+  if (std::string_view(s) == "blocks") return CtaOrder::blocks;
+  throw std::invalid_argument(std::string("SB_ATTN_ORDER='") + s + "': expected mixed, heads or blocks");
+}
 
 // work[bi * n_heads + h]: cost of block bi for head h (any unit). Returns the item indices
 // bi * n_heads + h in launch order. slots: CTAs that run at once (SMs x CTAs per SM), >= 1.

@@ -38,9 +38,9 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   const uint32_t sdS = sdO + kStages * TQ;                       // dS^T (128 keys x 64 queries)
   float* sL = reinterpret_cast<float*>(smem_raw + (sdS + kBS * kQT * 2 - smem_u32(smem_raw)));  // kStages x QT
   float* sDl = sL + kStages * kQT;                                                              // kStages x QT
-  float* sdQ = sDl + kStages * kQT;  // fp32 dQ staging, per warpgroup 64 x (dQ columns + 4)
-  constexpr int SLD0 = (KS ? D : 64) + 4;
-  const uint32_t bars = (smem_u32(sdQ + 2 * 64 * SLD0) + 7u) & ~7u;  // mbarriers: K/V, then Q/dO stages
+  constexpr int NQ = KS ? D / 8 : 8, SLD = NQ * 8 + 4;  // n8 column chunks of dQ per warpgroup; staging stride
+  float* sdQ = sDl + kStages * kQT;  // fp32 dQ staging, per warpgroup 64 x SLD
+  const uint32_t bars = (smem_u32(sdQ + 2 * 64 * SLD) + 7u) & ~7u;  // mbarriers: K/V, then Q/dO stages
   auto barQ = [&](int t) { return bars + 8 * (1 + t % kStages); };
   auto parity = [](int t) { return uint32_t(t / kStages) & 1u; };
 
@@ -128,7 +128,6 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   __syncthreads();  // lse, Delta of tile 0 from every thread
   mbar_wait(bars, 0);  // K, V
 
-  constexpr int NQ = KS ? D / 8 : 8, SLD = NQ * 8 + 4;  // n8 column chunks of dq; staging stride
   float* stg = sdQ + wg * 64 * SLD;
   // float4 atomics of a staged dQ tile, a warp on two consecutive rows. The tile is rewritten only
   // after the next CTA barrier, which every thread of the warpgroup reaches after these reads.

@@ -2,7 +2,6 @@
 #include <algorithm>
 #include <numeric>
 #include <cstdlib>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -42,13 +41,7 @@ int sm_count() {
 }
 // SB_ATTN_ORDER=heads|blocks picks the other launch orders (for comparisons); unset or mixed: default.
 CtaOrder cta_order_mode() {
-  static const CtaOrder m = [] {
-    const char* e = std::getenv("SB_ATTN_ORDER");
-    if (!e || !*e || !std::strcmp(e, "mixed")) return CtaOrder::mixed;
-    if (!std::strcmp(e, "heads")) return CtaOrder::heads;
-    if (!std::strcmp(e, "blocks")) return CtaOrder::blocks;
-    throw std::runtime_error(std::string("SB_ATTN_ORDER='") + e + "': expected mixed, heads or blocks");
-  }();
+  static const CtaOrder m = parse_cta_order(std::getenv("SB_ATTN_ORDER"));
   return m;
 }
 }  // namespace

@@ -5,11 +5,9 @@
 // warp w owns rows 16w..16w+15; d[4n + e] is row (lane/4 + 8*(e/2)), column 8n + 2*(lane%4) + e%2.
 // Compiled only for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL); callers guard their kernels with it.
 #pragma once
-#include <cuda_bf16.h>
 
 #include <cstdint>
 
-#include "kernels/cuda/mma.cuh"  // cp_async16
 
 namespace sb::kernels::cuda::dev {
 
@@ -19,19 +17,6 @@ namespace sb::kernels::cuda::dev {
 template <int R>
 __device__ __forceinline__ uint32_t sw128(int r, int c) {
   return uint32_t((c >> 6) * R * 128 + r * 128 + ((((c >> 3) & 7) ^ (r & 7)) << 4) + (c & 7) * 2);
-}
-
-// Async load (cp.async, all nthreads threads of the block) of a (R x D) bf16 tile whose row r is at
-// src + r * ld into the sw128 layout; rows >= nvalid are zero-filled.
-template <int R, int D, int nthreads>
-__device__ __forceinline__ void load_sw128(uint32_t dst, const __nv_bfloat16* src, int64_t ld, int nvalid, int tid) {
-  constexpr int chunks = R * (D / 8);
-#pragma unroll
-  for (int idx = tid; idx < chunks; idx += nthreads) {
-    const int r = idx / (D / 8), c = idx % (D / 8);
-    const bool ok = r < nvalid;
-    cp_async16(dst + sw128<R>(r, c * 8), ok ? src + int64_t(r) * ld + c * 8 : src, ok);
-  }
 }
 
 // Descriptor of a 128B-swizzled operand at shared address `addr`. K-major (rows of 64 k-values):

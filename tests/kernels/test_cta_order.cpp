@@ -106,6 +106,21 @@ TEST(CtaOrder, MixedKeepsTheHeadOrderOfADenseTriangle) {
   EXPECT_EQ(rest, expect);
 }
 
+TEST(CtaOrder, ParsesTheSwitch) {
+  EXPECT_EQ(k::parse_cta_order(nullptr), k::CtaOrder::mixed);
+  EXPECT_EQ(k::parse_cta_order(""), k::CtaOrder::mixed);
+  EXPECT_EQ(k::parse_cta_order("mixed"), k::CtaOrder::mixed);
+  EXPECT_EQ(k::parse_cta_order("heads"), k::CtaOrder::heads);
+  EXPECT_EQ(k::parse_cta_order("blocks"), k::CtaOrder::blocks);
+  try {
+    k::parse_cta_order("Heads");
+    FAIL() << "no error for SB_ATTN_ORDER=Heads";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("SB_ATTN_ORDER='Heads'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("expected mixed, heads or blocks"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CtaOrder, RejectsBadShapes) {
   EXPECT_THROW(k::cta_order({1, 2, 3}, 2, 4, k::CtaOrder::mixed), std::invalid_argument);
   EXPECT_THROW(k::cta_order({1, 2}, 0, 4, k::CtaOrder::mixed), std::invalid_argument);
