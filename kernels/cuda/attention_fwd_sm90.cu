@@ -1,10 +1,12 @@
-// Block-sparse attention forward with Hopper warpgroup MMA (sm_90a), block size 128: one CTA of two
-// warpgroups per (query block, query head); warpgroup w owns query rows 64w..64w+63. Each kept key
-// block (128 keys) is one tile: K and V in three shared-memory stages each (TMA loads from one thread
-// completing mbarriers, 128-byte swizzle),
-// S = Q K^T by wgmma with both operands in shared memory, online softmax in registers, O += P V by
-// wgmma with P straight from registers (no round trip through shared memory); the softmax of one
-// tile overlaps the P V product of the previous one.
+// Block-sparse attention forward with Hopper warpgroup MMA (sm_90a), block size 128: one CTA per
+// (query block, query head) of two consumer warpgroups and one producer warp; warpgroup w owns query
+// rows 64w..64w+63. Each kept key block (128 keys) is one tile. The producer warp streams K and V by
+// TMA into three shared-memory stages each (128-byte swizzle), each load completing a "full"
+// mbarrier; the consumers release a stage on its "empty" mbarrier once their wgmma read it, so no
+// CTA-wide barrier runs in the loop. S = Q K^T by wgmma with both operands in shared memory, online
+// softmax in registers, O += P V by wgmma with P straight from registers; the softmax of one tile
+// overlaps the P V product of the previous one, and the two warpgroups take turns issuing their
+// products (named barriers), so one's softmax runs under the other's matrix products (ping-pong).
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -21,7 +23,9 @@ namespace sb::kernels::cuda {
 namespace {
 using namespace dev;
 
-constexpr int kBS = 128, kThreads = 256, kStages = 3;  // K/V tiles in flight or in use
+constexpr int kBS = 128, kStages = 3;  // K/V tiles in flight or in use
+constexpr int kThreads = 384;          // two consumer warpgroups, one producer warpgroup (one thread works)
+constexpr int kTurn0 = 1;              // named barriers kTurn0 + w: warpgroup w may issue its products
 
 template <int D>
 __global__ void __launch_bounds__(kThreads, 1) fwd_sm90_kernel(const FwdParams p, const __grid_constant__ FwdMaps maps) {
@@ -30,9 +34,12 @@ __global__ void __launch_bounds__(kThreads, 1) fwd_sm90_kernel(const FwdParams p
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t sQ = base, sK = base + TILE, sV = sK + kStages * TILE;  // K, V: kStages buffers each
-  const uint32_t bars = sV + kStages * TILE;  // mbarriers: Q, then K stages, then V stages
-  auto barK = [&](int t) { return bars + 8 * (1 + t % kStages); };
-  auto barV = [&](int t) { return bars + 8 * (1 + kStages + t % kStages); };
+  // mbarriers: Q; K full, V full, K empty, V empty (kStages each)
+  const uint32_t bars = sV + kStages * TILE;
+  auto fullK = [&](int t) { return bars + 8 * (1 + t % kStages); };
+  auto fullV = [&](int t) { return bars + 8 * (1 + kStages + t % kStages); };
+  auto emptyK = [&](int t) { return bars + 8 * (1 + 2 * kStages + t % kStages); };
+  auto emptyV = [&](int t) { return bars + 8 * (1 + 3 * kStages + t % kStages); };
   auto parity = [](int t) { return uint32_t(t / kStages) & 1u; };  // phase of tile t's stage
 
   const int tid = threadIdx.x, wg = tid >> 7, wq = (tid >> 5) & 3, lane = tid & 31;
@@ -44,34 +51,38 @@ __global__ void __launch_bounds__(kThreads, 1) fwd_sm90_kernel(const FwdParams p
   const int64_t c0 = p.row_ptr[row];
   const int niter = int(p.row_ptr[row + 1] - c0);
 
-  // TMA loads issued by thread 0, each completing an mbarrier. V runs one tile behind K, as P V runs
-  // one tile behind Q K^T: the end of iteration it loads K of tile it + 2 and V of tile it + 1 into
-  // the stages of K_(it-1), V_(it-2), which the CTA barrier at the top of iteration it released. Rows
-  // past the document are the next document's (or zeros past the tensor): queries there are not
-  // written, keys there are causally masked for every query of the document.
   if (tid == 0) {
     for (int x = 0; x < 1 + 2 * kStages; x++) mbar_init(bars + 8 * x, 1);
+    for (int x = 1 + 2 * kStages; x < 1 + 4 * kStages; x++) mbar_init(bars + 8 * x, 8);  // one per consumer warp
     mbar_init_fence();
   }
   __syncthreads();
-  auto issue = [&](int kt, int vt) {
-    if (tid != 0) return;
-    if (kt < niter) {
-      mbar_expect(barK(kt), TILE);
-      tma_tile<kBS, D>(sK + (kt % kStages) * TILE, &maps.k, barK(kt), g, b.doc_t0 + p.cols[c0 + kt] * kBS);
-    }
-    if (vt >= 0 && vt < niter) {
-      mbar_expect(barV(vt), TILE);
-      tma_tile<kBS, D>(sV + (vt % kStages) * TILE, &maps.v, barV(vt), g, b.doc_t0 + p.cols[c0 + vt] * kBS);
-    }
-  };
-  if (tid == 0 && niter > 0) {
-    mbar_expect(bars, TILE);
-    tma_tile<kBS, D>(sQ, &maps.q, bars, h, b.t0);
-  }
-  issue(0, -1);
-  issue(1, 0);
 
+  // Producer: Q, then K one tile ahead of V (P V runs one tile behind Q K^T), each into a stage that
+  // the consumers released. Rows past the document are the next document's (or zeros past the
+  // tensor): queries there are not written, keys there are causally masked for every query.
+  if (wg == 2) {
+    // The producer needs few registers: give them to the consumers (24 + 2 x 240 per 128 threads).
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+    if (tid == 256 && niter > 0) {
+      mbar_expect(bars, TILE);
+      tma_tile<kBS, D>(sQ, &maps.q, bars, h, b.t0);
+      for (int t = 0; t <= niter; t++) {
+        if (t < niter) {
+          if (t >= kStages) mbar_wait(emptyK(t), parity(t) ^ 1u);
+          mbar_expect(fullK(t), TILE);
+          tma_tile<kBS, D>(sK + (t % kStages) * TILE, &maps.k, fullK(t), g, b.doc_t0 + p.cols[c0 + t] * kBS);
+        }
+        if (const int v = t - 1; v >= 0) {
+          if (v >= kStages) mbar_wait(emptyV(v), parity(v) ^ 1u);
+          mbar_expect(fullV(v), TILE);
+          tma_tile<kBS, D>(sV + (v % kStages) * TILE, &maps.v, fullV(v), g, b.doc_t0 + p.cols[c0 + v] * kBS);
+        }
+      }
+    }
+    return;  // no CTA-wide barrier follows
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
   float o[D / 2];  // (64 rows of this warpgroup, D): rows 16wq + lane/4 (+8)
 #pragma unroll
   for (int n = 0; n < D / 2; n++) o[n] = 0.f;
@@ -131,34 +142,47 @@ __global__ void __launch_bounds__(kThreads, 1) fwd_sm90_kernel(const FwdParams p
     for (int kk = 0; kk < 8; kk++) wgmma_rs<1>(o, pa[kk], desc_mn<kBS>(tV, kk * 16, 0));
     wg_commit();
   };
+  // Ping-pong: warpgroup w issues its products after the other one issued its own (named barrier
+  // kTurn0 + w), then lets the other go. Warpgroup 1 lets warpgroup 0 go first and skips its last
+  // hand-over, so every barrier sees as many arrivals as waits.
+  const int my_turn = kTurn0 + wg, other_turn = kTurn0 + (wg ^ 1);
+  auto release = [&](uint32_t bar) {  // this warp is done reading a stage (its wgmma completed)
+    if (lane == 0) mbar_arrive(bar);
+  };
 
   if (niter > 0) {
+    if (wg == 1) bar_arrive(other_turn, 256);
     mbar_wait(bars, 0);  // Q
-    mbar_wait(barK(0), 0);
+    mbar_wait(fullK(0), 0);
+    bar_sync(my_turn, 256);
     wg_fence();
     qk(sK);
+    bar_arrive(other_turn, 256);
     wg_wait<0>();
     reg_fence(s);
+    release(emptyK(0));
     softmax(0);  // o is still 0: nothing to rescale
     pack_p();
-    issue(2, 1);  // stages never used yet
   }
   // Iteration it: S_it = Q K_it^T and O += P_{it-1} V_{it-1} in flight together; the softmax of S_it
-  // runs while the tensor cores finish P V; then K_(it+2), V_(it+1) go out.
+  // runs while the tensor cores finish P V and the other warpgroup's products.
   for (int it = 1; it < niter; it++) {
-    __syncthreads();  // every warp is past iteration it - 1: the stages loaded at its end are free
-    mbar_wait(barK(it), parity(it));
-    mbar_wait(barV(it - 1), parity(it - 1));
+    mbar_wait(fullK(it), parity(it));
+    mbar_wait(fullV(it - 1), parity(it - 1));
+    bar_sync(my_turn, 256);
     wg_fence();
     qk(sK + (it % kStages) * TILE);
     pv(sV + ((it - 1) % kStages) * TILE);
+    bar_arrive(other_turn, 256);
     wg_wait<1>();
     reg_fence(s);
+    release(emptyK(it));
     softmax(it);
     wg_wait<0>();
     reg_fence(o);
 #pragma unroll
     for (int kk = 0; kk < 8; kk++) reg_fence(pa[kk]);
+    release(emptyV(it - 1));
 #pragma unroll
     for (int n = 0; n < DN; n++) {
       o[4 * n] *= corr[0];
@@ -167,12 +191,13 @@ __global__ void __launch_bounds__(kThreads, 1) fwd_sm90_kernel(const FwdParams p
       o[4 * n + 3] *= corr[1];
     }
     pack_p();
-    issue(it + 2, it + 1);  // after the softmax: issuing it earlier delayed the softmax (2.5% slower)
   }
   if (niter > 0) {
-    mbar_wait(barV(niter - 1), parity(niter - 1));
+    mbar_wait(fullV(niter - 1), parity(niter - 1));
+    bar_sync(my_turn, 256);
     wg_fence();
     pv(sV + ((niter - 1) % kStages) * TILE);
+    if (wg == 0) bar_arrive(other_turn, 256);
     wg_wait<0>();
     reg_fence(o);
 #pragma unroll
@@ -206,8 +231,8 @@ __global__ void __launch_bounds__(kThreads, 1) fwd_sm90_kernel(const FwdParams p
 
 template <int D>
 void launch(const FwdParams& p, int n_blocks, int64_t n_tokens, cudaStream_t stream) {
-  // Q, K and V stages, mbarriers, alignment slack
-  constexpr size_t smem = size_t(1 + 2 * kStages) * kBS * D * 2 + 8 * (1 + 2 * kStages) + 1024;
+  // Q, K and V stages, mbarriers (Q; full and empty of each stage), alignment slack
+  constexpr size_t smem = size_t(1 + 2 * kStages) * kBS * D * 2 + 8 * (1 + 4 * kStages) + 1024;
   SB_CUDA_CHECK(cudaFuncSetAttribute(fwd_sm90_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const FwdMaps maps{tile_map(p.q, n_tokens, p.H, D, kBS), tile_map(p.k, n_tokens, p.Hkv, D, kBS),
                      tile_map(p.v, n_tokens, p.Hkv, D, kBS)};
