@@ -12,11 +12,28 @@ NcclGradReducer::NcclGradReducer(const Comm& comm, size_t bucket_bytes, cudaStre
   if (comm.root()) SB_NCCL_CHECK(ncclGetUniqueId(&id));
   comm.broadcast(std::span<unsigned char>(reinterpret_cast<unsigned char*>(&id), sizeof(id)));
   SB_NCCL_CHECK(ncclCommInitRank(&nccl_, comm.size(), id, comm.rank()));
+  // Higher priority than the compute stream: a sum that can run should not queue behind the
+  // backward's kernels.
+  int lo = 0, hi = 0;
+  SB_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+  SB_CUDA_CHECK(cudaStreamCreateWithPriority(&comm_, cudaStreamNonBlocking, hi));
+  SB_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
 }
 
 NcclGradReducer::~NcclGradReducer() {
   if (nccl_) ncclCommDestroy(nccl_);
+  if (ready_) cudaEventDestroy(ready_);
+  if (comm_) cudaStreamDestroy(comm_);
 }
+
+void NcclGradReducer::allreduce_sum_async(float* data, size_t n, cudaStream_t after) {
+  SB_CUDA_CHECK(cudaEventRecord(ready_, after));
+  SB_CUDA_CHECK(cudaStreamWaitEvent(comm_, ready_, 0));  // captures the event now: it may be re-recorded
+  for (size_t off = 0; off < n; off += bucket_)
+    SB_NCCL_CHECK(ncclAllReduce(data + off, data + off, std::min(bucket_, n - off), ncclFloat, ncclSum, nccl_, comm_));
+}
+
+void NcclGradReducer::finish() { SB_CUDA_CHECK(cudaStreamSynchronize(comm_)); }
 
 void NcclGradReducer::allreduce_sum(float* data, size_t n) {
   for (size_t off = 0; off < n; off += bucket_)

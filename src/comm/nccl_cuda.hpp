@@ -30,11 +30,18 @@ class NcclGradReducer final : public GradReducer {
   // data: device pointer. Bucketed (bounded message size); returns with the sums in place
   // (the stream synchronised).
   void allreduce_sum(float* data, size_t n) override;
+  // Overlap: starts the (bucketed) sum of data[0, n) on the reducer's own stream once `after` has
+  // reached this point, and returns at once; finish() waits for every sum started. Every rank must
+  // start the same ranges in the same order (NCCL matches collectives by order).
+  void allreduce_sum_async(float* data, size_t n, cudaStream_t after);
+  void finish();
 
  private:
   ncclComm_t nccl_ = nullptr;
   size_t bucket_;
-  cudaStream_t stream_;
+  cudaStream_t stream_;            // the compute stream (allreduce_sum runs on it)
+  cudaStream_t comm_ = nullptr;    // the overlapped sums
+  cudaEvent_t ready_ = nullptr;    // recorded on `after`, waited on by comm_
 };
 
 // Ranks that share one GPU cannot share an NCCL communicator: the device gradients go through host

@@ -1,6 +1,8 @@
 #include "src/model/model_cuda.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <stdexcept>
 
 #include "kernels/cuda/cuda_check.hpp"
@@ -134,8 +136,18 @@ static void to_device(DeviceArray<T>& d, const std::vector<T>& h, cudaStream_t s
   SB_CUDA_CHECK(cudaMemcpyAsync(d.data(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice, s));
 }
 
+std::pair<size_t, size_t> ModelCuda::layer_range(int l) const {
+  const LayerIdx& I = li_.at(size_t(l));
+  size_t lo = SIZE_MAX, hi = 0;
+  for (size_t i : {I.ln1, I.q, I.k, I.v, I.o, I.ln2, I.gate, I.up, I.down}) {
+    lo = std::min(lo, params_[i].offset);
+    hi = std::max(hi, params_[i].offset + params_[i].size);
+  }
+  return {lo, hi};
+}
+
 MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool backward,
-                               std::vector<int32_t>* argmax) {
+                               std::vector<int32_t>* argmax, const std::function<void(int)>& layer_done) {
   const auto t_start = Clock::now();
   const ModelDims& s = dims_;
   const int N = b.n(), C = s.d_model, H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, F = s.ffn_dim,
@@ -248,6 +260,7 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
       kc::linear_bwd(bl, A.xn.data(), W16(I.k), dk, dxn, true, G(I.k), N, C, KD);
       kc::linear_bwd(bl, A.xn.data(), W16(I.v), dv, dxn, true, G(I.v), N, C, KD);
       kc::rmsnorm_bwd(A.x_in.data(), W(I.ln1), A.rstd1.data(), dxn, dx, G(I.ln1), N, C, cs);
+      if (layer_done) layer_done(l);
     }
     kc::embedding_bwd(tokens_.data(), dx, G(i_embed_), N, C, cs);
   }

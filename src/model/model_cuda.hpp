@@ -7,7 +7,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/attention_cuda.hpp"
@@ -52,8 +54,11 @@ class ModelCuda {
 
   // As Model::forward_backward: gradients accumulate into grads(), scaled by loss_scale; attention
   // and gating times are GPU times (CUDA events), total_ms the wall time to a synchronised end.
-  MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale) {
-    return run(b, a, loss_scale, true, nullptr);
+  // layer_done (optional) is called with l once the backward of layer l is enqueued on stream():
+  // its gradients (layer_grads(l)) are complete when the stream gets there.
+  MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale,
+                                   const std::function<void(int)>& layer_done = {}) {
+    return run(b, a, loss_scale, true, nullptr, layer_done);
   }
   // As Model::forward (evaluation): loss and, when asked, the greedy prediction of every token; no
   // gradients (grads() untouched).
@@ -64,6 +69,8 @@ class ModelCuda {
   float* weights() { return w32_.data(); }
   bf16* weights16() { return w16_.data(); }
   float* grads() { return g32_.data(); }
+  // The flat range [begin, end) of layer l's parameters (ln1 .. down, contiguous in params order).
+  std::pair<size_t, size_t> layer_range(int l) const;
   size_t size() const { return n_; }
   void zero_grads();
   cudaStream_t stream() const { return stream_; }
@@ -72,7 +79,7 @@ class ModelCuda {
   struct Layer;
   struct Timers;
   MicroBatchStats run(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool backward,
-                      std::vector<int32_t>* argmax);
+                      std::vector<int32_t>* argmax, const std::function<void(int)>& layer_done = {});
   float* W(size_t i) { return w32_.data() + params_[i].offset; }
   bf16* W16(size_t i) { return w16_.data() + params_[i].offset; }
   float* G(size_t i) { return g32_.data() + params_[i].offset; }

@@ -17,7 +17,7 @@ class CpuEngine final : public Engine {
   CpuEngine(const Config& cfg, const Comm& comm, Model<float>& model, AdamW& opt)
       : comm_(comm), model_(model), opt_(opt), reducer_(comm, size_t(cfg.f("train.bucket_mb") * 1024 * 1024)) {}
   void zero_grads() override { model_.zero_grads(); }
-  MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale) override {
+  MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool) override {
     return model_.forward_backward(b, a, loss_scale);
   }
   MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax) override {

@@ -22,7 +22,10 @@ class Engine {
   virtual ~Engine() = default;
   virtual void zero_grads() = 0;
   // Gradients accumulate over the step's micro-batches, scaled by loss_scale (Model::forward_backward).
-  virtual MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale) = 0;
+  // `last`: the step's last micro-batch on this rank; an engine may then start reducing the
+  // gradients that are final (reduce_gradients completes it).
+  virtual MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale,
+                                           bool last = false) = 0;
   // Forward only (eval): as Model::forward, `argmax` (optional) gets every token's greedy prediction.
   virtual MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax) = 0;
   // Fault injection (train.inject_nan_step): the first gradient becomes +inf.

@@ -1,5 +1,6 @@
 // The CUDA engine: one GPU per rank (node-local rank picks it), the model in mixed precision
 // (src/model/model_cuda.cpp), AdamW on fp32 master weights on the device, NCCL all-reduce.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -50,20 +51,28 @@ class CudaEngine final : public Engine {
     if (shared) {
       reducer_ = std::make_unique<HostStagedGradReducer>(comm, bucket, gpu_->stream());
     } else {
-      reducer_ = std::make_unique<NcclGradReducer>(comm, bucket, gpu_->stream());
+      auto nccl = std::make_unique<NcclGradReducer>(comm, bucket, gpu_->stream());
+      if (cfg.b("train.overlap_reduce") && layers_tile()) nccl_ = nccl.get();
+      reducer_ = std::move(nccl);
     }
+    reduced_.assign(size_t(model.shape().n_layers), 0);
     const bool any_shared = comm.allreduce_max(shared ? 1.0 : 0.0) > 0;
     cudaDeviceProp p{};
     SB_CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
     gpu_name_ = p.name;
     if (comm.root()) {
       std::printf("device: %s (cuda:%d on rank 0); gradients: %s\n", p.name, dev,
-                  any_shared ? "MPI through host memory (more ranks than GPUs on a node)" : "NCCL all-reduce");
+                  any_shared ? "MPI through host memory (more ranks than GPUs on a node)"
+                  : nccl_    ? "NCCL all-reduce, per layer during the last backward"
+                             : "NCCL all-reduce");
     }
   }
   void zero_grads() override { gpu_->zero_grads(); }
-  MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale) override {
-    return gpu_->forward_backward(b, a, loss_scale);
+  // With overlap, the step's last backward starts each layer's sum as soon as that layer is done:
+  // layer l's gradients are final then (the earlier micro-batches are already accumulated).
+  MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool last) override {
+    if (!last || !nccl_) return gpu_->forward_backward(b, a, loss_scale);
+    return gpu_->forward_backward(b, a, loss_scale, [this](int l) { start_layer(l); });
   }
   MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax) override {
     return gpu_->forward(b, a, argmax);
@@ -72,9 +81,24 @@ class CudaEngine final : public Engine {
     const float inf = std::numeric_limits<float>::infinity();
     SB_CUDA_CHECK(cudaMemcpy(gpu_->grads(), &inf, sizeof(float), cudaMemcpyHostToDevice));
   }
+  // Every rank starts the same sums in the same order: the layers from the last to the first (those
+  // its last backward has not started yet, e.g. all of them on a rank without micro-batches), then
+  // the parameters outside the layers (embedding, final norm, head: the embedding's gradient is
+  // complete only after the whole backward).
   void reduce_gradients() override {
     SB_CUDA_CHECK(cudaStreamSynchronize(gpu_->stream()));
-    reducer_->allreduce_sum(gpu_->grads(), gpu_->size());
+    if (!nccl_) {
+      reducer_->allreduce_sum(gpu_->grads(), gpu_->size());
+      return;
+    }
+    const int L = int(reduced_.size());
+    for (int l = L - 1; l >= 0; --l)
+      if (!reduced_[size_t(l)]) start_layer(l);
+    const size_t first = gpu_->layer_range(0).first, end = gpu_->layer_range(L - 1).second;
+    if (first > 0) nccl_->allreduce_sum_async(gpu_->grads(), first, gpu_->stream());
+    if (end < gpu_->size()) nccl_->allreduce_sum_async(gpu_->grads() + end, gpu_->size() - end, gpu_->stream());
+    nccl_->finish();
+    std::fill(reduced_.begin(), reduced_.end(), 0);
   }
   double gradient_norm() override { return std::sqrt(kc::sum_squares(gpu_->grads(), gpu_->size(), gpu_->stream())); }
   void update(double grad_norm, double lr, int64_t step) override {
@@ -115,6 +139,20 @@ class CudaEngine final : public Engine {
  private:
   const Comm& comm_;
   std::string gpu_name_;
+  void start_layer(int l) {
+    const auto [lo, hi] = gpu_->layer_range(l);
+    nccl_->allreduce_sum_async(gpu_->grads() + lo, hi - lo, gpu_->stream());
+    reduced_[size_t(l)] = 1;
+  }
+  // The layers' ranges follow one another without gaps (params order), so layers + the rest cover
+  // the buffer exactly once; otherwise the overlap stays off.
+  bool layers_tile() const {
+    const int L = gpu_ ? int(model_.shape().n_layers) : 0;
+    if (L == 0) return false;
+    for (int l = 0; l + 1 < L; ++l)
+      if (gpu_->layer_range(l).second != gpu_->layer_range(l + 1).first) return false;
+    return true;
+  }
   void download(const DeviceArray<float>& d, std::vector<float>& h) {
     h.resize(gpu_->size());
     SB_CUDA_CHECK(cudaMemcpy(h.data(), d.data(), h.size() * sizeof(float), cudaMemcpyDeviceToHost));
@@ -130,6 +168,8 @@ class CudaEngine final : public Engine {
   std::unique_ptr<ModelCuda> gpu_;
   DeviceArray<float> m_, v_;  // (n) AdamW moments
   std::unique_ptr<GradReducer> reducer_;
+  NcclGradReducer* nccl_ = nullptr;  // set when train.overlap_reduce and NCCL: sums overlap the last backward
+  std::vector<char> reduced_;        // per layer: its sum started this step
   std::vector<float> scratch_;
 };
 

@@ -289,7 +289,8 @@ Trainer::StepOut Trainer::step(int64_t s) {
   for (size_t m = 0; m < mine.size(); ++m) {
     PackedBatch b = pack_micro_batch(ds_, mine[m]);
     attn_.k = tr.k[m];
-    MicroBatchStats st = engine_->forward_backward(b, attn_, float(1.0 / double(std::max<int64_t>(global_targets, 1))));
+    MicroBatchStats st = engine_->forward_backward(b, attn_, float(1.0 / double(std::max<int64_t>(global_targets, 1))),
+                                                   m + 1 == mine.size());
     PartTimes pred = lm_.micro_batch_parts(mine[m], tr.k[m]);
     my[kPredAttn] += pred.attention, my[kPredGating] += pred.gating, my[kPredLinear] += pred.linear;
     my[kAttnMs] += st.attn_ms, my[kGatingMs] += st.gating_ms;
