@@ -26,18 +26,21 @@ NcclGradReducer::~NcclGradReducer() {
   if (comm_) cudaStreamDestroy(comm_);
 }
 
+void NcclGradReducer::sum_buckets(float* data, size_t n, cudaStream_t s) {
+  for (size_t off = 0; off < n; off += bucket_)
+    SB_NCCL_CHECK(ncclAllReduce(data + off, data + off, std::min(bucket_, n - off), ncclFloat, ncclSum, nccl_, s));
+}
+
 void NcclGradReducer::allreduce_sum_async(float* data, size_t n, cudaStream_t after) {
   SB_CUDA_CHECK(cudaEventRecord(ready_, after));
   SB_CUDA_CHECK(cudaStreamWaitEvent(comm_, ready_, 0));  // captures the event now: it may be re-recorded
-  for (size_t off = 0; off < n; off += bucket_)
-    SB_NCCL_CHECK(ncclAllReduce(data + off, data + off, std::min(bucket_, n - off), ncclFloat, ncclSum, nccl_, comm_));
+  sum_buckets(data, n, comm_);
 }
 
 void NcclGradReducer::finish() { SB_CUDA_CHECK(cudaStreamSynchronize(comm_)); }
 
 void NcclGradReducer::allreduce_sum(float* data, size_t n) {
-  for (size_t off = 0; off < n; off += bucket_)
-    SB_NCCL_CHECK(ncclAllReduce(data + off, data + off, std::min(bucket_, n - off), ncclFloat, ncclSum, nccl_, stream_));
+  sum_buckets(data, n, stream_);
   SB_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 

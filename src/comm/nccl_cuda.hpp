@@ -37,6 +37,7 @@ class NcclGradReducer final : public GradReducer {
   void finish();
 
  private:
+  void sum_buckets(float* data, size_t n, cudaStream_t s);  // bounded messages, in order, on s
   ncclComm_t nccl_ = nullptr;
   size_t bucket_;
   cudaStream_t stream_;            // the compute stream (allreduce_sum runs on it)

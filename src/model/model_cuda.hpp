@@ -55,7 +55,7 @@ class ModelCuda {
   // As Model::forward_backward: gradients accumulate into grads(), scaled by loss_scale; attention
   // and gating times are GPU times (CUDA events), total_ms the wall time to a synchronised end.
   // layer_done (optional) is called with l once the backward of layer l is enqueued on stream():
-  // its gradients (layer_grads(l)) are complete when the stream gets there.
+  // its gradients (layer_range(l)) are complete when the stream gets there.
   MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale,
                                    const std::function<void(int)>& layer_done = {}) {
     return run(b, a, loss_scale, true, nullptr, layer_done);

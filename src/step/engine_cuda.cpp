@@ -147,7 +147,7 @@ class CudaEngine final : public Engine {
   // The layers' ranges follow one another without gaps (params order), so layers + the rest cover
   // the buffer exactly once; otherwise the overlap stays off.
   bool layers_tile() const {
-    const int L = gpu_ ? int(model_.shape().n_layers) : 0;
+    const int L = int(model_.shape().n_layers);
     if (L == 0) return false;
     for (int l = 0; l + 1 < L; ++l)
       if (gpu_->layer_range(l).second != gpu_->layer_range(l + 1).first) return false;
