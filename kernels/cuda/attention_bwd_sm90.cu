@@ -204,7 +204,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     // dS^T = P^T (dP^T - Delta): registers for dK, shared memory for dQ. With the column split
     // the other warpgroup's dQ of the previous tile reads our rows of dS^T: wait for its arrival.
     if constexpr (!KS)
-      if (it > 0) asm volatile("bar.sync %0, 256;\n" ::"r"(3 + (wg ^ 1)) : "memory");
+      if (it > 0) bar_sync(3 + (wg ^ 1), 256);
 #pragma unroll
     for (int n = 0; n < 8; n++) {
       const int qc = n * 8 + 2 * (lane & 3);
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
       reg_fence(ds[kk]);
     }
     if constexpr (!KS)  // done reading dS^T: the other warpgroup may overwrite its rows
-      if (it + 1 < niter) asm volatile("bar.arrive %0, 256;\n" ::"r"(3 + wg) : "memory");
+      if (it + 1 < niter) bar_arrive(3 + wg, 256);
     // dQ leaves the registers (staged in shared memory; added at the top of the next iteration,
     // under its first products, or after the loop) without holding 32-64 more registers there.
     if (p.variant == 1) {  // float2 atomics straight from the registers, not overlapped
@@ -269,7 +269,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
               make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
       }
       if (p.variant == 2) fence_async_smem();  // the bulk reduce reads the tile through the async proxy
-      asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");  // this warpgroup's tile staged
+      bar_sync(1 + wg, 128);  // this warpgroup's tile staged
     }
     if (p.variant == 2) {
       // one bulk reduce-add (TMA engine) per row, issued by 64 threads; they wait for its reads of

@@ -1,7 +1,7 @@
 // Block-sparse attention forward with Hopper warpgroup MMA (sm_90a), block size 128: one CTA per
-// (query block, query head) of two consumer warpgroups and one producer warp; warpgroup w owns query
-// rows 64w..64w+63. Each kept key block (128 keys) is one tile. The producer warp streams K and V by
-// TMA into three shared-memory stages each (128-byte swizzle), each load completing a "full"
+// (query block, query head) of two consumer warpgroups and one producer warpgroup; consumer w owns
+// query rows 64w..64w+63. Each kept key block (128 keys) is one tile. One producer thread streams K
+// and V by TMA into three shared-memory stages each (128-byte swizzle), each load completing a "full"
 // mbarrier; the consumers release a stage on its "empty" mbarrier once their wgmma read it, so no
 // CTA-wide barrier runs in the loop. S = Q K^T by wgmma with both operands in shared memory, online
 // softmax in registers, O += P V by wgmma with P straight from registers; the softmax of one tile
