@@ -7,7 +7,7 @@
 #include <random>
 
 #include "src/model/model.hpp"
-#include "src/step/update.hpp"
+#include "src/train/update.hpp"
 
 using namespace sb;
 

@@ -7,7 +7,7 @@
 #include "src/cli/args.hpp"
 #include "src/comm/comm.hpp"
 #include "src/common/error.hpp"
-#include "src/step/evaluate.hpp"
+#include "src/train/evaluate.hpp"
 
 namespace sb {
 

@@ -7,7 +7,7 @@
 #include "io/shard.hpp"
 #include "src/cli/args.hpp"
 #include "src/common/error.hpp"
-#include "src/step/profile.hpp"
+#include "src/train/profile.hpp"
 
 namespace sb {
 

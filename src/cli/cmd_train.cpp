@@ -8,7 +8,7 @@
 #include "src/cli/args.hpp"
 #include "src/comm/comm.hpp"
 #include "src/common/error.hpp"
-#include "src/step/trainer.hpp"
+#include "src/train/trainer.hpp"
 
 extern "C" void openblas_set_num_threads(int);
 

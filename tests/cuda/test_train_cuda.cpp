@@ -15,9 +15,9 @@
 #include "kernels/cuda/attention_cuda.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "src/model/model_cuda.hpp"
-#include "src/step/evaluate.hpp"
-#include "src/step/profile.hpp"
-#include "src/step/trainer.hpp"
+#include "src/train/evaluate.hpp"
+#include "src/train/profile.hpp"
+#include "src/train/trainer.hpp"
 #include "tests/train/train_test_util.hpp"
 
 using namespace sbtest;

@@ -10,7 +10,7 @@
 #include "io/checkpoint.hpp"
 #include "io/h5.hpp"
 #include "src/comm/comm.hpp"
-#include "src/step/trainer.hpp"
+#include "src/train/trainer.hpp"
 #include "train_test_util.hpp"
 
 using namespace sbtest;

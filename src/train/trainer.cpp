@@ -1,4 +1,4 @@
-#include "src/step/trainer.hpp"
+#include "src/train/trainer.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -10,8 +10,8 @@
 #include <optional>
 
 #include "io/checkpoint.hpp"
-#include "src/step/evaluate.hpp"
-#include "src/step/profile.hpp"
+#include "src/train/evaluate.hpp"
+#include "src/train/profile.hpp"
 #include "src/common/error.hpp"
 
 namespace sb {

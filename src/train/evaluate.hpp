@@ -10,7 +10,7 @@
 #include "src/comm/comm.hpp"
 #include "src/config/config.hpp"
 #include "src/model/model.hpp"
-#include "src/step/engine.hpp"
+#include "src/train/engine.hpp"
 
 namespace sb {
 

@@ -1,4 +1,4 @@
-#include "src/step/engine.hpp"
+#include "src/train/engine.hpp"
 
 #include <chrono>
 #include <fstream>

@@ -11,7 +11,7 @@
 #include "src/comm/nccl_cuda.hpp"
 #include "src/common/error.hpp"
 #include "src/model/model_cuda.hpp"
-#include "src/step/engine.hpp"
+#include "src/train/engine.hpp"
 
 namespace sb {
 

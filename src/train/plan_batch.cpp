@@ -1,4 +1,4 @@
-#include "src/step/plan_batch.hpp"
+#include "src/train/plan_batch.hpp"
 
 #include <random>
 

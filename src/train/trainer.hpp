@@ -14,9 +14,9 @@
 #include "src/comm/comm.hpp"
 #include "src/config/config.hpp"
 #include "src/model/model.hpp"
-#include "src/step/engine.hpp"
-#include "src/step/plan_batch.hpp"
-#include "src/step/update.hpp"
+#include "src/train/engine.hpp"
+#include "src/train/plan_batch.hpp"
+#include "src/train/update.hpp"
 
 namespace sb {
 

@@ -1,9 +1,9 @@
-#include "src/step/evaluate.hpp"
+#include "src/train/evaluate.hpp"
 
 #include <sstream>
 
 #include "src/common/error.hpp"
-#include "src/step/plan_batch.hpp"
+#include "src/train/plan_batch.hpp"
 
 namespace sb {
 

@@ -13,7 +13,7 @@
 #include "src/comm/comm.hpp"
 #include "src/config/config.hpp"
 #include "src/model/model.hpp"
-#include "src/step/update.hpp"
+#include "src/train/update.hpp"
 
 namespace sb {
 

@@ -1,4 +1,4 @@
-#include "src/step/update.hpp"
+#include "src/train/update.hpp"
 
 #include <cmath>
 #include <numbers>

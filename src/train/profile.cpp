@@ -1,11 +1,11 @@
-#include "src/step/profile.hpp"
+#include "src/train/profile.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <random>
 
-#include "src/step/engine.hpp"
-#include "src/step/update.hpp"
+#include "src/train/engine.hpp"
+#include "src/train/update.hpp"
 
 namespace sb {
 
