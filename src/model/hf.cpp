@@ -1,10 +1,8 @@
 #include "src/model/hf.hpp"
 
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -224,40 +222,7 @@ void set_model_keys(const HfModel& hf, Config& cfg, const std::string& origin) {
   }
 }
 
-void read_hf_weights(const SafetensorsDir& st, Model<float>& model) {
-  std::set<std::string> used;
-  for (const auto& p : model.params()) {
-    auto [file, t] = st.get(p.name);
-    if (t->shape != p.shape) {
-      auto str = [](const std::vector<int64_t>& s) {
-        std::string o = "[";
-        for (size_t i = 0; i < s.size(); ++i) o += (i ? ", " : "") + std::to_string(s[i]);
-        return o + "]";
-      };
-      throw Error(file->path() + ": tensor '" + p.name + "' has shape " + str(t->shape) + ", config.json gives " +
-                  str(p.shape));
-    }
-    file->read_f32(*t, std::span<float>(model.weights().data() + p.offset, p.size));
-    used.insert(p.name);
-  }
-  for (const auto& name : st.names()) {
-    if (used.count(name)) continue;
-    auto [file, t] = st.get(name);
-    if (name.ends_with(".rotary_emb.inv_freq")) continue;  // a buffer older transformers saved; derived from rope_theta
-    if (name == "lm_head.weight" && model.shape().tied) {
-      // Some tied checkpoints store the head anyway; transformers ignores it. Accept only a true copy.
-      const auto& e = model.param("model.embed_tokens.weight");
-      std::vector<float> head(t->numel());
-      if (t->shape == e.shape) file->read_f32(*t, head);
-      if (t->shape == e.shape && std::memcmp(head.data(), model.weights().data() + e.offset, e.size * 4) == 0) continue;
-      throw Error(file->path() + ": tensor 'lm_head.weight' differs from model.embed_tokens.weight, but config.json "
-                                 "says tie_word_embeddings = true");
-    }
-    throw Error(file->path() + ": unexpected tensor '" + name + "': the model (from config.json) has no such parameter");
-  }
-}
-
-std::string hf_config_json(const Config& cfg, const ModelDims& d, StDtype dtype) {
+std::string hf_config_json(const Config& cfg, const ModelDims& d, const std::string& torch_dtype) {
   json j = {
       {"architectures", {"LlamaForCausalLM"}},
       {"model_type", "llama"},
@@ -279,7 +244,7 @@ std::string hf_config_json(const Config& cfg, const ModelDims& d, StDtype dtype)
       {"mlp_bias", false},
       {"initializer_range", d.init_std},
       {"use_cache", true},
-      {"torch_dtype", dtype == StDtype::BF16 ? "bfloat16" : dtype == StDtype::F16 ? "float16" : "float32"},
+      {"torch_dtype", torch_dtype},
   };
   return j.dump(2) + "\n";
 }

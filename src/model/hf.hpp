@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <string>
 
-#include "io/safetensors.hpp"
 #include "src/config/config.hpp"
 #include "src/model/model.hpp"
 
@@ -34,12 +33,8 @@ void check_supported(const HfModel& hf, const std::string& origin);
 // Sets the [model] keys (n_layers, d_model, ..., vocab_size, max_position_embeddings) in `cfg`.
 void set_model_keys(const HfModel& hf, Config& cfg, const std::string& origin);
 
-// Fills model.weights() from the safetensors of an HF directory: every parameter must be there
-// with the model's shape, and nothing else may be (a tied lm_head.weight equal to the embedding
-// and rotary inv_freq buffers are tolerated). Errors name the file and the tensor.
-void read_hf_weights(const SafetensorsDir& st, Model<float>& model);
-
-// config.json for a model of these [model] settings, as LlamaForCausalLM (transformers loads it as is).
-std::string hf_config_json(const Config& cfg, const ModelDims& dims, StDtype dtype);
+// config.json for a model of these [model] settings, as LlamaForCausalLM (transformers loads it
+// as is); torch_dtype "bfloat16", "float16" or "float32".
+std::string hf_config_json(const Config& cfg, const ModelDims& dims, const std::string& torch_dtype);
 
 }  // namespace sb

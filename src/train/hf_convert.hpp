@@ -1,0 +1,41 @@
+// Hugging Face model directories <-> checkpoints (what `sparsebalance convert` runs; see
+// io/SAFETENSORS.md). All checks (config.json fields, every safetensors header, names, shapes,
+// values) run before anything is written; outputs go to a temporary name and are renamed.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/checkpoint.hpp"
+#include "io/safetensors.hpp"
+#include "src/config/config.hpp"
+#include "src/model/hf.hpp"
+#include "src/model/model.hpp"
+
+namespace sb {
+
+// Fills model.weights() from the safetensors of an HF directory: every parameter must be there
+// with the model's shape, and nothing else may be (a tied lm_head.weight equal to the embedding
+// and rotary inv_freq buffers are tolerated). Errors name the file and the tensor.
+void read_hf_weights(const SafetensorsDir& st, Model<float>& model);
+
+// An HF directory read into a model: config.json's [model] keys set on `base` (which must not
+// set model.* itself), the weights in float32.
+struct HfImport {
+  HfModel hf;
+  Config cfg;
+  std::unique_ptr<Model<float>> model;
+};
+HfImport import_hf(const std::string& dir, const Config& base, const std::vector<std::string>& base_sets);
+
+// HF directory -> checkpoint at step 0 with zero AdamW moments (a fresh optimizer state); `sets`
+// are --set overrides of the non-model sections stored with it. Returns a line for the user.
+std::string hf_to_checkpoint(const std::string& src, const std::string& dst, const std::vector<std::string>& sets);
+
+// Checkpoint -> HF directory (config.json + safetensors in `dtype`, sharded above shard_bytes),
+// built in DST.tmp and renamed onto DST (an existing DST is replaced only when `overwrite`).
+std::string checkpoint_to_hf(const std::string& src, const std::string& dst, StDtype dtype, uint64_t shard_bytes,
+                             bool overwrite);
+
+}  // namespace sb
