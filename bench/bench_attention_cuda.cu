@@ -101,7 +101,7 @@ float median_ms(int reps, F&& f) {
 }
 
 // FlexAttention and cuDNN (SDPA) fwd+bwd ms measured on the H200 (GPU issue), for the table; the
-// same-day measurement is bench/flex_attention_ref.py's (docs-draft/gpu.md).
+// same-day measurement is bench/flex_attention_ref.py's (kernels/README.md; figures in bench/RESULTS.md).
 double flex_ref(int L, double d) {
   const int li = L == 8192 ? 0 : L == 16384 ? 1 : L == 32768 ? 2 : L == 65536 ? 3 : -1;
   const int di = d == 1 ? 0 : d == 0.5 ? 1 : d == 0.25 ? 2 : d == 0.1 ? 3 : -1;
