@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/common/error.hpp"
+#include "src/config/settings.hpp"
 
 namespace sb {
 
@@ -216,7 +217,7 @@ void set_model_keys(const HfModel& hf, Config& cfg, const std::string& origin) {
   set("model.init_std", num(d.init_std), "initializer_range");
   set("model.max_position_embeddings", std::to_string(hf.max_position_embeddings), "max_position_embeddings");
   try {
-    (void)ModelDims::from_config(cfg, 0);  // divisibility, even head_dim
+    (void)model_dims(cfg, 0);  // divisibility, even head_dim
   } catch (const Error& e) {
     throw Error(origin + ": " + e.what() + " (from num_attention_heads / num_key_value_heads / hidden_size)");
   }

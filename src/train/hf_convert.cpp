@@ -6,14 +6,16 @@
 #include <set>
 
 #include "src/common/error.hpp"
+#include "src/config/settings.hpp"
 
 namespace sb {
 
 namespace fs = std::filesystem;
 
-void read_hf_weights(const SafetensorsDir& st, Model<float>& model) {
+void read_hf_weights(const SafetensorsDir& st, const ParamLayout& layout, bool tied, std::vector<float>& w) {
+  if (w.size() != layout.size) throw std::logic_error("read_hf_weights: buffer and layout differ");
   std::set<std::string> used;
-  for (const auto& p : model.params()) {
+  for (const auto& p : layout.params) {
     auto [file, t] = st.get(p.name);
     if (t->shape != p.shape) {
       auto str = [](const std::vector<int64_t>& s) {
@@ -24,19 +26,19 @@ void read_hf_weights(const SafetensorsDir& st, Model<float>& model) {
       throw Error(file->path() + ": tensor '" + p.name + "' has shape " + str(t->shape) + ", config.json gives " +
                   str(p.shape));
     }
-    file->read_f32(*t, std::span<float>(model.weights().data() + p.offset, p.size));
+    file->read_f32(*t, std::span<float>(w.data() + p.offset, p.size));
     used.insert(p.name);
   }
   for (const auto& name : st.names()) {
     if (used.count(name)) continue;
     auto [file, t] = st.get(name);
     if (name.ends_with(".rotary_emb.inv_freq")) continue;  // a buffer older transformers saved; derived from rope_theta
-    if (name == "lm_head.weight" && model.shape().tied) {
+    if (name == "lm_head.weight" && tied) {
       // Some tied checkpoints store the head anyway; transformers ignores it. Accept only a true copy.
-      const auto& e = model.param("model.embed_tokens.weight");
+      const auto& e = layout.params[layout.embed];
       std::vector<float> head(t->numel());
       if (t->shape == e.shape) file->read_f32(*t, head);
-      if (t->shape == e.shape && std::memcmp(head.data(), model.weights().data() + e.offset, e.size * 4) == 0) continue;
+      if (t->shape == e.shape && std::memcmp(head.data(), w.data() + e.offset, e.size * 4) == 0) continue;
       throw Error(file->path() + ": tensor 'lm_head.weight' differs from model.embed_tokens.weight, but config.json "
                                  "says tie_word_embeddings = true");
     }
@@ -49,12 +51,14 @@ HfImport import_hf(const std::string& dir, const Config& base, const std::vector
   for (const auto& s : base_sets)
     if (s.starts_with("model."))
       throw Error("--set " + s + ": the [model] keys come from " + cfg_path + "; set other sections only");
-  HfImport im{read_hf_config(dir), base, nullptr};
+  HfImport im{read_hf_config(dir), base, {}, {}};
   check_supported(im.hf, cfg_path);
   set_model_keys(im.hf, im.cfg, cfg_path);
-  im.model = std::make_unique<Model<float>>(ModelDims::from_config(im.cfg, 0));
+  const ModelDims dims = model_dims(im.cfg, 0);
+  im.layout = ParamLayout(dims);
   SafetensorsDir st(dir);  // every header checked before any tensor is read
-  read_hf_weights(st, *im.model);
+  im.weights.assign(im.layout.size, 0.0f);
+  read_hf_weights(st, im.layout, dims.tied, im.weights);
   return im;
 }
 
@@ -63,9 +67,8 @@ std::string hf_to_checkpoint(const std::string& src, const std::string& dst, con
   Checkpoint ck;
   ck.step = 0;
   ck.config_toml = im.cfg.to_toml();
-  for (const auto& p : im.model->params()) ck.tensors.push_back({p.name, p.shape, p.offset, p.size});
-  ck.params = std::move(im.model->weights());
-  im.model.reset();
+  for (const auto& p : im.layout.params) ck.tensors.push_back({p.name, p.shape, p.offset, p.size});
+  ck.params = std::move(im.weights);
   ck.m.assign(ck.params.size(), 0.0f);
   ck.v.assign(ck.params.size(), 0.0f);
   write_checkpoint(dst, ck);
@@ -84,10 +87,10 @@ std::string checkpoint_to_hf(const std::string& src, const std::string& dst, StD
   int64_t embed_rows = 0;
   for (const auto& t : ck.tensors)
     if (t.name == "model.embed_tokens.weight" && !t.shape.empty()) embed_rows = t.shape[0];
-  const ModelDims dims = ModelDims::from_config(cfg, embed_rows);
+  const ModelDims dims = model_dims(cfg, embed_rows);
   {  // the stored [model] keys must describe the stored tensors, or config.json would lie
-    Model<float> layout(dims);
-    const auto& ps = layout.params();
+    const ParamLayout layout(dims);
+    const auto& ps = layout.params;
     if (ps.size() != ck.tensors.size())
       throw Error(src + ": holds " + std::to_string(ck.tensors.size()) + " tensors, its stored [model] settings give " +
                   std::to_string(ps.size()));

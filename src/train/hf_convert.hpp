@@ -15,17 +15,19 @@
 
 namespace sb {
 
-// Fills model.weights() from the safetensors of an HF directory: every parameter must be there
-// with the model's shape, and nothing else may be (a tied lm_head.weight equal to the embedding
-// and rotary inv_freq buffers are tolerated). Errors name the file and the tensor.
-void read_hf_weights(const SafetensorsDir& st, Model<float>& model);
+// Reads the parameters of `layout` (flat, `w` holds layout.size values) from the safetensors of
+// an HF directory: every parameter must be there with its shape, and nothing else may be (a tied
+// lm_head.weight equal to the embedding and rotary inv_freq buffers are tolerated). Errors name
+// the file and the tensor.
+void read_hf_weights(const SafetensorsDir& st, const ParamLayout& layout, bool tied, std::vector<float>& w);
 
-// An HF directory read into a model: config.json's [model] keys set on `base` (which must not
-// set model.* itself), the weights in float32.
+// An HF directory read: config.json's [model] keys set on `base` (whose `base_sets` must not set
+// model.* themselves), the weights in float32 in the layout of those keys.
 struct HfImport {
   HfModel hf;
   Config cfg;
-  std::unique_ptr<Model<float>> model;
+  ParamLayout layout;
+  std::vector<float> weights;
 };
 HfImport import_hf(const std::string& dir, const Config& base, const std::vector<std::string>& base_sets);
 

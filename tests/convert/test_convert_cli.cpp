@@ -12,6 +12,7 @@
 
 #include "io/checkpoint.hpp"
 #include "io/safetensors.hpp"
+#include "src/config/settings.hpp"
 #include "src/model/hf.hpp"
 #include "src/train/evaluate.hpp"
 #include "src/train/hf_convert.hpp"
@@ -52,7 +53,7 @@ struct Loaded {
 Loaded load(const std::string& path) {
   Loaded l{read_checkpoint(path), Config(), nullptr};
   l.cfg = Config::from_text(l.ck.config_toml, path);
-  l.model = std::make_unique<Model<float>>(ModelDims::from_config(l.cfg, 0));
+  l.model = std::make_unique<Model<float>>(model_dims(l.cfg, 0));
   load_weights(l.ck, path, *l.model);
   return l;
 }
