@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Golden fixtures for the weight converter (tests/convert), made with Hugging Face transformers.
 
-    python3 bench/hf_parity.py --out DIR [--check EXPORTED_DIR ...]
+    python3 bench/hf_parity.py --out DIR [--check EXPORTED_DIR ...] [--tar]
 
 Builds tiny random models with from_config + save_pretrained (float32 safetensors) and computes
 their logits on fixed token ids on the CPU in float32 with eager attention, so the numbers do not
@@ -17,12 +17,14 @@ depend on the GPU's TF32 or fused kernels:
 --check loads directories that `sparsebalance convert CKPT DIR` exported, with
 from_pretrained(output_loading_info=True): every missing/unexpected/mismatched key is an error,
 and the logits on the same ids go to DIR/check_<name>.json for the CPU test to compare with ours.
+--tar packs everything into DIR/fixtures.tar (the device tool returns only a few files per run).
 Needs torch, transformers, safetensors (the GPU machine has them). Takes a few seconds.
 """
 import argparse
 import json
 import os
 import sys
+import tarfile
 import traceback
 
 import torch
@@ -81,6 +83,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--check", nargs="*", default=[])
+    ap.add_argument("--tar", action="store_true")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     torch.set_num_threads(1)
@@ -98,6 +101,11 @@ def main():
         except Exception:
             traceback.print_exc()
             ok = False
+    if a.tar:
+        with tarfile.open(os.path.join(a.out, "fixtures.tar"), "w") as t:
+            for name in sorted(os.listdir(a.out)):
+                if name != "fixtures.tar":
+                    t.add(os.path.join(a.out, name), arcname=name)
     sys.exit(0 if ok else 1)
 
 
