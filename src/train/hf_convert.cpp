@@ -1,6 +1,7 @@
 #include "src/train/hf_convert.hpp"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -130,6 +131,69 @@ std::string checkpoint_to_hf(const std::string& src, const std::string& dst, StD
                      " parameters) -> " + dst + " (LlamaForCausalLM, " + st_dtype_name(dtype) + ":";
   for (const auto& f : files) line += " " + f;
   return line + " + config.json)";
+}
+
+static const char* const kShapeKeys[] = {"model.n_layers",   "model.d_model",    "model.n_heads",
+                                         "model.n_kv_heads", "model.ffn_dim",    "model.vocab_size",
+                                         "model.rope_theta", "model.norm_eps",   "model.tie_embeddings"};
+
+static std::string value_text(const Config& c, const std::string& key) {
+  switch (find_key(key)->type) {
+    case KeyType::Int: return std::to_string(c.i(key));
+    case KeyType::Float: {
+      char b[40];
+      std::snprintf(b, sizeof b, "%.17g", c.f(key));
+      return b;
+    }
+    case KeyType::Bool: return c.b(key) ? "true" : "false";
+    case KeyType::String: return c.s(key);
+  }
+  return "";
+}
+
+std::vector<float> init_weights_from(const std::string& path, Config& cfg, const std::vector<std::string>& sets,
+                                     std::vector<std::string>* notes) {
+  // `from`: PATH's [model] keys; `weights` in their layout.
+  Config from;
+  std::vector<float> weights;
+  if (fs::is_directory(path)) {
+    HfImport im = import_hf(path, Config(), {});
+    from = std::move(im.cfg);
+    weights = std::move(im.weights);
+  } else {
+    Checkpoint ck = read_checkpoint(path);
+    from = Config::from_text(ck.config_toml, path + " (stored config)");
+    for (const auto& t : ck.tensors)  // a run that took its vocabulary from the data stored 0
+      if (t.name == "model.embed_tokens.weight" && !t.shape.empty() && from.i("model.vocab_size") == 0)
+        from.set("model.vocab_size", std::to_string(t.shape[0]), path);
+    const ParamLayout layout(model_dims(from, 0));
+    if (layout.params.size() != ck.tensors.size())
+      throw Error(path + ": holds " + std::to_string(ck.tensors.size()) + " tensors, its stored [model] settings give " +
+                  std::to_string(layout.params.size()));
+    for (size_t i = 0; i < ck.tensors.size(); ++i)
+      if (ck.tensors[i].name != layout.params[i].name || ck.tensors[i].shape != layout.params[i].shape)
+        throw Error(path + ": tensor '" + ck.tensors[i].name + "' does not match its stored [model] settings");
+    weights = std::move(ck.params);
+  }
+  for (const auto& set : sets) {
+    const std::string key = set.substr(0, set.find('='));
+    for (const char* k : kShapeKeys) {
+      if (key != k) continue;
+      Config tmp;
+      tmp.set(key, set.substr(set.find('=') + 1), "--set " + set);
+      if (value_text(tmp, key) != value_text(from, key))
+        throw Error("--set " + set + " contradicts --init-from " + path + ", which has " + key + " = " +
+                    value_text(from, key) + " (the model shape comes from PATH; drop the --set)");
+    }
+  }
+  const Config defaults;
+  for (const char* k : kShapeKeys) {
+    // A value the config file gave (not the default) that PATH overrides is worth a line.
+    if (notes && value_text(cfg, k) != value_text(from, k) && value_text(cfg, k) != value_text(defaults, k))
+      notes->push_back(std::string(k) + " = " + value_text(cfg, k) + " replaced by " + value_text(from, k) + " from " + path);
+    cfg.set(k, value_text(from, k), "--init-from " + path);
+  }
+  return weights;
 }
 
 }  // namespace sb

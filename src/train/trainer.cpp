@@ -166,6 +166,14 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
 }
 
 // Read once: resume 'latest' verifies candidates with this and applies the first good one.
+bool Trainer::set_initial_weights(std::vector<float> w) {
+  if (!last_checkpoint_.empty()) return false;
+  if (w.size() != model_.weights().size()) throw std::logic_error("Trainer::set_initial_weights: size differs from the model's");
+  model_.weights() = std::move(w);
+  engine_->from_host();
+  return true;
+}
+
 Trainer::Restored Trainer::read_resume(const std::string& path) {
   Restored r;
   r.path = path;

@@ -2,7 +2,7 @@
 // (sharded), refusals that leave nothing behind, eval on a converted checkpoint without a CONFIG,
 // and the forward of imported models against transformers' logits (tests/convert/fixtures, made
 // by bench/hf_parity.py on the GPU machine: a model transformers built, and our own exports that
-// transformers loaded).
+// transformers loaded); train --init-from.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -240,4 +240,47 @@ TEST(Parity, TransformersLoadsOurExportsAndAgrees) {
     hf_to_checkpoint(fx, s / (name + ".h5"), {});
     expect_matches_transformers(s / (name + ".h5"), golden, 8);
   }
+}
+
+TEST(InitFrom, TrainStartsFromTheWeightsWithTheShapeOfPath) {
+  sbtest::Scratch s;
+  const std::string hf = sbtest::gen_dir() + "/llama_bf16";
+  auto r = sbtest::run_program("prep synth --output " + s / "data" + " --docs 8 --max-len 300 --min-len 50");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  // One step at the smallest learning rate moves a weight by about 1e-12: the step-1 checkpoint
+  // holds the HF weights (a random init would differ by about 0.1).
+  r = sbtest::run_program("train --init-from " + hf + " --set data.path=" + s / "data" +
+                          " --set train.steps=1 --set train.lr=1e-12 --set balance.self_profile=false"
+                          " --set train.micro_batch_tokens=512 --set train.global_batch_tokens=512 --set checkpoint.dir=" +
+                          s / "ck" + " --set log.path=" + s / "m.h5");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("fresh optimizer"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("vocab 320"), std::string::npos) << r.out;
+  Checkpoint ck = read_checkpoint(s / "ck/ckpt_00000001.h5");
+  SafetensorsDir st(hf);
+  for (const auto& t : ck.tensors) {
+    auto [f, e] = st.get(t.name);
+    std::vector<float> want(e->numel());
+    f->read_f32(*e, want);
+    double worst = 0;
+    for (size_t i = 0; i < t.size; ++i) worst = std::max(worst, std::fabs(double(want[i]) - ck.params[t.offset + i]));
+    EXPECT_LT(worst, 1e-9) << t.name;
+  }
+  // In process: from a checkpoint too; a --set model.* must agree with PATH.
+  hf_to_checkpoint(hf, s / "init.h5", {});
+  Config cfg;
+  cfg.set("model.n_layers", "5", "test");
+  std::vector<std::string> notes;
+  std::vector<float> w = init_weights_from(s / "init.h5", cfg, {"model.d_model=32", "train.steps=3"}, &notes);
+  EXPECT_EQ(w, read_checkpoint(s / "init.h5").params);
+  EXPECT_EQ(cfg.i("model.n_layers"), 2);
+  EXPECT_EQ(cfg.i("model.vocab_size"), 320);
+  EXPECT_FALSE(cfg.b("model.tie_embeddings"));
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("model.n_layers = 5 replaced by 2"), std::string::npos) << notes[0];
+  std::string e = error_of([&] { Config c; init_weights_from(hf, c, {"model.n_layers=3"}); });
+  EXPECT_NE(e.find("--set model.n_layers=3 contradicts --init-from " + hf + ", which has model.n_layers = 2"),
+            std::string::npos) << e;
+  e = error_of([&] { Config c; init_weights_from(sbtest::gen_dir() + "/bad_dirs/rope_scaling", c, {}); });
+  EXPECT_NE(e.find("field 'rope_scaling'"), std::string::npos) << e;
 }
