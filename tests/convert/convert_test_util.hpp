@@ -15,16 +15,22 @@ namespace sbtest {
 
 namespace fs = std::filesystem;
 
-// Generated once per process (make_fixtures.py takes under a second).
+// Generated once per process (make_fixtures.py takes under a second), removed at exit.
 inline const std::string& gen_dir() {
-  static const std::string dir = [] {
-    std::string d = std::string(SB_BINARY_DIR) + "/tests/convert/gen_" + std::to_string(::getpid());
-    Run r = run_clean("/usr/bin/python3 " + sh_quote(std::string(SB_SOURCE_DIR) + "/tests/convert/make_fixtures.py") +
-                      " " + sh_quote(d));
-    if (r.rc != 0) ADD_FAILURE() << "make_fixtures.py failed (needs /usr/bin/python3 with numpy):\n" << r.out;
-    return d;
-  }();
-  return dir;
+  struct Gen {
+    std::string dir = std::string(SB_BINARY_DIR) + "/tests/convert/gen_" + std::to_string(::getpid());
+    Gen() {
+      Run r = run_clean("/usr/bin/python3 " + sh_quote(std::string(SB_SOURCE_DIR) + "/tests/convert/make_fixtures.py") +
+                        " " + sh_quote(dir));
+      if (r.rc != 0) ADD_FAILURE() << "make_fixtures.py failed (needs /usr/bin/python3 with numpy):\n" << r.out;
+    }
+    ~Gen() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  };
+  static const Gen gen;
+  return gen.dir;
 }
 
 inline std::string committed(const std::string& rel) {
