@@ -80,6 +80,18 @@ std::string hf_to_checkpoint(const std::string& src, const std::string& dst, con
          " (step 0, zero AdamW moments)";
 }
 
+// The checkpoint's tensors are those its stored [model] keys give, in order.
+static void check_stored_layout(const Checkpoint& ck, const ParamLayout& layout, const std::string& path) {
+  const auto& ps = layout.params;
+  if (ps.size() != ck.tensors.size())
+    throw Error(path + ": holds " + std::to_string(ck.tensors.size()) + " tensors, its stored [model] settings give " +
+                std::to_string(ps.size()));
+  for (size_t i = 0; i < ps.size(); ++i)
+    if (ps[i].name != ck.tensors[i].name || ps[i].shape != ck.tensors[i].shape)
+      throw Error(path + ": tensor '" + ck.tensors[i].name + "' does not match its stored [model] settings ('" +
+                  ps[i].name + "')");
+}
+
 std::string checkpoint_to_hf(const std::string& src, const std::string& dst, StDtype dtype, uint64_t shard_bytes,
                              bool overwrite) {
   if (fs::exists(dst) && !overwrite) throw Error(dst + ": already exists; choose another DST or pass --overwrite");
@@ -89,17 +101,7 @@ std::string checkpoint_to_hf(const std::string& src, const std::string& dst, StD
   for (const auto& t : ck.tensors)
     if (t.name == "model.embed_tokens.weight" && !t.shape.empty()) embed_rows = t.shape[0];
   const ModelDims dims = model_dims(cfg, embed_rows);
-  {  // the stored [model] keys must describe the stored tensors, or config.json would lie
-    const ParamLayout layout(dims);
-    const auto& ps = layout.params;
-    if (ps.size() != ck.tensors.size())
-      throw Error(src + ": holds " + std::to_string(ck.tensors.size()) + " tensors, its stored [model] settings give " +
-                  std::to_string(ps.size()));
-    for (size_t i = 0; i < ps.size(); ++i)
-      if (ps[i].name != ck.tensors[i].name || ps[i].shape != ck.tensors[i].shape)
-        throw Error(src + ": tensor '" + ck.tensors[i].name + "' does not match its stored [model] settings ('" +
-                    ps[i].name + "')");
-  }
+  check_stored_layout(ck, ParamLayout(dims), src);  // or config.json would lie
   std::vector<StOut> out;
   for (const auto& t : ck.tensors) {
     std::span<const float> data(ck.params.data() + t.offset, t.size);
@@ -166,13 +168,7 @@ std::vector<float> init_weights_from(const std::string& path, Config& cfg, const
     for (const auto& t : ck.tensors)  // a run that took its vocabulary from the data stored 0
       if (t.name == "model.embed_tokens.weight" && !t.shape.empty() && from.i("model.vocab_size") == 0)
         from.set("model.vocab_size", std::to_string(t.shape[0]), path);
-    const ParamLayout layout(model_dims(from, 0));
-    if (layout.params.size() != ck.tensors.size())
-      throw Error(path + ": holds " + std::to_string(ck.tensors.size()) + " tensors, its stored [model] settings give " +
-                  std::to_string(layout.params.size()));
-    for (size_t i = 0; i < ck.tensors.size(); ++i)
-      if (ck.tensors[i].name != layout.params[i].name || ck.tensors[i].shape != layout.params[i].shape)
-        throw Error(path + ": tensor '" + ck.tensors[i].name + "' does not match its stored [model] settings");
+    check_stored_layout(ck, ParamLayout(model_dims(from, 0)), path);
     weights = std::move(ck.params);
   }
   for (const auto& set : sets) {

@@ -199,6 +199,15 @@ TEST(Convert, RefusalsNameTheProblemAndWriteNothing) {
   EXPECT_NE(e.find("beyond float16's range"), std::string::npos) << e;
   EXPECT_FALSE(exists(s / "big_hf"));
   EXPECT_FALSE(exists(s / "big_hf.tmp"));
+  // A checkpoint whose stored [model] keys do not describe its tensors is not exported.
+  Checkpoint lie = read_checkpoint(s / "big.h5");
+  Config stored = Config::from_text(lie.config_toml, "stored");
+  stored.set("model.n_layers", "3", "test");
+  lie.config_toml = stored.to_toml();
+  write_checkpoint(s / "lie.h5", lie);
+  e = error_of([&] { checkpoint_to_hf(s / "lie.h5", s / "lie_hf", StDtype::BF16, kDefaultShardBytes, false); });
+  EXPECT_NE(e.find("holds 21 tensors, its stored [model] settings give 30"), std::string::npos) << e;
+  EXPECT_FALSE(exists(s / "lie_hf"));
   e = error_of([&] { hf_to_checkpoint(g + "/llama_bf16", s / "x.h5", {"model.n_layers=3"}); });
   EXPECT_NE(e.find("--set model.n_layers=3: the [model] keys come from"), std::string::npos) << e;
   EXPECT_FALSE(exists(s / "x.h5"));
