@@ -48,8 +48,8 @@ def raw(arr, dtype):
     return (a.view("<u4") >> 16).astype("<u2").tobytes()
 
 
-def write_st(path, tensors, order=None, pad=True, metadata={"format": "pt"}):
-    """tensors: list of (name, dtype, shape, bytes); returns nothing."""
+def write_st(path, tensors, pad=True, metadata={"format": "pt"}):
+    """tensors: list of (name, dtype, shape, bytes), written in that order."""
     header, off, blobs = {}, 0, []
     for name, dt, shape, b in tensors:
         header[name] = {"dtype": dt, "shape": list(shape), "data_offsets": [off, off + len(b)]}
