@@ -258,11 +258,14 @@ TEST(InitFrom, TrainStartsFromTheWeightsWithTheShapeOfPath) {
   ASSERT_EQ(r.rc, 0) << r.out;
   // One step at the smallest learning rate moves a weight by about 1e-12: the step-1 checkpoint
   // holds the HF weights (a random init would differ by about 0.1).
-  r = sbtest::run_program("train --init-from " + hf + " --set data.path=" + s / "data" +
-                          " --set train.steps=1 --set train.lr=1e-12 --set balance.self_profile=false"
+  // Two ranks: each reads PATH; the step's sync check would catch ranks that disagree.
+  r = sbtest::run_clean("mpirun --allow-run-as-root --oversubscribe -np 2 " + sbtest::program() +
+                          " train --init-from " + hf + " --set data.path=" + s / "data" +
+                          " --set train.steps=1 --set train.lr=1e-12 --set balance.self_profile=false --set train.sync_check_every=1"
                           " --set train.micro_batch_tokens=512 --set train.global_batch_tokens=512 --set checkpoint.dir=" +
                           s / "ck" + " --set log.path=" + s / "m.h5");
   ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("train: 2 rank(s)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("fresh optimizer"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("vocab 320"), std::string::npos) << r.out;
   Checkpoint ck = read_checkpoint(s / "ck/ckpt_00000001.h5");
