@@ -33,6 +33,17 @@ inline const std::string& gen_dir() {
   return gen.dir;
 }
 
+// A small synthetic dataset (prep synth, byte vocabulary 259), made once per process.
+inline const std::string& synth_data() {
+  static const std::string dir = [] {
+    std::string d = gen_dir() + "/synth";
+    Run r = run_clean(program() + " prep synth --output " + sh_quote(d) + " --docs 8 --max-len 300 --min-len 50");
+    if (r.rc != 0) ADD_FAILURE() << "prep synth failed:\n" << r.out;
+    return d;
+  }();
+  return dir;
+}
+
 inline std::string committed(const std::string& rel) {
   return std::string(SB_SOURCE_DIR) + "/tests/convert/fixtures/" + rel;
 }

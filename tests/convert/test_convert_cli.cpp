@@ -215,11 +215,8 @@ TEST(Convert, RefusalsNameTheProblemAndWriteNothing) {
 
 TEST(Convert, EvalOnTheConvertedCheckpointNeedsNoConfig) {
   sbtest::Scratch s;
-  auto r = sbtest::run_program("prep synth --output " + s / "data" + " --docs 8 --max-len 300 --min-len 50");
-  ASSERT_EQ(r.rc, 0) << r.out;
-  r = convert(sbtest::gen_dir() + "/llama_bf16 " + s / "ck.h5" + " --set data.path=" + s / "data");
-  ASSERT_EQ(r.rc, 0) << r.out;
-  r = sbtest::run_program("eval --checkpoint " + s / "ck.h5" + " --set eval.docs=4 --summary " + s / "eval.json");
+  hf_to_checkpoint(sbtest::gen_dir() + "/llama_bf16", s / "ck.h5", {"data.path=" + sbtest::synth_data()});
+  auto r = sbtest::run_program("eval --checkpoint " + s / "ck.h5" + " --set eval.docs=4 --summary " + s / "eval.json");
   ASSERT_EQ(r.rc, 0) << r.out;
   json j = json::parse(sbtest::slurp(s / "eval.json"));
   EXPECT_EQ(j["step"], 0);
@@ -254,13 +251,11 @@ TEST(Parity, TransformersLoadsOurExportsAndAgrees) {
 TEST(InitFrom, TrainStartsFromTheWeightsWithTheShapeOfPath) {
   sbtest::Scratch s;
   const std::string hf = sbtest::gen_dir() + "/llama_bf16";
-  auto r = sbtest::run_program("prep synth --output " + s / "data" + " --docs 8 --max-len 300 --min-len 50");
-  ASSERT_EQ(r.rc, 0) << r.out;
   // One step at the smallest learning rate moves a weight by about 1e-12: the step-1 checkpoint
   // holds the HF weights (a random init would differ by about 0.1).
   // Two ranks: each reads PATH; the step's sync check would catch ranks that disagree.
-  r = sbtest::run_clean("mpirun --allow-run-as-root --oversubscribe -np 2 " + sbtest::program() +
-                          " train --init-from " + hf + " --set data.path=" + s / "data" +
+  auto r = sbtest::run_clean("mpirun --allow-run-as-root --oversubscribe -np 2 " + sbtest::program() +
+                             " train --init-from " + hf + " --set data.path=" + sbtest::synth_data() +
                           " --set train.steps=1 --set train.lr=1e-12 --set balance.self_profile=false --set train.sync_check_every=1"
                           " --set train.micro_batch_tokens=512 --set train.global_batch_tokens=512 --set checkpoint.dir=" +
                           s / "ck" + " --set log.path=" + s / "m.h5");
