@@ -37,13 +37,11 @@ static int run_convert(const Args& args) {
                 std::to_string(args.positional.size()) + " argument(s)");
   const std::string src = args.positional[0], dst = args.positional[1];
   if (!fs::exists(src)) throw Error(src + ": does not exist (SRC: an HF model directory or a checkpoint .h5)");
-  if (fs::exists(dst) && !args.has("overwrite"))
-    throw Error(dst + ": already exists; choose another DST or pass --overwrite");
   if (fs::is_directory(src)) {
     if (args.has("dtype") || args.has("shard-size"))
       throw Error("--dtype and --shard-size apply to checkpoint -> HF; a checkpoint stores float32");
     if (fs::is_directory(dst)) throw Error(dst + ": is a directory; for an HF SRC, DST is the checkpoint file to write");
-    std::printf("convert: %s\n", hf_to_checkpoint(src, dst, args.sets).c_str());
+    std::printf("convert: %s\n", hf_to_checkpoint(src, dst, args.sets, args.has("overwrite")).c_str());
   } else {
     if (fs::exists(dst) && !fs::is_directory(dst))
       throw Error(dst + ": is a file; for a checkpoint SRC, DST is the HF directory to write");

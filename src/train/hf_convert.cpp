@@ -63,7 +63,9 @@ HfImport import_hf(const std::string& dir, const Config& base, const std::vector
   return im;
 }
 
-std::string hf_to_checkpoint(const std::string& src, const std::string& dst, const std::vector<std::string>& sets) {
+std::string hf_to_checkpoint(const std::string& src, const std::string& dst, const std::vector<std::string>& sets,
+                             bool overwrite) {
+  if (fs::exists(dst) && !overwrite) throw Error(dst + ": already exists; choose another DST or pass --overwrite");
   HfImport im = import_hf(src, Config::load("", sets), sets);
   Checkpoint ck;
   ck.step = 0;

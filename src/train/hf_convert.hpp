@@ -33,7 +33,9 @@ HfImport import_hf(const std::string& dir, const Config& base, const std::vector
 
 // HF directory -> checkpoint at step 0 with zero AdamW moments (a fresh optimizer state); `sets`
 // are --set overrides of the non-model sections stored with it. Returns a line for the user.
-std::string hf_to_checkpoint(const std::string& src, const std::string& dst, const std::vector<std::string>& sets);
+// An existing DST is replaced only when `overwrite`.
+std::string hf_to_checkpoint(const std::string& src, const std::string& dst, const std::vector<std::string>& sets,
+                             bool overwrite = false);
 
 // Checkpoint -> HF directory (config.json + safetensors in `dtype`, sharded above shard_bytes),
 // built in DST.tmp and renamed onto DST (an existing DST is replaced only when `overwrite`).

@@ -59,7 +59,8 @@ Loaded load(const std::string& path) {
 }
 
 // Log-softmax of our logits at each position of each sequence, for the tokens v with
-// v % stride == position % stride (NaN elsewhere; every token is checked at some position). The
+// v % stride == position % stride (NaN elsewhere: a sample, each value normalised over the whole
+// vocabulary, kept small because every value costs a forward, slow under ASan). The
 // model reports only the summed cross-entropy, so one forward per (position, token) with that
 // single target gives -log p(token | prefix) as the model computes it. Dense attention.
 std::vector<std::vector<std::vector<double>>> our_log_softmax(Model<float>& m, const json& ids, int stride) {
@@ -159,8 +160,6 @@ TEST(Convert, TheCommandRoundTripsAndRefuses) {
   EXPECT_NE(r.out.find("config.json: field 'rope_scaling'"), std::string::npos) << r.out;
   r = convert(g + "/llama_bf16 " + s / "x.h5 --dtype f16");
   EXPECT_NE(r.out.find("--dtype and --shard-size apply to checkpoint -> HF"), std::string::npos) << r.out;
-  r = convert(g + "/llama_bf16 " + s / "ck.h5");
-  EXPECT_NE(r.out.find("already exists; choose another DST or pass --overwrite"), std::string::npos) << r.out;
   EXPECT_FALSE(exists(s / "x.h5"));
 }
 
@@ -192,6 +191,14 @@ TEST(Convert, RefusalsNameTheProblemAndWriteNothing) {
   std::string e = error_of([&] { hf_to_checkpoint(qwen, s / "q.h5", {}); });
   EXPECT_NE(e.find("q/k/v projection biases"), std::string::npos) << e;
   EXPECT_FALSE(exists(s / "q.h5"));
+  // An existing checkpoint is not replaced without overwrite.
+  hf_to_checkpoint(g + "/llama_bf16", s / "ok.h5", {});
+  const std::string before = sbtest::slurp(s / "ok.h5");
+  e = error_of([&] { hf_to_checkpoint(g + "/mistral_f16", s / "ok.h5", {}); });
+  EXPECT_NE(e.find("ok.h5: already exists; choose another DST or pass --overwrite"), std::string::npos) << e;
+  EXPECT_EQ(sbtest::slurp(s / "ok.h5"), before);
+  hf_to_checkpoint(g + "/mistral_f16", s / "ok.h5", {}, true);
+  EXPECT_TRUE(read_checkpoint(s / "ok.h5").tensors.size() < 21);  // tied: no lm_head
   // float16 cannot hold the sharded fixture's 3.4e38: named, nothing exported.
   hf_to_checkpoint(g + "/llama_f32_sharded", s / "big.h5", {});
   e = error_of([&] { checkpoint_to_hf(s / "big.h5", s / "big_hf", StDtype::F16, kDefaultShardBytes, false); });
@@ -229,7 +236,7 @@ TEST(Parity, ImportedTransformersModelGivesItsLogits) {
   sbtest::Scratch s;
   const std::string fx = sbtest::committed("llama");
   hf_to_checkpoint(fx, s / "ck.h5", {});
-  expect_matches_transformers(s / "ck.h5", json::parse(sbtest::slurp(fx + "/golden.json")), 3);
+  expect_matches_transformers(s / "ck.h5", json::parse(sbtest::slurp(fx + "/golden.json")), 5);
   // And back out in float32: the same tensors, bit for bit.
   checkpoint_to_hf(s / "ck.h5", s / "hf", StDtype::F32, kDefaultShardBytes, false);
   expect_same_tensors(fx, s / "hf");
@@ -244,7 +251,7 @@ TEST(Parity, TransformersLoadsOurExportsAndAgrees) {
     json golden = json::parse(sbtest::slurp(fx + "/transformers_logits.json"));
     for (auto& [k, v] : golden["loading_info"].items()) EXPECT_TRUE(v.empty()) << name << ": " << k;
     hf_to_checkpoint(fx, s / (name + ".h5"), {});
-    expect_matches_transformers(s / (name + ".h5"), golden, 8);
+    expect_matches_transformers(s / (name + ".h5"), golden, 24);
   }
 }
 
