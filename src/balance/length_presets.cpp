@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 
 namespace sb {
 

@@ -6,7 +6,7 @@
 #include <set>
 #include <tuple>
 
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 
 namespace sb {
 

@@ -12,7 +12,7 @@
 #include "io/checkpoint.hpp"
 #include "src/train/evaluate.hpp"
 #include "src/train/profile.hpp"
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 
 namespace sb {
 
@@ -275,7 +275,8 @@ Trainer::StepOut Trainer::step(int64_t s) {
   }
   const int64_t global_targets = count_targets(segs);
   // ---- predict, exchange (one collective), tune
-  TuneResult tr = exchange_and_tune(comm_, mine, lm_, rm_, dst_, dst_work_);
+  RankExchange ex{comm_.rank(), comm_.size(), [&](auto m, auto all) { comm_.allgather(m, all); }};
+  TuneResult tr = exchange_and_tune(ex, mine, lm_, rm_, dst_, dst_work_);
   const double plan_ms = ms_since(t_step);
 
   // ---- compute

@@ -8,7 +8,7 @@
 
 #include "io/metrics_log.hpp"
 #include "io/shard.hpp"
-#include "src/balance/dst.hpp"
+#include "src/balance/dst_exchange.hpp"
 #include "src/balance/latency_model.hpp"
 #include "src/balance/plan.hpp"
 #include "src/comm/comm.hpp"
