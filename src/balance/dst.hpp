@@ -2,6 +2,9 @@
 // predicted times, every rank computes the same target time T* and tunes only its own attention
 // budgets, per (micro-batch, layer): lower them where recall lost per ms saved is smallest until
 // it meets T*, or raise them where recall gained per ms spent is largest, never past T*.
+// By job: this file (parameters, the tunable items), dst_tune (the greedy), dst_summary (what a
+// rank sends, and its wire format), dst_target (T*), dst_exchange (one rank's step: exchange, T*,
+// tune; include it for all of DST).
 #pragma once
 #include <span>
 #include <string>
