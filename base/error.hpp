@@ -1,6 +1,6 @@
 // The ground floor: errors with context, for every part of the program (no MPI, TOML or CLI here).
 // The check macros of each library call fail_call(): SB_CUDA_CHECK (base/cuda_check.hpp),
-// SB_CUBLAS_CHECK (kernels/cuda/cuda_check.hpp), SB_NCCL_CHECK (src/comm/nccl_cuda.hpp),
+// SB_CUBLAS_CHECK (kernels/cuda/cuda_check.hpp), SB_NCCL_CHECK (src/comm/nccl_cuda.cpp),
 // MPI_CHECK (src/comm/mpi_check.hpp), H5_CHECK (io/h5.hpp).
 #pragma once
 #include <stdexcept>

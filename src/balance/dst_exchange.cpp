@@ -34,19 +34,20 @@ TuneResult tune(const DstInput& in, int my_rank, const DstParams& p) {
   return res;
 }
 
+void exchange_summaries(const RankExchange& ex, std::span<const double> mine, std::vector<double>& gathered,
+                        std::vector<RankSummary>& ranks) {
+  const size_t n = mine.size();
+  gathered.resize(n * size_t(ex.ranks));
+  ex.allgather(mine, gathered);
+  ranks.resize(size_t(ex.ranks));
+  for (int r = 0; r < ex.ranks; ++r) unpack(std::span<const double>(gathered.data() + n * size_t(r), n), ranks[size_t(r)]);
+}
+
 TuneResult exchange_and_tune(const RankExchange& ex, std::span<const MicroBatch> mine, const LatencyModel& lm,
                              const RecallModel& rm, const DstParams& p, DstExchange& work) {
-  DstInput& in = work.in;
-  in.mine = build_items(mine, lm, rm, p);
-  std::vector<double> packed = pack(summarize(in.mine, p), p);
-  // Every summary has the same size, so ranks need not know each other's plans (two-level plans).
-  const size_t n = packed_size(p);
-  work.gathered.resize(n * size_t(ex.ranks));
-  ex.allgather(packed, work.gathered);
-  in.ranks.resize(size_t(ex.ranks));
-  for (int r = 0; r < ex.ranks; ++r)
-    unpack(std::span<const double>(work.gathered.data() + n * size_t(r), n), in.ranks[size_t(r)]);
-  return tune(in, ex.rank, p);
+  work.in.mine = build_items(mine, lm, rm, p);
+  exchange_summaries(ex, pack(summarize(work.in.mine, p), p), work.gathered, work.in.ranks);
+  return tune(work.in, ex.rank, p);
 }
 
 TuneResult exchange_and_tune(const RankExchange& ex, std::span<const MicroBatch> mine, const LatencyModel& lm,

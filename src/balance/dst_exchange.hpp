@@ -26,7 +26,12 @@ struct RankExchange {
   int rank = 0, ranks = 1;
   std::function<void(std::span<const double> mine, std::span<double> all)> allgather;
 };
-// One all-gather of every rank's summary (fixed size), then tune() of `mine`, this rank's
+// The exchange: this rank's packed summary `mine` out, every rank's in (one all-gather: every
+// summary has the same size, so ranks need not know each other's plans), unpacked into `ranks`.
+// `gathered` is the receive buffer; both keep their memory across steps.
+void exchange_summaries(const RankExchange& ex, std::span<const double> mine, std::vector<double>& gathered,
+                        std::vector<RankSummary>& ranks);
+// Predict (build_items, summarize), exchange, tune() of `mine`, this rank's
 // micro-batches (from the whole plan, or from its group's plan).
 TuneResult exchange_and_tune(const RankExchange& ex, std::span<const MicroBatch> mine, const LatencyModel& lm,
                              const RecallModel& rm, const DstParams& p);

@@ -5,8 +5,9 @@
 #   kernels/     know nothing above them: nothing from src/ or io/, no MPI
 #   io/          knows neither the loop nor the balancer: nothing from src/ or kernels/
 #   src/balance  plans on costs, never tensors, and makes no MPI call: no kernels/, src/model,
-#                src/train, src/comm, mpi.h
-#   src/model    neither saves itself nor communicates: no io/, src/comm, src/train, mpi.h, nccl.h
+#                src/train, src/comm, src/config (its options come as values), mpi.h
+#   src/model    neither saves itself nor communicates: no io/, src/comm, src/train, src/balance,
+#                src/config, mpi.h, nccl.h
 #   src/comm     no kernels/ (the CUDA check is base/cuda_check.hpp), nothing above it
 # usage: tests/layering/layering_test.sh SOURCE_DIR
 set -u
@@ -28,8 +29,8 @@ forbid() {
 forbid base 'src/|io/|kernels/|mpi\.h|hdf5\.h|toml|nlohmann|Kokkos' "the ground floor links nothing but the C++ runtime"
 forbid kernels 'src/|io/|mpi\.h' "kernels know nothing above them"
 forbid io 'src/|kernels/' "io knows neither the training loop nor the balancer"
-forbid src/balance 'kernels/|src/model/|src/train/|src/comm/|mpi\.h' "balance plans on costs, never tensors; its exchange is a function passed in"
-forbid src/model 'io/|src/comm/|src/train/|src/balance/|mpi\.h|nccl\.h' "the model neither saves itself nor communicates"
+forbid src/balance 'kernels/|src/model/|src/train/|src/comm/|src/config/|mpi\.h' "balance plans on costs, never tensors, from values; its exchange is a function passed in"
+forbid src/model 'io/|src/comm/|src/train/|src/balance/|src/config/|mpi\.h|nccl\.h' "the model neither saves itself nor communicates, and reads no config"
 forbid src/comm 'kernels/|io/|src/balance/|src/model/|src/train/' "comm carries bytes for the rooms above it"
 [ $bad = 0 ] && echo "layering: ok"
 exit $bad
