@@ -5,31 +5,18 @@
 #include <cstdint>
 
 #include "base/error.hpp"
+#include "base/named.hpp"
 
 namespace sb {
 
-Target parse_target(const std::string& s) {
-  if (s == "mean") return Target::Mean;
-  if (s == "min") return Target::Min;
-  if (s == "max") return Target::Max;
-  if (s == "recall") return Target::Recall;
-  throw Error("balance.target = \"" + s + "\": expected one of mean, min, max, recall");
-}
-Tuning parse_tuning(const std::string& s) {
-  if (s == "fixed") return Tuning::Fixed;
-  if (s == "dst") return Tuning::Dst;
-  throw Error("balance.tuning = \"" + s + "\": expected one of fixed, dst");
-}
-const char* target_name(Target t) {
-  switch (t) {
-    case Target::Mean: return "mean";
-    case Target::Min: return "min";
-    case Target::Max: return "max";
-    case Target::Recall: return "recall";
-  }
-  return "?";
-}
-const char* tuning_name(Tuning t) { return t == Tuning::Fixed ? "fixed" : "dst"; }
+constexpr Named<Target> kTargets[] = {
+    {Target::Mean, "mean"}, {Target::Min, "min"}, {Target::Max, "max"}, {Target::Recall, "recall"}};
+constexpr Named<Tuning> kTunings[] = {{Tuning::Fixed, "fixed"}, {Tuning::Dst, "dst"}};
+
+Target parse_target(const std::string& s) { return parse_named(kTargets, s, "balance.target"); }
+Tuning parse_tuning(const std::string& s) { return parse_named(kTunings, s, "balance.tuning"); }
+const char* target_name(Target t) { return name_of(kTargets, t); }
+const char* tuning_name(Tuning t) { return name_of(kTunings, t); }
 
 std::vector<int> budget_steps(const DstParams& p, int* k0_index) {
   int lo = std::max(p.k_min, int(std::floor(p.k0 * (1 - p.max_change))));
