@@ -13,7 +13,7 @@
 #include "src/balance/plan.hpp"
 #include "src/comm/comm.hpp"
 #include "src/config/config.hpp"
-#include "src/config/settings.hpp"
+#include "src/train/settings.hpp"
 #include "src/model/model.hpp"
 #include "src/train/batch.hpp"
 #include "src/train/engine.hpp"
