@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 
 namespace sb {
 

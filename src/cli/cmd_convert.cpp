@@ -6,7 +6,7 @@
 #include <filesystem>
 
 #include "src/cli/args.hpp"
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 #include "src/train/hf_convert.hpp"
 
 namespace sb {

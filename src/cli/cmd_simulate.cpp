@@ -6,8 +6,8 @@
 #include "src/balance/simulate.hpp"
 #include "src/cli/args.hpp"
 #include "src/comm/comm.hpp"
-#include "src/common/error.hpp"
-#include "src/config/settings.hpp"
+#include "base/error.hpp"
+#include "src/train/settings.hpp"
 
 namespace sb {
 

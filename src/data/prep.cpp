@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 #include "src/data/tokenizer.hpp"
 
 namespace sb {

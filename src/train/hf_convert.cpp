@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <set>
 
-#include "src/common/error.hpp"
-#include "src/config/settings.hpp"
+#include "base/error.hpp"
+#include "src/train/settings.hpp"
 
 namespace sb {
 

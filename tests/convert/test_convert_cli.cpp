@@ -12,8 +12,8 @@
 
 #include "io/checkpoint.hpp"
 #include "io/safetensors.hpp"
-#include "src/config/settings.hpp"
-#include "src/model/hf.hpp"
+#include "src/train/settings.hpp"
+#include "src/train/hf_config.hpp"
 #include "src/train/evaluate.hpp"
 #include "src/train/hf_convert.hpp"
 #include "tests/convert/convert_test_util.hpp"

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors.hpp"
-#include "src/model/hf.hpp"
+#include "src/train/hf_config.hpp"
 #include "tests/convert/convert_test_util.hpp"
 #include "tests/error_of.hpp"
 

@@ -1,4 +1,4 @@
-#include "src/model/hf.hpp"
+#include "src/train/hf_config.hpp"
 
 #include <cstdio>
 #include <filesystem>
@@ -7,8 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "src/common/error.hpp"
-#include "src/config/settings.hpp"
+#include "base/error.hpp"
+#include "src/train/settings.hpp"
 
 namespace sb {
 

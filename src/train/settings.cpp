@@ -1,8 +1,8 @@
-#include "src/config/settings.hpp"
+#include "src/train/settings.hpp"
 
 #include <string>
 
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 
 namespace sb {
 
