@@ -5,11 +5,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "src/common/error.hpp"
+#include "src/data/bpe_tokenizer.hpp"
 #include "src/data/tokenizer.hpp"
 
 namespace sb {
@@ -108,10 +110,20 @@ PrepStats prep_text(const std::vector<std::string>& inputs, const std::string& f
   if (format == "text" && split != "blank-lines" && split != "file")
     throw Error("prep text: --split " + split + ": expected blank-lines or file");
   double t0 = now_s();
-  ShardSetWriter out(opt.output, {ByteTokenizer::kVocabSize, ByteTokenizer::kName, ByteTokenizer::kEos},
-                     opt.shard_tokens, opt.overwrite);
+  std::optional<BpeTokenizer> bpe;
+  ShardMeta meta{ByteTokenizer::kVocabSize, ByteTokenizer::kName, ByteTokenizer::kEos};
+  if (!opt.tokenizer.empty()) {
+    bpe.emplace(BpeTokenizer::load(opt.tokenizer));
+    meta = {bpe->vocab_size(), bpe->shard_name(), int64_t(bpe->eos_id(opt.eos))};
+  }
+  ShardSetWriter out(opt.output, meta, opt.shard_tokens, opt.overwrite);
+  std::vector<uint32_t> ids;
   auto add = [&](std::string_view doc) {
-    if (!doc.empty()) out.add(ByteTokenizer::encode(doc));  // empty documents carry nothing to learn
+    if (doc.empty()) return;  // empty documents carry nothing to learn
+    if (!bpe) return out.add(ByteTokenizer::encode(doc));
+    ids.clear();
+    bpe->encode(doc, ids);
+    out.add(ids);
   };
   for (const auto& path : inputs) {
     if (format == "jsonl") {
