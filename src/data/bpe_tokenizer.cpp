@@ -207,7 +207,7 @@ void BpeTokenizer::Impl::bpe(std::string_view piece, std::vector<uint32_t>& out)
     if (piece.size() <= heap_threshold) merge_linear(out);
     else merge_heap(out);
   }
-  if (piece.size() <= 256) {  // long pieces are rare and would crowd the cache
+  if (piece.size() <= 1024) {  // longer pieces are rare and would crowd the cache
     if (cache.size() >= (1u << 20) || cache.arena_bytes() >= (256u << 20)) cache.clear();
     cache.insert(piece, h, {out.data() + first, out.size() - first});
   }
@@ -302,6 +302,7 @@ const std::string& BpeTokenizer::sha256() const { return impl_->sha256; }
 int64_t BpeTokenizer::vocab_size() const { return int64_t(impl_->id_bytes.size()); }
 size_t BpeTokenizer::num_merges() const { return impl_->num_merges; }
 void BpeTokenizer::set_heap_threshold(size_t bytes) { impl_->heap_threshold = bytes, impl_->cache.clear(); }
+void BpeTokenizer::clear_cache() { impl_->cache.clear(); }
 std::string BpeTokenizer::shard_name() const { return impl_->name + " sha256:" + impl_->sha256; }
 
 std::optional<uint32_t> BpeTokenizer::token_id(std::string_view text) const {

@@ -52,6 +52,7 @@ class BpeTokenizer {
   // Splits above this many bytes use the heap merge loop; shorter ones a linear scan (tests
   // lower it to check that both give the same ids).
   void set_heap_threshold(size_t bytes);
+  void clear_cache();  // the pre-token cache (benchmarks time a cold start with it)
 
   struct Impl;
 

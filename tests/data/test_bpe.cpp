@@ -14,6 +14,7 @@
 
 #include "io/shard.hpp"
 #include "src/data/bpe_tokenizer.hpp"
+#include "src/data/inspect.hpp"
 #include "src/data/prep.hpp"
 #include "tests/data/test_util.hpp"
 
@@ -229,6 +230,11 @@ TEST(Bpe, PrepText) {
   EXPECT_EQ(ds.read_doc(0), (std::vector<uint32_t>{5, 3, 5}));
   EXPECT_EQ(ds.read_doc(1), (std::vector<uint32_t>{7, 0, 8, 4}));
   EXPECT_EQ(t.decode(ds.read_doc(1)), "bca<|end|>ab");
+  EXPECT_EQ(sb::decode_document(ds, 1, opt.tokenizer), "bca<|end|>ab");  // inspect --decode
+  EXPECT_NE(sbt::error_of([&] { sb::decode_document(ds, 2, opt.tokenizer); }).find("--decode 2: the dataset has 2 documents"),
+            std::string::npos);
+  EXPECT_NE(sbt::error_of([&] { sb::decode_document(ds, 0, kFixtures + "/bpe_tiny_strings.json"); }).find("differs from the"),
+            std::string::npos);
 }
 
 }  // namespace
