@@ -33,7 +33,7 @@ inline uint64_t hash_bytes(std::string_view s) {
     h = (h ^ w) * 0x100000001b3ULL, h ^= h >> 29;
   }
   uint64_t w = 0;
-  std::memcpy(&w, s.data() + i, s.size() - i);
+  if (i < s.size()) std::memcpy(&w, s.data() + i, s.size() - i);
   return mix64(h ^ w);
 }
 
