@@ -6,6 +6,7 @@
 #include <pcre2.h>
 #include <unicode/normalizer2.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -37,41 +38,62 @@ inline uint64_t hash_bytes(std::string_view s) {
   return mix64(h ^ w);
 }
 
-// bytes -> a run of ids. Keys and values live in two arenas; slots hold offsets.
+// bytes -> a run of ids. Keys of up to 8 bytes and runs of up to 2 ids sit in the slot itself
+// (most pre-tokens), so a hit reads one cache line; longer ones live in two arenas.
 class BytesTable {
  public:
-  struct Slot { uint64_t hash; uint32_t key_off, key_len, val_off, val_len; };
+  struct Slot {
+    uint64_t hash;
+    uint64_t key;      // the key's bytes (zero-padded) when key_len <= 8, else its offset in keys_
+    uint32_t key_len;  // kEmpty: a free slot
+    uint32_t val_len;
+    uint32_t val[2];   // the ids when val_len <= 2, else val[0] is their offset in vals_
+  };
   static constexpr uint32_t kEmpty = UINT32_MAX;
+  static uint64_t pack(std::string_view key) {  // key.size() <= 8
+    uint64_t w = 0;
+    if (!key.empty()) std::memcpy(&w, key.data(), key.size());
+    return w;
+  }
   const Slot* find(std::string_view key, uint64_t h) const {
     if (slots_.empty()) return nullptr;
+    const bool inline_key = key.size() <= 8;
+    const uint64_t packed = inline_key ? pack(key) : 0;
     for (size_t i = h & mask_;; i = (i + 1) & mask_) {
       const Slot& s = slots_[i];
-      if (s.key_off == kEmpty) return nullptr;
-      if (s.hash == h && s.key_len == key.size() && std::memcmp(keys_.data() + s.key_off, key.data(), key.size()) == 0)
-        return &s;
+      if (s.key_len == kEmpty) return nullptr;
+      if (s.hash != h || s.key_len != key.size()) continue;
+      if (inline_key ? s.key == packed : std::memcmp(keys_.data() + s.key, key.data(), key.size()) == 0) return &s;
     }
   }
-  std::span<const uint32_t> value(const Slot& s) const { return {vals_.data() + s.val_off, s.val_len}; }
+  std::span<const uint32_t> value(const Slot& s) const {
+    return {s.val_len <= 2 ? s.val : vals_.data() + s.val[0], s.val_len};
+  }
   void insert(std::string_view key, uint64_t h, std::span<const uint32_t> val) {  // key must be absent
     if (2 * (size_ + 1) > slots_.size()) grow();
     size_t i = h & mask_;
-    while (slots_[i].key_off != kEmpty) i = (i + 1) & mask_;
-    slots_[i] = {h, uint32_t(keys_.size()), uint32_t(key.size()), uint32_t(vals_.size()), uint32_t(val.size())};
-    keys_.append(key), vals_.insert(vals_.end(), val.begin(), val.end()), ++size_;
+    while (slots_[i].key_len != kEmpty) i = (i + 1) & mask_;
+    Slot& s = slots_[i];
+    s = {h, 0, uint32_t(key.size()), uint32_t(val.size()), {0, 0}};
+    if (key.size() <= 8) s.key = pack(key);
+    else s.key = keys_.size(), keys_.append(key);
+    if (val.size() <= 2) std::copy(val.begin(), val.end(), s.val);
+    else s.val[0] = uint32_t(vals_.size()), vals_.insert(vals_.end(), val.begin(), val.end());
+    ++size_;
   }
   size_t size() const { return size_; }
-  size_t arena_bytes() const { return keys_.size() + 4 * vals_.size(); }
+  size_t arena_bytes() const { return keys_.size() + 4 * vals_.size() + sizeof(Slot) * slots_.size(); }
   void clear() { slots_.clear(), keys_.clear(), vals_.clear(), size_ = 0, mask_ = 0; }
 
  private:
   void grow() {
     std::vector<Slot> old = std::move(slots_);
-    slots_.assign(old.empty() ? 1024 : 2 * old.size(), Slot{0, kEmpty, 0, 0, 0});
+    slots_.assign(old.empty() ? 1024 : 2 * old.size(), Slot{0, 0, kEmpty, 0, {0, 0}});
     mask_ = slots_.size() - 1;
     for (const Slot& s : old) {
-      if (s.key_off == kEmpty) continue;
+      if (s.key_len == kEmpty) continue;
       size_t i = s.hash & mask_;
-      while (slots_[i].key_off != kEmpty) i = (i + 1) & mask_;
+      while (slots_[i].key_len != kEmpty) i = (i + 1) & mask_;
       slots_[i] = s;
     }
   }
