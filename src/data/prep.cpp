@@ -118,11 +118,16 @@ PrepStats prep_text(const std::vector<std::string>& inputs, const std::string& f
   }
   ShardSetWriter out(opt.output, meta, opt.shard_tokens, opt.overwrite);
   std::vector<uint32_t> ids;
+  std::string where;  // the document being added, for a tokenizer error (text that is not UTF-8)
   auto add = [&](std::string_view doc) {
     if (doc.empty()) return;  // empty documents carry nothing to learn
     if (!bpe) return out.add(ByteTokenizer::encode(doc));
     ids.clear();
-    bpe->encode(doc, ids);
+    try {
+      bpe->encode(doc, ids);
+    } catch (const Error& e) {
+      throw Error(where + ": " + e.what());
+    }
     out.add(ids);
   };
   for (const auto& path : inputs) {
@@ -133,7 +138,7 @@ PrepStats prep_text(const std::vector<std::string>& inputs, const std::string& f
       for (std::string line; std::getline(in, line);) {
         ++lineno;
         if (is_blank(line)) continue;
-        auto where = path + ":" + std::to_string(lineno);
+        where = path + ":" + std::to_string(lineno);
         nlohmann::json j;
         try {
           j = nlohmann::json::parse(line);
@@ -145,9 +150,14 @@ PrepStats prep_text(const std::vector<std::string>& inputs, const std::string& f
         add(j["text"].get_ref<const std::string&>());
       }
     } else if (split == "file") {
+      where = path;
       add(read_file(path));
     } else {
-      for (const auto& doc : split_blank_lines(read_file(path))) add(doc);
+      size_t k = 0;
+      for (const auto& doc : split_blank_lines(read_file(path))) {
+        where = path + " (document " + std::to_string(k++) + " of the file)";
+        add(doc);
+      }
     }
   }
   auto stats = out.finish();

@@ -219,7 +219,12 @@ TEST(Bpe, PrepText) {
   opt.output = dir + "/out";
   opt.tokenizer = kFixtures + "/bpe_tiny_pairs.json";
   EXPECT_NE(sbt::error_of([&] { sb::prep_text({input}, "text", "blank-lines", opt); }).find("--eos TOKEN"), std::string::npos);
+  sbt::write_bytes(dir + "/bad.txt", "abc\n\nab \xff\n");
   opt.eos = "<|end|>";
+  EXPECT_NE(sbt::error_of([&] { sb::prep_text({dir + "/bad.txt"}, "text", "blank-lines", opt); })
+                .find(dir + "/bad.txt (document 1 of the file): tokenizer " + opt.tokenizer + ": the text is not valid UTF-8 at byte 3"),
+            std::string::npos);
+  opt.overwrite = true;
   auto st = sb::prep_text({input}, "text", "blank-lines", opt);
   EXPECT_EQ(st.documents, 2u);
   auto ds = sb::Dataset::open(opt.output);
