@@ -111,6 +111,22 @@ def main():
         print(f"{which}: golden {len(golden['cases']) - len(bad)}/{len(golden['cases'])} equal, bench text ids "
               f"{'equal' if i is None else 'DIFFER'} ({len(hf)} tokens); HF tokenizers {tokenizers.__version__}: "
               f"warm {res['warm_mb_per_s_cpu']:.2f} MB/s, cold {res['cold_mb_per_s_cpu']:.2f} MB/s per core (CPU time)")
+    # GPT-2's pre-tokenizer over Llama 3's vocab (golden key llama3_gpt2pre, as make_golden.mjs builds it).
+    j = json.load(open(model_file("llama3"), encoding="utf-8"))
+    j["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}
+    tok = Tokenizer.from_str(json.dumps(j))
+    bad = []
+    for case in golden["cases"]:
+        if case["llama3_gpt2pre"] is None:
+            continue
+        ids = tok.encode(case["text"], add_special_tokens=False).ids
+        i = first_mismatch(case["llama3_gpt2pre"], ids)
+        if i is not None:
+            bad.append(case["name"])
+            print(f"llama3_gpt2pre golden case {case['name']}: first mismatch at token {i}")
+    report["results"]["llama3_gpt2pre"] = {"golden_mismatches": bad}
+    failed |= bool(bad)
+    print(f"llama3_gpt2pre: golden mismatches {bad or 'none'}")
     with open(os.path.join(OUT, "hf_tokenizer_speed.json"), "w") as f:
         json.dump(report, f, indent=2)
     return 1 if failed else 0
