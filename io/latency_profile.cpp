@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "io/h5.hpp"
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 
 namespace sb {
 

@@ -2,7 +2,7 @@
 
 #include <filesystem>
 
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 
 namespace sb {
 

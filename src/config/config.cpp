@@ -9,7 +9,7 @@
 
 #include <toml++/toml.h>
 
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 #include "src/config/schema.hpp"
 
 namespace sb {

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 #include "src/data/bpe_impl.hpp"
 
 namespace sb {

@@ -5,7 +5,7 @@
 #include <unicode/bytestream.h>
 #include <unicode/stringpiece.h>
 
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 #include "src/data/bpe_impl.hpp"
 
 namespace sb {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 #include "src/data/bpe_tokenizer.hpp"
 #include "src/data/tokenizer.hpp"
 

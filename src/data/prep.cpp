@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 #include "src/data/bpe_tokenizer.hpp"
 #include "src/data/tokenizer.hpp"
 

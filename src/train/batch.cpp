@@ -1,8 +1,8 @@
-#include "src/train/plan_batch.hpp"
+#include "src/train/batch.hpp"
 
 #include <random>
 
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 
 namespace sb {
 
