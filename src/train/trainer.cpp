@@ -11,6 +11,7 @@
 
 #include "io/checkpoint.hpp"
 #include "src/train/evaluate.hpp"
+#include "src/train/faults.hpp"
 #include "src/train/profile.hpp"
 #include "src/common/error.hpp"
 
@@ -95,6 +96,7 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
           cfg.f("balance.recall_alpha"), cfg.f("balance.ema")),
       batching_(parse_batching(cfg.s("balance.batching"))),
       engine_(make_engine(cfg, comm, model_, opt_)),
+      faults_(cfg),
       stop_at_(stop_at) {
   if (!cfg.s("balance.profile").empty())
     lm_ = LatencyModel::load_file(cfg.s("balance.profile"), &lm_.shape());
@@ -216,6 +218,7 @@ void Trainer::apply_checkpoint(Restored&& r) {
 }
 
 void Trainer::save_checkpoint(int64_t s) {
+  faults_.at(Faults::Phase::Checkpoint, s, comm_.rank());
   std::string path = checkpoint_path(cfg_.s("checkpoint.dir"), s);
   std::string err;
   if (comm_.root()) {
@@ -258,6 +261,7 @@ Trainer::StepOut Trainer::step(int64_t s) {
   const int64_t cap = cfg_.i("train.micro_batch_tokens");
   const auto t_step = Clock::now();
 
+  faults_.at(Faults::Phase::Plan, s, me);
   // ---- plan: the global batch and its split over ranks x micro-batches (same on every rank)
   GlobalBatch gb = draw_global_batch(ds_, uint64_t(cfg_.i("data.seed")), cfg_.f("data.val_fraction"),
                                      cfg_.i("train.global_batch_tokens"), cur_, order_);
@@ -275,10 +279,14 @@ Trainer::StepOut Trainer::step(int64_t s) {
   }
   const int64_t global_targets = count_targets(segs);
   // ---- predict, exchange (one collective), tune
+  faults_.at(Faults::Phase::Predict, s, me);
+  faults_.at(Faults::Phase::Exchange, s, me);
   TuneResult tr = exchange_and_tune(comm_, mine, lm_, rm_, dst_, dst_work_);
+  faults_.at(Faults::Phase::Tune, s, me);  // tuning ends inside exchange_and_tune, after its collective
   const double plan_ms = ms_since(t_step);
 
   // ---- compute
+  faults_.at(Faults::Phase::Compute, s, me);
   std::vector<double> slots(size_t(R) * kRankSlots + kGlobalSlots + 4 * size_t(L), 0.0);
   double* my = slots.data() + size_t(me) * kRankSlots;
   double* glob = slots.data() + size_t(R) * kRankSlots;
@@ -322,6 +330,7 @@ Trainer::StepOut Trainer::step(int64_t s) {
   my[kStop] = (g_stop_signal.load() != 0 || (stop_at_ > 0 && s >= stop_at_)) ? 1 : 0;
 
   // ---- reduce: the wait for the slowest rank is the bubble; then gradients and stats
+  faults_.at(Faults::Phase::Reduce, s, me);
   const auto t_idle = Clock::now();
   comm_.barrier();
   my[kIdle] = ms_since(t_idle);
@@ -337,6 +346,7 @@ Trainer::StepOut Trainer::step(int64_t s) {
   comm_.allreduce_sum_inplace(slots);
 
   // ---- update
+  faults_.at(Faults::Phase::Update, s, me);
   StepOut out;
   const double loss = glob[kLossSum] / double(std::max<int64_t>(global_targets, 1));
   const double gnorm = engine_->gradient_norm();
@@ -364,6 +374,7 @@ Trainer::StepOut Trainer::step(int64_t s) {
                 "or the update is not deterministic); stopping before the divergence spreads");
 
   // ---- measure: every rank updates its latency and recall models from the same sums
+  faults_.at(Faults::Phase::Measure, s, me);
   double sum[kRankSlots] = {0};
   double max_compute = 0, max_step = 0;
   for (int r = 0; r < R; ++r) {
@@ -381,6 +392,7 @@ Trainer::StepOut Trainer::step(int64_t s) {
       rm_.observe(l, layer[4 * l + 0] / layer[4 * l + 1], layer[4 * l + 2] / layer[4 * l + 3]);
 
   // ---- record (rows; the log and checkpoint are written by run())
+  faults_.at(Faults::Phase::Record, s, me);
   double pred_err = 0;
   for (int r = 0; r < R; ++r) {
     const double* x = slots.data() + size_t(r) * kRankSlots;

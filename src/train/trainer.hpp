@@ -15,6 +15,7 @@
 #include "src/config/config.hpp"
 #include "src/model/model.hpp"
 #include "src/train/engine.hpp"
+#include "src/train/faults.hpp"
 #include "src/train/plan_batch.hpp"
 #include "src/train/update.hpp"
 
@@ -66,6 +67,7 @@ class Trainer {
   PlanOptions plan_opt_;
   AttnSettings attn_;
   std::unique_ptr<Engine> engine_;  // compute, reduce, update on train.device
+  Faults faults_;                   // train.inject_error_* (testing aid)
   DataCursor cur_;
   std::vector<uint64_t> order_;
   std::unique_ptr<MetricsLog> log_;
