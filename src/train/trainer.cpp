@@ -19,38 +19,6 @@ namespace sb {
 
 std::atomic<int> g_stop_signal{0};
 
-// The metrics log on resume. A job killed (kill -9, node loss) while the log was open leaves its
-// superblock's "open for write" flag set, and HDF5 refuses to reopen it: clear the flag as
-// h5clear does and retry. A log that still cannot be continued (torn, or written by another rank
-// count) is moved aside with a warning and a new one is started, so the resume itself goes on.
-static std::unique_ptr<MetricsLog> open_metrics_log(const std::string& path, int ranks, bool resume, int64_t step) {
-  if (!resume) return std::make_unique<MetricsLog>(path, ranks, false, step);
-  try {
-    return std::make_unique<MetricsLog>(path, ranks, true, step);
-  } catch (const std::exception&) {
-    h5::quiet_errors();
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    hbool_t clear = 1;
-    if (fapl >= 0 && H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST) >= 0 &&
-        H5Pset(fapl, "clear_status_flags", &clear) >= 0) {
-      hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl);
-      if (f >= 0) H5Fclose(f);
-    }
-    if (fapl >= 0) H5Pclose(fapl);
-    try {
-      return std::make_unique<MetricsLog>(path, ranks, true, step);
-    } catch (const std::exception& e) {
-      const std::string aside = path + ".before_step" + std::to_string(step + 1);
-      std::error_code ec;
-      std::filesystem::rename(path, aside, ec);
-      if (ec) throw;
-      std::fprintf(stderr, "warning: cannot continue the metrics log (%s); moved it to %s and started a new one\n",
-                   e.what(), aside.c_str());
-      return std::make_unique<MetricsLog>(path, ranks, false, step);
-    }
-  }
-}
-
 using Clock = std::chrono::steady_clock;
 static double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -71,16 +39,6 @@ struct Trainer::StepOut {
   std::vector<RankRow> ranks;
   int64_t above = 0, below = 0;
   bool stop = false;
-};
-
-struct Trainer::Restored {
-  Checkpoint ck;
-  std::string path;
-  std::optional<LatencyModel> lm;
-  std::vector<double> alphas;
-  // An error in the parts the checksum does not cover (latency model, recall) on a checkpoint that
-  // verified: a real mismatch (e.g. another model shape), so it must not make resume fall back.
-  std::exception_ptr error;
 };
 
 Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume, int64_t stop_at)
@@ -118,51 +76,8 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
     throw Error("balance.tuning = \"dst\" needs attention.mode = \"sparse\" (dense attention has no budget to tune)");
 
   model_.init(uint64_t(cfg.i("train.seed")));
-  std::string path = resume;
-  std::optional<Restored> restored;
-  if (resume == "latest") {
-    // The newest checkpoint that reads and verifies; a corrupt or unreadable one (a torn copy, a
-    // flipped bit) is skipped with a warning naming it. Temporaries (*.h5.tmp, left by a job
-    // killed while writing) are never listed; rank 0 removes stale ones.
-    const std::string dir = cfg.s("checkpoint.dir");
-    if (comm.root()) {
-      std::error_code ec;
-      if (std::filesystem::is_directory(dir, ec))
-        for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-          const std::string name = e.path().filename().string();
-          if (name.starts_with("ckpt_") && name.ends_with(".h5.tmp")) {
-            std::error_code rm;
-            std::filesystem::remove(e.path(), rm);
-            std::fprintf(stderr, "resume: removed stale temporary %s (an interrupted checkpoint write)\n",
-                         e.path().string().c_str());
-          }
-        }
-    }
-    path.clear();
-    auto all = list_checkpoints(dir);
-    std::string bad;
-    for (const auto& p : all) {
-      try {
-        restored = read_resume(p);
-        path = p;
-        break;
-      } catch (const std::exception& e) {
-        bad += (bad.empty() ? "" : "; ") + std::string(e.what());
-        if (comm.root())
-          std::fprintf(stderr, "warning: resume: skipping corrupt checkpoint %s: %s\n", p.c_str(), e.what());
-      }
-    }
-    if (path.empty() && !all.empty())
-      throw Error("resume: no readable checkpoint in " + dir + " (" + std::to_string(all.size()) +
-                  " found, all corrupt: " + bad + ")");
-    if (path.empty() && comm.root())
-      std::printf("resume: no checkpoint in %s, starting fresh\n", dir.c_str());
-  } else if (!path.empty()) {
-    restored = read_resume(path);
-  }
-  if (restored) {
-    apply_checkpoint(std::move(*restored));  // also the latency model, so a resumed run plans the same
-  } else if (cfg.s("balance.profile").empty() && cfg.b("balance.self_profile")) {
+  const bool resumed = restore(resume);  // src/train/resume.cpp
+  if (!resumed && cfg.s("balance.profile").empty() && cfg.b("balance.self_profile")) {
     // On train.device (its own engine, weights and activations, freed before training starts).
     ProfileReport pr = profile_machine(cfg, comm, dims_.vocab, /*quick=*/true);
     lm_ = pr.model;
@@ -172,48 +87,12 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
                   pr.samples, pr.seconds, 100 * pr.attention.heldout_error);
   }
   engine_->from_host();  // the initial or restored weights and moments
-  if (comm.root())
-    log_ = open_metrics_log(cfg.s("log.path"), comm.size(), !path.empty(), start_step_);
-}
-
-// Read once: resume 'latest' verifies candidates with this and applies the first good one.
-Trainer::Restored Trainer::read_resume(const std::string& path) {
-  Restored r;
-  r.path = path;
-  r.ck = read_checkpoint(path, [&](hid_t f) {
-    try {
-      if (h5::exists(f, "latency")) {
-        h5::Id g = h5::group(f, "latency", false);
-        r.lm = LatencyModel::load(g, path, &lm_.shape());
-      }
-      if (h5::exists(f, "recall/alpha")) r.alphas = h5::read_vector<double>(f, "recall/alpha", path, dims_.n_layers);
-    } catch (...) {
-      r.error = std::current_exception();
-    }
-  });
-  return r;
-}
-
-void Trainer::apply_checkpoint(Restored&& r) {
-  if (r.error) std::rethrow_exception(r.error);
-  const Checkpoint& ck = r.ck;
-  const std::string& path = r.path;
-  const auto& alphas = r.alphas;
-  if (r.lm) lm_ = std::move(*r.lm);
-  load_weights(ck, path, model_);
-  opt_.m() = ck.m;
-  opt_.v() = ck.v;
-  for (size_t l = 0; l < alphas.size(); ++l) rm_.set_alpha(int(l), alphas[l]);
-  start_step_ = ck.step;
-  cur_ = {ck.data_epoch, ck.data_cursor};
-  skipped_ = ck.skipped_steps;
-  last_checkpoint_ = path;
-  if (comm_.root()) {
-    std::printf("resumed from %s at step %lld\n", path.c_str(), static_cast<long long>(ck.step));
-    if (ck.ranks != comm_.size())
-      std::printf("note: the checkpoint was written by %lld ranks, this run has %d: the global batches are the same, "
-                  "so results agree to rounding, not bit for bit\n",
-                  static_cast<long long>(ck.ranks), comm_.size());
+  if (comm.root()) {
+    std::vector<std::string> inputs;
+    for (const auto& sh : ds_.shards()) inputs.push_back(sh.path());
+    const std::string& lp = cfg.s("log.path");
+    const std::string copy = archive_.empty() ? "" : (std::filesystem::path(archive_) / std::filesystem::path(lp).filename()).string();
+    log_ = open_metrics_log(lp, comm.size(), resumed, start_step_, copy, inputs);
   }
 }
 

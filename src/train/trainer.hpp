@@ -17,6 +17,7 @@
 #include "src/train/engine.hpp"
 #include "src/train/faults.hpp"
 #include "src/train/plan_batch.hpp"
+#include "src/train/resume.hpp"
 #include "src/train/update.hpp"
 
 namespace sb {
@@ -48,7 +49,8 @@ class Trainer {
   struct StepOut;
   StepOut step(int64_t s);
   void save_checkpoint(int64_t s);
-  struct Restored;  // a checkpoint read and verified, not yet applied
+  // Resume (src/train/resume.cpp): true when a checkpoint was applied.
+  bool restore(const std::string& resume);
   Restored read_resume(const std::string& path);
   void apply_checkpoint(Restored&& r);
 
@@ -73,6 +75,7 @@ class Trainer {
   std::unique_ptr<MetricsLog> log_;
   int64_t start_step_ = 0, stop_at_ = 0, skipped_ = 0;
   std::string last_checkpoint_;
+  std::string archive_;  // a branch's archive of the abandoned run (resume.hpp), "" otherwise
 };
 
 }  // namespace sb
