@@ -280,6 +280,9 @@ void write_checkpoint(const std::string& path, const Checkpoint& ck, const std::
 }
 
 Checkpoint read_checkpoint(const std::string& path, const std::function<void(hid_t)>& extra) {
+  std::error_code ec;
+  if (fs::exists(path, ec) && !fs::is_regular_file(path, ec))  // a FIFO would block the open forever
+    throw Error(path + ": not a regular file (a directory, FIFO or device); expected a checkpoint");
   h5::Id f = h5::open_read(path);
   Checkpoint ck;
   h5::check_format(f, path, kCheckpointFormat, kCheckpointVersion, "a checkpoint");
