@@ -117,11 +117,10 @@ int main(int argc, char** argv) {
     print_error(e.what());
     return 1;
   }
+  const bool many = size_of_world() > 1;
+  if (many) std::set_terminate(abort_job);
   Kokkos::ScopeGuard kokkos;
-  if (size_of_world() > 1) {
-    std::set_terminate(abort_job);
-    return cmd->run(args);  // an exception here: abort_job, above
-  }
+  if (many) return cmd->run(args);  // an exception here: abort_job, above
   try {
     return cmd->run(args);
   } catch (...) {

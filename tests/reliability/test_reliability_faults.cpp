@@ -10,8 +10,10 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <csignal>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include "io/checkpoint.hpp"
@@ -52,6 +54,18 @@ Outcome run_bounded(const std::string& cmd, const std::string& log) {
   return o;
 }
 
+// Several bounded runs, two at a time (each is mostly start-up), in order of `cmds`.
+std::vector<Outcome> run_bounded_all(const std::vector<std::string>& cmds, const std::string& dir) {
+  std::vector<Outcome> out(cmds.size());
+  for (size_t i = 0; i < cmds.size(); i += 2) {
+    std::vector<std::thread> t;
+    for (size_t j = i; j < std::min(i + 2, cmds.size()); ++j)
+      t.emplace_back([&, j] { out[j] = run_bounded(cmds[j], dir + "/run" + std::to_string(j) + ".log"); });
+    for (auto& x : t) x.join();
+  }
+  return out;
+}
+
 // The whole job ended promptly, unsuccessfully, with `message` on its output.
 void expect_job_error(const Outcome& o, const std::string& message, const std::string& what) {
   EXPECT_NE(o.exit.code, 0) << what << "\n" << o.out;
@@ -84,12 +98,15 @@ TEST_F(Faults, InjectedErrorInEveryPhaseEndsTheJobWithTheMessage) {
   std::vector<std::pair<std::string, int>> cases;
   for (const auto& phase : phases) cases.push_back({phase, 1});
   cases.push_back({"checkpoint", 0});  // rank 0 too, where it writes the files
-  for (const auto& [phase, rank] : cases) {
-    const std::string r = std::to_string(rank);
-    auto o = run_bounded(mpirun(2) + train(dir, " --set train.inject_error_step=2 --set train.inject_error_rank=" + r +
-                                                    " --set train.inject_error_phase=" + phase),
-                         dir + "/run.log");
-    expect_job_error(o, "error on rank " + r + ": injected fault on rank " + r + " at step 2 in phase " + phase,
+  std::vector<std::string> cmds;
+  for (const auto& [phase, rank] : cases)
+    cmds.push_back(mpirun(2) + train(dir + "/" + phase + std::to_string(rank),
+                                     " --set train.inject_error_step=2 --set train.inject_error_rank=" +
+                                         std::to_string(rank) + " --set train.inject_error_phase=" + phase));
+  auto outcomes = run_bounded_all(cmds, dir);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string r = std::to_string(cases[i].second), phase = cases[i].first;
+    expect_job_error(outcomes[i], "error on rank " + r + ": injected fault on rank " + r + " at step 2 in phase " + phase,
                      phase + " on rank " + r);
   }
   // Four ranks, the last one failing while the others wait in the gradient all-reduce.
@@ -145,23 +162,21 @@ TEST_F(Faults, RealErrorsOnOneRankEndTheJob) {
   // A token id >= vocab_size in one document: the rank that reads it names the shard and document.
   const std::string bad = copy_data(dir);
   poke(bad + "/shard_00000.h5", "tokens", 1234, 300, H5T_NATIVE_UINT64);
-  for (int np : {2, 4}) {
-    auto o = run_bounded((np > 1 ? mpirun(np) : "") + train(dir, " --set data.path=" + bad + " --set train.steps=8"),
-                         dir + "/tok.log");
-    expect_job_error(o, bad + "/shard_00000.h5: dataset '/tokens' has id 300 at token 1234 (document", "bad token");
-  }
+  const std::string tok = bad + "/shard_00000.h5: dataset '/tokens' has id 300 at token 1234 (document";
   // log.path unusable (rank 0 fails while the others wait in the first collective).
   std::ofstream(dir + "/file") << "a regular file";
-  const std::vector<std::pair<std::string, std::string>> logs = {
-      {" --set log.path=", "log.path is empty"},
-      {" --set log.path=" + dir + "/file/m.h5", dir + "/file/m.h5: cannot create the directory of the metrics log (log.path)"},
-      {" --set log.path=" + g_data + "/shard_00000.h5", "log.path names an input of this run"}};
-  for (size_t i = 0; i < logs.size(); ++i) {
-    const auto& [set, msg] = logs[i];
-    auto o = run_bounded(mpirun(i == 1 ? 4 : 2) + train(dir, set), dir + "/log.log");
-    expect_job_error(o, "error on rank 0: ", set);
-    expect_job_error(o, msg, set);
-  }
+  const std::vector<std::tuple<int, std::string, std::string>> cases = {
+      {2, " --set data.path=" + bad + " --set train.steps=8", tok},
+      {4, " --set data.path=" + bad + " --set train.steps=8", tok},
+      {2, " --set log.path=", "error on rank 0: log.path is empty"},
+      {4, " --set log.path=" + dir + "/file/m.h5",
+       "error on rank 0: " + dir + "/file/m.h5: cannot create the directory of the metrics log (log.path)"},
+      {2, " --set log.path=" + g_data + "/shard_00000.h5", "error on rank 0: " + g_data + "/shard_00000.h5: log.path names an input of this run"}};
+  std::vector<std::string> cmds;
+  for (size_t i = 0; i < cases.size(); ++i)
+    cmds.push_back(mpirun(std::get<0>(cases[i])) + train(dir + "/" + std::to_string(i), std::get<1>(cases[i])));
+  auto outcomes = run_bounded_all(cmds, dir);
+  for (size_t i = 0; i < cases.size(); ++i) expect_job_error(outcomes[i], std::get<2>(cases[i]), cmds[i]);
   EXPECT_GT(fs::file_size(g_data + "/shard_00000.h5"), 1000u) << "the shard named as log.path was replaced";
 }
 
@@ -273,10 +288,10 @@ TEST_F(Faults, HostileInputsAreErrorsNamingTheFlagKeyOrFile) {
       {train(dir, " --set log.path=" + dir + "/file/m.h5"), "(log.path)"},
       {train(dir) + " --resume " + dir + "/fifo", dir + "/fifo: not a regular file"},
   };
-  for (const auto& [cmd, msg] : cases) {
-    auto o = run_bounded(cmd, dir + "/h.log");
-    expect_job_error(o, msg, cmd);
-  }
+  std::vector<std::string> cmds;
+  for (const auto& c : cases) cmds.push_back(c.first);
+  auto outcomes = run_bounded_all(cmds, dir);
+  for (size_t i = 0; i < cases.size(); ++i) expect_job_error(outcomes[i], cases[i].second, cases[i].first);
 }
 
 TEST_F(Faults, ShardVocabOutsideTheModelRangeNamesTheShardAndAttribute) {
