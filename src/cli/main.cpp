@@ -26,20 +26,16 @@ void print_overview() {
   std::printf("\n`sparsebalance COMMAND --help` for each command's options. Docs: README.md.\n");
 }
 
-int rank_of_world() {
-  int inited = 0, finalized = 0, rank = 0;
+struct World {
+  int rank = 0, size = 1;
+};
+World world() {  // rank 0 of 1 before MPI_Init and after MPI_Finalize
+  int inited = 0, finalized = 0;
+  World w;
   MPI_Initialized(&inited);
   MPI_Finalized(&finalized);
-  if (inited && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-
-int size_of_world() {
-  int inited = 0, finalized = 0, size = 1;
-  MPI_Initialized(&inited);
-  MPI_Finalized(&finalized);
-  if (inited && !finalized) MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
+  if (inited && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &w.rank), MPI_Comm_size(MPI_COMM_WORLD, &w.size);
+  return w;
 }
 
 const char* g_cmd = "";
@@ -57,9 +53,9 @@ std::string what_of(std::exception_ptr ep) {
 }
 
 void print_error(const std::string& what) {
-  const int size = size_of_world();
+  const World w = world();
   std::fprintf(stderr, "sparsebalance %s: error%s: %s\n", g_cmd,
-               size > 1 ? (" on rank " + std::to_string(rank_of_world())).c_str() : "", what.c_str());
+               w.size > 1 ? (" on rank " + std::to_string(w.rank)).c_str() : "", what.c_str());
   std::fflush(stderr);
 }
 
@@ -117,7 +113,7 @@ int main(int argc, char** argv) {
     print_error(e.what());
     return 1;
   }
-  const bool many = size_of_world() > 1;
+  const bool many = world().size > 1;
   if (many) std::set_terminate(abort_job);
   Kokkos::ScopeGuard kokkos;
   if (many) return cmd->run(args);  // an exception here: abort_job, above

@@ -8,10 +8,13 @@
 //  4. hostile inputs (vocab sizes, NaN in the checkpoint's models, FIFOs, directories, flags)
 //     are errors naming what is at fault.
 #include <gtest/gtest.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <limits>
 #include <tuple>
 #include <vector>
@@ -382,4 +385,23 @@ TEST_F(Faults, SigtermDuringStartupStopsCleanlyAfterTheFirstStep) {
 
 TEST(FaultsSchema, ShardVocabLimitIsTheModelVocabRange) {
   EXPECT_EQ(double(sb::kMaxShardVocab), sb::find_key("model.vocab_size")->max);
+}
+
+TEST_F(Faults, MetricsLogOnAFullDiskNamesThePathAndTheCause) {
+  auto dir = scratch("logfull");
+  const std::string mnt = dir + "/mnt";
+  fs::create_directories(mnt);
+  if (mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=16384") != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here (" << std::strerror(errno) << ")";
+  struct Unmount { std::string p; ~Unmount() { umount(p.c_str()); } } um{mnt};
+  for (int np : {1, 2}) {
+    fs::remove_all(mnt + "/m.h5");
+    auto o = run_bounded((np > 1 ? mpirun(np) : "") +
+                             train(dir + "/" + std::to_string(np), " --set log.path=" + mnt + "/m.h5 --set log.every=1"
+                                   " --set train.steps=400 --set checkpoint.every=0 --set train.global_batch_tokens=64"
+                                   " --set train.micro_batch_tokens=64"),
+                         dir + "/full.log");
+    expect_job_error(o, mnt + "/m.h5: writing the metrics log (log.path) failed", "full disk");
+    expect_job_error(o, "disk full (ENOSPC)", "full disk");
+  }
 }
