@@ -6,9 +6,11 @@
 // block and head), forward+backward = 3.5x forward.
 //   bench_attention_cuda [--lens 8192,16384,32768,65536] [--densities 1,0.5,0.25,0.1] [--heads 32]
 //                        [--dim 128] [--block 128] [--reps 10] [--seed 1234] [--csv FILE]
-//                        [--kernels wgmma,mma]
+//                        [--kernels wgmma,mma] [--ref FLEX.csv]
 // --kernels: the kernel generations to time, side by side on the same inputs and masks (wgmma only
 // where it runs: sm_90a build, block 128); "x mma" is the mma.sync time over this line's.
+// --ref: bench/flex_attention_ref.py's CSV from the same device call (same shape, masks and seed):
+// "x flex" and "x cudnn" are their times over this line's; nan where it has no such point.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -100,17 +102,42 @@ float median_ms(int reps, F&& f) {
   return t.size() % 2 ? t[t.size() / 2] : 0.5f * (t[t.size() / 2 - 1] + t[t.size() / 2]);
 }
 
-// FlexAttention and cuDNN (SDPA) fwd+bwd ms measured on the H200 (GPU issue), for the table; the
-// same-day measurement is bench/flex_attention_ref.py's (docs-draft/gpu.md).
-double flex_ref(int L, double d) {
-  const int li = L == 8192 ? 0 : L == 16384 ? 1 : L == 32768 ? 2 : L == 65536 ? 3 : -1;
-  const int di = d == 1 ? 0 : d == 0.5 ? 1 : d == 0.25 ? 2 : d == 0.1 ? 3 : -1;
-  static const double t[4][4] = {{5.64, 3.26, 2.21, 1.82}, {20.6, 11.0, 6.33, 3.56}, {77.9, 39.6, 21.4, 10.5},
-                                 {307, 155, 80.1, 35.3}};
-  return li < 0 || di < 0 ? NAN : t[li][di];
+// FlexAttention and cuDNN (SDPA) fwd+bwd ms from bench/flex_attention_ref.py's CSV (--ref), measured
+// in the same device call on the same masks, so the ratio columns compare like with like; without
+// --ref (or for a point the CSV lacks) those columns print nan.
+struct RefPoint {
+  int L;
+  double density, flex_ms, cudnn_ms;
+};
+std::vector<RefPoint> read_ref(const char* path) {
+  std::vector<RefPoint> out;
+  FILE* f = std::fopen(path, "r");
+  if (!f) {
+    std::fprintf(stderr, "--ref %s: cannot open (run bench/flex_attention_ref.py --csv FILE first)\n", path);
+    std::exit(2);
+  }
+  char line[512];
+  // header: L,density,kept_frac,flex_fwdbwd_ms,flex_tflops,cudnn_fwdbwd_ms
+  if (!std::fgets(line, sizeof line, f) || std::strncmp(line, "L,density,kept_frac,flex_fwdbwd_ms", 34) != 0) {
+    std::fprintf(stderr, "--ref %s: not a flex_attention_ref.py CSV (expected the header L,density,kept_frac,...)\n", path);
+    std::exit(2);
+  }
+  while (std::fgets(line, sizeof line, f)) {
+    RefPoint r{};
+    double kept = 0, tf = 0;
+    char cud[64] = "";
+    if (std::sscanf(line, "%d,%lf,%lf,%lf,%lf,%63s", &r.L, &r.density, &kept, &r.flex_ms, &tf, cud) < 5) continue;
+    r.cudnn_ms = cud[0] ? std::strtod(cud, nullptr) : NAN;
+    if (r.cudnn_ms <= 0) r.cudnn_ms = NAN;
+    out.push_back(r);
+  }
+  std::fclose(f);
+  return out;
 }
-double cudnn_ref(int L) {
-  return L == 8192 ? 3.78 : L == 16384 ? 14.5 : L == 32768 ? 55.9 : L == 65536 ? 222 : NAN;
+const RefPoint* find_ref(const std::vector<RefPoint>& ref, int L, double d) {
+  for (const auto& r : ref)
+    if (r.L == L && std::fabs(r.density - d) < 1e-9) return &r;
+  return nullptr;
 }
 
 }  // namespace
@@ -120,6 +147,7 @@ int main(int argc, char** argv) {
   int H = 32, D = 128, Bs = 128, reps = 10;
   uint64_t seed = 1234;
   const char* csv = nullptr;
+  std::vector<RefPoint> ref;
   std::string kernels = "wgmma,mma";
   for (int a = 1; a + 1 < argc; a += 2) {
     if (!std::strcmp(argv[a], "--lens")) lens = parse_list(argv[a + 1]);
@@ -131,6 +159,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[a], "--seed")) seed = std::strtoull(argv[a + 1], nullptr, 10);
     else if (!std::strcmp(argv[a], "--csv")) csv = argv[a + 1];
     else if (!std::strcmp(argv[a], "--kernels")) kernels = argv[a + 1];
+    else if (!std::strcmp(argv[a], "--ref")) ref = read_ref(argv[a + 1]);
     else { std::fprintf(stderr, "unknown option %s\n", argv[a]); return 2; }
   }
   std::string why;
@@ -158,9 +187,9 @@ int main(int argc, char** argv) {
   }
   FILE* fc = csv ? std::fopen(csv, "w") : nullptr;
   if (fc)
-    std::fprintf(fc, "kernels,L,density,kept_frac,fwd_ms,bwd_ms,fwdbwd_ms,fwd_tflops,fwdbwd_tflops,flex_ms,cudnn_ms\n");
-  std::printf("%6s %5s %6s %5s | %8s %8s %9s | %7s %8s | %8s %7s %8s %6s\n", "L", "dens", "kept", "kern", "fwd ms",
-              "bwd ms", "f+b ms", "fwd TF", "f+b TF", "flex ms", "x flex", "cudnn ms", "x mma");
+    std::fprintf(fc, "kernels,L,density,kept_frac,fwd_ms,bwd_ms,fwdbwd_ms,fwd_tflops,fwdbwd_tflops,flex_ms,cudnn_ms\n");  // flex/cudnn from --ref
+  std::printf("%6s %5s %6s %5s | %8s %8s %9s | %7s %8s | %8s %7s %8s %7s %6s\n", "L", "dens", "kept", "kern", "fwd ms",
+              "bwd ms", "f+b ms", "fwd TF", "f+b TF", "flex ms", "x flex", "cudnn ms", "x cudnn", "x mma");
   const K::AttnShape s{H, H, D, Bs};
   for (double Ld : lens) {
     const int L = int(Ld);
@@ -209,14 +238,15 @@ int main(int argc, char** argv) {
         SB_CUDA_CHECK(cudaDeviceSynchronize());
         if (!gens[gi]) t_mma = t[gi].fb;
       }
-      // the reference figures are for the issue's shape only
-      const bool ref_shape = H == 32 && D == 128 && Bs == 128;
-      const double fr = ref_shape ? flex_ref(L, dd) : NAN, cr = ref_shape && dd == 1 ? cudnn_ref(L) : NAN;
+      // "x flex" / "x cudnn": their time over ours (> 1: ours is faster), from --ref (same call)
+      const RefPoint* rp = find_ref(ref, L, dd);
+      const double fr = rp ? rp->flex_ms : NAN, cr = rp ? rp->cudnn_ms : NAN;
       for (size_t gi = 0; gi < gens.size(); gi++) {
         const double tff = flops_fwd / (t[gi].f * 1e-3) / 1e12, tfbf = 3.5 * flops_fwd / (t[gi].fb * 1e-3) / 1e12;
         const char* kn = gens[gi] ? "wgmma" : "mma";
-        std::printf("%6d %5.2f %6.3f %5s | %8.3f %8.3f %9.3f | %7.1f %8.1f | %8.2f %7.2f %8.2f %6.2f\n", L, dd,
-                    kept_frac, kn, t[gi].f, t[gi].b, t[gi].fb, tff, tfbf, fr, fr / t[gi].fb, cr, t_mma / t[gi].fb);
+        std::printf("%6d %5.2f %6.3f %5s | %8.3f %8.3f %9.3f | %7.1f %8.1f | %8.2f %7.2f %8.2f %7.2f %6.2f\n", L, dd,
+                    kept_frac, kn, t[gi].f, t[gi].b, t[gi].fb, tff, tfbf, fr, fr / t[gi].fb, cr, cr / t[gi].fb,
+                    t_mma / t[gi].fb);
         if (fc)
           std::fprintf(fc, "%s,%d,%g,%.4f,%.4f,%.4f,%.4f,%.1f,%.1f,%g,%g\n", kn, L, dd, kept_frac, t[gi].f, t[gi].b,
                        t[gi].fb, tff, tfbf, fr, cr);

@@ -17,7 +17,7 @@ STEPS=${STEPS:-30}
 DOCS=${DOCS:-4000}
 CFG=configs/gpu_longtail.toml
 R=runs/gpu_multi
-# NVLink multicast stays off (device README): it can take a shared host's GPUs out of service.
+# NVLink multicast stays off (jobs/gpu/README.md): it can take a shared host's GPUs out of service.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPI=(mpirun -np "$NGPU" -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x LD_LIBRARY_PATH)

@@ -18,7 +18,7 @@ L=${L:-2048}
 STEPS=${STEPS:-10}
 ROUNDS=${ROUNDS:-2}
 [ "$NGPU" -ge 1 ] || { echo "gpu_overlap: no GPU (set NGPU)"; exit 2; }
-# NVLink multicast stays off (device README): it can take a shared host's GPUs out of service.
+# NVLink multicast stays off (jobs/gpu/README.md): it can take a shared host's GPUs out of service.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 R=runs/gpu_overlap

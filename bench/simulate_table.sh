@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs `sparsebalance simulate` at 8, 64, 512 and 4096 modelled ranks and prints one Markdown
-# table of every batching x tuning policy (see docs-draft/balance.md).
+# table of every batching x tuning policy (see src/balance/README.md, "Simulate").
 # usage: bench/simulate_table.sh [BUILD_DIR] [extra --set key=value ...]
 #   env: MB (micro-batches per rank, 16), PRESET (longalign), STEPS_8/64/512/4096 (20/10/4/1)
 set -euo pipefail

@@ -1,7 +1,10 @@
 // HDF5 checkpoints: parameters under /params/<name> (Hugging Face names, PyTorch shapes), AdamW
-// moments under /optim/m/<name> and /optim/v/<name>, the step, data cursor, RNG state, the full
-// config text and the latency model. Written atomically: a temporary file, flushed and fsynced,
-// then renamed; a checksum over the contents is verified on load.
+// moments under /optim/m/<name> and /optim/v/<name>, the step, the data cursor (epoch, next
+// document) and the skipped-step count, the full config text, the latency and recall models.
+// No RNG state is stored, none is needed: every random choice is derived from the config's seeds
+// (the shuffle from data.seed and the epoch, the initialisation from train.seed) and the cursor.
+// Written atomically: a temporary file, flushed and fsynced, then renamed; a checksum over the
+// contents is verified on load. Layout: io/README.md, "Checkpoint".
 #pragma once
 #include <hdf5.h>
 

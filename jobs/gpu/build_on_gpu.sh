@@ -6,7 +6,8 @@
 #   test      tests/cuda correctness programs (ctest -L cuda: test_attention_cuda, test_ops_cuda,
 #             test_train_cuda at 1 and 2 ranks: the model and 20 training steps against the CPU)
 #   sanitize  compute-sanitizer memcheck on the test programs (--quick cases)
-#   bench     bench_attention_cuda over L x density (table at the end)
+#   bench     bench_attention_cuda over L x density (table at the end); its "x flex" / "x cudnn"
+#             columns come from $OUT/flex.csv of the same call: name flex before bench
 #   flex      bench/flex_attention_ref.py (PyTorch FlexAttention + cuDNN SDPA on the same masks)
 #   multi     bench/gpu_multi.sh: the four balancing policies with one rank per GPU (NCCL) on a
 #             long-tail corpus, the one-GPU latency fit, 1 GPU vs all (NGPU, STEPS pass through)
@@ -80,7 +81,8 @@ for st in $STAGES; do
         2>&1 | tee -a "$OUTDIR/memcheck.log" | tail -8 || rc=1 ;;
     bench)
       log "bench"
-      timeout 300 "$B/kernels/bench_attention_cuda" --csv "$OUTDIR/bench_cuda.csv" 2>&1 | tee "$OUTDIR/bench_cuda.log" || rc=1 ;;
+      ref=(); [ -f "$OUTDIR/flex.csv" ] && ref=(--ref "$OUTDIR/flex.csv")
+      timeout 300 "$B/kernels/bench_attention_cuda" --csv "$OUTDIR/bench_cuda.csv" "${ref[@]}" 2>&1 | tee "$OUTDIR/bench_cuda.log" || rc=1 ;;
     flex)
       log "flex"
       PYTHONUNBUFFERED=1 timeout 400 python3 bench/flex_attention_ref.py --csv "$OUTDIR/flex.csv" 2>&1 | tee "$OUTDIR/flex.log" || rc=1 ;;

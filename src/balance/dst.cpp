@@ -33,16 +33,6 @@ const char* target_name(Target t) {
 }
 const char* tuning_name(Tuning t) { return t == Tuning::Fixed ? "fixed" : "dst"; }
 
-DstParams dst_params(const Config& cfg) {
-  DstParams p;
-  p.k0 = int(cfg.i("attention.k")), p.n_layers = int(cfg.i("model.n_layers"));
-  p.k_min = int(cfg.i("balance.k_min")), p.k_max = int(cfg.i("balance.k_max"));
-  p.max_change = cfg.f("balance.max_change");
-  p.target = parse_target(cfg.s("balance.target")), p.tuning = parse_tuning(cfg.s("balance.tuning"));
-  p.curve_points = int(cfg.i("balance.curve_points"));
-  return p;
-}
-
 std::vector<int> budget_steps(const DstParams& p, int* k0_index) {
   int lo = std::max(p.k_min, int(std::floor(p.k0 * (1 - p.max_change))));
   int hi = std::min(p.k_max, int(std::ceil(p.k0 * (1 + p.max_change))));

@@ -10,7 +10,6 @@
 #include "src/balance/latency_model.hpp"
 #include "src/balance/plan.hpp"
 #include "src/comm/comm.hpp"
-#include "src/config/config.hpp"
 
 namespace sb {
 
@@ -30,9 +29,6 @@ struct DstParams {
   int n_layers = 1;
   int curve_points = 32;     // samples of each rank's recall/time curve sent for target = recall
 };
-
-// From the run config: k0 = attention.k, n_layers = model.n_layers, the rest from [balance].
-DstParams dst_params(const Config& cfg);
 
 // The allowed budgets, ascending, and the index of k0 among them (k0 itself is always allowed).
 std::vector<int> budget_steps(const DstParams& p, int* k0_index = nullptr);

@@ -50,7 +50,7 @@ struct PartTimes {
 
 class LatencyModel {
  public:
-  // Analytic defaults for this shape: a 7B-class decoder on one GPU (document in docs-draft/balance.md).
+  // Analytic defaults for this shape: a 7B-class decoder on one GPU (src/balance/README.md, "The default cost model").
   explicit LatencyModel(ModelShape shape = {});
   // From a stored profile (shape and coefficients as recorded).
   static LatencyModel from_profile(const LatencyProfile& p);

@@ -42,13 +42,14 @@ static int run_eval(const Args& args) {
   if (args.positional.empty())
     for (const auto& s : args.sets) cfg.set(s.substr(0, s.find('=')), s.substr(s.find('=') + 1), "--set " + s);
   Dataset ds = Dataset::open(cfg.s("data.path"));
-  Model<float> model(ModelDims::from_config(cfg, ds.vocab_size()));
+  const Settings st = from_config(cfg, ds.vocab_size());
+  Model<float> model(st.model);
   load_weights(ck, ck_path, model);
   // On train.device: the GPU evaluates a GPU-sized model in seconds where the CPU would take minutes.
-  AdamW opt(OptimSettings::from_config(cfg), model.weights().size());  // unused: eval takes no step
-  std::unique_ptr<Engine> engine = make_engine(cfg, comm, model, opt);
+  AdamW opt(st.optim, model.weights().size());  // unused: eval takes no step
+  std::unique_ptr<Engine> engine = make_engine(st, comm, model, opt);
   engine->from_host();
-  EvalResult r = evaluate(cfg, comm, *engine, model.shape().n_layers, ds);
+  EvalResult r = evaluate(st, comm, *engine, ds);
   if (!comm.root()) return 0;
   nlohmann::json buckets = nlohmann::json::array();
   for (size_t b = 0; b < r.dense.bucket_loss.size(); ++b) {

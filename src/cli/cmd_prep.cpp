@@ -1,6 +1,7 @@
-// `sparsebalance prep text|bin|synth [CONFIG.toml]`: inputs -> token shards (DESIGN.md).
+// `sparsebalance prep text|bin|synth [CONFIG.toml]`: inputs -> token shards (src/data/README.md).
 // Every flag is a [prep] config key, so a TOML [prep] section and --set prep.x=... work too;
 // flags win over both. Rank 0 does all the work; other ranks wait (prep is single-rank work).
+#include <algorithm>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -33,6 +34,38 @@ Config load_config(const Args& args) {
   return Config::load(args.positional.size() == 2 ? args.positional[1] : "", sets);
 }
 
+bool set_by_user(const Args& args, const std::string& key) {
+  for (const auto& s : args.sets)
+    if (s.starts_with(key + "=")) return true;
+  return false;
+}
+
+bool json_name(const std::string& path) { return path.ends_with(".jsonl") || path.ends_with(".json"); }
+
+// prep text's input format. Unless --format/--split (flag, --set or a config value other than the
+// default) says otherwise, inputs named *.jsonl / *.json are read as JSONL: storing each raw JSON
+// line as a document is never what was meant. Inputs that mix JSON and other names are refused.
+std::string text_format(const Args& args, const Config& cfg, const std::vector<std::string>& inputs) {
+  std::string format = cfg.s("prep.format");
+  const bool told = args.has("format") || args.has("split") || set_by_user(args, "prep.format") ||
+                    set_by_user(args, "prep.split") || format != "text" || cfg.s("prep.split") != "blank-lines";
+  if (told) return format;
+  size_t json = 0;
+  for (const auto& in : inputs) json += json_name(in);
+  if (json == 0) return format;
+  if (json < inputs.size()) {
+    const auto a = *std::find_if(inputs.begin(), inputs.end(), json_name);
+    const auto b = *std::find_if_not(inputs.begin(), inputs.end(), json_name);
+    throw Error("sparsebalance prep text: --input mixes JSON files (" + a + ") and other files (" + b +
+                "): pass --format jsonl (a \"text\" field per line) or --format text (raw lines), "
+                "or prep them separately");
+  }
+  std::printf("prep text: %s ends in .%s: reading it as --format jsonl (the \"text\" field of each line; "
+              "--format text keeps raw lines)\n",
+              inputs[0].c_str(), inputs[0].ends_with(".json") ? "json" : "jsonl");
+  return "jsonl";
+}
+
 int run(const Args& args) {
   Comm comm;
   Config cfg = load_config(args);  // every rank validates, so a typo fails the same everywhere
@@ -54,7 +87,7 @@ int run(const Args& args) {
 
   PrepStats st;
   if (mode == "text") {
-    std::string split = cfg.s("prep.split"), format = cfg.s("prep.format");
+    std::string split = cfg.s("prep.split"), format = text_format(args, cfg, inputs);
     if (split == "jsonl") format = "jsonl";
     st = prep_text(inputs, format, split, opt);
   } else if (mode == "bin") {
@@ -91,6 +124,7 @@ Command cmd_prep() {
           "  prep text  --input FILE... [--format text|jsonl] [--split blank-lines|file]\n"
           "      plain text (documents separated by blank lines, or one per file) or JSONL (\"text\"\n"
           "      field per line), byte tokenizer (vocab 259, eos 257); bytes round-trip exactly.\n"
+          "      Without --format/--split, inputs named *.jsonl or *.json are read as --format jsonl.\n"
           "  prep bin   --input FILE... [--eot ID] [--vocab V]\n"
           "      llm.c token files (uint16, header magic 20240520); documents split at EOT (not stored).\n"
           "  prep synth [--preset longalign|chatqa2|uniform|fixed] [--docs N] [--seed S] [--max-len L]\n"
@@ -98,7 +132,7 @@ Command cmd_prep() {
           "      synthetic filler text with passkey, multi-key needle and key-value retrieval tasks\n"
           "      (question and answer at the end of each document, answer span stored).\n\n"
           "Shards are DIR/shard_00000.h5, ... of about --shard-tokens tokens (whole documents). Flags are\n"
-          "the [prep] config keys (README, 'Configuration'); flags override the file and --set.\n",
+          "the [prep] config keys (src/config/KEYS.md); flags override the file and --set.\n",
           {{"input", -1, "input files (text, jsonl or llm.c .bin)", "FILE"},
            {"output", 1, "output directory (prep.output)", "DIR"},
            {"shard-tokens", 1, "tokens per shard (prep.shard_tokens)", "N"},

@@ -7,7 +7,7 @@
 #include "src/cli/args.hpp"
 #include "src/comm/comm.hpp"
 #include "src/common/error.hpp"
-#include "src/config/config.hpp"
+#include "src/config/settings.hpp"
 
 namespace sb {
 
@@ -17,37 +17,26 @@ int run_simulate(const Args& args) {
   if (args.positional.size() > 1) throw Error("sparsebalance simulate: expected at most one CONFIG file, got " + std::to_string(args.positional.size()) + " positional arguments");
   Config cfg = Config::load(args.positional.empty() ? "" : args.positional[0], args.sets);
   Comm comm;
-  SimConfig sc;
-  sc.ranks = int(cfg.i("simulate.ranks")), sc.micro_batches = int(cfg.i("simulate.micro_batches"));
-  sc.steps = int(cfg.i("simulate.steps")), sc.preset = parse_preset(cfg.s("simulate.preset"));
-  sc.seed = uint64_t(cfg.i("simulate.seed")), sc.fill = cfg.f("simulate.fill");
-  sc.capacity = cfg.i("simulate.capacity");
-  sc.max_len = cfg.i("simulate.max_len") > 0 ? cfg.i("simulate.max_len") : sc.capacity;
-  sc.noise = cfg.f("simulate.noise");
-  sc.plan.swap_rounds = int(cfg.i("balance.swap_rounds"));
-  sc.plan.group_ranks = int(cfg.i("balance.group_ranks"));
+  const SimulateSettings ss = simulate_settings(cfg);
+  SimConfig sc = ss.sim;
 
-  std::string profile = args.get("profile", cfg.s("balance.profile"));
+  std::string profile = args.get("profile", ss.profile);
   LatencyModel lm;
   if (!profile.empty()) {
     lm = LatencyModel::load_file(profile);  // the profile's own shape
   } else {
-    ModelShape shape{int(cfg.i("simulate.n_layers")), int(cfg.i("simulate.block_size")), int(cfg.i("simulate.local_blocks"))};
-    lm = LatencyModel(shape);
-    lm.set_coeffs(Part::Linear, {cfg.f("simulate.mb_overhead_ms"), cfg.f("simulate.linear_us_per_token") * 1e-3, 0});
-    lm.set_coeffs(Part::Attention, {0, 0, cfg.f("simulate.attn_ps_per_pair") * 1e-9});
-    lm.set_coeffs(Part::Gating, {0, 0, cfg.f("simulate.gating_ns_per_pair") * 1e-6});
+    lm = LatencyModel(ss.shape);
+    lm.set_coeffs(Part::Linear, {ss.mb_overhead_ms, ss.linear_us_per_token * 1e-3, 0});
+    lm.set_coeffs(Part::Attention, {0, 0, ss.attn_ps_per_pair * 1e-9});
+    lm.set_coeffs(Part::Gating, {0, 0, ss.gating_ns_per_pair * 1e-6});
   }
-  lm.set_ema(cfg.f("balance.ema"));
+  lm.set_ema(ss.ema);
   const ModelShape& shape = lm.shape();
-  RecallModel rm(shape, cfg.f("balance.recall_alpha"), cfg.f("balance.ema"));
-  double a0 = cfg.f("simulate.alpha_lo"), a1 = cfg.f("simulate.alpha_hi");
+  RecallModel rm(shape, ss.recall_alpha, ss.ema);
+  const double a0 = ss.alpha_lo, a1 = ss.alpha_hi;
   for (int l = 0; l < shape.n_layers; ++l)
     rm.set_alpha(l, shape.n_layers == 1 ? a0 : a0 + (a1 - a0) * l / (shape.n_layers - 1));
-
-  sc.dst.k0 = int(cfg.i("simulate.k")), sc.dst.k_min = int(cfg.i("balance.k_min")), sc.dst.k_max = int(cfg.i("balance.k_max"));
-  sc.dst.max_change = cfg.f("balance.max_change"), sc.dst.target = parse_target(cfg.s("balance.target"));
-  sc.dst.n_layers = shape.n_layers, sc.dst.curve_points = int(cfg.i("balance.curve_points"));
+  sc.dst.n_layers = shape.n_layers;
 
   SimResult res = simulate(sc, lm, rm);
   if (comm.root()) {

@@ -13,7 +13,7 @@ namespace sb {
 enum class KeyType { Int, Float, Bool, String };
 
 // One known key: its type, default, bounds and a line of help. The schema is the single
-// source of truth for validation, `--help` and the README's key table.
+// source of truth for validation, `--help` and src/config/KEYS.md (`sparsebalance keys --markdown`).
 struct KeySpec {
   std::string key;                   // "section.name"
   KeyType type;

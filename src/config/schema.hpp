@@ -1,5 +1,5 @@
 // The config keys, one function per area so each area keeps its own keys beside its code.
-// README.md's key table is generated from these (`sparsebalance help-config`).
+// src/config/KEYS.md, the key reference, is generated from these (`sparsebalance keys --markdown`).
 #pragma once
 #include <vector>
 

@@ -5,7 +5,7 @@ namespace sb {
 std::vector<KeySpec> schema_balance() {
   using T = KeyType;
   return {
-      // [balance] SAB + DST + latency predictor (DESIGN.md; docs-draft/balance.md)
+      // [balance] SAB + DST + latency predictor (DESIGN.md; src/balance/README.md)
       {"balance.batching", T::String, "sequential", 0, 0, {"sequential", "tokens", "quadratic", "sparse"}, "how the global batch is split over ranks x micro-batches"},
       {"balance.tuning", T::String, "fixed", 0, 0, {"fixed", "dst"}, "attention budgets: fixed k0, or dynamic sparsity tuning"},
       {"balance.target", T::String, "mean", 0, 0, {"mean", "min", "max", "recall"}, "DST target time T*: mean/min/max of predicted rank times, or the smallest T* keeping mean recall >= recall at k0"},

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <numbers>
 #include <random>
 #include <stdexcept>
@@ -20,56 +21,25 @@ static double ms_since(Clock::time_point t0) {
 // ---------------------------------------------------------------------------------------------
 // Shape and parameters
 
-ModelDims ModelDims::from_config(const Config& cfg, int64_t data_vocab) {
-  ModelDims s;
-  s.n_layers = int(cfg.i("model.n_layers"));
-  s.d_model = int(cfg.i("model.d_model"));
-  s.n_heads = int(cfg.i("model.n_heads"));
-  s.n_kv_heads = int(cfg.i("model.n_kv_heads"));
-  s.ffn_dim = int(cfg.i("model.ffn_dim"));
-  s.tied = cfg.b("model.tie_embeddings");
-  s.rope_theta = cfg.f("model.rope_theta");
-  s.norm_eps = cfg.f("model.norm_eps");
-  s.init_std = cfg.f("model.init_std");
-  int64_t v = cfg.i("model.vocab_size");
-  if (v == 0) v = data_vocab;
-  if (v <= 0) throw Error("model.vocab_size = 0 means 'from the data', but no data vocab_size is known");
-  if (data_vocab > 0 && v < data_vocab)
-    throw Error("model.vocab_size = " + std::to_string(v) + " is smaller than the data's vocab_size " +
-                std::to_string(data_vocab));
-  s.vocab = int(v);
-  if (s.d_model % s.n_heads)
-    throw Error("model.d_model = " + std::to_string(s.d_model) + " must be divisible by model.n_heads = " +
-                std::to_string(s.n_heads));
-  if (s.n_heads % s.n_kv_heads)
-    throw Error("model.n_heads = " + std::to_string(s.n_heads) + " must be divisible by model.n_kv_heads = " +
-                std::to_string(s.n_kv_heads));
-  s.head_dim = s.d_model / s.n_heads;
-  if (s.head_dim % 2) throw Error("head dim d_model/n_heads = " + std::to_string(s.head_dim) + " must be even (RoPE)");
-  return s;
-}
-
 int64_t ModelDims::num_params() const {
   int64_t C = d_model, H = n_heads, Hkv = n_kv_heads, D = head_dim, F = ffn_dim, V = vocab;
   int64_t per_layer = 2 * C + H * D * C + 2 * Hkv * D * C + C * H * D + 3 * F * C;
   return V * C + n_layers * per_layer + C + (tied ? 0 : V * C);
 }
 
-template <class T>
-Model<T>::Model(const ModelDims& s) : shape_(s) {
+ParamLayout::ParamLayout(const ModelDims& s) {
   const int64_t C = s.d_model, HD = int64_t(s.n_heads) * s.head_dim, KD = int64_t(s.n_kv_heads) * s.head_dim;
-  size_t off = 0;
   auto add = [&](std::string name, std::vector<int64_t> shape, bool decay) {
     size_t n = 1;
     for (auto d : shape) n *= size_t(d);
-    params_.push_back({std::move(name), std::move(shape), off, n, decay});
-    off += n;
-    return params_.size() - 1;
+    params.push_back({std::move(name), std::move(shape), size, n, decay});
+    size += n;
+    return params.size() - 1;
   };
-  i_embed_ = add("model.embed_tokens.weight", {s.vocab, C}, true);
+  embed = add("model.embed_tokens.weight", {s.vocab, C}, true);
   for (int l = 0; l < s.n_layers; ++l) {
     std::string p = "model.layers." + std::to_string(l) + ".";
-    LayerIdx L;
+    LayerParams L;
     L.ln1 = add(p + "input_layernorm.weight", {C}, false);
     L.q = add(p + "self_attn.q_proj.weight", {HD, C}, true);
     L.k = add(p + "self_attn.k_proj.weight", {KD, C}, true);
@@ -79,19 +49,37 @@ Model<T>::Model(const ModelDims& s) : shape_(s) {
     L.gate = add(p + "mlp.gate_proj.weight", {s.ffn_dim, C}, true);
     L.up = add(p + "mlp.up_proj.weight", {s.ffn_dim, C}, true);
     L.down = add(p + "mlp.down_proj.weight", {C, s.ffn_dim}, true);
-    li_.push_back(L);
+    layers.push_back(L);
   }
-  i_norm_ = add("model.norm.weight", {C}, false);
-  i_head_ = s.tied ? i_embed_ : add("lm_head.weight", {s.vocab, C}, true);
-  w_.assign(off, T(0));
-  g_.assign(off, T(0));
+  norm = add("model.norm.weight", {C}, false);
+  head = s.tied ? embed : add("lm_head.weight", {s.vocab, C}, true);
+}
+
+const ParamInfo& ParamLayout::find(const std::string& name) const {
+  for (const auto& p : params)
+    if (p.name == name) return p;
+  throw Error("no parameter named '" + name + "'");
+}
+
+std::pair<size_t, size_t> ParamLayout::layer_range(int l) const {
+  const LayerParams& I = layers.at(size_t(l));
+  size_t lo = SIZE_MAX, hi = 0;
+  for (size_t i : {I.ln1, I.q, I.k, I.v, I.o, I.ln2, I.gate, I.up, I.down}) {
+    lo = std::min(lo, params[i].offset);
+    hi = std::max(hi, params[i].offset + params[i].size);
+  }
+  return {lo, hi};
+}
+
+template <class T>
+Model<T>::Model(const ModelDims& s) : shape_(s), layout_(s) {
+  w_.assign(layout_.size, T(0));
+  g_.assign(layout_.size, T(0));
 }
 
 template <class T>
 const ParamInfo& Model<T>::param(const std::string& name) const {
-  for (const auto& p : params_)
-    if (p.name == name) return p;
-  throw Error("no parameter named '" + name + "'");
+  return layout_.find(name);
 }
 
 template <class T>
@@ -104,7 +92,7 @@ void Model<T>::init(uint64_t seed) {
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
   };
   const double out_scale = 1.0 / std::sqrt(2.0 * shape_.n_layers);
-  for (const auto& p : params_) {
+  for (const auto& p : layout_.params) {
     T* w = w_.data() + p.offset;
     if (!p.decay) {  // norms start at 1
       for (size_t i = 0; i < p.size; ++i) w[i] = T(1);
@@ -180,13 +168,13 @@ MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T los
   auto sized = [](std::vector<T>& v, size_t n) { v.assign(n, T(0)); return v.data(); };
 
   std::vector<T> x(size_t(N) * C);  // (N, C) residual stream
-  k::embedding_fwd(b.tokens.data(), W(i_embed_), x.data(), N, C);
+  k::embedding_fwd(b.tokens.data(), W(layout_.embed), x.data(), N, C);
 
   std::vector<Layer> acts(L);
   std::vector<T> tmp(size_t(N) * C);  // (N, C) branch output before the residual add
   for (int l = 0; l < L; ++l) {
     Layer& A = acts[l];
-    const LayerIdx& I = li_[l];
+    const LayerParams& I = layout_.layers[size_t(l)];
     A.x_in = x;
     // attention block
     k::rmsnorm_fwd(x.data(), W(I.ln1), sized(A.xn, size_t(N) * C), sized(A.rstd1, N), N, C, s.norm_eps);
@@ -216,9 +204,9 @@ MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T los
     for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
   }
   std::vector<T> xf(size_t(N) * C), rstdf(N);  // (N, C), (N)
-  k::rmsnorm_fwd(x.data(), W(i_norm_), xf.data(), rstdf.data(), N, C, s.norm_eps);
+  k::rmsnorm_fwd(x.data(), W(layout_.norm), xf.data(), rstdf.data(), N, C, s.norm_eps);
   std::vector<T> logits(size_t(N) * V);  // (N, V); becomes dlogits in place
-  k::linear_fwd(xf.data(), W(i_head_), logits.data(), N, C, V);
+  k::linear_fwd(xf.data(), W(layout_.head), logits.data(), N, C, V);
   if (argmax) {
     argmax->assign(N, 0);
     for (int t = 0; t < N; ++t) {
@@ -236,13 +224,13 @@ MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T los
 
   // ---- backward: the same path in reverse; dx is the gradient of the residual stream ----
   std::vector<T> dxf(size_t(N) * C, T(0)), dx(size_t(N) * C, T(0));
-  k::linear_bwd(xf.data(), W(i_head_), logits.data(), dxf.data(), G(i_head_), N, C, V);
-  k::rmsnorm_bwd(x.data(), W(i_norm_), rstdf.data(), dxf.data(), dx.data(), G(i_norm_), N, C);
+  k::linear_bwd(xf.data(), W(layout_.head), logits.data(), dxf.data(), G(layout_.head), N, C, V);
+  k::rmsnorm_bwd(x.data(), W(layout_.norm), rstdf.data(), dxf.data(), dx.data(), G(layout_.norm), N, C);
   std::vector<T> dh(size_t(N) * F), dg(size_t(N) * F), du(size_t(N) * F), dxn(size_t(N) * C);
   std::vector<T> datt(size_t(N) * HD), dq(size_t(N) * HD), dk(size_t(N) * KD), dv(size_t(N) * KD);
   for (int l = L - 1; l >= 0; --l) {
     Layer& A = acts[l];
-    const LayerIdx& I = li_[l];
+    const LayerParams& I = layout_.layers[size_t(l)];
     // MLP block: x_out = x_mid + down(swiglu(gate(xn2), up(xn2)))
     std::fill(dh.begin(), dh.end(), T(0));
     k::linear_bwd(A.h.data(), W(I.down), dx.data(), dh.data(), G(I.down), N, F, C);
@@ -267,7 +255,7 @@ MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T los
     k::rmsnorm_bwd(A.x_in.data(), W(I.ln1), A.rstd1.data(), dxn.data(), dx.data(), G(I.ln1), N, C);
     A = Layer{};  // free this layer's activations early
   }
-  k::embedding_bwd(b.tokens.data(), dx.data(), G(i_embed_), N, C);
+  k::embedding_bwd(b.tokens.data(), dx.data(), G(layout_.embed), N, C);
   st.total_ms = ms_since(t_start);
   return st;
 }

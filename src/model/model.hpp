@@ -7,10 +7,10 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/kernels.hpp"
-#include "src/config/config.hpp"
 
 namespace sb {
 
@@ -19,8 +19,7 @@ struct ModelDims {
   int vocab = 259;
   bool tied = true;
   double rope_theta = 10000, norm_eps = 1e-5, init_std = 0.02;
-  // From [model]; vocab from model.vocab_size or, when 0, from the data. Errors name the keys.
-  static ModelDims from_config(const Config& cfg, int64_t data_vocab);
+  // Filled from [model] by model_dims() (src/config/settings.hpp).
   int64_t num_params() const;
 };
 
@@ -29,6 +28,26 @@ struct ParamInfo {
   std::vector<int64_t> shape;  // PyTorch (out, in)
   size_t offset, size;         // into the flat buffer
   bool decay;                  // weight decay applies (matrices, not norms)
+};
+
+// Indices into ParamLayout::params of one decoder layer's tensors.
+struct LayerParams {
+  size_t ln1, q, k, v, o, ln2, gate, up, down;
+};
+
+// The flat parameter buffer, shared by Model<T> and ModelCuda: the tensors in this order (Hugging
+// Face names): embed, per layer (ln1, q, k, v, o, ln2, gate, up, down), final norm, LM head (the
+// embedding when tied), back to back.
+struct ParamLayout {
+  std::vector<ParamInfo> params;
+  size_t embed = 0, norm = 0, head = 0;  // indices into params
+  std::vector<LayerParams> layers;
+  size_t size = 0;                       // elements of the flat buffer
+  ParamLayout() = default;
+  explicit ParamLayout(const ModelDims& d);
+  const ParamInfo& find(const std::string& name) const;
+  // The flat range [begin, end) of layer l's parameters (contiguous).
+  std::pair<size_t, size_t> layer_range(int l) const;
 };
 
 // How attention runs for one micro-batch: mode and gating parameters, and a budget per layer.
@@ -68,7 +87,8 @@ class Model {
  public:
   explicit Model(const ModelDims& shape);
   const ModelDims& shape() const { return shape_; }
-  const std::vector<ParamInfo>& params() const { return params_; }
+  const ParamLayout& layout() const { return layout_; }
+  const std::vector<ParamInfo>& params() const { return layout_.params; }
   const ParamInfo& param(const std::string& name) const;
 
   // normal(0, init_std) from `seed` (deterministic, own generator); output projections
@@ -90,16 +110,12 @@ class Model {
   struct Layer;  // saved activations of one layer
   MicroBatchStats run(const PackedBatch& b, const AttnSettings& a, T loss_scale, bool backward,
                       std::vector<int32_t>* argmax);
-  T* W(size_t idx) { return w_.data() + params_[idx].offset; }
-  T* G(size_t idx) { return g_.data() + params_[idx].offset; }
+  T* W(size_t idx) { return w_.data() + layout_.params[idx].offset; }
+  T* G(size_t idx) { return g_.data() + layout_.params[idx].offset; }
 
   ModelDims shape_;
-  std::vector<ParamInfo> params_;
-  std::vector<T> w_, g_;  // flat parameters and gradients, in params_ order
-  // Indices into params_: embed, per layer (ln1, q, k, v, o, ln2, gate, up, down), final norm, lm head.
-  size_t i_embed_ = 0, i_norm_ = 0, i_head_ = 0;
-  struct LayerIdx { size_t ln1, q, k, v, o, ln2, gate, up, down; };
-  std::vector<LayerIdx> li_;
+  ParamLayout layout_;
+  std::vector<T> w_, g_;  // flat parameters and gradients, in layout order
 };
 
 }  // namespace sb

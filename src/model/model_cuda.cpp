@@ -80,20 +80,10 @@ struct ModelCuda::Timers {
   }
 };
 
-ModelCuda::ModelCuda(const ModelDims& dims, const std::vector<ParamInfo>& params) : dims_(dims), params_(params) {
-  for (const auto& p : params_) n_ = std::max(n_, p.offset + p.size);
-  // The same index table as Model<T>: embed, per layer (ln1, q, k, v, o, ln2, gate, up, down), norm, head.
-  size_t i = 0;
-  i_embed_ = i++;
-  for (int l = 0; l < dims_.n_layers; ++l) {
-    LayerIdx L{i, i + 1, i + 2, i + 3, i + 4, i + 5, i + 6, i + 7, i + 8};
-    li_.push_back(L);
-    i += 9;
-  }
-  i_norm_ = i++;
-  i_head_ = dims_.tied ? i_embed_ : i++;
-  if (i != params_.size() || params_[i_norm_].name != "model.norm.weight")
-    throw std::logic_error("ModelCuda: parameter table does not match the model layout");
+ModelCuda::ModelCuda(const ModelDims& dims, const ParamLayout& layout)
+    : dims_(dims), layout_(layout), n_(layout.size) {
+  if (layout_.layers.size() != size_t(dims_.n_layers) || layout_.params[layout_.norm].name != "model.norm.weight")
+    throw std::logic_error("ModelCuda: parameter layout does not match the model dims");
   SB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   // Keep freed stream-ordered memory (gating's per-layer scratch) in the pool instead of returning
   // it to the driver at every synchronisation.
@@ -136,16 +126,6 @@ static void to_device(DeviceArray<T>& d, const std::vector<T>& h, cudaStream_t s
   SB_CUDA_CHECK(cudaMemcpyAsync(d.data(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice, s));
 }
 
-std::pair<size_t, size_t> ModelCuda::layer_range(int l) const {
-  const LayerIdx& I = li_.at(size_t(l));
-  size_t lo = SIZE_MAX, hi = 0;
-  for (size_t i : {I.ln1, I.q, I.k, I.v, I.o, I.ln2, I.gate, I.up, I.down}) {
-    lo = std::min(lo, params_[i].offset);
-    hi = std::max(hi, params_[i].offset + params_[i].size);
-  }
-  return {lo, hi};
-}
-
 MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool backward,
                                std::vector<int32_t>* argmax, const std::function<void(int)>& layer_done) {
   const auto t_start = Clock::now();
@@ -169,10 +149,10 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
 
   // ---- forward
   float* x = layers_.empty() ? xs_top_.resize(NC) : layers_[0]->x_in.resize(NC);  // (N, C)
-  kc::embedding_fwd(tokens_.data(), W(i_embed_), x, N, C, cs);
+  kc::embedding_fwd(tokens_.data(), W(layout_.embed), x, N, C, cs);
   for (int l = 0; l < L; ++l) {
     Layer& A = *layers_[l];
-    const LayerIdx& I = li_[l];
+    const LayerParams& I = layout_.layers[size_t(l)];
     // attention block
     kc::rmsnorm_fwd(x, W(I.ln1), A.xn.resize(NC), A.rstd1.resize(N), N, C, eps, cs);
     kc::linear_fwd(bl, A.xn.data(), W16(I.q), A.q.resize(size_t(N) * HD), N, C, HD);
@@ -216,8 +196,8 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
     x = xo;
   }
   // x is the last layer's output (xs_top_)
-  kc::rmsnorm_fwd(x, W(i_norm_), xf_.resize(NC), rstdf_.resize(N), N, C, eps, cs);
-  kc::linear_fwd(bl, xf_.data(), W16(i_head_), logits_.resize(size_t(N) * V), N, C, V);  // (N, V) fp32
+  kc::rmsnorm_fwd(x, W(layout_.norm), xf_.resize(NC), rstdf_.resize(N), N, C, eps, cs);
+  kc::linear_fwd(bl, xf_.data(), W16(layout_.head), logits_.resize(size_t(N) * V), N, C, V);  // (N, V) fp32
   kc::cross_entropy(logits_.data(), targets_.data(), loss_.resize(N), backward ? dlogits_.resize(size_t(N) * V) : nullptr,
                     argmax_.resize(N), N, V, loss_scale, cs);
   std::vector<float> loss(N);
@@ -231,15 +211,15 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
     float* dxn = dxn_.resize(NC);
     bf16* dx16 = dx16_.resize(NC);
     SB_CUDA_CHECK(cudaMemsetAsync(dx, 0, NC * sizeof(float), cs));
-    kc::linear_bwd(bl, xf_.data(), W16(i_head_), dlogits_.data(), dxf_.resize(NC), false, G(i_head_), N, C, V);
-    kc::rmsnorm_bwd(xs_top_.data(), W(i_norm_), rstdf_.data(), dxf_.data(), dx, G(i_norm_), N, C, cs);
+    kc::linear_bwd(bl, xf_.data(), W16(layout_.head), dlogits_.data(), dxf_.resize(NC), false, G(layout_.head), N, C, V);
+    kc::rmsnorm_bwd(xs_top_.data(), W(layout_.norm), rstdf_.data(), dxf_.data(), dx, G(layout_.norm), N, C, cs);
     bf16 *dh = dh_.resize(NF), *dg = dg_.resize(NF), *du = du_.resize(NF);
     bf16 *datt = datt_.resize(size_t(N) * HD), *dq = dq_.resize(size_t(N) * HD);
     bf16 *dk = dk_.resize(size_t(N) * KD), *dv = dv_.resize(size_t(N) * KD);
     void* ws = attn_ws_.resize(kc::block_attention_bwd_workspace(N, ashape));
     for (int l = L - 1; l >= 0; --l) {
       Layer& A = *layers_[l];
-      const LayerIdx& I = li_[l];
+      const LayerParams& I = layout_.layers[size_t(l)];
       // MLP block: x_out = x_mid + down(swiglu(gate(xn2), up(xn2)))
       kc::to_bf16(dx, dx16, NC, cs);
       kc::linear_bwd(bl, A.h.data(), W16(I.down), dx16, dh, false, G(I.down), N, F, C);
@@ -262,7 +242,7 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
       kc::rmsnorm_bwd(A.x_in.data(), W(I.ln1), A.rstd1.data(), dxn, dx, G(I.ln1), N, C, cs);
       if (layer_done) layer_done(l);
     }
-    kc::embedding_bwd(tokens_.data(), dx, G(i_embed_), N, C, cs);
+    kc::embedding_bwd(tokens_.data(), dx, G(layout_.embed), N, C, cs);
   }
   SB_CUDA_CHECK(cudaStreamSynchronize(cs));
   for (int t = 0; t < N; ++t) {

@@ -41,9 +41,9 @@ class DeviceArray {
 class ModelCuda {
  public:
   using bf16 = kernels::cuda::bf16;
-  // Same dims and parameter table as the host model; allocates weights, gradients and moments on
-  // the current device.
-  ModelCuda(const ModelDims& dims, const std::vector<ParamInfo>& params);
+  // Same dims and parameter layout as the host model (Model::layout()); allocates weights and
+  // gradients on the current device.
+  ModelCuda(const ModelDims& dims, const ParamLayout& layout);
   ~ModelCuda();
   ModelCuda(const ModelCuda&) = delete;
   ModelCuda& operator=(const ModelCuda&) = delete;
@@ -69,8 +69,8 @@ class ModelCuda {
   float* weights() { return w32_.data(); }
   bf16* weights16() { return w16_.data(); }
   float* grads() { return g32_.data(); }
-  // The flat range [begin, end) of layer l's parameters (ln1 .. down, contiguous in params order).
-  std::pair<size_t, size_t> layer_range(int l) const;
+  // The flat range [begin, end) of layer l's parameters (ParamLayout::layer_range).
+  std::pair<size_t, size_t> layer_range(int l) const { return layout_.layer_range(l); }
   size_t size() const { return n_; }
   void zero_grads();
   cudaStream_t stream() const { return stream_; }
@@ -80,16 +80,13 @@ class ModelCuda {
   struct Timers;
   MicroBatchStats run(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool backward,
                       std::vector<int32_t>* argmax, const std::function<void(int)>& layer_done = {});
-  float* W(size_t i) { return w32_.data() + params_[i].offset; }
-  bf16* W16(size_t i) { return w16_.data() + params_[i].offset; }
-  float* G(size_t i) { return g32_.data() + params_[i].offset; }
+  float* W(size_t i) { return w32_.data() + layout_.params[i].offset; }
+  bf16* W16(size_t i) { return w16_.data() + layout_.params[i].offset; }
+  float* G(size_t i) { return g32_.data() + layout_.params[i].offset; }
 
   ModelDims dims_;
-  std::vector<ParamInfo> params_;
+  ParamLayout layout_;
   size_t n_ = 0;
-  size_t i_embed_ = 0, i_norm_ = 0, i_head_ = 0;
-  struct LayerIdx { size_t ln1, q, k, v, o, ln2, gate, up, down; };
-  std::vector<LayerIdx> li_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<kernels::cuda::Blas> blas_;
   DeviceArray<float> w32_, g32_;  // (n) master weights, gradients

@@ -14,8 +14,8 @@ namespace {
 // The host path: Model<float> with OpenBLAS/Kokkos kernels, bucketed MPI_Allreduce.
 class CpuEngine final : public Engine {
  public:
-  CpuEngine(const Config& cfg, const Comm& comm, Model<float>& model, AdamW& opt)
-      : comm_(comm), model_(model), opt_(opt), reducer_(comm, size_t(cfg.f("train.bucket_mb") * 1024 * 1024)) {}
+  CpuEngine(const TrainSettings& t, const Comm& comm, Model<float>& model, AdamW& opt)
+      : comm_(comm), model_(model), opt_(opt), reducer_(comm, size_t(t.bucket_mb * 1024 * 1024)) {}
   void zero_grads() override { model_.zero_grads(); }
   MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool) override {
     return model_.forward_backward(b, a, loss_scale);
@@ -66,11 +66,11 @@ std::string cpu_device_name(const Comm& comm) {
   return "cpu: " + name + " (" + std::to_string(comm.size()) + " ranks)";
 }
 
-std::unique_ptr<Engine> make_engine(const Config& cfg, const Comm& comm, Model<float>& model, AdamW& opt) {
-  const std::string dev = cfg.s("train.device");
-  if (dev == "cpu") return std::make_unique<CpuEngine>(cfg, comm, model, opt);
+std::unique_ptr<Engine> make_engine(const Settings& s, const Comm& comm, Model<float>& model, AdamW& opt) {
+  const std::string& dev = s.train.device;
+  if (dev == "cpu") return std::make_unique<CpuEngine>(s.train, comm, model, opt);
 #ifdef SB_WITH_CUDA
-  if (dev == "cuda") return make_cuda_engine(cfg, comm, model, opt);
+  if (dev == "cuda") return make_cuda_engine(s, comm, model, opt);
 #endif
   throw Error("train.device = \"" + dev + "\": this build has no CUDA support (configure with -DSB_CUDA=ON and nvcc "
               "on PATH; README.md, 'GPU build')");

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "src/comm/comm.hpp"
-#include "src/config/config.hpp"
+#include "src/config/settings.hpp"
 #include "src/model/model.hpp"
 #include "src/train/update.hpp"
 
@@ -46,13 +46,13 @@ class Engine {
 
 // By train.device: "cpu" or "cuda" (one GPU per rank, chosen by node-local rank). The engine keeps
 // references to model, opt and comm. Errors name train.device when this build or machine cannot.
-std::unique_ptr<Engine> make_engine(const Config& cfg, const Comm& comm, Model<float>& model, AdamW& opt);
+std::unique_ptr<Engine> make_engine(const Settings& s, const Comm& comm, Model<float>& model, AdamW& opt);
 
 // "cpu: <model name> (<n> ranks)" from /proc/cpuinfo.
 std::string cpu_device_name(const Comm& comm);
 
 #ifdef SB_WITH_CUDA
-std::unique_ptr<Engine> make_cuda_engine(const Config& cfg, const Comm& comm, Model<float>& model, AdamW& opt);
+std::unique_ptr<Engine> make_cuda_engine(const Settings& s, const Comm& comm, Model<float>& model, AdamW& opt);
 #endif
 
 }  // namespace sb

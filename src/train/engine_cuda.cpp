@@ -21,11 +21,11 @@ namespace {
 
 // Picks this rank's GPU and checks that the model fits the CUDA kernels; errors name the keys.
 // Shapes first: a config that cannot run on any GPU is reported as such, also on a machine without one.
-int choose_device(const Config& cfg, const Comm& comm, const ModelDims& d, bool* shared) {
+int choose_device(const AttentionSettings& a, const Comm& comm, const ModelDims& d, bool* shared) {
   if (d.head_dim != 64 && d.head_dim != 128)
     throw Error("train.device = \"cuda\": the head dim model.d_model / model.n_heads = " + std::to_string(d.head_dim) +
                 "; the CUDA attention kernels take 64 or 128");
-  const int64_t bs = cfg.i("attention.block_size");
+  const int64_t bs = a.block_size;
   if (bs != 64 && bs != 128)
     throw Error("train.device = \"cuda\": attention.block_size = " + std::to_string(bs) +
                 "; the CUDA attention kernels take 64 or 128");
@@ -41,18 +41,18 @@ int choose_device(const Config& cfg, const Comm& comm, const ModelDims& d, bool*
 
 class CudaEngine final : public Engine {
  public:
-  CudaEngine(const Config& cfg, const Comm& comm, Model<float>& model, AdamW& opt)
-      : comm_(comm), model_(model), opt_(opt), os_(OptimSettings::from_config(cfg)) {
+  CudaEngine(const Settings& s, const Comm& comm, Model<float>& model, AdamW& opt)
+      : comm_(comm), model_(model), opt_(opt) {
     bool shared = false;
-    const int dev = choose_device(cfg, comm, model.shape(), &shared);
-    gpu_ = std::make_unique<ModelCuda>(model.shape(), model.params());
+    const int dev = choose_device(s.attention, comm, model.shape(), &shared);
+    gpu_ = std::make_unique<ModelCuda>(model.shape(), model.layout());
     m_.resize(gpu_->size()), v_.resize(gpu_->size());
-    const size_t bucket = size_t(cfg.f("train.bucket_mb") * 1024 * 1024);
+    const size_t bucket = size_t(s.train.bucket_mb * 1024 * 1024);
     if (shared) {
       reducer_ = std::make_unique<HostStagedGradReducer>(comm, bucket, gpu_->stream());
     } else {
       auto nccl = std::make_unique<NcclGradReducer>(comm, bucket, gpu_->stream());
-      if (cfg.b("train.overlap_reduce") && layers_tile()) nccl_ = nccl.get();
+      if (s.train.overlap_reduce && layers_tile()) nccl_ = nccl.get();
       reducer_ = std::move(nccl);
     }
     reduced_.assign(size_t(model.shape().n_layers), 0);
@@ -101,13 +101,16 @@ class CudaEngine final : public Engine {
     std::fill(reduced_.begin(), reduced_.end(), 0);
   }
   double gradient_norm() override { return std::sqrt(kc::sum_squares(gpu_->grads(), gpu_->size(), gpu_->stream())); }
+  // The host optimizer's step (schedule, clip factor, per-tensor arguments) with CUDA arithmetic.
   void update(double grad_norm, double lr, int64_t step) override {
-    if (os_.grad_clip > 0 && grad_norm > os_.grad_clip)
-      kc::scale_inplace(gpu_->grads(), float(os_.grad_clip / grad_norm), gpu_->size(), gpu_->stream());
-    for (const auto& p : model_.params())
-      kc::adamw(gpu_->weights() + p.offset, gpu_->weights16() + p.offset, gpu_->grads() + p.offset, m_.data() + p.offset,
-                v_.data() + p.offset, p.size, float(lr), float(os_.beta1), float(os_.beta2), float(os_.eps),
-                p.decay ? float(os_.weight_decay) : 0.f, step, gpu_->stream());
+    opt_.step(
+        model_.layout(), grad_norm, lr, step,
+        [&](float c) { kc::scale_inplace(gpu_->grads(), c, gpu_->size(), gpu_->stream()); },
+        [&](const ParamInfo& p, const AdamWArgs& a) {
+          kc::adamw(gpu_->weights() + p.offset, gpu_->weights16() + p.offset, gpu_->grads() + p.offset,
+                    m_.data() + p.offset, v_.data() + p.offset, p.size, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay,
+                    a.step, gpu_->stream());
+        });
     SB_CUDA_CHECK(cudaStreamSynchronize(gpu_->stream()));
   }
   uint64_t weights_hash() override {
@@ -164,7 +167,6 @@ class CudaEngine final : public Engine {
 
   Model<float>& model_;
   AdamW& opt_;
-  OptimSettings os_;
   std::unique_ptr<ModelCuda> gpu_;
   DeviceArray<float> m_, v_;  // (n) AdamW moments
   std::unique_ptr<GradReducer> reducer_;
@@ -175,8 +177,8 @@ class CudaEngine final : public Engine {
 
 }  // namespace
 
-std::unique_ptr<Engine> make_cuda_engine(const Config& cfg, const Comm& comm, Model<float>& model, AdamW& opt) {
-  return std::make_unique<CudaEngine>(cfg, comm, model, opt);
+std::unique_ptr<Engine> make_cuda_engine(const Settings& s, const Comm& comm, Model<float>& model, AdamW& opt) {
+  return std::make_unique<CudaEngine>(s, comm, model, opt);
 }
 
 }  // namespace sb

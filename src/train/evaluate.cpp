@@ -3,7 +3,7 @@
 #include <sstream>
 
 #include "src/common/error.hpp"
-#include "src/train/plan_batch.hpp"
+#include "src/train/batch.hpp"
 
 namespace sb {
 
@@ -74,25 +74,20 @@ static void add_doc(EvalPart& part, const MicroBatchStats& st, const std::vector
   part.task_correct[task.type] += ok;
 }
 
-EvalResult evaluate(const Config& cfg, const Comm& comm, Engine& engine, int n_layers, const Dataset& ds) {
+EvalResult evaluate(const Settings& s, const Comm& comm, Engine& engine, const Dataset& ds) {
   EvalResult res;
-  res.bucket_bounds = parse_buckets(cfg.s("eval.buckets"));
+  res.bucket_bounds = parse_buckets(s.eval.buckets);
   const size_t nb = res.bucket_bounds.size() + 1;
   for (EvalPart* p : {&res.dense, &res.sparse}) p->bucket_loss.assign(nb, 0), p->bucket_targets.assign(nb, 0);
-  auto val = ds.val_docs(uint64_t(cfg.i("data.seed")), cfg.f("data.val_fraction"));
+  auto val = ds.val_docs(s.data.seed, s.data.val_fraction);
   if (val.empty()) throw Error(ds.path() + ": no validation documents (raise data.val_fraction)");
-  if (int64_t(val.size()) > cfg.i("eval.docs")) val.resize(size_t(cfg.i("eval.docs")));
+  if (int64_t(val.size()) > s.eval.docs) val.resize(size_t(s.eval.docs));
   res.doc_ids = val;
-  const int64_t cap = cfg.i("train.micro_batch_tokens");
-  AttnSettings dense, sparse;
+  const int64_t cap = s.train.micro_batch_tokens;
+  // Every document twice: dense, and sparse at the default budget k0 (whatever attention.mode says).
+  AttnSettings dense = s.attention.at_k0(s.model.n_layers), sparse = dense;
   dense.sparse = false;
   sparse.sparse = true;
-  for (AttnSettings* a : {&dense, &sparse}) {
-    a->block_size = int(cfg.i("attention.block_size"));
-    a->local_blocks = int(cfg.i("attention.local_blocks"));
-    a->theta = cfg.f("attention.theta");
-    a->k.assign(size_t(n_layers), int(cfg.i("attention.k")));
-  }
   for (size_t i = size_t(comm.rank()); i < val.size(); i += size_t(comm.size())) {
     uint64_t doc = val[i], len = ds.doc_length(doc);
     if (len < 2) continue;

@@ -8,7 +8,7 @@
 #include "io/checkpoint.hpp"
 #include "io/shard.hpp"
 #include "src/comm/comm.hpp"
-#include "src/config/config.hpp"
+#include "src/config/settings.hpp"
 #include "src/model/model.hpp"
 #include "src/train/engine.hpp"
 
@@ -37,6 +37,6 @@ struct EvalResult {
 // Evaluates eval.docs validation documents, spread over ranks (results identical on all ranks).
 // A document longer than train.micro_batch_tokens is evaluated on its last window (where the
 // task's question and answer sit). Runs on the engine's device (train.device) with its weights.
-EvalResult evaluate(const Config& cfg, const Comm& comm, Engine& engine, int n_layers, const Dataset& ds);
+EvalResult evaluate(const Settings& s, const Comm& comm, Engine& engine, const Dataset& ds);
 
 }  // namespace sb

@@ -11,17 +11,17 @@ namespace sb {
 
 using Clock = std::chrono::steady_clock;
 
-ProfileReport profile_machine(const Config& cfg, const Comm& comm, int vocab, bool quick) {
+ProfileReport profile_machine(const Settings& s, const Comm& comm, bool quick) {
   const auto t0 = Clock::now();
-  ModelDims dims = ModelDims::from_config(cfg, vocab);
-  const int bs = int(cfg.i("attention.block_size")), w = int(cfg.i("attention.local_blocks"));
-  const int k0 = int(cfg.i("attention.k"));
-  const int64_t cap = cfg.i("train.micro_batch_tokens");
+  const ModelDims& dims = s.model;
+  const int bs = s.attention.block_size, w = s.attention.local_blocks;
+  const int k0 = s.attention.k;
+  const int64_t cap = s.train.micro_batch_tokens;
   Model<float> model(dims);
   model.init(1);
   // Where train.device says: the same engine the trainer runs, so GPU runs time GPU kernels.
-  AdamW opt(OptimSettings::from_config(cfg), model.weights().size());
-  std::unique_ptr<Engine> engine = make_engine(cfg, comm, model, opt);
+  AdamW opt(s.optim, model.weights().size());
+  std::unique_ptr<Engine> engine = make_engine(s, comm, model, opt);
   engine->from_host();
   ProfileReport rep{LatencyModel(ModelShape{dims.n_layers, bs, w}), {}, {}, {}, {}, 0, 0};
 
@@ -52,9 +52,9 @@ ProfileReport profile_machine(const Config& cfg, const Comm& comm, int vocab, bo
       b.add(seq);
     }
     const double tokens = double(b.n());
-    AttnSettings a;
-    a.sparse = true, a.block_size = bs, a.local_blocks = w, a.theta = 1e30;  // every candidate eligible: k decides
-    a.k.assign(size_t(dims.n_layers), g.k);
+    AttentionSettings at = s.attention;
+    at.sparse = true, at.theta = 1e30;  // every candidate eligible: k decides
+    const AttnSettings a = at.for_budgets(std::vector<int>(size_t(dims.n_layers), g.k));
     std::vector<MicroBatchStats> runs;
     for (int r = 0; r < reps + 1; ++r) {  // the first run warms caches and is dropped
       engine->zero_grads();

@@ -5,7 +5,7 @@
 
 #include "src/balance/latency_model.hpp"
 #include "src/comm/comm.hpp"
-#include "src/config/config.hpp"
+#include "src/config/settings.hpp"
 #include "src/model/model.hpp"
 
 namespace sb {
@@ -20,8 +20,8 @@ struct ProfileReport {
 // Runs the configured model (random weights and tokens) on train.device forward+backward on single sequences of
 // several lengths up to train.micro_batch_tokens at several budgets around attention.k, times
 // attention (per layer), gating (per layer) and the token-linear rest, and the gradient
-// all-reduce over the ranks at several sizes; fits each part. `quick` uses a smaller grid (the
+// all-reduce over the ranks at several sizes; fits each part. The vocabulary is s.model.vocab. `quick` uses a smaller grid (the
 // brief self-profile `train` runs when no balance.profile is given). Collective: every rank calls it.
-ProfileReport profile_machine(const Config& cfg, const Comm& comm, int vocab, bool quick);
+ProfileReport profile_machine(const Settings& s, const Comm& comm, bool quick);
 
 }  // namespace sb

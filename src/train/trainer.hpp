@@ -13,29 +13,19 @@
 #include "src/balance/plan.hpp"
 #include "src/comm/comm.hpp"
 #include "src/config/config.hpp"
+#include "src/config/settings.hpp"
 #include "src/model/model.hpp"
+#include "src/train/batch.hpp"
 #include "src/train/engine.hpp"
 #include "src/train/faults.hpp"
-#include "src/train/plan_batch.hpp"
 #include "src/train/resume.hpp"
+#include "src/train/summary.hpp"
 #include "src/train/update.hpp"
 
 namespace sb {
 
 // Set from a signal handler (SIGUSR1/SIGTERM): checkpoint at the end of this step and exit.
 extern std::atomic<int> g_stop_signal;
-
-struct TrainResult {
-  int64_t first_step = 0, last_step = 0;  // steps run in this process (1-based, inclusive)
-  double first_loss = 0, last_loss = 0;
-  double tokens_per_s = 0, mean_imbalance = 0, mean_bubble = 0, mean_density = 0, mean_recall = 0;
-  double mean_step_ms = 0, mean_pred_error = 0;
-  int64_t budgets_above_k0 = 0, budgets_below_k0 = 0;  // (micro-batch x layer) items moved by DST, all ranks
-  std::string checkpoint, log;
-  bool stopped_early = false;  // by --stop-at or a signal
-  std::vector<double> losses;
-  std::vector<double> step_ms;  // makespan of every step (the first ones include warm-up)
-};
 
 class Trainer {
  public:
@@ -44,30 +34,38 @@ class Trainer {
   Trainer(const Config& cfg, const Comm& comm, const std::string& resume, int64_t stop_at);
   TrainResult run();
   const Model<float>& model() const { return model_; }
+  const Settings& settings() const { return set_; }  // as built from the config, once
 
  private:
   struct StepOut;
+  struct StepState;  // what one step carries from phase to phase
   StepOut step(int64_t s);
+  // The phases of step(), in order (DESIGN.md, "The step").
+  void plan(StepState& st);
+  void predict(StepState& st);
+  void exchange(StepState& st);
+  void tune(StepState& st);
+  void compute(StepState& st);
+  void reduce(StepState& st);
+  void update(StepState& st);
+  void measure(StepState& st);
+  StepOut record(StepState& st);
   void save_checkpoint(int64_t s);
   // Resume (src/train/resume.cpp): true when a checkpoint was applied.
   bool restore(const std::string& resume);
   Restored read_resume(const std::string& path);
   void apply_checkpoint(Restored&& r);
 
-  Config cfg_;
+  Config cfg_;  // stored in checkpoints
   const Comm& comm_;
   Dataset ds_;
-  ModelDims dims_;
+  Settings set_;
+  ModelDims dims_;  // set_.model
   Model<float> model_;
-  OptimSettings os_;
   AdamW opt_;
   LatencyModel lm_;
   RecallModel rm_;
-  DstParams dst_;
-  DstExchange dst_work_;  // the exchange's buffers, kept across steps
-  Batching batching_;
-  PlanOptions plan_opt_;
-  AttnSettings attn_;
+  DstInput dst_in_;  // the gathered summaries and this rank's items, reused across steps
   std::unique_ptr<Engine> engine_;  // compute, reduce, update on train.device
   Faults faults_;                   // train.inject_error_* (testing aid)
   DataCursor cur_;

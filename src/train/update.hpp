@@ -1,9 +1,11 @@
-// update: learning-rate schedule, gradient clipping by global norm, AdamW.
+// update: learning-rate schedule, gradient clipping by global norm, AdamW. One optimizer for both
+// engines: the schedule, the clip factor and the per-tensor step are here; an engine supplies only
+// where its arithmetic runs (host kernels, or CUDA kernels on device buffers).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
-#include "src/config/config.hpp"
 #include "src/model/model.hpp"
 
 namespace sb {
@@ -11,7 +13,6 @@ namespace sb {
 struct OptimSettings {
   double lr, min_lr_ratio, weight_decay, beta1, beta2, eps, grad_clip;
   int64_t warmup_steps, total_steps;
-  static OptimSettings from_config(const Config& cfg);
 };
 
 // Linear warmup to lr over warmup_steps, then cosine decay to lr * min_lr_ratio at total_steps.
@@ -21,11 +22,26 @@ double lr_at(const OptimSettings& o, int64_t step);
 // L2 norm of the whole gradient, accumulated in double.
 double global_norm(const std::vector<float>& g);
 
+// One tensor's AdamW arguments at one step (weight_decay already 0 on tensors without decay).
+struct AdamWArgs {
+  float lr, beta1, beta2, eps, weight_decay;
+  int64_t step;
+};
+
 class AdamW {
  public:
+  // n: parameters; the host moments m(), v() (the CUDA engine keeps its own on the device and
+  // copies them here for checkpoints).
   AdamW(const OptimSettings& o, size_t n) : o_(o), m_(n, 0.f), v_(n, 0.f) {}
-  // Clip `g` to grad_clip (when > 0) given its norm, then one AdamW step on `model`'s weights.
-  // Weight decay only on tensors marked decay (matrices, not norms).
+  const OptimSettings& settings() const { return o_; }
+  double lr(int64_t step) const { return lr_at(o_, step); }
+  // The factor that clips a gradient of norm grad_norm to grad_clip (1 when within it or off).
+  float clip_factor(double grad_norm) const;
+  // One step, wherever the arithmetic runs: scale(c) once when the gradient must be clipped, then
+  // tensor(p, args) for every tensor of `layout` in order (decay on matrices, not norms).
+  void step(const ParamLayout& layout, double grad_norm, double lr, int64_t step, const std::function<void(float)>& scale,
+            const std::function<void(const ParamInfo&, const AdamWArgs&)>& tensor) const;
+  // The host step: `g` clipped in place, then kernels::adamw on `model`'s weights and m(), v().
   void step(Model<float>& model, std::vector<float>& g, double grad_norm, double lr, int64_t step);
   std::vector<float>& m() { return m_; }
   std::vector<float>& v() { return v_; }

@@ -68,7 +68,7 @@ void check_one_micro_batch(BatchCase c) {
   a.sparse = c.sparse, a.block_size = 64, a.local_blocks = 1, a.theta = 1e9, a.k = {64, 64};
   const double scale = 1.0 / 500;
 
-  sb::ModelCuda gpu(d, host.params());
+  sb::ModelCuda gpu(d, host.layout());
   gpu.upload_weights(host.weights());
   gpu.zero_grads();
   sb::MicroBatchStats sg = gpu.forward_backward(b, a, float(scale));
@@ -110,7 +110,7 @@ void check_forward() {
   }
   sb::AttnSettings a;
   a.sparse = true, a.block_size = 128, a.local_blocks = 1, a.theta = 1e9, a.k = {64, 64};
-  sb::ModelCuda gpu(d, host.params());
+  sb::ModelCuda gpu(d, host.layout());
   gpu.upload_weights(host.weights());
   gpu.zero_grads();
   gpu.forward_backward(b, a, 1e-3f);  // gradients now hold something the forward must leave alone
@@ -149,12 +149,13 @@ void check_eval_and_profile(const sb::Comm& comm, const std::string& dir, const 
   sb::EvalResult r[2];
   for (int gpu = 0; gpu < 2; ++gpu) {
     cfg.set("train.device", gpu ? "cuda" : "cpu", "test");
-    sb::Model<float> model(sb::ModelDims::from_config(cfg, ds.vocab_size()));
+    const sb::Settings st = sb::from_config(cfg, ds.vocab_size());
+    sb::Model<float> model(st.model);
     sb::load_weights(ck, ck_path, model);
-    sb::AdamW opt(sb::OptimSettings::from_config(cfg), model.weights().size());
-    auto engine = sb::make_engine(cfg, comm, model, opt);
+    sb::AdamW opt(st.optim, model.weights().size());
+    auto engine = sb::make_engine(st, comm, model, opt);
     engine->from_host();
-    r[gpu] = sb::evaluate(cfg, comm, *engine, model.shape().n_layers, ds);
+    r[gpu] = sb::evaluate(st, comm, *engine, ds);
   }
   EXPECT_EQ(r[0].doc_ids, r[1].doc_ids);
   EXPECT_EQ(r[0].dense.targets, r[1].dense.targets);
@@ -169,7 +170,7 @@ void check_eval_and_profile(const sb::Comm& comm, const std::string& dir, const 
                 r[0].sparse.loss(), es);
 
   cfg.set("train.device", "cuda", "test");
-  sb::ProfileReport pr = sb::profile_machine(cfg, comm, int(ds.vocab_size()), /*quick=*/true);
+  sb::ProfileReport pr = sb::profile_machine(sb::from_config(cfg, ds.vocab_size()), comm, /*quick=*/true);
   const std::string dev = pr.model.profile().device;
   EXPECT_EQ(dev.rfind("cuda: ", 0), 0u) << dev;
   EXPECT_GT(pr.attention.samples, 0);

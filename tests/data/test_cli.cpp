@@ -1,5 +1,5 @@
 // The built program end to end: prep synth -> inspect --json, checked against the dataset read
-// directly; clear messages for a bad flag, a non-shard file and a corrupt token id.
+// directly; clear messages for a bad flag, a non-shard file and a corrupt token id; prep text on .jsonl.
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <mpi.h>
@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/shard.hpp"
+#include "src/data/tokenizer.hpp"
 #include "tests/data/test_util.hpp"
 #include "tests/run_program.hpp"
 
@@ -117,4 +118,38 @@ TEST(Cli, ClearErrors) {
   r = run("inspect " + bad + " --json");
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.out.find(bad + ": dataset '/tokens' has id 4000 at token 1"), std::string::npos) << r.out;
+}
+
+// prep text reads *.jsonl / *.json inputs as JSONL unless --format/--split says otherwise (issue 17):
+// without it a newcomer's data.jsonl became one document of raw JSON lines.
+TEST(Cli, PrepTextJsonlByExtension) {
+  if (!rank0()) GTEST_SKIP() << "one rank runs the program";
+  auto dir = sbt::scratch("clijsonl");
+  const std::string lines = "{\"text\": \"first document\"}\n{\"text\": \"second\\ndocument\"}\n";
+  sbt::write_bytes(dir + "/data.jsonl", lines);
+  sbt::write_bytes(dir + "/data.json", lines);
+  sbt::write_bytes(dir + "/notes.txt", "plain text\n");
+  auto docs = [](const std::string& path) {
+    auto ds = sb::Dataset::open(path);
+    std::vector<std::string> out;
+    for (uint64_t d = 0; d < ds.num_docs(); ++d) out.push_back(sb::ByteTokenizer::decode(ds.read_doc(d)));
+    return out;
+  };
+  const std::vector<std::string> want = {"first document", "second\ndocument"};
+  for (const char* name : {"data.jsonl", "data.json"}) {
+    auto r = run("prep text --input " + dir + "/" + name + " --output " + dir + "/" + name + ".ds");
+    ASSERT_EQ(r.rc, 0) << r.out;
+    EXPECT_NE(r.out.find("reading it as --format jsonl"), std::string::npos) << r.out;
+    EXPECT_EQ(docs(dir + "/" + name + ".ds"), want) << name;
+  }
+  // An explicit --format text keeps the raw lines (one blank-line-separated document).
+  auto r = run("prep text --format text --input " + dir + "/data.jsonl --output " + dir + "/raw");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.out.find("reading it as"), std::string::npos) << r.out;
+  EXPECT_EQ(docs(dir + "/raw"), std::vector<std::string>{lines.substr(0, lines.size() - 1)});
+  // JSON and other inputs together: refused, naming both files and --format jsonl.
+  r = run("prep text --input " + dir + "/data.jsonl " + dir + "/notes.txt --output " + dir + "/mixed");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("--format jsonl"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("notes.txt"), std::string::npos) << r.out;
 }

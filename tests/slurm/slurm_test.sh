@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Integration test against a real Slurm: starts munged + slurmctld + slurmd on this machine (a
-# one-node cluster in a scratch directory, as in shared/BUILD-NOTES.md, "A real Slurm on one
+# one-node cluster in a scratch directory, as in tests/README.md, "A real Slurm on one
 # machine"), then
 #   1. submits jobs/slurm/train.sbatch (2 tasks, srun --mpi=pmix) on a tiny config and checks the
 #      job state, the output file, the summary JSON, the checkpoints and the metrics log;

@@ -74,3 +74,19 @@ TEST(TrainMpi, RecallAlphaFromConfig) {
     for (double a : alpha) EXPECT_DOUBLE_EQ(a, 1.75);
   }
 }
+
+// balance.curve_points reaches the tuner `train` runs (it used to reach only `simulate`; train
+// exchanged 32 points whatever the config said): the size of every rank's exchanged summary
+// under balance.target = recall follows it, and the run trains with it.
+TEST(TrainMpi, CurvePointsFromConfig) {
+  sb::Comm comm;
+  std::string dir = scratch(comm, "curve");
+  sb::Config cfg = tiny_config(dir, "--set train.steps=2 --set balance.target=recall --set balance.tuning=dst"
+                                    " --set balance.curve_points=5 --set balance.self_profile=false");
+  sb::Trainer t(cfg, comm, "", 0);
+  EXPECT_EQ(t.settings().balance.dst.curve_points, 5);
+  EXPECT_EQ(sb::packed_size(t.settings().balance.dst), size_t(8 + 4 * 5));
+  sb::TrainResult r = t.run();
+  EXPECT_EQ(r.last_step, 2);
+  EXPECT_TRUE(std::isfinite(r.last_loss));
+}

@@ -1,4 +1,4 @@
-#include "src/train/plan_batch.hpp"
+#include "src/train/batch.hpp"
 
 #include <random>
 

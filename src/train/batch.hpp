@@ -1,5 +1,6 @@
-// plan: draw the step's global batch from the data cursor and split it over ranks x
-// micro-batches (the split itself is src/balance/plan.hpp). Identical on every rank.
+// The step's data: draw the global batch from the data cursor (identical on every rank; the plan
+// that splits it over ranks x micro-batches is src/balance/plan.hpp), and read and pack the
+// micro-batches this rank computes.
 #pragma once
 #include <cstdint>
 #include <vector>

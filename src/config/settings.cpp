@@ -1,0 +1,139 @@
+#include "src/config/settings.hpp"
+
+#include <string>
+
+#include "src/common/error.hpp"
+
+namespace sb {
+
+AttnSettings AttentionSettings::for_budgets(std::vector<int> budgets) const {
+  AttnSettings a;
+  a.sparse = sparse, a.block_size = block_size, a.local_blocks = local_blocks, a.theta = theta;
+  a.k = std::move(budgets);
+  return a;
+}
+
+AttnSettings AttentionSettings::at_k0(int n_layers) const { return for_budgets(std::vector<int>(size_t(n_layers), k)); }
+
+ModelDims model_dims(const Config& cfg, int64_t data_vocab) {
+  ModelDims s;
+  s.n_layers = int(cfg.i("model.n_layers"));
+  s.d_model = int(cfg.i("model.d_model"));
+  s.n_heads = int(cfg.i("model.n_heads"));
+  s.n_kv_heads = int(cfg.i("model.n_kv_heads"));
+  s.ffn_dim = int(cfg.i("model.ffn_dim"));
+  s.tied = cfg.b("model.tie_embeddings");
+  s.rope_theta = cfg.f("model.rope_theta");
+  s.norm_eps = cfg.f("model.norm_eps");
+  s.init_std = cfg.f("model.init_std");
+  int64_t v = cfg.i("model.vocab_size");
+  if (v == 0) v = data_vocab;
+  if (v <= 0) throw Error("model.vocab_size = 0 means 'from the data', but no data vocab_size is known");
+  if (data_vocab > 0 && v < data_vocab)
+    throw Error("model.vocab_size = " + std::to_string(v) + " is smaller than the data's vocab_size " +
+                std::to_string(data_vocab));
+  s.vocab = int(v);
+  if (s.d_model % s.n_heads)
+    throw Error("model.d_model = " + std::to_string(s.d_model) + " must be divisible by model.n_heads = " +
+                std::to_string(s.n_heads));
+  if (s.n_heads % s.n_kv_heads)
+    throw Error("model.n_heads = " + std::to_string(s.n_heads) + " must be divisible by model.n_kv_heads = " +
+                std::to_string(s.n_kv_heads));
+  s.head_dim = s.d_model / s.n_heads;
+  if (s.head_dim % 2) throw Error("head dim d_model/n_heads = " + std::to_string(s.head_dim) + " must be even (RoPE)");
+  return s;
+}
+
+OptimSettings optim_settings(const Config& cfg) {
+  return {cfg.f("train.lr"),    cfg.f("train.min_lr_ratio"), cfg.f("train.weight_decay"),
+          cfg.f("train.beta1"), cfg.f("train.beta2"),        cfg.f("train.adam_eps"),
+          cfg.f("train.grad_clip"), cfg.i("train.warmup_steps"), cfg.i("train.steps")};
+}
+
+// [balance] keys shared by `train` and `simulate` (k0 and n_layers are the caller's).
+static DstParams dst_params(const Config& cfg, int k0, int n_layers) {
+  DstParams p;
+  p.k0 = k0, p.n_layers = n_layers;
+  p.k_min = int(cfg.i("balance.k_min")), p.k_max = int(cfg.i("balance.k_max"));
+  p.max_change = cfg.f("balance.max_change");
+  p.target = parse_target(cfg.s("balance.target")), p.tuning = parse_tuning(cfg.s("balance.tuning"));
+  p.curve_points = int(cfg.i("balance.curve_points"));
+  return p;
+}
+
+static PlanOptions plan_options(const Config& cfg) {
+  PlanOptions o;
+  o.swap_rounds = int(cfg.i("balance.swap_rounds"));
+  o.group_ranks = int(cfg.i("balance.group_ranks"));
+  return o;
+}
+
+Settings from_config(const Config& cfg, int64_t data_vocab) {
+  Settings s;
+  s.model = model_dims(cfg, data_vocab);
+  s.optim = optim_settings(cfg);
+
+  AttentionSettings& a = s.attention;
+  a.sparse = cfg.s("attention.mode") == "sparse";
+  a.block_size = int(cfg.i("attention.block_size"));
+  a.local_blocks = int(cfg.i("attention.local_blocks"));
+  a.theta = cfg.f("attention.theta");
+  a.k = int(cfg.i("attention.k"));
+
+  BalanceSettings& b = s.balance;
+  b.batching = parse_batching(cfg.s("balance.batching"));
+  b.plan = plan_options(cfg);
+  b.dst = dst_params(cfg, a.k, s.model.n_layers);
+  b.profile = cfg.s("balance.profile");
+  b.self_profile = cfg.b("balance.self_profile");
+  b.ema = cfg.f("balance.ema");
+  b.recall_alpha = cfg.f("balance.recall_alpha");
+
+  TrainSettings& t = s.train;
+  t.steps = cfg.i("train.steps");
+  t.global_batch_tokens = cfg.i("train.global_batch_tokens");
+  t.micro_batch_tokens = cfg.i("train.micro_batch_tokens");
+  t.seed = uint64_t(cfg.i("train.seed"));
+  t.device = cfg.s("train.device");
+  t.bucket_mb = cfg.f("train.bucket_mb");
+  t.overlap_reduce = cfg.b("train.overlap_reduce");
+  t.nonfinite_stop = cfg.s("train.nonfinite") == "stop";
+  t.max_skips = cfg.i("train.max_skips");
+  t.sync_check_every = cfg.i("train.sync_check_every");
+  t.inject_nan_step = cfg.i("train.inject_nan_step");
+  t.inject_nan_count = cfg.i("train.inject_nan_count");
+
+  s.data = {cfg.s("data.path"), uint64_t(cfg.i("data.seed")), cfg.f("data.val_fraction"),
+            cfg.s("data.long_docs") == "reject"};
+  s.checkpoint = {cfg.s("checkpoint.dir"), cfg.i("checkpoint.every"), cfg.i("checkpoint.keep"),
+                  cfg.s("checkpoint.on_error") == "stop"};
+  s.log = {cfg.s("log.path"), cfg.i("log.every"), cfg.b("log.progress")};
+  s.eval = {cfg.i("eval.docs"), cfg.s("eval.buckets")};
+  return s;
+}
+
+SimulateSettings simulate_settings(const Config& cfg) {
+  SimulateSettings s;
+  SimConfig& sc = s.sim;
+  sc.ranks = int(cfg.i("simulate.ranks")), sc.micro_batches = int(cfg.i("simulate.micro_batches"));
+  sc.steps = int(cfg.i("simulate.steps")), sc.preset = parse_preset(cfg.s("simulate.preset"));
+  sc.seed = uint64_t(cfg.i("simulate.seed")), sc.fill = cfg.f("simulate.fill");
+  sc.capacity = cfg.i("simulate.capacity");
+  sc.max_len = cfg.i("simulate.max_len") > 0 ? cfg.i("simulate.max_len") : sc.capacity;
+  sc.noise = cfg.f("simulate.noise");
+  sc.plan = plan_options(cfg);
+  s.shape = ModelShape{int(cfg.i("simulate.n_layers")), int(cfg.i("simulate.block_size")),
+                       int(cfg.i("simulate.local_blocks"))};
+  sc.dst = dst_params(cfg, int(cfg.i("simulate.k")), s.shape.n_layers);
+  sc.dst.tuning = Tuning::Dst;  // set per policy by simulate(); balance.tuning is not a simulate setting
+  s.profile = cfg.s("balance.profile");
+  s.mb_overhead_ms = cfg.f("simulate.mb_overhead_ms");
+  s.linear_us_per_token = cfg.f("simulate.linear_us_per_token");
+  s.attn_ps_per_pair = cfg.f("simulate.attn_ps_per_pair");
+  s.gating_ns_per_pair = cfg.f("simulate.gating_ns_per_pair");
+  s.alpha_lo = cfg.f("simulate.alpha_lo"), s.alpha_hi = cfg.f("simulate.alpha_hi");
+  s.ema = cfg.f("balance.ema"), s.recall_alpha = cfg.f("balance.recall_alpha");
+  return s;
+}
+
+}  // namespace sb

@@ -1,0 +1,110 @@
+// Typed settings: every key the program acts on, read from the Config once, here, and passed
+// down as plain values. Nothing below this file (kernels/, io/, src/model/, src/balance/) reads a
+// Config; they take the structs they need (ModelDims, AttnSettings, DstParams, PlanOptions, ...).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "src/balance/dst.hpp"
+#include "src/balance/latency_model.hpp"
+#include "src/balance/plan.hpp"
+#include "src/balance/simulate.hpp"
+#include "src/config/config.hpp"
+#include "src/model/model.hpp"
+#include "src/train/update.hpp"
+
+namespace sb {
+
+// [data]
+struct DataSettings {
+  std::string path;
+  uint64_t seed = 0;
+  double val_fraction = 0;
+  bool reject_long = false;  // data.long_docs = "reject" (else windows)
+};
+
+// [attention]: the run's attention, from which each micro-batch's AttnSettings is built with
+// its own budgets (for_budgets) where it is used.
+struct AttentionSettings {
+  bool sparse = true;
+  int block_size = 32, local_blocks = 1;
+  double theta = 8;
+  int k = 4;  // default budget k0
+  AttnSettings for_budgets(std::vector<int> budgets) const;  // one budget per layer
+  AttnSettings at_k0(int n_layers) const;                    // every layer at k
+};
+
+// [balance]: the plan (SAB), the tuner (DST) and the latency and recall models.
+struct BalanceSettings {
+  Batching batching = Batching::Sparse;
+  PlanOptions plan;
+  DstParams dst;             // k0 = attention.k, n_layers = model.n_layers
+  std::string profile;       // latency profile file ("" = analytic or self-profile)
+  bool self_profile = true;
+  double ema = 0.3, recall_alpha = 0.5;
+};
+
+// [train] apart from the optimizer: the loop, the device and its gradient reduction, the
+// non-finite policy and the testing aids.
+struct TrainSettings {
+  int64_t steps = 0, global_batch_tokens = 0, micro_batch_tokens = 0;
+  uint64_t seed = 0;
+  std::string device;  // "cpu" | "cuda"
+  double bucket_mb = 4;
+  bool overlap_reduce = true;
+  bool nonfinite_stop = false;  // train.nonfinite = "stop" (else skip)
+  int64_t max_skips = 0, sync_check_every = 0;
+  int64_t inject_nan_step = 0, inject_nan_count = 0;
+};
+
+struct CheckpointSettings {
+  std::string dir;
+  int64_t every = 0, keep = 0;
+  bool on_error_stop = true;  // checkpoint.on_error = "stop" (else continue)
+};
+
+struct LogSettings {
+  std::string path;
+  int64_t every = 1;
+  bool progress = true;
+};
+
+struct EvalSettings {
+  int64_t docs = 0;
+  std::string buckets;  // eval.buckets as written; `eval` parses it (a bad list fails eval, not train)
+};
+
+// Everything `train`, `eval` and `profile` act on.
+struct Settings {
+  ModelDims model;
+  OptimSettings optim;
+  AttentionSettings attention;
+  BalanceSettings balance;
+  TrainSettings train;
+  DataSettings data;
+  CheckpointSettings checkpoint;
+  LogSettings log;
+  EvalSettings eval;
+};
+
+// The whole Settings; data_vocab is the dataset's vocabulary (model.vocab_size = 0 takes it; 0
+// when unknown). Errors name the keys at fault.
+Settings from_config(const Config& cfg, int64_t data_vocab);
+// [model]; vocab from model.vocab_size or, when 0, from data_vocab.
+ModelDims model_dims(const Config& cfg, int64_t data_vocab);
+OptimSettings optim_settings(const Config& cfg);
+
+// `simulate`: the modelled cluster, and the analytic latency and recall models used when no
+// profile is given (a profile brings its own shape).
+struct SimulateSettings {
+  SimConfig sim;            // dst.n_layers is set from the latency model actually used
+  std::string profile;      // balance.profile
+  ModelShape shape;         // analytic model's shape
+  double mb_overhead_ms = 0, linear_us_per_token = 0, attn_ps_per_pair = 0, gating_ns_per_pair = 0;
+  double alpha_lo = 0, alpha_hi = 0;  // recall exponents of the first and last layer
+  double ema = 0, recall_alpha = 0;
+};
+SimulateSettings simulate_settings(const Config& cfg);
+
+}  // namespace sb

@@ -1,0 +1,41 @@
+// The run summary: what `train` reports when it ends, accumulated step by step from the rows the
+// step records (the same rows the metrics log gets).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/metrics_log.hpp"
+
+namespace sb {
+
+struct TrainResult {
+  int64_t first_step = 0, last_step = 0;  // steps run in this process (1-based, inclusive)
+  double first_loss = 0, last_loss = 0;
+  double tokens_per_s = 0, mean_imbalance = 0, mean_bubble = 0, mean_density = 0, mean_recall = 0;
+  double mean_step_ms = 0, mean_pred_error = 0;
+  int64_t budgets_above_k0 = 0, budgets_below_k0 = 0;  // (micro-batch x layer) items moved by DST, all ranks
+  std::string checkpoint, log;
+  bool stopped_early = false;  // by --stop-at or a signal
+  std::vector<double> losses;
+  std::vector<double> step_ms;  // makespan of every step (the first ones include warm-up)
+};
+
+class RunSummary {
+ public:
+  RunSummary(const std::string& log_path, int64_t first_step);
+  // One step's row; above / below: items tuned above / below k0 over all ranks.
+  void add(const StepRow& row, int64_t above, int64_t below);
+  // The means over the steps added.
+  TrainResult finish(const std::string& last_checkpoint, bool stopped_early);
+
+ private:
+  TrainResult res_;
+  double sum_tokens_ = 0, sum_ms_ = 0;
+  int64_t n_ = 0;
+};
+
+// The progress line rank 0 prints per step (log.progress).
+void print_progress(const StepRow& row, int64_t total_steps);
+
+}  // namespace sb
