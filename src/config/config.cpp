@@ -262,7 +262,7 @@ Config Config::load(const std::string& path, std::span<const std::string> overri
     // Checked before opening: a directory reads as an empty config, a FIFO blocks, /dev/zero never ends.
     std::error_code ec;
     const auto st = std::filesystem::status(path, ec);
-    if (ec || !std::filesystem::exists(st)) throw Error(path + ": no such config file");
+    if (ec || !std::filesystem::exists(st)) throw Error(path + ": cannot open config file: no such file");
     if (!std::filesystem::is_regular_file(st))
       throw Error(path + ": not a regular file (a directory, FIFO or device); expected a TOML config file");
     const auto size = std::filesystem::file_size(path, ec);
