@@ -73,7 +73,7 @@ std::string archive_newer_checkpoints(const std::string& dir, int64_t step) {
     if (ec) throw Error(p + ": cannot move it to " + archive + ": " + ec.message());
   }
   std::printf("resume: step %lld is older than the newest checkpoint: this run starts a branch; the %zu newer "
-              "checkpoint(s) (the abandoned run) moved to %s\n",
+              "checkpoint(s) (the abandoned run's, or ones that did not verify) moved to %s\n",
               static_cast<long long>(step), newer.size(), archive.c_str());
   return archive;
 }
@@ -148,7 +148,8 @@ bool Trainer::restore(const std::string& resume) {
   comm_.barrier();  // every rank has read its checkpoint before the root moves any
   if (comm_.root()) {
     archive_ = archive_newer_checkpoints(cfg_.s("checkpoint.dir"), start_step_);
-    if (!archive_.empty())
+    std::error_code ec;
+    if (!archive_.empty() && fs::exists(cfg_.s("log.path"), ec))
       std::printf("resume: the metrics log's rows after step %lld are dropped from %s; its copy as it was is kept in "
                   "%s\n", static_cast<long long>(start_step_), cfg_.s("log.path").c_str(), archive_.c_str());
   }
