@@ -3,7 +3,7 @@
 // greedy), at 64/512/4096 ranks x 16 micro-batches, longalign; the original planner and DST too.
 #include <benchmark/benchmark.h>
 
-#include "src/balance/dst.hpp"
+#include "src/balance/dst_exchange.hpp"
 #include "src/balance/length_presets.hpp"
 #include "tests/balance/dst_reference.hpp"   // the original DST, for before/after figures
 #include "tests/balance/plan_reference.hpp"  // the original planner, for before/after figures

@@ -10,27 +10,13 @@
 #include <filesystem>
 #include <memory>
 
+#include "base/error.hpp"
+#include "base/hash.hpp"
 #include "io/h5.hpp"
-#include "src/common/error.hpp"
 
 namespace sb {
 
 namespace fs = std::filesystem;
-
-uint64_t fnv1a(const void* data, size_t n, uint64_t h) {
-  auto p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
-uint64_t fnv1a_words(const float* data, size_t n, uint64_t h) {
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t w;
-    std::memcpy(&w, data + i, sizeof w);
-    h = (h ^ w) * 1099511628211ull;
-  }
-  return h;
-}
 
 // Over everything a resume depends on, so a flipped bit anywhere in the state is caught.
 static uint64_t checksum(const Checkpoint& ck) {

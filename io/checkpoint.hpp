@@ -48,9 +48,4 @@ std::vector<std::string> list_checkpoints(const std::string& dir);
 void prune_checkpoints(const std::string& dir, int64_t keep);
 std::string checkpoint_path(const std::string& dir, int64_t step);
 
-uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull);
-// FNV-1a over the floats' 32-bit patterns (the per-step sync check of the weights): any changed bit
-// changes it, like the bytewise fnv1a, in a quarter of the steps.
-uint64_t fnv1a_words(const float* data, size_t n_floats, uint64_t h = 1469598103934665603ull);
-
 }  // namespace sb

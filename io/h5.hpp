@@ -8,7 +8,15 @@
 #include <utility>
 #include <vector>
 
-#include "src/common/error.hpp"
+#include "base/error.hpp"
+
+// HDF5: negative ids/status are failures (sb::Error naming the call and the source line).
+#define H5_CHECK(call)                                                                \
+  ([&]() {                                                                            \
+    auto sb_rc_ = (call);                                                             \
+    if (sb_rc_ < 0) ::sb::fail_call("HDF5", #call, __FILE__, __LINE__);               \
+    return sb_rc_;                                                                    \
+  }())
 
 namespace sb::h5 {
 

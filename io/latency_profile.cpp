@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "io/h5.hpp"
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 
 namespace sb {
 

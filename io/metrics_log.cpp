@@ -7,7 +7,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 
 namespace sb {
 

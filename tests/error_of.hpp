@@ -3,7 +3,7 @@
 #pragma once
 #include <string>
 
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 
 namespace sbtest {
 

@@ -322,7 +322,7 @@ void block_attention_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16
   if (sel.n_blocks == 0) return;
   if (sel.block_size != s.block_size || sel.n_kv_heads != s.n_kv_heads || sel.n_heads != s.n_heads ||
       s.n_heads % s.n_kv_heads != 0)
-    throw std::runtime_error("cuda::block_attention_bwd: selection does not match the attention shape");
+    throw Error("cuda::block_attention_bwd: selection does not match the attention shape");
   const int D = s.head_dim;
   const int64_t rows = sel.n_tokens * s.n_heads;
   float* dq_acc = static_cast<float*>(workspace);
@@ -332,7 +332,7 @@ void block_attention_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16
     const int64_t nblk = (rows * 32 + threads - 1) / threads;
     if (D == 64) bwd_prep_kernel<64><<<unsigned(nblk), threads, 0, stream>>>(out, dout, delta, dq_acc, rows);
     else if (D == 128) bwd_prep_kernel<128><<<unsigned(nblk), threads, 0, stream>>>(out, dout, delta, dq_acc, rows);
-    else throw std::runtime_error("cuda::block_attention_bwd: head_dim must be 64 or 128");
+    else throw Error("cuda::block_attention_bwd: head_dim must be 64 or 128");
     SB_CUDA_CHECK_LAUNCH("bwd_prep_kernel");
   }
   const double scale = 1.0 / std::sqrt(double(D));
@@ -344,7 +344,7 @@ void block_attention_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16
   else if (D == 64 && s.block_size == 128) launch_bwd<64, 128>(p, sel.n_blocks, stream);
   else if (D == 128 && s.block_size == 64) launch_bwd<128, 64>(p, sel.n_blocks, stream);
   else if (D == 128 && s.block_size == 128) launch_bwd<128, 128>(p, sel.n_blocks, stream);
-  else throw std::runtime_error("cuda::block_attention_bwd: head_dim must be 64 or 128, block_size 64 or 128");
+  else throw Error("cuda::block_attention_bwd: head_dim must be 64 or 128, block_size 64 or 128");
   const int64_t n2 = rows * D / 2;
   dq_convert_kernel<<<unsigned(std::min<int64_t>((n2 + 255) / 256, 132 * 16)), 256, 0, stream>>>(dq_acc, dq, float(scale), n2);
   SB_CUDA_CHECK_LAUNCH("dq_convert_kernel");

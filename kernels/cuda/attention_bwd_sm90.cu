@@ -324,7 +324,7 @@ void launch_bwd_sm90(const BwdParams& p, int head_dim, int n_blocks, int64_t n_t
   // head_dim 128 splits dQ by columns: the key split there was 1.26x slower (bench/RESULTS.md)
   if (head_dim == 128) launch<128, false>(p, n_blocks, n_tokens, stream);
   else if (head_dim == 64) launch<64, true>(p, n_blocks, n_tokens, stream);
-  else throw std::runtime_error("cuda::launch_bwd_sm90: head_dim must be 64 or 128");
+  else throw Error("cuda::launch_bwd_sm90: head_dim must be 64 or 128");
 }
 
 }  // namespace sb::kernels::cuda

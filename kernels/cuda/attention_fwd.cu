@@ -176,7 +176,7 @@ void block_attention_fwd(const bf16* q, const bf16* k, const bf16* v, const Devi
   if (sel.n_blocks == 0) return;
   if (sel.block_size != s.block_size || sel.n_kv_heads != s.n_kv_heads || sel.n_heads != s.n_heads ||
       s.n_heads % s.n_kv_heads != 0)
-    throw std::runtime_error("cuda::block_attention_fwd: selection does not match the attention shape");
+    throw Error("cuda::block_attention_fwd: selection does not match the attention shape");
   FwdParams p{q, k, v, out, lse, sel.blocks, sel.row_base, sel.row_ptr, sel.cols, s.n_heads, s.n_kv_heads,
               float(1.4426950408889634 / std::sqrt(double(s.head_dim))), sel.fwd_items};
   if (use_sm90(s.block_size) && (s.head_dim == 64 || s.head_dim == 128)) launch_fwd_sm90(p, s.head_dim, sel.n_blocks, sel.n_tokens, stream);
@@ -184,7 +184,7 @@ void block_attention_fwd(const bf16* q, const bf16* k, const bf16* v, const Devi
   else if (s.head_dim == 64 && s.block_size == 128) launch_fwd<64, 128>(p, sel.n_blocks, stream);
   else if (s.head_dim == 128 && s.block_size == 64) launch_fwd<128, 64>(p, sel.n_blocks, stream);
   else if (s.head_dim == 128 && s.block_size == 128) launch_fwd<128, 128>(p, sel.n_blocks, stream);
-  else throw std::runtime_error("cuda::block_attention_fwd: head_dim must be 64 or 128, block_size 64 or 128");
+  else throw Error("cuda::block_attention_fwd: head_dim must be 64 or 128, block_size 64 or 128");
 }
 
 }  // namespace sb::kernels::cuda

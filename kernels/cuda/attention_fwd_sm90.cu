@@ -273,7 +273,7 @@ bool use_sm90(int block_size) {
 void launch_fwd_sm90(const FwdParams& p, int head_dim, int n_blocks, int64_t n_tokens, cudaStream_t stream) {
   if (head_dim == 128) launch<128>(p, n_blocks, n_tokens, stream);
   else if (head_dim == 64) launch<64>(p, n_blocks, n_tokens, stream);
-  else throw std::runtime_error("cuda::launch_fwd_sm90: head_dim must be 64 or 128");
+  else throw Error("cuda::launch_fwd_sm90: head_dim must be 64 or 128");
 }
 
 }  // namespace sb::kernels::cuda

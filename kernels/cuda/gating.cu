@@ -111,7 +111,7 @@ T* dmalloc(size_t n, cudaStream_t stream) {
 GatingStats gate_blocks(const bf16* q, const bf16* k, const int32_t* cu, int ndocs, AttnShape s, GatingParams gp,
                         BlockSelection& sel, cudaStream_t stream) {
   const int Bs = s.block_size, Hkv = s.n_kv_heads, D = s.head_dim;
-  if (s.n_heads % Hkv != 0) throw std::runtime_error("cuda::gate_blocks: n_heads % n_kv_heads != 0");
+  if (s.n_heads % Hkv != 0) throw Error("cuda::gate_blocks: n_heads % n_kv_heads != 0");
   std::vector<BlockInfo> blocks;
   std::vector<int32_t> block_base(ndocs + 1, 0);
   sel.doc_row_base.assign(ndocs + 1, 0);
@@ -164,7 +164,7 @@ GatingStats gate_blocks(const bf16* q, const bf16* k, const int32_t* cu, int ndo
     SB_CUDA_CHECK(cudaFreeAsync(ptr, stream));
 
   for (int64_t r = 0; r < rows; r++) {
-    if (hcnt[r] < 0 || hcnt[r] > cap) throw std::runtime_error("cuda::gate_blocks: row overflow");
+    if (hcnt[r] < 0 || hcnt[r] > cap) throw Error("cuda::gate_blocks: row overflow");
     sel.cols.insert(sel.cols.end(), hcols.begin() + r * cap, hcols.begin() + r * cap + hcnt[r]);
     sel.row_ptr[r + 1] = int64_t(sel.cols.size());
   }

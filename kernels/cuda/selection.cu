@@ -64,23 +64,23 @@ void DeviceSelection::release() {
 void DeviceSelection::upload(const BlockSelection& sel, const int32_t* cu, int ndocs, AttnShape s,
                              cudaStream_t stream) {
   const int Bs = s.block_size, Hkv = s.n_kv_heads;
-  if (int(sel.doc_row_base.size()) != ndocs + 1) throw std::runtime_error("DeviceSelection: doc_row_base size");
+  if (int(sel.doc_row_base.size()) != ndocs + 1) throw Error("DeviceSelection: doc_row_base size");
   const int64_t rows = sel.doc_row_base[ndocs];
-  if (int64_t(sel.row_ptr.size()) != rows + 1) throw std::runtime_error("DeviceSelection: row_ptr size");
-  if (s.n_heads < Hkv || s.n_heads % Hkv != 0) throw std::runtime_error("DeviceSelection: n_heads must be a multiple of n_kv_heads");
+  if (int64_t(sel.row_ptr.size()) != rows + 1) throw Error("DeviceSelection: row_ptr size");
+  if (s.n_heads < Hkv || s.n_heads % Hkv != 0) throw Error("DeviceSelection: n_heads must be a multiple of n_kv_heads");
   std::vector<BlockInfo> binfo;
   std::vector<int64_t> cnt(rows + 1, 0);    // transpose counts, then col_ptr
   for (int d = 0; d < ndocs; d++) {
     const int L = cu[d + 1] - cu[d], nb = (L + Bs - 1) / Bs;
     if (sel.doc_row_base[d + 1] - sel.doc_row_base[d] != int64_t(Hkv) * nb)
-      throw std::runtime_error("DeviceSelection: selection does not match cu_seqlens / block size");
+      throw Error("DeviceSelection: selection does not match cu_seqlens / block size");
     for (int i = 0; i < nb; i++) binfo.push_back({d, i, cu[d] + i * Bs, std::min(Bs, L - i * Bs), nb, cu[d], L, 0});
     for (int g = 0; g < Hkv; g++)
       for (int i = 0; i < nb; i++) {
         const int64_t r = sel.doc_row_base[d] + int64_t(g) * nb + i;
         for (int64_t c = sel.row_ptr[r]; c < sel.row_ptr[r + 1]; c++) {
           const int j = sel.cols[c];
-          if (j < 0 || j > i) throw std::runtime_error("DeviceSelection: kept block outside 0..i");
+          if (j < 0 || j > i) throw Error("DeviceSelection: kept block outside 0..i");
           cnt[sel.doc_row_base[d] + int64_t(g) * nb + j + 1]++;
         }
       }

@@ -2,6 +2,9 @@
 // predicted times, every rank computes the same target time T* and tunes only its own attention
 // budgets, per (micro-batch, layer): lower them where recall lost per ms saved is smallest until
 // it meets T*, or raise them where recall gained per ms spent is largest, never past T*.
+// By job: this file (parameters, the tunable items), dst_tune (the greedy), dst_summary (what a
+// rank sends, and its wire format), dst_target (T*), dst_exchange (one rank's step: exchange, T*,
+// tune; include it for all of DST).
 #pragma once
 #include <span>
 #include <string>
@@ -9,7 +12,7 @@
 
 #include "src/balance/latency_model.hpp"
 #include "src/balance/plan.hpp"
-#include "src/comm/comm.hpp"
+#include "src/balance/recall_model.hpp"
 
 namespace sb {
 
@@ -43,62 +46,5 @@ struct DstItems {
   std::vector<double> weight;    // [mb] tokens x n_layers (recall weight)
 };
 DstItems build_items(std::span<const MicroBatch> mbs, const LatencyModel& lm, const RecallModel& rm, const DstParams& p);
-
-// What a rank sends in the exchange: predicted times at k0, recall at k0 and (target = recall
-// only) a sampled curve of its greedy path: (time, recall sum) after lowering / raising.
-struct RankSummary {
-  int n_mb = 0;               // micro-batches (0: an idle rank, which does not set T*)
-  double ms_k0 = 0, recall_k0 = 0, weight = 0, ms_lo = 0, ms_hi = 0;
-  std::vector<double> lo_ms, lo_rec;  // lowering path, time descending from (ms_k0, recall_k0)
-  std::vector<double> hi_ms, hi_rec;  // raising path, time ascending from (ms_k0, recall_k0)
-  // Both paths monotone in time and recall (checked by summarize() and unpack(), not exchanged):
-  // target_time() may then infer steps of its bisection instead of evaluating them. Leave it false
-  // on summaries made by hand; false is always correct, only slower.
-  bool monotone = false;
-};
-RankSummary summarize(const DstItems& items, const DstParams& p);
-std::vector<double> pack(const RankSummary& s, const DstParams& p);
-size_t packed_size(const DstParams& p);  // the same for every rank: one MPI_Allgather
-RankSummary unpack(std::span<const double> data);
-// The same into `out`, reusing its vectors' memory: a rank unpacks every rank's summary each step
-// (4096 ranks: ~16K small allocations, ~1.4 ms, when made afresh).
-void unpack(std::span<const double> data, RankSummary& out);
-
-struct DstInput {
-  std::vector<RankSummary> ranks;  // every rank, as gathered
-  DstItems mine;                   // this rank's items
-};
-
-struct TuneResult {
-  std::vector<std::vector<int>> k;        // [micro-batch][layer] budgets for THIS rank
-  double target_ms = 0;                   // T*, identical on every rank
-  std::vector<double> rank_predicted_ms;  // all ranks after tuning, from the summaries (identical on
-                                          // every rank; exact up to one budget step)
-  double planned_imbalance_before = 1, planned_imbalance_after = 1;  // max/mean of predicted rank times
-  double my_predicted_ms = 0;             // this rank after tuning, exact
-  double my_recall = 1;                   // this rank's mean recall after tuning (token-weighted)
-  double my_weight = 0;                   // its recall weight (tokens x layers)
-};
-
-// T* from the gathered summaries (mean / min / max of times at k0, or the smallest T whose
-// estimated mean recall is at least the recall at k0: bisection over T, exact to the bit whichever
-// of its steps are evaluated or inferred).
-double target_time(std::span<const RankSummary> ranks, const DstParams& p);
-// Greedy tuning of one rank's items toward T* (bidirectional); fills k, my_* fields.
-TuneResult tune_rank(const DstItems& items, double target_ms, const DstParams& p);
-// The pure function: T* from input.ranks, then tune input.mine (the items of `my_rank`).
-TuneResult tune(const DstInput& input, int my_rank, const DstParams& p);
-// One MPI_Allgather of every rank's summary (fixed size), then tune() of `mine`, this rank's
-// micro-batches (from the whole plan, or from its group's plan).
-TuneResult exchange_and_tune(const Comm& comm, std::span<const MicroBatch> mine, const LatencyModel& lm,
-                             const RecallModel& rm, const DstParams& p);
-// The same with a workspace kept across steps (the gathered buffer and the unpacked summaries), so
-// that steady-state steps allocate nothing for the exchange.
-struct DstExchange {
-  std::vector<double> gathered;
-  DstInput in;
-};
-TuneResult exchange_and_tune(const Comm& comm, std::span<const MicroBatch> mine, const LatencyModel& lm,
-                             const RecallModel& rm, const DstParams& p, DstExchange& work);
 
 }  // namespace sb

@@ -3,27 +3,16 @@
 #include <algorithm>
 #include <cmath>
 
-#include "src/common/error.hpp"
+#include "base/error.hpp"
+#include "base/named.hpp"
 
 namespace sb {
 
-Preset parse_preset(const std::string& s) {
-  if (s == "longalign") return Preset::LongAlign;
-  if (s == "chatqa2") return Preset::ChatQA2;
-  if (s == "uniform") return Preset::Uniform;
-  if (s == "fixed") return Preset::Fixed;
-  throw Error("simulate.preset = \"" + s + "\": expected one of longalign, chatqa2, uniform, fixed");
-}
+constexpr Named<Preset> kPresets[] = {
+    {Preset::LongAlign, "longalign"}, {Preset::ChatQA2, "chatqa2"}, {Preset::Uniform, "uniform"}, {Preset::Fixed, "fixed"}};
 
-const char* preset_name(Preset p) {
-  switch (p) {
-    case Preset::LongAlign: return "longalign";
-    case Preset::ChatQA2: return "chatqa2";
-    case Preset::Uniform: return "uniform";
-    case Preset::Fixed: return "fixed";
-  }
-  return "?";
-}
+Preset parse_preset(const std::string& s) { return parse_named(kPresets, s, "simulate.preset"); }
+const char* preset_name(Preset p) { return name_of(kPresets, p); }
 
 LengthSampler::LengthSampler(Preset preset, int64_t max_len, uint64_t seed) : preset_(preset), max_(max_len), rng_(seed) {
   if (max_len < 1) throw Error("length sampler: max length " + std::to_string(max_len) + " must be >= 1 (simulate.max_len)");

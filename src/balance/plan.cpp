@@ -6,7 +6,8 @@
 #include <set>
 #include <tuple>
 
-#include "src/common/error.hpp"
+#include "base/error.hpp"
+#include "base/named.hpp"
 
 namespace sb {
 
@@ -26,23 +27,12 @@ std::vector<Segment> make_segments(std::span<const std::pair<uint64_t, uint64_t>
   return out;
 }
 
-Batching parse_batching(const std::string& s) {
-  if (s == "sequential") return Batching::Sequential;
-  if (s == "tokens") return Batching::Tokens;
-  if (s == "quadratic") return Batching::Quadratic;
-  if (s == "sparse") return Batching::Sparse;
-  throw Error("balance.batching = \"" + s + "\": expected one of sequential, tokens, quadratic, sparse");
-}
+constexpr Named<Batching> kBatchings[] = {
+    {Batching::Sequential, "sequential"}, {Batching::Tokens, "tokens"}, {Batching::Quadratic, "quadratic"},
+    {Batching::Sparse, "sparse"}};
 
-const char* batching_name(Batching b) {
-  switch (b) {
-    case Batching::Sequential: return "sequential";
-    case Batching::Tokens: return "tokens";
-    case Batching::Quadratic: return "quadratic";
-    case Batching::Sparse: return "sparse";
-  }
-  return "?";
-}
+Batching parse_batching(const std::string& s) { return parse_named(kBatchings, s, "balance.batching"); }
+const char* batching_name(Batching b) { return name_of(kBatchings, b); }
 
 uint64_t Plan::hash() const {
   uint64_t h = 1469598103934665603ull;

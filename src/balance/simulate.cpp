@@ -4,7 +4,7 @@
 #include <ctime>
 #include <cmath>
 
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 
 namespace sb {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "src/balance/dst.hpp"
+#include "src/balance/dst_exchange.hpp"
 #include "src/balance/latency_model.hpp"
 #include "src/balance/length_presets.hpp"
 #include "src/balance/plan.hpp"

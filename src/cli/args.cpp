@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 #include "src/config/config.hpp"
 
 namespace sb {

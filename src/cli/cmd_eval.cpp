@@ -6,7 +6,7 @@
 #include "io/shard.hpp"
 #include "src/cli/args.hpp"
 #include "src/comm/comm.hpp"
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 #include "src/train/evaluate.hpp"
 
 namespace sb {

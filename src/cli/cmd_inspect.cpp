@@ -13,7 +13,7 @@
 #include "src/balance/latency_model.hpp"
 #include "src/cli/args.hpp"
 #include "src/comm/comm.hpp"
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 #include "src/data/inspect.hpp"
 
 namespace sb {

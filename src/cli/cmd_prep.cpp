@@ -8,7 +8,7 @@
 
 #include "src/cli/args.hpp"
 #include "src/comm/comm.hpp"
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 #include "src/config/config.hpp"
 #include "src/data/prep.hpp"
 

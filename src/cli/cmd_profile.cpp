@@ -6,7 +6,7 @@
 #include "io/h5.hpp"
 #include "io/shard.hpp"
 #include "src/cli/args.hpp"
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 #include "src/train/profile.hpp"
 
 namespace sb {

@@ -6,7 +6,7 @@
 #include "src/balance/simulate.hpp"
 #include "src/cli/args.hpp"
 #include "src/comm/comm.hpp"
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 #include "src/config/settings.hpp"
 
 namespace sb {

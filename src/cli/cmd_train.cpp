@@ -7,7 +7,7 @@
 
 #include "src/cli/args.hpp"
 #include "src/comm/comm.hpp"
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 #include "src/train/trainer.hpp"
 
 extern "C" void openblas_set_num_threads(int);

@@ -12,7 +12,7 @@
 
 #include "src/cli/args.hpp"
 #include "src/comm/comm.hpp"
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 #include "src/train/trainer.hpp"
 
 namespace {

@@ -3,7 +3,8 @@
 #include <algorithm>
 #include <climits>
 
-#include "src/common/error.hpp"
+#include "base/error.hpp"
+#include "src/comm/mpi_check.hpp"
 
 namespace sb {
 
@@ -43,40 +44,16 @@ double Comm::allreduce_max(double x) const {
   return out;
 }
 
-double Comm::allreduce_sum(double x) const {
-  double out = 0;
-  MPI_CHECK(MPI_Allreduce(&x, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-  return out;
-}
-
-int64_t Comm::allreduce_sum(int64_t x) const {
-  int64_t out = 0;
-  MPI_CHECK(MPI_Allreduce(&x, &out, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
-  return out;
-}
-
 void Comm::allreduce_sum_inplace(std::span<double> x) const {
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, x.data(), int(x.size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
 }
 
-std::vector<double> Comm::allgather(std::span<const double> mine) const {
-  std::vector<double> out(mine.size() * size_);
-  MPI_CHECK(MPI_Allgather(mine.data(), int(mine.size()), MPI_DOUBLE, out.data(), int(mine.size()),
+void Comm::allgather(std::span<const double> mine, std::span<double> all) const {
+  if (all.size() != mine.size() * size_t(size_))
+    throw Error("Comm::allgather: " + std::to_string(all.size()) + " values to receive, expected " +
+                std::to_string(mine.size()) + " x " + std::to_string(size_) + " ranks");
+  MPI_CHECK(MPI_Allgather(mine.data(), int(mine.size()), MPI_DOUBLE, all.data(), int(mine.size()),
                           MPI_DOUBLE, MPI_COMM_WORLD));
-  return out;
-}
-
-std::vector<double> Comm::allgatherv(std::span<const double> mine, std::vector<int>* counts_out) const {
-  int n = int(mine.size());
-  std::vector<int> counts(size_), displs(size_);
-  MPI_CHECK(MPI_Allgather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD));
-  int total = 0;
-  for (int r = 0; r < size_; ++r) displs[r] = total, total += counts[r];
-  std::vector<double> out(total);
-  MPI_CHECK(MPI_Allgatherv(mine.data(), n, MPI_DOUBLE, out.data(), counts.data(), displs.data(),
-                           MPI_DOUBLE, MPI_COMM_WORLD));
-  if (counts_out) *counts_out = std::move(counts);
-  return out;
 }
 
 bool Comm::all_equal(uint64_t x) const {

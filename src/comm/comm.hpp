@@ -36,18 +36,13 @@ class Comm {
 
   void barrier() const;
   double allreduce_max(double x) const;
-  double allreduce_sum(double x) const;
-  int64_t allreduce_sum(int64_t x) const;
   void allreduce_sum_inplace(std::span<double> x) const;
-  // Every rank's `mine` (same length on all ranks), concatenated in rank order.
-  std::vector<double> allgather(std::span<const double> mine) const;
-  // Variable-length gather to every rank (Allgatherv); `counts` receives each rank's length.
-  std::vector<double> allgatherv(std::span<const double> mine, std::vector<int>* counts = nullptr) const;
+  // Every rank's `mine` (same length on all ranks) into `all` (mine.size() * size()), in rank order.
+  void allgather(std::span<const double> mine, std::span<double> all) const;
   // True on every rank when every rank passed the same value.
   bool all_equal(uint64_t x) const;
   void broadcast(std::string& s, int root = 0) const;
   void broadcast(std::span<unsigned char> bytes, int root = 0) const;
-  MPI_Comm raw() const { return MPI_COMM_WORLD; }
 
  private:
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;

@@ -2,7 +2,12 @@
 
 #include <algorithm>
 
-#include "kernels/cuda/cuda_check.hpp"
+#include "base/cuda_check.hpp"
+#include "base/error.hpp"
+
+// NCCL: any result other than ncclSuccess throws sb::Error naming the call, file and line.
+#define SB_NCCL_CHECK(call) \
+  SB_CHECK_CALL("NCCL", call, sb_nccl_r_, sb_nccl_r_ == ncclSuccess, ncclGetErrorString(sb_nccl_r_))
 
 namespace sb {
 

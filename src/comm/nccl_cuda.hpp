@@ -1,22 +1,12 @@
 // NCCL behind the GradReducer interface: gradient sums on device buffers, one communicator over
-// all ranks (one GPU each); its unique id travels over MPI. Checked calls name file and line.
+// all ranks (one GPU each); its unique id travels over MPI.
 #pragma once
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include <stdexcept>
-#include <string>
 #include <vector>
 
 #include "src/comm/comm.hpp"
-
-#define SB_NCCL_CHECK(call)                                                                          \
-  do {                                                                                               \
-    ncclResult_t sb_nccl_r_ = (call);                                                                \
-    if (sb_nccl_r_ != ncclSuccess)                                                                   \
-      throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " #call    \
-                               " failed: " + ncclGetErrorString(sb_nccl_r_));                        \
-  } while (0)
 
 namespace sb {
 

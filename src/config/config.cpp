@@ -10,7 +10,7 @@
 
 #include <toml++/toml.h>
 
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 #include "src/config/schema.hpp"
 
 namespace sb {

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 
 namespace sb {
 

@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/error.hpp"
 #include "io/h5.hpp"
-#include "src/common/error.hpp"
 #include "src/data/tokenizer.hpp"
 
 namespace sb {

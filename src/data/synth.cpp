@@ -5,7 +5,7 @@
 #include <cmath>
 #include <fstream>
 
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 
 namespace sb {
 

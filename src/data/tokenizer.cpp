@@ -1,6 +1,6 @@
 #include "src/data/tokenizer.hpp"
 
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 
 namespace sb {
 

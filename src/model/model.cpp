@@ -8,7 +8,7 @@
 #include <random>
 #include <stdexcept>
 
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 
 namespace sb {
 

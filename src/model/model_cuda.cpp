@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <stdexcept>
 
-#include "kernels/cuda/cuda_check.hpp"
-#include "src/common/error.hpp"
+#include "base/cuda_check.hpp"
+#include "base/error.hpp"
 
 namespace sb {
 

@@ -2,7 +2,7 @@
 
 #include <random>
 
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 
 namespace sb {
 

@@ -4,8 +4,8 @@
 #include <fstream>
 #include <limits>
 
-#include "io/checkpoint.hpp"
-#include "src/common/error.hpp"
+#include "base/error.hpp"
+#include "base/hash.hpp"
 
 namespace sb {
 

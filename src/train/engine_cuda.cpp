@@ -6,10 +6,10 @@
 #include <limits>
 #include <string>
 
-#include "io/checkpoint.hpp"
-#include "kernels/cuda/cuda_check.hpp"
+#include "base/cuda_check.hpp"
+#include "base/error.hpp"
+#include "base/hash.hpp"
 #include "src/comm/nccl_cuda.hpp"
-#include "src/common/error.hpp"
 #include "src/model/model_cuda.hpp"
 #include "src/train/engine.hpp"
 

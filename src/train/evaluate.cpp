@@ -2,7 +2,7 @@
 
 #include <sstream>
 
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 #include "src/train/batch.hpp"
 
 namespace sb {

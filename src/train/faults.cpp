@@ -1,6 +1,6 @@
 #include "src/train/faults.hpp"
 
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 
 namespace sb {
 

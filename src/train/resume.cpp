@@ -6,7 +6,7 @@
 #include <filesystem>
 
 #include "io/h5.hpp"
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 #include "src/train/evaluate.hpp"
 #include "src/train/trainer.hpp"
 

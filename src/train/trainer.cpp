@@ -10,7 +10,7 @@
 #include <optional>
 
 #include "io/checkpoint.hpp"
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 #include "src/train/evaluate.hpp"
 #include "src/train/faults.hpp"
 #include "src/train/profile.hpp"
@@ -170,15 +170,12 @@ void Trainer::predict(StepState& st) {
   st.summary = pack(summarize(dst_in_.mine, p), p);
 }
 
-// ---- exchange: one collective; every summary has the same size, so ranks need not know each
-// other's plans (two-level plans)
+// ---- exchange: one collective (Comm's all-gather); every summary has the same size, so ranks need
+// not know each other's plans (two-level plans)
 void Trainer::exchange(StepState& st) {
   faults_.at(Faults::Phase::Exchange, st.s, comm_.rank());
-  const std::vector<double> all = comm_.allgather(st.summary);
-  const size_t n = st.summary.size();
-  dst_in_.ranks.resize(size_t(comm_.size()));
-  for (int r = 0; r < comm_.size(); ++r)
-    unpack(std::span<const double>(all.data() + n * size_t(r), n), dst_in_.ranks[size_t(r)]);
+  RankExchange ex{comm_.rank(), comm_.size(), [&](auto mine, auto all) { comm_.allgather(mine, all); }};
+  exchange_summaries(ex, st.summary, dst_gathered_, dst_in_.ranks);
 }
 
 // ---- tune: T* from every summary, then this rank's budgets (one per micro-batch and layer)

@@ -8,7 +8,7 @@
 
 #include "io/metrics_log.hpp"
 #include "io/shard.hpp"
-#include "src/balance/dst.hpp"
+#include "src/balance/dst_exchange.hpp"
 #include "src/balance/latency_model.hpp"
 #include "src/balance/plan.hpp"
 #include "src/comm/comm.hpp"
@@ -66,6 +66,7 @@ class Trainer {
   LatencyModel lm_;
   RecallModel rm_;
   DstInput dst_in_;  // the gathered summaries and this rank's items, reused across steps
+  std::vector<double> dst_gathered_;  // the exchange's receive buffer, reused across steps
   std::unique_ptr<Engine> engine_;  // compute, reduce, update on train.device
   Faults faults_;                   // train.inject_error_* (testing aid)
   DataCursor cur_;

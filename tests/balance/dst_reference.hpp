@@ -6,8 +6,8 @@
 #include <cmath>
 #include <queue>
 
-#include "src/balance/dst.hpp"
-#include "src/common/error.hpp"
+#include "src/balance/dst_exchange.hpp"
+#include "base/error.hpp"
 
 namespace sb::ref {
 namespace {

@@ -8,7 +8,7 @@
 #include <tuple>
 
 #include "src/balance/plan.hpp"
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 
 namespace sb::ref {
 namespace {

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include "src/balance/dst.hpp"
+#include "src/balance/dst_exchange.hpp"
 #include "src/balance/length_presets.hpp"
 #include "src/comm/comm.hpp"
 
@@ -19,6 +19,9 @@ bool same_everywhere(T x, MPI_Datatype type) {
   MPI_Allreduce(&x, &lo, 1, type, MPI_MIN, MPI_COMM_WORLD);
   MPI_Allreduce(&x, &hi, 1, type, MPI_MAX, MPI_COMM_WORLD);
   return lo == hi;
+}
+RankExchange comm_exchange(const Comm& comm) {
+  return {comm.rank(), comm.size(), [&comm](auto mine, auto all) { comm.allgather(mine, all); }};
 }
 }  // namespace
 
@@ -40,7 +43,7 @@ TEST(BalanceMpi, SamePlanSameTargetOwnBudgets) {
 
       DstParams p;
       p.k0 = 8, p.max_change = 0.25, p.n_layers = 4, p.target = target, p.tuning = Tuning::Dst;
-      TuneResult got = exchange_and_tune(comm, plan.ranks[size_t(comm.rank())], lm, rm, p);
+      TuneResult got = exchange_and_tune(comm_exchange(comm), plan.ranks[size_t(comm.rank())], lm, rm, p);
       EXPECT_TRUE(same_everywhere<double>(got.target_ms, MPI_DOUBLE));
       ASSERT_EQ(int(got.rank_predicted_ms.size()), comm.size());
       for (double t : got.rank_predicted_ms) EXPECT_TRUE(same_everywhere<double>(t, MPI_DOUBLE));
@@ -85,7 +88,7 @@ TEST(BalanceMpi, GroupPlanExchangeMatchesWholePlan) {
   }
   DstParams p;
   p.k0 = 8, p.max_change = 0.25, p.n_layers = 4, p.target = Target::Mean, p.tuning = Tuning::Dst;
-  TuneResult got = exchange_and_tune(comm, mine, lm, rm, p);
+  TuneResult got = exchange_and_tune(comm_exchange(comm), mine, lm, rm, p);
   DstInput in;
   for (int r = 0; r < comm.size(); ++r) {
     auto items = build_items(whole.ranks[size_t(r)], lm, rm, p);

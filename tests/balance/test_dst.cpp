@@ -3,9 +3,9 @@
 
 #include <algorithm>
 
-#include "src/balance/dst.hpp"
+#include "src/balance/dst_exchange.hpp"
 #include "src/balance/length_presets.hpp"
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 
 using namespace sb;
 
@@ -182,4 +182,33 @@ TEST(Dst, PackUnpackAndEmptyRank) {
   }
   EXPECT_TRUE(w.res.back().k.empty());
   EXPECT_EQ(w.res.back().my_predicted_ms, 0);
+}
+
+// The exchange takes its collective as a function: here every rank's summary is packed up front
+// and the "all-gather" concatenates them, so exchange_and_tune() runs for each rank in-process and
+// must match the pure tune() (the same check test_balance_mpi makes over real ranks).
+TEST(Dst, ExchangeThroughAnyAllGather) {
+  World w;
+  w.plan = imbalanced_plan(w.lm, 3);
+  for (Target t : {Target::Mean, Target::Recall}) {
+    DstParams p = params(t);
+    w.run(p);
+    std::vector<double> packed;
+    for (const auto& s : w.sums) {
+      auto v = pack(s, p);
+      packed.insert(packed.end(), v.begin(), v.end());
+    }
+    DstExchange work;  // reused across ranks, as across steps
+    for (int r = 0; r < 3; ++r) {
+      RankExchange ex{r, 3, [&](std::span<const double> mine, std::span<double> all) {
+                        ASSERT_EQ(mine.size(), packed_size(p));
+                        ASSERT_EQ(all.size(), packed.size());
+                        std::copy(packed.begin(), packed.end(), all.begin());
+                      }};
+      TuneResult got = exchange_and_tune(ex, w.plan.ranks[size_t(r)], w.lm, w.rm, p, work);
+      EXPECT_EQ(got.k, w.res[size_t(r)].k);
+      EXPECT_EQ(got.target_ms, w.T);
+      EXPECT_EQ(got.rank_predicted_ms, w.res[size_t(r)].rank_predicted_ms);
+    }
+  }
 }

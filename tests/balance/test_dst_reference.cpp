@@ -4,7 +4,7 @@
 
 #include <random>
 
-#include "src/balance/dst.hpp"
+#include "src/balance/dst_exchange.hpp"
 #include "src/balance/length_presets.hpp"
 #include "tests/balance/dst_reference.hpp"
 

@@ -7,7 +7,8 @@
 
 #include "io/h5.hpp"
 #include "src/balance/latency_model.hpp"
-#include "src/common/error.hpp"
+#include "src/balance/recall_model.hpp"
+#include "base/error.hpp"
 
 using namespace sb;
 

@@ -7,7 +7,7 @@
 #include "src/balance/length_presets.hpp"
 #include "src/balance/plan.hpp"
 #include "tests/error_of.hpp"
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 #include "tests/balance/plan_reference.hpp"
 
 using sbtest::error_of;

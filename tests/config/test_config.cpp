@@ -5,7 +5,7 @@
 #include <fstream>
 
 #include "src/cli/args.hpp"
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 #include "src/config/config.hpp"
 #include "tests/error_of.hpp"
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 
 namespace sbt {
 

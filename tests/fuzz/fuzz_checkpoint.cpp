@@ -6,7 +6,7 @@
 
 #include "fuzz_io_common.hpp"
 #include "io/checkpoint.hpp"
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static bool once = (sb::h5::quiet_errors(), true);

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 #include "src/config/config.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

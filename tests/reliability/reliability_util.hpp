@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "io/h5.hpp"
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 #include "tests/error_of.hpp"
 #include "tests/run_program.hpp"
 

@@ -5,7 +5,7 @@
 
 #include "io/checkpoint.hpp"
 #include "io/metrics_log.hpp"
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 #include "train_test_util.hpp"
 
 using namespace sbtest;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/hash.hpp"
 #include "io/checkpoint.hpp"
 #include "io/h5.hpp"
 #include "src/comm/comm.hpp"

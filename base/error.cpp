@@ -1,4 +1,4 @@
-#include "src/common/error.hpp"
+#include "base/error.hpp"
 
 namespace sb {
 
