@@ -41,6 +41,10 @@ grep -rl "/usr/lib/x86_64-linux-gnu\|/usr/include" "$P"/usr/lib/x86_64-linux-gnu
    s#/usr/lib/x86_64-linux-gnu/libtomlplusplus#$P/usr/lib/x86_64-linux-gnu/libtomlplusplus#g; \
    s#/usr/include/trilinos#$P/usr/include/trilinos#g; \
    s#set(Kokkos_INSTALL_DIR \"/usr\")#set(Kokkos_INSTALL_DIR \"$P/usr\")#"
+# pkg-config files (PCRE2, ICU: the BPE tokenizer) name prefix /usr: point them at the private prefix.
+sed -i -E "s#^(prefix *= *)/usr\$#\1$P/usr#" "$P"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc
+export PKG_CONFIG_PATH=$P/usr/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+command -v pkg-config >/dev/null || export PATH=$PATH:$P/usr/bin  # the carried pkgconf, if none there
 # `prep synth` (tests, bench/gpu_e2e.sh) reads the word list where Debian puts it (prep.dict).
 if [ ! -f /usr/share/dict/american-english ] && [ -f "$P/usr/share/dict/american-english" ]; then
   mkdir -p /usr/share/dict && cp "$P/usr/share/dict/american-english" /usr/share/dict/

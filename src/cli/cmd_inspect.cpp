@@ -2,6 +2,7 @@
 // `format` (a directory is judged by its first *.h5 file): shards and datasets here; checkpoints
 // and metrics logs get their own branches.
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -33,8 +34,21 @@ std::string file_format(const std::string& path) {
   return h5::read_attr_string(f, "format", file);
 }
 
-int inspect_dataset(const std::string& path, bool json) {
+int inspect_dataset(const std::string& path, bool json, const Args& args) {
   auto ds = Dataset::open(path);
+  if (args.has("decode")) {
+    std::string arg = args.get("decode");
+    char* end = nullptr;
+    unsigned long long doc = std::strtoull(arg.c_str(), &end, 10);
+    if (arg.empty() || *end || arg[0] == '-') throw Error("--decode " + arg + ": expected a document index (0, 1, ...)");
+    std::string text = decode_document(ds, doc, args.get("tokenizer"));
+    if (json)
+      std::printf("%s\n", nlohmann::json({{"path", path}, {"doc", doc}, {"tokens", ds.doc_length(doc)}, {"text", text}})
+                              .dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    else
+      std::fwrite(text.data(), 1, text.size(), stdout), std::printf("\n");
+    return 0;
+  }
   auto report = dataset_report(ds, /*verify=*/true);
   if (json) std::printf("%s\n", report.dump(2).c_str());
   else std::printf("%s", format_dataset_report(report).c_str());
@@ -142,7 +156,7 @@ int run(const Args& args) {
   int rc = 0;
   if (comm.root()) {  // one rank reads and prints; the others only wait
     std::string format = file_format(path);
-    if (format == kShardFormat) rc = inspect_dataset(path, args.has("json"));
+    if (format == kShardFormat) rc = inspect_dataset(path, args.has("json"), args);
     else if (format == "sparsebalance-checkpoint") rc = inspect_checkpoint(path, args.has("json"));
     else if (format == "sparsebalance-metrics") rc = inspect_metrics(path, args.has("json"));
     else throw Error(path + ": not a SparseBalance shard/dataset, checkpoint or metrics log (format attribute '" + format + "')");
@@ -156,15 +170,19 @@ int run(const Args& args) {
 Command cmd_inspect() {
   return {"inspect",
           "print what a shard, dataset, checkpoint or metrics log holds",
-          "inspect PATH [--json]\n\n"
+          "inspect PATH [--json] [--decode DOC [--tokenizer tokenizer.json]]\n\n"
           "PATH is a shard file or a directory of shards: documents, tokens, vocabulary, tokenizer, shards,\n"
           "document length statistics (min, median, p90, p99, max, mean), a log2 length histogram and task\n"
           "counts, after checking every token id against vocab_size.\n"
+          "--decode DOC prints document DOC (0-based, over the dataset) as text instead: byte shards as they\n"
+          "are, BPE shards with --tokenizer, the tokenizer.json they were made with (its sha256 is checked).\n"
           "A checkpoint (ckpt_<step>.h5): step, ranks, data cursor, every tensor's name and shape, the latency\n"
           "model and the stored config, after verifying its checksum.\n"
           "A metrics log: the last steps (loss, time, imbalance, bubble, density, recall, prediction error)\n"
           "and per-rank means of compute, idle and predicted time, budget, density and recall.\n",
-          {{"json", 0, "print the report as JSON on stdout", ""}},
+          {{"json", 0, "print the report as JSON on stdout", ""},
+           {"decode", 1, "print document DOC of a dataset as text", "DOC"},
+           {"tokenizer", 1, "with --decode: the tokenizer.json of BPE shards", "FILE"}},
           run};
 }
 

@@ -22,6 +22,7 @@ const std::vector<std::pair<std::string, std::string>> kFlagKeys = {
     {"split", "prep.split"},     {"eot", "prep.eot"},                   {"vocab", "prep.vocab"},
     {"preset", "prep.preset"},   {"docs", "prep.docs"},                 {"seed", "prep.seed"},
     {"max-len", "prep.max_len"}, {"min-len", "prep.min_len"},           {"dict", "prep.dict"},
+    {"tokenizer", "prep.tokenizer"}, {"eos", "prep.eos"},
 };
 
 Config load_config(const Args& args) {
@@ -89,6 +90,8 @@ int run(const Args& args) {
   if (mode == "text") {
     std::string split = cfg.s("prep.split"), format = text_format(args, cfg, inputs);
     if (split == "jsonl") format = "jsonl";
+    opt.tokenizer = cfg.s("prep.tokenizer");
+    opt.eos = cfg.s("prep.eos");
     st = prep_text(inputs, format, split, opt);
   } else if (mode == "bin") {
     st = prep_bin(inputs, cfg.i("prep.eot"), cfg.i("prep.vocab"), opt);
@@ -122,9 +125,13 @@ Command cmd_prep() {
           "text, llm.c token files or a synthetic long-context corpus -> token shards",
           "prep text|bin|synth [CONFIG.toml] --output DIR [options]\n\n"
           "  prep text  --input FILE... [--format text|jsonl] [--split blank-lines|file]\n"
+          "             [--tokenizer tokenizer.json [--eos TOKEN]]\n"
           "      plain text (documents separated by blank lines, or one per file) or JSONL (\"text\"\n"
           "      field per line), byte tokenizer (vocab 259, eos 257); bytes round-trip exactly.\n"
           "      Without --format/--split, inputs named *.jsonl or *.json are read as --format jsonl.\n"
+          "      --tokenizer: a Hugging Face byte-level BPE (GPT-2, Llama 3, Qwen2/2.5/3 tokenizer.json),\n"
+          "      the ids of HF's encode(text, add_special_tokens=False); shards record its name and\n"
+          "      sha256, vocab_size with added tokens and eos_id (--eos, else tokenizer_config.json's).\n"
           "  prep bin   --input FILE... [--eot ID] [--vocab V]\n"
           "      llm.c token files (uint16, header magic 20240520); documents split at EOT (not stored).\n"
           "  prep synth [--preset longalign|chatqa2|uniform|fixed] [--docs N] [--seed S] [--max-len L]\n"
@@ -146,7 +153,9 @@ Command cmd_prep() {
            {"seed", 1, "synth: seed (prep.seed)", "S"},
            {"max-len", 1, "synth: longest document, tokens (prep.max_len)", "L"},
            {"min-len", 1, "synth: shortest document, tokens (prep.min_len)", "L"},
-           {"dict", 1, "synth: word list (prep.dict)", "FILE"}},
+           {"dict", 1, "synth: word list (prep.dict)", "FILE"},
+           {"tokenizer", 1, "text: Hugging Face tokenizer.json (prep.tokenizer)", "FILE"},
+           {"eos", 1, "text: EOS token with --tokenizer (prep.eos)", "TOKEN"}},
           run};
 }
 

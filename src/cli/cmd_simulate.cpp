@@ -7,7 +7,7 @@
 #include "src/cli/args.hpp"
 #include "src/comm/comm.hpp"
 #include "base/error.hpp"
-#include "src/config/settings.hpp"
+#include "src/train/settings.hpp"
 
 namespace sb {
 

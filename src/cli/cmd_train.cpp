@@ -8,6 +8,7 @@
 #include "src/cli/args.hpp"
 #include "src/comm/comm.hpp"
 #include "base/error.hpp"
+#include "src/train/hf_convert.hpp"
 #include "src/train/trainer.hpp"
 
 extern "C" void openblas_set_num_threads(int);
@@ -49,7 +50,21 @@ static int run_train(const Args& args) {
     std::printf("train: %d rank(s), config %s, data %s, batching %s, tuning %s, attention %s\n", comm.size(),
                 cfg.source().empty() ? "(defaults)" : cfg.source().c_str(), cfg.s("data.path").c_str(),
                 cfg.s("balance.batching").c_str(), cfg.s("balance.tuning").c_str(), cfg.s("attention.mode").c_str());
+  // --init-from: the model shape and weights from an HF directory or a checkpoint, a fresh optimizer.
+  std::vector<float> init;
+  if (args.has("init-from")) {
+    std::vector<std::string> notes;
+    init = init_weights_from(args.get("init-from"), cfg, args.sets, &notes);
+    if (comm.root())
+      for (const auto& n : notes) std::printf("note: %s\n", n.c_str());
+  }
   Trainer trainer(cfg, comm, resume, stop_at);
+  if (args.has("init-from")) {
+    const bool used = trainer.set_initial_weights(std::move(init));
+    if (comm.root())
+      std::printf(used ? "init-from: weights of %s, fresh optimizer\n" : "init-from: %s not used: resumed from a checkpoint\n",
+                  args.get("init-from").c_str());
+  }
   if (comm.root())
     std::printf("model: %lld parameters (%d layers, d_model %d, %d heads, %d kv heads, vocab %d)\n",
                 static_cast<long long>(trainer.model().shape().num_params()), trainer.model().shape().n_layers,
@@ -100,14 +115,19 @@ static int run_train(const Args& args) {
 Command cmd_train() {
   return {"train",
           "train a model (MPI data parallel, SparseBalance)",
-          "train [CONFIG.toml] [--set key=value]... [--resume [PATH|latest]] [--stop-at STEP] [--summary PATH]\n\n"
+          "train [CONFIG.toml] [--set key=value]... [--resume [PATH|latest]] [--init-from PATH] [--stop-at STEP]\n"
+          "      [--summary PATH]\n\n"
           "Trains on the shards of data.path for train.steps steps. Every step: plan (batching), predict,\n"
           "exchange, tune (DST), compute, reduce, update, measure, record. Writes checkpoints to\n"
           "checkpoint.dir every checkpoint.every steps and a metrics log to log.path.\n"
           "--resume continues from a checkpoint (latest in checkpoint.dir when no PATH is given) with\n"
-          "the same results as an uninterrupted run. SIGUSR1/SIGTERM: finish the step, checkpoint, exit 0.\n",
+          "the same results as an uninterrupted run. SIGUSR1/SIGTERM: finish the step, checkpoint, exit 0.\n"
+          "--init-from starts from the weights of an HF directory or a checkpoint (io/SAFETENSORS.md) with a\n"
+          "fresh optimizer; the [model] shape comes from PATH (a --set model.* that contradicts it is an\n"
+          "error). With --resume, a checkpoint found wins and --init-from is not used (a requeued job resumes).\n",
           {{"resume", -2, "continue from a checkpoint: PATH, or 'latest' in checkpoint.dir (default)", "[PATH]"},
-           {"stop-at", 1, "stop after this step (writing a checkpoint), like a preempted job", "STEP"}},
+           {"stop-at", 1, "stop after this step (writing a checkpoint), like a preempted job", "STEP"},
+           {"init-from", 1, "start from these weights: an HF model directory or a checkpoint .h5", "PATH"}},
           run_train};
 }
 

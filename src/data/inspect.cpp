@@ -5,6 +5,10 @@
 #include <cmath>
 #include <cstdio>
 
+#include "base/error.hpp"
+#include "src/data/bpe_tokenizer.hpp"
+#include "src/data/tokenizer.hpp"
+
 namespace sb {
 
 namespace {
@@ -89,6 +93,25 @@ std::string format_dataset_report(const nlohmann::json& r) {
     out += fmt(" %s %llu", task_name(t), (unsigned long long)r["tasks"][task_name(t)].get<uint64_t>());
   out += "\n";
   return out;
+}
+
+std::string decode_document(const Dataset& ds, uint64_t doc, const std::string& tokenizer_path) {
+  if (doc >= ds.num_docs())
+    throw Error(ds.path() + ": --decode " + std::to_string(doc) + ": the dataset has " + std::to_string(ds.num_docs()) +
+                " documents (0.." + std::to_string(ds.num_docs() ? ds.num_docs() - 1 : 0) + ")");
+  auto ids = ds.read_doc(doc);
+  if (ds.tokenizer() == ByteTokenizer::kName) return ByteTokenizer::decode(ids);
+  std::string want = shard_tokenizer_sha256(ds.tokenizer());
+  if (want.empty())
+    throw Error(ds.path() + ": tokenizer \"" + ds.tokenizer() + "\" is neither the byte tokenizer nor a tokenizer.json "
+                "(no sha256 recorded): cannot decode");
+  if (tokenizer_path.empty())
+    throw Error(ds.path() + ": made with tokenizer " + ds.tokenizer() + "; --decode needs that file: --tokenizer tokenizer.json");
+  auto tok = BpeTokenizer::load(tokenizer_path);
+  if (tok.sha256() != want)
+    throw Error(tokenizer_path + ": sha256 " + tok.sha256() + " differs from the " + want + " that " + ds.path() +
+                " records (--tokenizer must be the file the shards were made with)");
+  return tok.decode(ids);
 }
 
 }  // namespace sb

@@ -8,12 +8,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
 #include "io/h5.hpp"
+#include "src/data/bpe_tokenizer.hpp"
 #include "src/data/tokenizer.hpp"
 
 namespace sb {
@@ -154,10 +156,25 @@ PrepStats prep_text(const std::vector<std::string>& inputs, const std::string& f
   if (format == "text" && split != "blank-lines" && split != "file")
     throw Error("prep text: --split " + split + ": expected blank-lines or file");
   double t0 = now_s();
-  ShardSetWriter out(opt.output, {ByteTokenizer::kVocabSize, ByteTokenizer::kName, ByteTokenizer::kEos},
-                     opt.shard_tokens, opt.overwrite);
+  std::optional<BpeTokenizer> bpe;
+  ShardMeta meta{ByteTokenizer::kVocabSize, ByteTokenizer::kName, ByteTokenizer::kEos};
+  if (!opt.tokenizer.empty()) {
+    bpe.emplace(BpeTokenizer::load(opt.tokenizer));
+    meta = {bpe->vocab_size(), bpe->shard_name(), int64_t(bpe->eos_id(opt.eos))};
+  }
+  ShardSetWriter out(opt.output, meta, opt.shard_tokens, opt.overwrite);
+  std::vector<uint32_t> ids;
+  std::string where;  // the document being added, for a tokenizer error (text that is not UTF-8)
   auto add = [&](std::string_view doc) {
-    if (!doc.empty()) out.add(ByteTokenizer::encode(doc));  // empty documents carry nothing to learn
+    if (doc.empty()) return;  // empty documents carry nothing to learn
+    if (!bpe) return out.add(ByteTokenizer::encode(doc));
+    ids.clear();
+    try {
+      bpe->encode(doc, ids);
+    } catch (const Error& e) {
+      throw Error(where + ": " + e.what());
+    }
+    out.add(ids);
   };
   for (const auto& path : inputs) {
     check_input_file(path);
@@ -168,7 +185,7 @@ PrepStats prep_text(const std::vector<std::string>& inputs, const std::string& f
       for (std::string line; std::getline(in, line);) {
         ++lineno;
         if (is_blank(line)) continue;
-        auto where = path + ":" + std::to_string(lineno);
+        where = path + ":" + std::to_string(lineno);
         nlohmann::json j;
         try {
           j = nlohmann::json::parse(line);
@@ -180,9 +197,14 @@ PrepStats prep_text(const std::vector<std::string>& inputs, const std::string& f
         add(j["text"].get_ref<const std::string&>());
       }
     } else if (split == "file") {
+      where = path;
       add(read_file(path));
     } else {
-      for (const auto& doc : split_blank_lines(read_file(path))) add(doc);
+      size_t k = 0;
+      for (const auto& doc : split_blank_lines(read_file(path))) {
+        where = path + " (document " + std::to_string(k++) + " of the file)";
+        add(doc);
+      }
     }
   }
   auto stats = out.finish();

@@ -51,9 +51,13 @@ struct PrepOptions {
   std::string output;
   uint64_t shard_tokens = 1 << 24;
   bool overwrite = false;
+  std::string tokenizer;  // prep text: a Hugging Face tokenizer.json (byte-level BPE); "" = bytes
+  std::string eos;        // with tokenizer: the EOS token's text ("" = from the tokenizer's files)
 };
 
 // format: "text" (split: "blank-lines" | "file") or "jsonl" (one JSON object per line, "text" field).
+// With opt.tokenizer the documents are BPE-encoded as Hugging Face would (bpe_tokenizer.hpp),
+// else byte-tokenized.
 PrepStats prep_text(const std::vector<std::string>& inputs, const std::string& format, const std::string& split,
                     const PrepOptions& opt);
 // llm.c token files (header of 256 int32: magic 20240520, version 1, count; then uint16 tokens);

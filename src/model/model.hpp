@@ -19,7 +19,7 @@ struct ModelDims {
   int vocab = 259;
   bool tied = true;
   double rope_theta = 10000, norm_eps = 1e-5, init_std = 0.02;
-  // Filled from [model] by model_dims() (src/config/settings.hpp).
+  // Filled from [model] by model_dims() (src/train/settings.hpp).
   int64_t num_params() const;
 };
 

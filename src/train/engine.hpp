@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "src/comm/comm.hpp"
-#include "src/config/settings.hpp"
+#include "src/train/settings.hpp"
 #include "src/model/model.hpp"
 #include "src/train/update.hpp"
 

@@ -8,7 +8,7 @@
 #include "io/checkpoint.hpp"
 #include "io/shard.hpp"
 #include "src/comm/comm.hpp"
-#include "src/config/settings.hpp"
+#include "src/train/settings.hpp"
 #include "src/model/model.hpp"
 #include "src/train/engine.hpp"
 

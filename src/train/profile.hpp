@@ -5,7 +5,7 @@
 
 #include "src/balance/latency_model.hpp"
 #include "src/comm/comm.hpp"
-#include "src/config/settings.hpp"
+#include "src/train/settings.hpp"
 #include "src/model/model.hpp"
 
 namespace sb {

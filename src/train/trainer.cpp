@@ -88,6 +88,15 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
   }
 }
 
+// Weights from elsewhere (a converted checkpoint) for a fresh run; false when resumed.
+bool Trainer::set_initial_weights(std::vector<float> w) {
+  if (!last_checkpoint_.empty()) return false;
+  if (w.size() != model_.weights().size()) throw std::logic_error("Trainer::set_initial_weights: size differs from the model's");
+  model_.weights() = std::move(w);
+  engine_->from_host();
+  return true;
+}
+
 void Trainer::save_checkpoint(int64_t s) {
   faults_.at(Faults::Phase::Checkpoint, s, comm_.rank());
   std::string path = checkpoint_path(set_.checkpoint.dir, s);

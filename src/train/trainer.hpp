@@ -13,7 +13,7 @@
 #include "src/balance/plan.hpp"
 #include "src/comm/comm.hpp"
 #include "src/config/config.hpp"
-#include "src/config/settings.hpp"
+#include "src/train/settings.hpp"
 #include "src/model/model.hpp"
 #include "src/train/batch.hpp"
 #include "src/train/engine.hpp"
@@ -33,6 +33,9 @@ class Trainer {
   // stop_at > 0: stop after that step (writing a checkpoint), as a preempted job would.
   Trainer(const Config& cfg, const Comm& comm, const std::string& resume, int64_t stop_at);
   TrainResult run();
+  // train --init-from: these weights (in the model's layout) replace the initial ones before run(),
+  // with the optimizer state fresh. Ignored, returning false, when the trainer resumed from a checkpoint.
+  bool set_initial_weights(std::vector<float> w);
   const Model<float>& model() const { return model_; }
   const Settings& settings() const { return set_; }  // as built from the config, once
 

@@ -120,6 +120,34 @@ TEST(Cli, ClearErrors) {
   EXPECT_NE(r.out.find(bad + ": dataset '/tokens' has id 4000 at token 1"), std::string::npos) << r.out;
 }
 
+// prep text --tokenizer, then inspect --decode gives the text back; the tokenizer must be the
+// file the shards were made with.
+TEST(Cli, PrepTextTokenizerThenDecode) {
+  if (!rank0()) GTEST_SKIP() << "one rank runs the program";
+  auto dir = sbt::scratch("cli_bpe");
+  const std::string fixtures = std::string(SB_SOURCE_DIR) + "/tests/data/fixtures";
+  const std::string tok = fixtures + "/bpe_tiny_pairs.json";
+  sbt::write_bytes(dir + "/in.txt", "abc abc\n\nbca<|end|>ab\n");
+  auto r = run("prep text --input " + dir + "/in.txt --tokenizer " + tok + " --eos '<|end|>' --output " + dir + "/ds");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("2 documents, 7 tokens"), std::string::npos) << r.out;
+  r = run("inspect " + dir + "/ds --decode 1 --tokenizer " + tok);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.out, "bca<|end|>ab\n");
+  r = run("inspect " + dir + "/ds --decode 0");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("--decode needs that file: --tokenizer"), std::string::npos) << r.out;
+  r = run("inspect " + dir + "/ds --decode 0 --tokenizer " + fixtures + "/bpe_tiny_strings.json");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("(--tokenizer must be the file the shards were made with)"), std::string::npos) << r.out;
+  // Byte shards decode without a tokenizer.
+  r = run("prep text --input " + dir + "/in.txt --output " + dir + "/bytes");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  r = run("inspect " + dir + "/bytes --decode 0");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.out, "abc abc\n");
+}
+
 // prep text reads *.jsonl / *.json inputs as JSONL unless --format/--split says otherwise (issue 17):
 // without it a newcomer's data.jsonl became one document of raw JSON lines.
 TEST(Cli, PrepTextJsonlByExtension) {

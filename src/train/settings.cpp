@@ -1,4 +1,4 @@
-#include "src/config/settings.hpp"
+#include "src/train/settings.hpp"
 
 #include <string>
 

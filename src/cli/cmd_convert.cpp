@@ -1,0 +1,74 @@
+// sparsebalance convert: Hugging Face model directory <-> SparseBalance checkpoint (io/SAFETENSORS.md).
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "src/cli/args.hpp"
+#include "base/error.hpp"
+#include "src/train/hf_convert.hpp"
+
+namespace sb {
+
+namespace fs = std::filesystem;
+
+// "5000000000", "5GB", "200KB", "1.5MB" (decimal units, as save_pretrained's max_shard_size).
+static uint64_t parse_bytes(const std::string& s) {
+  size_t pos = 0;
+  double v = -1;
+  try {
+    v = std::stod(s, &pos);
+  } catch (...) {
+  }
+  std::string unit = s.substr(pos);
+  double mul = unit.empty() || unit == "B" ? 1 : unit == "KB" ? 1e3 : unit == "MB" ? 1e6 : unit == "GB" ? 1e9 : -1;
+  if (v <= 0 || mul < 0 || !std::isfinite(v))
+    throw Error("--shard-size " + s + ": expected a positive size in bytes, e.g. 5GB, 200MB or 1000000");
+  return uint64_t(v * mul);
+}
+
+static int run_convert(const Args& args) {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size > 1) throw Error("convert runs on one rank (got " + std::to_string(size) + "); start it without mpirun -np");
+  if (args.positional.size() != 2)
+    throw Error("convert: expected SRC DST (an HF directory and a checkpoint .h5, or the other way round), got " +
+                std::to_string(args.positional.size()) + " argument(s)");
+  const std::string src = args.positional[0], dst = args.positional[1];
+  if (!fs::exists(src)) throw Error(src + ": does not exist (SRC: an HF model directory or a checkpoint .h5)");
+  if (fs::is_directory(src)) {
+    if (args.has("dtype") || args.has("shard-size"))
+      throw Error("--dtype and --shard-size apply to checkpoint -> HF; a checkpoint stores float32");
+    if (fs::is_directory(dst)) throw Error(dst + ": is a directory; for an HF SRC, DST is the checkpoint file to write");
+    std::printf("convert: %s\n", hf_to_checkpoint(src, dst, args.sets, args.has("overwrite")).c_str());
+  } else {
+    if (fs::exists(dst) && !fs::is_directory(dst))
+      throw Error(dst + ": is a file; for a checkpoint SRC, DST is the HF directory to write");
+    if (!args.sets.empty()) throw Error("--set: a checkpoint -> HF conversion takes the model from the checkpoint");
+    const StDtype dtype = parse_st_dtype(args.get("dtype", "bf16"), "--dtype");
+    const uint64_t shard = args.has("shard-size") ? parse_bytes(args.get("shard-size")) : kDefaultShardBytes;
+    std::printf("convert: %s\n", checkpoint_to_hf(src, dst, dtype, shard, args.has("overwrite")).c_str());
+  }
+  return 0;
+}
+
+Command cmd_convert() {
+  return {"convert",
+          "Hugging Face model directory <-> checkpoint (safetensors, config.json)",
+          "convert SRC DST [--dtype bf16|f16|f32] [--shard-size SIZE] [--overwrite] [--set key=value]...\n\n"
+          "SRC an HF directory (config.json + model.safetensors, or shards with model.safetensors.index.json)\n"
+          "-> DST a checkpoint .h5 at step 0 with zero AdamW moments; its stored config holds the [model]\n"
+          "keys from config.json (--set may give the other sections, e.g. data.path), so `eval --checkpoint\n"
+          "DST` needs no CONFIG. SRC a checkpoint .h5 -> DST an HF directory\n"
+          "(config.json as LlamaForCausalLM + model.safetensors, shards and an index above --shard-size)\n"
+          "that transformers loads as is. HF -> checkpoint -> HF is bit-exact in the same dtype.\n"
+          "Supported: LlamaForCausalLM, MistralForCausalLM (sliding_window null); fields the model cannot\n"
+          "honour are refused, naming the field, before anything is written. See io/SAFETENSORS.md.\n",
+          {{"dtype", 1, "checkpoint -> HF: tensor type written (default bf16)", "bf16|f16|f32"},
+           {"shard-size", 1, "checkpoint -> HF: largest safetensors file before sharding (default 5GB)", "SIZE"},
+           {"overwrite", 0, "replace an existing DST (written aside, then swapped in)"}},
+          run_convert};
+}
+
+}  // namespace sb

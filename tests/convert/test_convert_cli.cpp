@@ -1,0 +1,300 @@
+// `sparsebalance convert` end to end: HF -> checkpoint -> HF bit-exact in BF16, F16 and F32
+// (sharded), refusals that leave nothing behind, eval on a converted checkpoint without a CONFIG,
+// and the forward of imported models against transformers' logits (tests/convert/fixtures, made
+// by bench/hf_parity.py on the GPU machine: a model transformers built, and our own exports that
+// transformers loaded); train --init-from.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+#include "io/checkpoint.hpp"
+#include "io/safetensors.hpp"
+#include "src/train/settings.hpp"
+#include "src/train/hf_config.hpp"
+#include "src/train/evaluate.hpp"
+#include "src/train/hf_convert.hpp"
+#include "tests/convert/convert_test_util.hpp"
+#include "tests/error_of.hpp"
+
+using namespace sb;
+using json = nlohmann::json;
+using sbtest::error_of;
+using sbtest::fs::exists;
+
+namespace {
+
+sbtest::Run convert(const std::string& args) { return sbtest::run_program("convert " + args); }
+
+// Same names, dtypes, shapes and bytes.
+void expect_same_tensors(const std::string& a_dir, const std::string& b_dir) {
+  SafetensorsDir a(a_dir), b(b_dir);
+  ASSERT_EQ(a.names(), b.names());
+  for (const auto& n : a.names()) {
+    auto [fa, ta] = a.get(n);
+    auto [fb, tb] = b.get(n);
+    EXPECT_EQ(ta->dtype, tb->dtype) << n;
+    EXPECT_EQ(ta->shape, tb->shape) << n;
+    auto ba = fa->bytes(*ta), bb = fb->bytes(*tb);
+    ASSERT_EQ(ba.size(), bb.size()) << n;
+    EXPECT_EQ(std::memcmp(ba.data(), bb.data(), ba.size()), 0) << n << " differs";
+  }
+}
+
+struct Loaded {
+  Checkpoint ck;
+  Config cfg;
+  std::unique_ptr<Model<float>> model;
+};
+
+// The checkpoint and its stored config alone give the model (what eval does without a CONFIG).
+Loaded load(const std::string& path) {
+  Loaded l{read_checkpoint(path), Config(), nullptr};
+  l.cfg = Config::from_text(l.ck.config_toml, path);
+  l.model = std::make_unique<Model<float>>(model_dims(l.cfg, 0));
+  load_weights(l.ck, path, *l.model);
+  return l;
+}
+
+// Log-softmax of our logits at each position of each sequence, for the tokens v with
+// v % stride == position % stride (NaN elsewhere: a sample, each value normalised over the whole
+// vocabulary, kept small because every value costs a forward, slow under ASan). The
+// model reports only the summed cross-entropy, so one forward per (position, token) with that
+// single target gives -log p(token | prefix) as the model computes it. Dense attention.
+std::vector<std::vector<std::vector<double>>> our_log_softmax(Model<float>& m, const json& ids, int stride) {
+  PackedBatch b;
+  for (const auto& seq : ids) b.add(seq.get<std::vector<uint32_t>>());
+  AttnSettings a;
+  a.sparse = false, a.block_size = 4;
+  a.k.assign(m.shape().n_layers, 1);
+  const int V = m.shape().vocab;
+  std::vector<std::vector<std::vector<double>>> out;
+  int t = 0;
+  for (const auto& seq : ids) {
+    out.emplace_back();
+    for (size_t i = 0; i < seq.size(); ++i, ++t) {
+      out.back().emplace_back(V, std::nan(""));
+      for (int v = t % stride; v < V; v += stride) {
+        std::fill(b.targets.begin(), b.targets.end(), -1);
+        b.targets[t] = v;
+        out.back().back()[v] = -m.forward(b, a).loss_sum;
+      }
+    }
+  }
+  return out;
+}
+
+// Our forward on checkpoint `ck` against transformers' logits (json "ids", "logits").
+void expect_matches_transformers(const std::string& ck, const json& golden, int stride) {
+  Loaded l = load(ck);
+  auto ours = our_log_softmax(*l.model, golden["ids"], stride);
+  const auto& logits = golden["logits"];
+  ASSERT_EQ(ours.size(), logits.size());
+  double worst = 0;
+  int64_t n = 0;
+  for (size_t s = 0; s < ours.size(); ++s)
+    for (size_t t = 0; t < ours[s].size(); ++t) {
+      const auto row = logits[s][t].get<std::vector<double>>();
+      ASSERT_EQ(row.size(), ours[s][t].size());
+      double mx = -1e300, sum = 0;
+      for (double x : row) mx = std::max(mx, x);
+      for (double x : row) sum += std::exp(x - mx);
+      for (size_t v = 0; v < row.size(); ++v)
+        if (!std::isnan(ours[s][t][v])) worst = std::max(worst, std::fabs(ours[s][t][v] - (row[v] - mx - std::log(sum)))), ++n;
+    }
+  EXPECT_GT(n, 0);
+  std::printf("%s: %lld log-softmax values, largest difference from transformers %.2e\n", ck.c_str(),
+              static_cast<long long>(n), worst);
+  EXPECT_LT(worst, 1e-4) << ck << ": largest log-softmax difference from transformers";
+}
+
+}  // namespace
+
+TEST(Convert, HfToCheckpointToHfIsBitExactInEachDtype) {
+  sbtest::Scratch s;
+  const std::string g = sbtest::gen_dir();
+  struct Case { std::string src; StDtype dtype; uint64_t shard; bool sharded_out; };
+  for (const Case& c : {Case{"llama_bf16", StDtype::BF16, kDefaultShardBytes, false},
+                        Case{"mistral_f16", StDtype::F16, kDefaultShardBytes, false},
+                        Case{"llama_f32_sharded", StDtype::F32, 60'000, true}}) {
+    const std::string ck = s / (c.src + ".h5"), hf = s / (c.src + "_hf");
+    EXPECT_NE(hf_to_checkpoint(g + "/" + c.src, ck, {}).find("step 0, zero AdamW moments"), std::string::npos);
+    checkpoint_to_hf(ck, hf, c.dtype, c.shard, false);
+    expect_same_tensors(g + "/" + c.src, hf);
+    EXPECT_EQ(exists(hf + "/model.safetensors.index.json"), c.sharded_out) << c.src;
+    EXPECT_FALSE(exists(hf + ".tmp"));
+    // The checkpoint: step 0, zero moments, float32 parameters, the [model] keys of config.json.
+    Checkpoint k = read_checkpoint(ck);
+    EXPECT_EQ(k.step, 0);
+    EXPECT_TRUE(std::all_of(k.m.begin(), k.m.end(), [](float x) { return x == 0; }));
+    HfModel in = read_hf_config(g + "/" + c.src), out = read_hf_config(hf);
+    EXPECT_EQ(out.architecture, "LlamaForCausalLM");
+    EXPECT_EQ(out.dims.tied, in.dims.tied);
+    EXPECT_EQ(out.dims.rope_theta, in.dims.rope_theta);
+    EXPECT_EQ(out.dims.norm_eps, in.dims.norm_eps);
+    EXPECT_EQ(out.max_position_embeddings, in.max_position_embeddings);
+    const json cj = json::parse(sbtest::slurp(hf + "/config.json"));
+    EXPECT_EQ(cj["torch_dtype"], c.dtype == StDtype::BF16 ? "bfloat16" : c.dtype == StDtype::F16 ? "float16" : "float32");
+  }
+  // An existing export is replaced only with overwrite.
+  const std::string hf = s / "llama_bf16_hf";
+  std::string e = error_of([&] { checkpoint_to_hf(s / "llama_bf16.h5", hf, StDtype::F32, kDefaultShardBytes, false); });
+  EXPECT_NE(e.find("already exists"), std::string::npos) << e;
+  checkpoint_to_hf(s / "llama_bf16.h5", hf, StDtype::F32, kDefaultShardBytes, true);
+  EXPECT_EQ(SafetensorsDir(hf).get("model.norm.weight").second->dtype, StDtype::F32);
+}
+
+TEST(Convert, TheCommandRoundTripsAndRefuses) {
+  sbtest::Scratch s;
+  const std::string g = sbtest::gen_dir();
+  auto r = convert(g + "/llama_bf16 " + s / "ck.h5");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  r = convert(s / "ck.h5" + " " + s / "hf");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("BF16: model.safetensors + config.json"), std::string::npos) << r.out;
+  expect_same_tensors(g + "/llama_bf16", s / "hf");
+  r = convert(g + "/bad_dirs/rope_scaling " + s / "x.h5");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("config.json: field 'rope_scaling'"), std::string::npos) << r.out;
+  r = convert(g + "/llama_bf16 " + s / "x.h5 --dtype f16");
+  EXPECT_NE(r.out.find("--dtype and --shard-size apply to checkpoint -> HF"), std::string::npos) << r.out;
+  EXPECT_FALSE(exists(s / "x.h5"));
+}
+
+TEST(Convert, RefusalsNameTheProblemAndWriteNothing) {
+  sbtest::Scratch s;
+  const std::string g = sbtest::gen_dir();
+  const std::vector<std::pair<std::string, std::string>> dirs = {
+      {"missing", "model.safetensors: tensor 'model.layers.1.mlp.up_proj.weight' is missing"},
+      {"unexpected", "model.safetensors: unexpected tensor 'model.layers.0.self_attn.q_proj.bias'"},
+      {"shape", "tensor 'model.layers.0.self_attn.k_proj.weight' has shape [32, 16], config.json gives [16, 32]"},
+      {"damaged", "model.safetensors: tensor 'lm_head.weight': data_offsets"},
+      {"rope_scaling", "config.json: field 'rope_scaling'"},
+      {"index_missing", "tensor 'model.layers.9.mlp.up_proj.weight' is missing"},
+  };
+  for (const auto& [dir, msg] : dirs) {
+    const std::string dst = s / (dir + ".h5");
+    std::string e = error_of([&] { hf_to_checkpoint(g + "/bad_dirs/" + dir, dst, {}); });
+    EXPECT_NE(e.find(msg), std::string::npos) << dir << ": " << e;
+    EXPECT_FALSE(exists(dst)) << dir;
+    EXPECT_FALSE(exists(dst + ".tmp")) << dir;
+  }
+  // A Qwen2 directory: the config passes, its q/k/v biases are refused before anything is read.
+  const std::string qwen = s / "qwen";
+  sbtest::fs::create_directories(qwen);
+  json q = json::parse(sbtest::slurp(g + "/llama_bf16/config.json"));
+  q["architectures"] = {"Qwen2ForCausalLM"}, q["model_type"] = "qwen2", q["use_sliding_window"] = false;
+  q["sliding_window"] = 32768, q["max_window_layers"] = 2;
+  std::ofstream(qwen + "/config.json") << q.dump();
+  std::string e = error_of([&] { hf_to_checkpoint(qwen, s / "q.h5", {}); });
+  EXPECT_NE(e.find("q/k/v projection biases"), std::string::npos) << e;
+  EXPECT_FALSE(exists(s / "q.h5"));
+  // An existing checkpoint is not replaced without overwrite.
+  hf_to_checkpoint(g + "/llama_bf16", s / "ok.h5", {});
+  const std::string before = sbtest::slurp(s / "ok.h5");
+  e = error_of([&] { hf_to_checkpoint(g + "/mistral_f16", s / "ok.h5", {}); });
+  EXPECT_NE(e.find("ok.h5: already exists; choose another DST or pass --overwrite"), std::string::npos) << e;
+  EXPECT_EQ(sbtest::slurp(s / "ok.h5"), before);
+  hf_to_checkpoint(g + "/mistral_f16", s / "ok.h5", {}, true);
+  EXPECT_TRUE(read_checkpoint(s / "ok.h5").tensors.size() < 21);  // tied: no lm_head
+  // float16 cannot hold the sharded fixture's 3.4e38: named, nothing exported.
+  hf_to_checkpoint(g + "/llama_f32_sharded", s / "big.h5", {});
+  e = error_of([&] { checkpoint_to_hf(s / "big.h5", s / "big_hf", StDtype::F16, kDefaultShardBytes, false); });
+  EXPECT_NE(e.find("tensor 'model.embed_tokens.weight' holds"), std::string::npos) << e;
+  EXPECT_NE(e.find("beyond float16's range"), std::string::npos) << e;
+  EXPECT_FALSE(exists(s / "big_hf"));
+  EXPECT_FALSE(exists(s / "big_hf.tmp"));
+  // A checkpoint whose stored [model] keys do not describe its tensors is not exported.
+  Checkpoint lie = read_checkpoint(s / "big.h5");
+  Config stored = Config::from_text(lie.config_toml, "stored");
+  stored.set("model.n_layers", "3", "test");
+  lie.config_toml = stored.to_toml();
+  write_checkpoint(s / "lie.h5", lie);
+  e = error_of([&] { checkpoint_to_hf(s / "lie.h5", s / "lie_hf", StDtype::BF16, kDefaultShardBytes, false); });
+  EXPECT_NE(e.find("holds 21 tensors, its stored [model] settings give 30"), std::string::npos) << e;
+  EXPECT_FALSE(exists(s / "lie_hf"));
+  e = error_of([&] { hf_to_checkpoint(g + "/llama_bf16", s / "x.h5", {"model.n_layers=3"}); });
+  EXPECT_NE(e.find("--set model.n_layers=3: the [model] keys come from"), std::string::npos) << e;
+  EXPECT_FALSE(exists(s / "x.h5"));
+}
+
+TEST(Convert, EvalOnTheConvertedCheckpointNeedsNoConfig) {
+  sbtest::Scratch s;
+  hf_to_checkpoint(sbtest::gen_dir() + "/llama_bf16", s / "ck.h5", {"data.path=" + sbtest::synth_data()});
+  auto r = sbtest::run_program("eval --checkpoint " + s / "ck.h5" + " --set eval.docs=4 --summary " + s / "eval.json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  json j = json::parse(sbtest::slurp(s / "eval.json"));
+  EXPECT_EQ(j["step"], 0);
+  EXPECT_GT(j["tokens"].get<int64_t>(), 0);
+  EXPECT_TRUE(std::isfinite(j["loss"].get<double>()));
+}
+
+TEST(Parity, ImportedTransformersModelGivesItsLogits) {
+  // LlamaForCausalLM from transformers (float32, untied, rope_theta 50000, GQA, random norms).
+  sbtest::Scratch s;
+  const std::string fx = sbtest::committed("llama");
+  hf_to_checkpoint(fx, s / "ck.h5", {});
+  expect_matches_transformers(s / "ck.h5", json::parse(sbtest::slurp(fx + "/golden.json")), 5);
+  // And back out in float32: the same tensors, bit for bit.
+  checkpoint_to_hf(s / "ck.h5", s / "hf", StDtype::F32, kDefaultShardBytes, false);
+  expect_same_tensors(fx, s / "hf");
+}
+
+TEST(Parity, TransformersLoadsOurExportsAndAgrees) {
+  // bench/hf_parity.py --check loaded these exports (BF16 untied; F16 tied, from a Mistral
+  // directory) with no missing, unexpected or mismatched keys and saved its logits.
+  sbtest::Scratch s;
+  for (const std::string name : {"exp_llama_bf16", "exp_mistral_f16"}) {
+    const std::string fx = sbtest::committed(name);
+    json golden = json::parse(sbtest::slurp(fx + "/transformers_logits.json"));
+    for (auto& [k, v] : golden["loading_info"].items()) EXPECT_TRUE(v.empty()) << name << ": " << k;
+    hf_to_checkpoint(fx, s / (name + ".h5"), {});
+    expect_matches_transformers(s / (name + ".h5"), golden, 24);
+  }
+}
+
+TEST(InitFrom, TrainStartsFromTheWeightsWithTheShapeOfPath) {
+  sbtest::Scratch s;
+  const std::string hf = sbtest::gen_dir() + "/llama_bf16";
+  // One step at the smallest learning rate moves a weight by about 1e-12: the step-1 checkpoint
+  // holds the HF weights (a random init would differ by about 0.1).
+  // Two ranks: each reads PATH; the step's sync check would catch ranks that disagree.
+  auto r = sbtest::run_clean("mpirun --allow-run-as-root --oversubscribe -np 2 " + sbtest::program() +
+                             " train --init-from " + hf + " --set data.path=" + sbtest::synth_data() +
+                          " --set train.steps=1 --set train.lr=1e-12 --set balance.self_profile=false --set train.sync_check_every=1"
+                          " --set train.micro_batch_tokens=512 --set train.global_batch_tokens=512 --set checkpoint.dir=" +
+                          s / "ck" + " --set log.path=" + s / "m.h5");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("train: 2 rank(s)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fresh optimizer"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("vocab 320"), std::string::npos) << r.out;
+  Checkpoint ck = read_checkpoint(s / "ck/ckpt_00000001.h5");
+  SafetensorsDir st(hf);
+  for (const auto& t : ck.tensors) {
+    auto [f, e] = st.get(t.name);
+    std::vector<float> want(e->numel());
+    f->read_f32(*e, want);
+    double worst = 0;
+    for (size_t i = 0; i < t.size; ++i) worst = std::max(worst, std::fabs(double(want[i]) - ck.params[t.offset + i]));
+    EXPECT_LT(worst, 1e-9) << t.name;
+  }
+  // In process: from a checkpoint too; a --set model.* must agree with PATH.
+  hf_to_checkpoint(hf, s / "init.h5", {});
+  Config cfg;
+  cfg.set("model.n_layers", "5", "test");
+  std::vector<std::string> notes;
+  std::vector<float> w = init_weights_from(s / "init.h5", cfg, {"model.d_model=32", "train.steps=3"}, &notes);
+  EXPECT_EQ(w, read_checkpoint(s / "init.h5").params);
+  EXPECT_EQ(cfg.i("model.n_layers"), 2);
+  EXPECT_EQ(cfg.i("model.vocab_size"), 320);
+  EXPECT_FALSE(cfg.b("model.tie_embeddings"));
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("model.n_layers = 5 replaced by 2"), std::string::npos) << notes[0];
+  std::string e = error_of([&] { Config c; init_weights_from(hf, c, {"model.n_layers=3"}); });
+  EXPECT_NE(e.find("--set model.n_layers=3 contradicts --init-from " + hf + ", which has model.n_layers = 2"),
+            std::string::npos) << e;
+  e = error_of([&] { Config c; init_weights_from(sbtest::gen_dir() + "/bad_dirs/rope_scaling", c, {}); });
+  EXPECT_NE(e.find("field 'rope_scaling'"), std::string::npos) << e;
+}

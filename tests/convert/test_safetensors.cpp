@@ -1,0 +1,246 @@
+// io/safetensors and src/model/hf without the CLI: half-precision conversions (exhaustively),
+// good and damaged files refused naming the file and the tensor, the writer with sharding, and
+// config.json parsing: real Qwen2.5 and transformers configs pass, unsupported fields are named.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "io/safetensors.hpp"
+#include "src/train/hf_config.hpp"
+#include "tests/convert/convert_test_util.hpp"
+#include "tests/error_of.hpp"
+
+using namespace sb;
+using sbtest::error_of;
+using json = nlohmann::json;
+
+TEST(Dtypes, HalfTypesRoundTripEveryBitPattern) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float b = bf16_to_f32(uint16_t(h)), f = f16_to_f32(uint16_t(h));
+    if (std::isnan(b)) EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(b))));
+    else ASSERT_EQ(f32_to_bf16(b), h) << "bf16 " << h;
+    if (std::isnan(f)) EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(f))));
+    else ASSERT_EQ(f32_to_f16(f), h) << "f16 " << h;
+  }
+  EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(f16_to_f32(0x3c00), 1.0f);
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);  // past the largest half: inf
+  EXPECT_EQ(f32_to_f16(65519.0f), 0x7bff);
+  // Narrowing rounds to nearest, ties to even.
+  EXPECT_EQ(f32_to_bf16(1.0f + 1.0f / 256), 0x3f80);      // tie, even stays
+  EXPECT_EQ(f32_to_bf16(1.0f + 3.0f / 256), 0x3f82);      // tie, rounds up to even
+  EXPECT_EQ(f32_to_f16(1.0f + 1.0f / 2048), 0x3c00);
+  EXPECT_EQ(f32_to_f16(std::ldexp(3.0f, -26)), 0x0001);   // 0.75 of the smallest subnormal
+}
+
+TEST(Reader, GoodFile) {
+  SafetensorsFile f(sbtest::gen_dir() + "/good.safetensors");
+  ASSERT_EQ(f.tensors().size(), 2u);
+  EXPECT_EQ(f.metadata().at("format"), "pt");
+  const StTensor* a = f.find("a");
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->dtype, StDtype::F32);
+  EXPECT_EQ(a->shape, (std::vector<int64_t>{2, 3}));
+  std::vector<float> v(6);
+  f.read_f32(*a, v);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(v[i], float(i));
+  std::vector<float> b(4);
+  f.read_f32(*f.find("b"), b);
+  EXPECT_EQ(b, std::vector<float>(4, 1.0f));
+  EXPECT_EQ(f.find("c"), nullptr);
+}
+
+TEST(Reader, DamagedFilesAreRefusedNamingFileAndTensor) {
+  const std::map<std::string, std::vector<std::string>> want = {
+      {"short", {"truncated: 5 bytes"}},
+      {"truncated", {"tensor 'b'", "outside the data section", "truncated"}},
+      {"header_past_end", {"header length 1048576 runs past the end of the file"}},
+      {"bad_json", {"JSON header does not parse"}},
+      {"overlap", {"tensor 'b' overlaps tensor 'a'"}},
+      {"out_of_range", {"tensor 'b'", "data_offsets [24, 40] outside the data section of 32 bytes"}},
+      {"size_mismatch", {"tensor 'a'", "24 bytes for dtype F32", "needs 32"}},
+      {"unknown_dtype", {"tensor 'b'", "dtype 'F64' is not supported"}},
+      {"not_object", {"tensor 'b'", "expected {"}},
+  };
+  for (const auto& [name, parts] : want) {
+    const std::string path = sbtest::gen_dir() + "/bad_files/" + name + ".safetensors";
+    std::string err = error_of([&] { SafetensorsFile f(path); });
+    ASSERT_NE(err, "") << name << " was accepted";
+    EXPECT_NE(err.find(path), std::string::npos) << name << ": " << err;
+    for (const auto& p : parts) EXPECT_NE(err.find(p), std::string::npos) << name << ": " << err;
+  }
+}
+
+TEST(Reader, DirectoriesCheckTheIndexAgainstTheShards) {
+  const std::string g = sbtest::gen_dir();
+  SafetensorsDir sharded(g + "/llama_f32_sharded");
+  EXPECT_EQ(sharded.names().size(), 21u);  // embed, 2 x 9, norm, head
+  EXPECT_TRUE(sharded.has("lm_head.weight"));
+  std::string e = error_of([&] { SafetensorsDir d(g + "/bad_dirs/index_missing"); });
+  EXPECT_NE(e.find("model-00001-of-00002.safetensors: tensor 'model.layers.9.mlp.up_proj.weight' is missing"), std::string::npos) << e;
+  e = error_of([&] { SafetensorsDir d(g + "/bad_dirs/index_unlisted"); });
+  EXPECT_NE(e.find("unexpected tensor 'model.norm.weight'"), std::string::npos) << e;
+  e = error_of([&] { SafetensorsDir d(g + "/bad_dirs"); });
+  EXPECT_NE(e.find("no model.safetensors or model.safetensors.index.json"), std::string::npos) << e;
+}
+
+TEST(Writer, EveryDtypeAndSharding) {
+  sbtest::Scratch s;
+  std::vector<float> a(300), b(50);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = float(i % 64) * 0.25f - 7;  // exact in bf16 and f16
+  for (size_t i = 0; i < b.size(); ++i) b[i] = -float(i);
+  const std::vector<StOut> ts = {{"x.a", {3, 100}, a}, {"x.b", {50}, b}, {"x.c", {10, 5}, b}};
+  for (StDtype dt : {StDtype::F32, StDtype::F16, StDtype::BF16}) {
+    for (uint64_t shard : {uint64_t(1) << 30, uint64_t(400)}) {
+      const std::string dir = s / (std::string(st_dtype_name(dt)) + std::to_string(shard));
+      sbtest::fs::create_directories(dir);
+      auto files = write_safetensors_dir(dir, ts, dt, shard);
+      const bool sharded = shard == 400;
+      // x.a alone is past 400 bytes: a shard of its own, then x.b + x.c, and the index.
+      EXPECT_EQ(files.size(), sharded ? 3u : 1u) << st_dtype_name(dt);
+      EXPECT_EQ(sbtest::fs::exists(dir + "/model.safetensors.index.json"), sharded);
+      for (const auto& e : sbtest::fs::directory_iterator(dir))
+        EXPECT_EQ(e.path().extension(), e.path().filename() == "model.safetensors.index.json" ? ".json" : ".safetensors");
+      SafetensorsDir d(dir);
+      for (const auto& t : ts) {
+        auto [f, st] = d.get(t.name);
+        EXPECT_EQ(st->dtype, dt);
+        EXPECT_EQ(st->shape, t.shape);
+        std::vector<float> back(st->numel());
+        f->read_f32(*st, back);
+        EXPECT_TRUE(std::equal(back.begin(), back.end(), t.data.begin())) << t.name;
+        EXPECT_EQ(f->metadata().at("format"), "pt");
+      }
+    }
+  }
+}
+
+// The config.json of Qwen/Qwen2.5-0.5B as published (Qwen2.5-3B differs only in sizes).
+static json qwen25_config() {
+  return json::parse(R"({
+    "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+    "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 896, "initializer_range": 0.02,
+    "intermediate_size": 4864, "max_position_embeddings": 32768, "max_window_layers": 24,
+    "model_type": "qwen2", "num_attention_heads": 14, "num_hidden_layers": 24, "num_key_value_heads": 2,
+    "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 32768, "tie_word_embeddings": true,
+    "torch_dtype": "bfloat16", "transformers_version": "4.40.1", "use_cache": true,
+    "use_sliding_window": false, "vocab_size": 151936})");
+}
+
+static json llama_config() {
+  json j = qwen25_config();
+  j["architectures"] = {"LlamaForCausalLM"};
+  j["model_type"] = "llama";
+  j.erase("sliding_window"), j.erase("use_sliding_window"), j.erase("max_window_layers");
+  return j;
+}
+
+TEST(HfConfig, RealQwen25ConfigParsesAndOnlyItsBiasesAreRefused) {
+  HfModel hf = parse_hf_config(qwen25_config().dump(), "qwen/config.json");
+  EXPECT_EQ(hf.architecture, "Qwen2ForCausalLM");
+  EXPECT_TRUE(hf.qkv_bias);
+  EXPECT_EQ(hf.dims.d_model, 896);
+  EXPECT_EQ(hf.dims.n_heads, 14);
+  EXPECT_EQ(hf.dims.n_kv_heads, 2);
+  EXPECT_EQ(hf.dims.head_dim, 64);
+  EXPECT_EQ(hf.dims.vocab, 151936);
+  EXPECT_TRUE(hf.dims.tied);
+  EXPECT_EQ(hf.dims.rope_theta, 1e6);
+  EXPECT_EQ(hf.dims.norm_eps, 1e-6);
+  EXPECT_EQ(hf.max_position_embeddings, 32768);
+  std::string e = error_of([&] { check_supported(hf, "qwen/config.json"); });
+  EXPECT_NE(e.find("q/k/v projection biases"), std::string::npos) << e;
+  EXPECT_NE(e.find("not support yet"), std::string::npos) << e;
+  // The same shape as Llama goes through, and its [model] keys are exactly config.json's.
+  HfModel l = parse_hf_config(llama_config().dump(), "llama/config.json");
+  EXPECT_NO_THROW(check_supported(l, "llama/config.json"));
+  Config cfg;
+  set_model_keys(l, cfg, "llama/config.json");
+  EXPECT_EQ(cfg.i("model.d_model"), 896);
+  EXPECT_EQ(cfg.i("model.ffn_dim"), 4864);
+  EXPECT_EQ(cfg.i("model.vocab_size"), 151936);
+  EXPECT_EQ(cfg.f("model.rope_theta"), 1e6);
+  EXPECT_EQ(cfg.f("model.norm_eps"), 1e-6);
+  EXPECT_TRUE(cfg.b("model.tie_embeddings"));
+  EXPECT_EQ(cfg.i("model.max_position_embeddings"), 32768);
+  // Through the checkpoint's stored text and back: the stored config keeps every digit.
+  Config again = Config::from_text(cfg.to_toml(), "stored");
+  EXPECT_EQ(again.f("model.norm_eps"), 1e-6);
+  EXPECT_EQ(again.f("model.rope_theta"), 1e6);
+}
+
+TEST(HfConfig, TransformersConfigsPass) {
+  // transformers 5 writes rope_parameters and "dtype"; this one came from bench/hf_parity.py.
+  HfModel m = read_hf_config(sbtest::committed("llama"));
+  EXPECT_EQ(m.dims.rope_theta, 50000.0);
+  EXPECT_FALSE(m.dims.tied);
+  json mistral = json::parse(sbtest::slurp(sbtest::committed("transformers_mistral_config.json")));
+  HfModel mm = parse_hf_config(mistral.dump(), "mistral");
+  EXPECT_EQ(mm.architecture, "MistralForCausalLM");
+  EXPECT_TRUE(mm.dims.tied);
+  // What we export parses back to the same shape.
+  Config cfg;
+  set_model_keys(m, cfg, "llama");
+  HfModel back = parse_hf_config(hf_config_json(cfg, m.dims, "bfloat16"), "exported");
+  EXPECT_EQ(back.dims.d_model, m.dims.d_model);
+  EXPECT_EQ(back.dims.rope_theta, m.dims.rope_theta);
+  EXPECT_EQ(back.dims.norm_eps, m.dims.norm_eps);
+  EXPECT_EQ(back.dims.tied, m.dims.tied);
+  EXPECT_EQ(back.max_position_embeddings, 256);
+}
+
+TEST(HfConfig, UnsupportedFieldsAreRefusedNamingTheField) {
+  struct Case { std::string field; json value; json base; };
+  const json q = qwen25_config(), l = llama_config();
+  json mistral = l;
+  mistral["architectures"] = {"MistralForCausalLM"}, mistral["model_type"] = "mistral";
+  json mistral_no_window = mistral;
+  mistral["sliding_window"] = nullptr;
+  EXPECT_NO_THROW(parse_hf_config(mistral.dump(), "m"));
+  const std::vector<Case> cases = {
+      {"rope_scaling", json::parse(R"({"rope_type": "llama3", "factor": 8.0})"), l},
+      {"rope_parameters", json::parse(R"({"rope_type": "yarn", "rope_theta": 10000.0})"), l},
+      {"use_sliding_window", true, q},
+      {"sliding_window", 4096, mistral},
+      {"num_experts", 8, q},
+      {"num_local_experts", 8, mistral},
+      {"num_experts_per_tok", 2, l},
+      {"attention_bias", true, l},
+      {"mlp_bias", true, l},
+      {"hidden_act", "gelu", l},
+      {"attention_dropout", 0.1, q},
+      {"head_dim", 128, l},
+      {"architectures", json::array({"GPT2LMHeadModel"}), l},
+      {"model_type", "gemma", l},
+      {"quantization_config", json::object({{"quant_method", "gptq"}}), l},
+      {"layer_types", json::array({"full_attention", "sliding_attention"}), q},
+      {"hidden_size", 0, l},
+      {"num_key_value_heads", "2", l},
+  };
+  for (const auto& c : cases) {
+    json j = c.base;
+    j[c.field] = c.value;
+    std::string e = error_of([&] { parse_hf_config(j.dump(), "x/config.json"); });
+    EXPECT_NE(e.find("x/config.json: field '" + c.field + "'"), std::string::npos) << c.field << ": " << e;
+    EXPECT_NE(e.find("nothing was written"), std::string::npos) << e;
+  }
+  // Mistral without the field at all: MistralConfig reads that as a 4096-token window.
+  mistral_no_window.erase("sliding_window");
+  std::string e = error_of([&] { parse_hf_config(mistral_no_window.dump(), "m"); });
+  EXPECT_NE(e.find("field 'sliding_window' is absent"), std::string::npos) << e;
+  json missing = l;
+  missing.erase("num_hidden_layers");
+  e = error_of([&] { parse_hf_config(missing.dump(), "m"); });
+  EXPECT_NE(e.find("field 'num_hidden_layers' is missing"), std::string::npos) << e;
+  e = error_of([&] { parse_hf_config("{\"a\": ", "m/config.json"); });
+  EXPECT_NE(e.find("m/config.json: does not parse as JSON"), std::string::npos) << e;
+  // Shapes the model cannot take: the error names the HF fields they came from.
+  json odd = l;
+  odd["num_key_value_heads"] = 3;
+  e = error_of([&] { Config cfg; set_model_keys(parse_hf_config(odd.dump(), "o"), cfg, "o"); });
+  EXPECT_NE(e.find("num_key_value_heads"), std::string::npos) << e;
+}
