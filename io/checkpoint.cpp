@@ -28,6 +28,49 @@ static uint64_t checksum(const Checkpoint& ck) {
   return h;
 }
 
+// The datasets the trainer adds (/latency/*, /recall/alpha, ...): everything but /params, /optim
+// and the text ones, which checksum() covers. Numeric datasets only, by sorted name: their names,
+// shapes and values. Stored as attribute 'checksum_extra'; a checkpoint without it (written before
+// it existed) still reads, its extra groups then checked by their values only.
+static herr_t collect_dataset(hid_t, const char* name, const H5O_info_t* info, void* out) {
+  const std::string n = name;
+  if (info->type == H5O_TYPE_DATASET && !n.starts_with("params/") && !n.starts_with("optim/") && n != "config" &&
+      n != "param_names")
+    static_cast<std::vector<std::string>*>(out)->push_back(n);
+  return 0;
+}
+
+static uint64_t checksum_extra(hid_t f, const std::string& file) {
+  std::vector<std::string> names;
+  H5_CHECK(H5Ovisit(f, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &names));
+  std::sort(names.begin(), names.end());
+  hsize_t fsize = 0;
+  H5_CHECK(H5Fget_filesize(f, &fsize));
+  uint64_t h = fnv1a("extra", 5);
+  for (const auto& name : names) {
+    h5::Id ds(H5_CHECK(H5Dopen2(f, name.c_str(), H5P_DEFAULT)));
+    h5::Id type(H5_CHECK(H5Dget_type(ds)));
+    const H5T_class_t cls = H5Tget_class(type);
+    if (cls != H5T_INTEGER && cls != H5T_FLOAT) continue;
+    h5::Id mem(H5_CHECK(H5Tget_native_type(type, H5T_DIR_ASCEND)));
+    h5::Id space(H5_CHECK(H5Dget_space(ds)));
+    const int rank = H5_CHECK(H5Sget_simple_extent_ndims(space));
+    std::vector<hsize_t> dims(size_t(std::max(rank, 0)));
+    H5_CHECK(H5Sget_simple_extent_dims(space, dims.data(), nullptr));
+    hsize_t bytes = H5Tget_size(mem);
+    for (auto d : dims)
+      if (__builtin_mul_overflow(bytes, d, &bytes) || bytes > fsize + 1024)
+        throw Error(file + ": dataset '" + name + "' claims more data than the file holds (truncated or corrupt?)");
+    std::vector<unsigned char> buf(bytes);
+    if (bytes && H5Dread(ds, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()) < 0)
+      throw Error(file + ": cannot read dataset '" + name + "' (truncated or corrupt?)");
+    h = fnv1a(name.data(), name.size(), h);
+    h = fnv1a(dims.data(), dims.size() * sizeof(hsize_t), h);
+    h = fnv1a(buf.data(), buf.size(), h);
+  }
+  return h;
+}
+
 std::string checkpoint_path(const std::string& dir, int64_t step) {
   char name[64];
   std::snprintf(name, sizeof name, "ckpt_%08lld.h5", static_cast<long long>(step));
@@ -202,6 +245,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& ck, const std::
       h5::write_vector(vg, t.name, slice(ck.v), dims);
     }
     if (extra) extra(f);
+    h5::write_attr(f, "checksum_extra", std::to_string(checksum_extra(f, tmp)));
     if (H5Fflush(f, H5F_SCOPE_GLOBAL) < 0) throw Error(tmp + ": flush failed");
     ssize_t n = H5Fget_file_image(f, nullptr, 0);
     if (n <= 0) throw Error(tmp + ": cannot get the checkpoint image");
@@ -222,6 +266,9 @@ void write_checkpoint(const std::string& path, const Checkpoint& ck, const std::
 }
 
 Checkpoint read_checkpoint(const std::string& path, const std::function<void(hid_t)>& extra) {
+  std::error_code ec;
+  if (fs::exists(path, ec) && !fs::is_regular_file(path, ec))  // a FIFO would block the open forever
+    throw Error(path + ": not a regular file (a directory, FIFO or device); expected a checkpoint");
   h5::Id f = h5::open_read(path);
   Checkpoint ck;
   h5::check_format(f, path, kCheckpointFormat, kCheckpointVersion, "a checkpoint");
@@ -258,6 +305,13 @@ Checkpoint read_checkpoint(const std::string& path, const std::function<void(hid
   if (std::to_string(checksum(ck)) != want)
     throw Error(path + ": checksum mismatch (stored " + want + ", contents give " + std::to_string(checksum(ck)) +
                 "): the checkpoint is corrupt");
+  if (h5::has_attr(f, "checksum_extra")) {
+    const std::string stored = h5::read_attr_string(f, "checksum_extra", path);
+    const std::string got = std::to_string(checksum_extra(f, path));
+    if (stored != got)
+      throw Error(path + ": checksum mismatch in /latency, /recall or another added group (stored " + stored +
+                  ", contents give " + got + "): the checkpoint is corrupt");
+  }
   if (extra) extra(f);
   return ck;
 }

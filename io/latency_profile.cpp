@@ -1,5 +1,6 @@
 #include "io/latency_profile.hpp"
 
+#include <cmath>
 #include <vector>
 
 #include "io/h5.hpp"
@@ -41,6 +42,19 @@ LatencyProfile load_latency_profile(hid_t group, const std::string& file) {
   auto err = h5::read_vector<double>(group, "heldout_error", file, kLatencyParts);
   auto n = h5::read_vector<int64_t>(group, "samples", file, kLatencyParts);
   for (int i = 0; i < kLatencyParts; ++i) p.correction[i] = corr[i], p.heldout_error[i] = err[i], p.samples[i] = n[i];
+  // Values a planner can use: a NaN here would silently degrade every later plan (issue 24).
+  for (int i = 0; i < kLatencyParts; ++i) {
+    for (int j = 0; j < 3; ++j)
+      if (!std::isfinite(p.coeffs[i][j]))
+        throw Error(file + ": dataset 'coeffs' of the latency profile holds " + std::to_string(p.coeffs[i][j]) +
+                    " at [" + std::to_string(i) + "][" + std::to_string(j) + "], expected a finite number");
+    if (!(p.correction[i] >= 1e-3 && p.correction[i] <= 1e3))
+      throw Error(file + ": dataset 'correction' of the latency profile holds " + std::to_string(p.correction[i]) +
+                  " at [" + std::to_string(i) + "], expected 0.001..1000");
+  }
+  if (!(p.density >= 0.01 && p.density <= 1))
+    throw Error(file + ": attribute 'density' of the latency profile is " + std::to_string(p.density) +
+                ", expected 0.01..1");
   if (p.block_size <= 0 || p.n_layers <= 0)
     throw Error(file + ": latency profile has an invalid model shape (n_layers " + std::to_string(p.n_layers) +
                 ", block_size " + std::to_string(p.block_size) + ")");

@@ -1,5 +1,10 @@
 #include "io/metrics_log.hpp"
 
+#include <sys/statvfs.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "base/error.hpp"
@@ -59,9 +64,13 @@ MetricsLog::MetricsLog(const std::string& path, int ranks, bool resume, int64_t 
     H5_CHECK(H5Dset_extent(steps_, &d1));
     H5_CHECK(H5Dset_extent(ranks_ds_, d2));
   } else {
-    if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path());
+    std::error_code ec;
+    if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path(), ec);
+    if (ec) throw Error(path + ": cannot create the directory of the metrics log (log.path): " + ec.message());
+    errno = 0;
     hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-    if (f < 0) throw Error(path + ": cannot create the metrics log (log.path)");
+    if (f < 0)
+      throw Error(path + ": cannot create the metrics log (log.path)" + (errno ? ": " + std::string(std::strerror(errno)) : ""));
     file_ = h5::Id(f);
     h5::write_attr(file_, "format", std::string("sparsebalance-metrics"));
     h5::write_attr(file_, "version", int64_t(1));
@@ -82,8 +91,28 @@ MetricsLog::MetricsLog(const std::string& path, int ranks, bool resume, int64_t 
   H5_CHECK(H5Fstart_swmr_write(file_));
 }
 
+// HDF5 reports a failed write without its cause: name the file, and say "disk full" when it is.
+static std::string write_failure(const std::string& path, const char* what) {
+  const int err = errno;
+  std::string msg = path + ": writing the metrics log (log.path) failed in " + what;
+  struct statvfs st {};
+  const auto dir = std::filesystem::path(path).parent_path();
+  const bool full = err == ENOSPC || (statvfs(dir.empty() ? "." : dir.c_str(), &st) == 0 && st.f_bavail == 0);
+  if (full) return msg + ": disk full (ENOSPC); free space or set log.path elsewhere, then --resume";
+  return msg + (err ? ": " + std::string(std::strerror(err)) : "");
+}
+
 void MetricsLog::append(const StepRow& step, std::span<const RankRow> ranks) {
   if (int(ranks.size()) != ranks_) throw std::logic_error("MetricsLog::append: wrong number of rank rows");
+  errno = 0;
+  try {
+    append_rows(step, ranks);
+  } catch (const std::exception&) {
+    throw Error(write_failure(path_, "append"));
+  }
+}
+
+void MetricsLog::append_rows(const StepRow& step, std::span<const RankRow> ranks) {
   hsize_t n1 = hsize_t(rows_ + 1), start1 = hsize_t(rows_), one = 1;
   H5_CHECK(H5Dset_extent(steps_, &n1));
   {
@@ -104,9 +133,57 @@ void MetricsLog::append(const StepRow& step, std::span<const RankRow> ranks) {
 }
 
 void MetricsLog::flush() {
-  H5_CHECK(H5Dflush(steps_));
-  H5_CHECK(H5Dflush(ranks_ds_));
-  H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
+  errno = 0;
+  if (H5Dflush(steps_) < 0 || H5Dflush(ranks_ds_) < 0 || H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0)
+    throw Error(write_failure(path_, "flush"));
+}
+
+// A name no earlier move-aside has used: an older one holds rows nothing else has.
+static std::string unused_name(const std::string& base) {
+  std::error_code ec;
+  std::string name = base;
+  for (int k = 2; std::filesystem::exists(name, ec); ++k) name = base + "." + std::to_string(k);
+  return name;
+}
+
+std::unique_ptr<MetricsLog> open_metrics_log(const std::string& path, int ranks, bool resume, int64_t step,
+                                             const std::string& archive_copy, std::span<const std::string> inputs) {
+  namespace fs = std::filesystem;
+  if (path.empty()) throw Error("log.path is empty: expected the path of the HDF5 metrics log, e.g. runs/x/metrics.h5");
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw Error(path + ": log.path names a directory, expected a file path");
+  for (const auto& in : inputs)
+    if (fs::equivalent(path, in, ec))
+      throw Error(path + ": log.path names an input of this run (" + in + "); expected a file of its own");
+  if (!resume) return std::make_unique<MetricsLog>(path, ranks, false, step);
+  if (!archive_copy.empty() && fs::exists(path, ec)) {
+    fs::copy_file(path, archive_copy, fs::copy_options::none, ec);
+    if (ec) throw Error(path + ": cannot keep a copy of the metrics log at " + archive_copy + ": " + ec.message());
+  }
+  try {
+    return std::make_unique<MetricsLog>(path, ranks, true, step);
+  } catch (const std::exception&) {
+    // A killed job's log: clear its "open for write" superblock flag (h5clear), then retry.
+    h5::quiet_errors();
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    hbool_t clear = 1;
+    if (fapl >= 0 && H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST) >= 0 &&
+        H5Pset(fapl, "clear_status_flags", &clear) >= 0) {
+      hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl);
+      if (f >= 0) H5Fclose(f);
+    }
+    if (fapl >= 0) H5Pclose(fapl);
+  }
+  try {
+    return std::make_unique<MetricsLog>(path, ranks, true, step);
+  } catch (const std::exception& e) {
+    const std::string aside = unused_name(path + ".before_step" + std::to_string(step + 1));
+    fs::rename(path, aside, ec);
+    if (ec) throw;
+    std::fprintf(stderr, "warning: cannot continue the metrics log (%s); moved it to %s and started a new one\n",
+                 e.what(), aside.c_str());
+    return std::make_unique<MetricsLog>(path, ranks, false, step);
+  }
 }
 
 MetricsTables read_metrics(const std::string& path) {

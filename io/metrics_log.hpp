@@ -5,6 +5,7 @@
 // run goes on (h5py.File(path, 'r', libver='latest', swmr=True)).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 
@@ -53,11 +54,23 @@ class MetricsLog {
   int64_t rows() const { return rows_; }
 
  private:
+  void append_rows(const StepRow& step, std::span<const RankRow> ranks);
   std::string path_;
   int ranks_;
   int64_t rows_ = 0;
   h5::Id file_, steps_, ranks_ds_, step_type_, rank_type_;
 };
+
+// The log of a run: new, or (resume) continued after `resume_step`. A log left "open for write"
+// by a killed job (kill -9, node loss) is cleared as h5clear does and reopened; one that still
+// cannot be continued (torn, or written by another rank count) is moved aside to a name never used
+// before (PATH.before_step<N>, then .2, .3, ...) with a warning, and a new one is started.
+// archive_copy (a resume from an older checkpoint): first copy the log as it was to that path, so
+// the rows of the abandoned steps are kept there, not dropped. inputs: files the run reads (its
+// shards), which the log must never replace. Errors name the path and log.path.
+std::unique_ptr<MetricsLog> open_metrics_log(const std::string& path, int ranks, bool resume, int64_t resume_step,
+                                             const std::string& archive_copy = "",
+                                             std::span<const std::string> inputs = {});
 
 // Read back (for inspect and tests).
 struct MetricsTables {

@@ -22,8 +22,9 @@ const char* task_name(int type) {
 
 ShardWriter::ShardWriter(const std::string& path, const ShardMeta& meta)
     : path_(path), tmp_(path + ".tmp"), meta_(meta) {
-  if (meta.vocab_size <= 0 || meta.vocab_size > (int64_t(1) << 32))
-    throw Error(path + ": vocab_size " + std::to_string(meta.vocab_size) + " must be in 1..2^32");
+  if (meta.vocab_size <= 0 || meta.vocab_size > kMaxShardVocab)
+    throw Error(path + ": vocab_size " + std::to_string(meta.vocab_size) + " must be in 1.." +
+                std::to_string(kMaxShardVocab) + " (the range of model.vocab_size)");
   if (meta.eos_id < 0 || meta.eos_id >= meta.vocab_size)
     throw Error(path + ": eos_id " + std::to_string(meta.eos_id) + " must be < vocab_size");
   file_ = h5::create(tmp_);
@@ -164,8 +165,9 @@ ShardMeta read_meta(hid_t file, const std::string& path) {
   h5::check_format(file, path, kShardFormat, kShardVersion, "a shard");
   ShardMeta m;
   m.vocab_size = h5::read_attr_int(file, "vocab_size", path);
-  if (m.vocab_size <= 0 || m.vocab_size > (int64_t(1) << 32))
-    throw Error(path + ": attribute 'vocab_size' is " + std::to_string(m.vocab_size) + ", expected 1..2^32");
+  if (m.vocab_size <= 0 || m.vocab_size > kMaxShardVocab)
+    throw Error(path + ": attribute 'vocab_size' is " + std::to_string(m.vocab_size) + ", expected 1.." +
+                std::to_string(kMaxShardVocab) + " (the range of model.vocab_size)");
   m.tokenizer = h5::read_attr_string(file, "tokenizer", path);
   m.eos_id = h5::read_attr_int(file, "eos_id", path);
   if (m.eos_id < 0 || m.eos_id >= m.vocab_size)
@@ -283,6 +285,19 @@ std::vector<uint32_t> ShardReader::read_doc(uint64_t doc) const {
   std::vector<uint32_t> out(n);
   read_tokens(b, n, out.data());
   check_ids(out.data(), n, b);
+  return out;
+}
+
+std::vector<uint32_t> ShardReader::read_window(uint64_t doc, uint64_t begin, uint64_t count) const {
+  if (doc >= num_docs())
+    throw Error(path_ + ": document " + std::to_string(doc) + " out of range (" + std::to_string(num_docs()) + " documents)");
+  const uint64_t len = offsets_[doc + 1] - offsets_[doc];
+  if (begin > len || count > len - begin)
+    throw Error(path_ + ": window [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
+                ") lies outside document " + std::to_string(doc) + " of length " + std::to_string(len));
+  std::vector<uint32_t> out(count);
+  read_tokens(offsets_[doc] + begin, count, out.data());
+  check_ids(out.data(), count, offsets_[doc] + begin);
   return out;
 }
 

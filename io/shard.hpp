@@ -19,6 +19,9 @@ namespace sb {
 
 inline constexpr const char* kShardFormat = "sparsebalance-shard";
 inline constexpr int64_t kShardVersion = 1;
+// The largest vocabulary a shard may declare: the largest model.vocab_size (its schema range; a
+// test checks that they agree). A larger one could not be trained on, and used to crash train.
+inline constexpr int64_t kMaxShardVocab = int64_t(1) << 24;
 
 enum TaskType : uint8_t { kTaskNone = 0, kTaskPasskey = 1, kTaskMultikey = 2, kTaskKvLookup = 3 };
 inline constexpr int kNumTaskTypes = 4;
@@ -76,6 +79,9 @@ class ShardReader {
   bool has_tasks() const { return !types_.empty(); }
   TaskSpan task(uint64_t doc) const;
   std::vector<uint32_t> read_doc(uint64_t doc) const;
+  // Tokens [begin, begin+count) of document `doc` (a training window), ids checked < vocab_size:
+  // an error names the shard, the token and the document.
+  std::vector<uint32_t> read_window(uint64_t doc, uint64_t begin, uint64_t count) const;
   // Reads tokens [begin, begin+count) into out (no id check); a hyperslab of /tokens.
   void read_tokens(uint64_t begin, uint64_t count, uint32_t* out) const;
   // Streams through every token and checks ids < vocab_size; throws on the first bad one.

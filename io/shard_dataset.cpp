@@ -12,7 +12,11 @@ std::vector<std::string> shard_files(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::exists(path, ec)) throw Error(path + ": no such file or directory");
-  if (!fs::is_directory(path, ec)) return {path};
+  if (!fs::is_directory(path, ec)) {
+    if (!fs::is_regular_file(path, ec))  // a FIFO would block the open forever
+      throw Error(path + ": not a regular file or directory (a FIFO or device?); data.path expects shards");
+    return {path};
+  }
   std::vector<std::string> files;
   for (const auto& e : fs::directory_iterator(path, ec))
     if (e.is_regular_file() && e.path().extension() == ".h5") files.push_back(e.path().string());

@@ -97,7 +97,9 @@ std::string flags_help(const std::vector<FlagSpec>& flags) {
 void write_summary(const std::string& path, const nlohmann::json& j) {
   namespace fs = std::filesystem;
   fs::path p(path);
-  if (p.has_parent_path()) fs::create_directories(p.parent_path());
+  std::error_code ec;
+  if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
+  if (ec) throw Error(path + ": cannot create the directory of the summary (--summary): " + ec.message());
   std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
@@ -105,7 +107,6 @@ void write_summary(const std::string& path, const nlohmann::json& j) {
     out << j.dump(2) << "\n";
     if (!out.flush()) throw Error(path + ": write failed (--summary)");
   }
-  std::error_code ec;
   fs::rename(tmp, p, ec);
   if (ec) throw Error(path + ": cannot move summary into place: " + ec.message());
 }

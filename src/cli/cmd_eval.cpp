@@ -32,7 +32,9 @@ static int run_eval(const Args& args) {
   if (ck_path.empty() || ck_path == "latest") {
     auto all = list_checkpoints(base.s("checkpoint.dir"));
     if (all.empty())
-      throw Error("eval: no --checkpoint given and no checkpoint in checkpoint.dir = " + base.s("checkpoint.dir"));
+      throw Error("eval: --checkpoint " + std::string(ck_path.empty() ? "not given" : "latest") +
+                  ": no checkpoint in checkpoint.dir = " + base.s("checkpoint.dir") +
+                  " ('latest' is the newest ckpt_*.h5 there: set checkpoint.dir with CONFIG or --set, or give a path)");
     ck_path = all.front();
   }
   Checkpoint ck = read_checkpoint(ck_path);

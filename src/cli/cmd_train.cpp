@@ -17,9 +17,26 @@ namespace sb {
 
 static void on_stop_signal(int sig) { g_stop_signal.store(sig); }
 
+// A step number given on the command line: a whole number >= 1, or an error naming the flag.
+static int64_t positive_flag(const Args& args, const std::string& flag) {
+  const std::string text = args.get(flag);
+  size_t pos = 0;
+  long long x = 0;
+  try {
+    x = std::stoll(text, &pos, 10);
+  } catch (...) {
+    pos = 0;
+  }
+  if (text.empty() || pos != text.size() || x < 1)
+    throw Error("train: --" + flag + " '" + text + "': expected a step number >= 1");
+  return x;
+}
+
 static int run_train(const Args& args) {
   if (args.positional.size() > 1) throw Error("train: expected at most one config file, got " + std::to_string(args.positional.size()));
   Config cfg = Config::load(args.positional.empty() ? "" : args.positional[0], args.sets);
+  if (cfg.i("train.steps") == 0)
+    throw Error("train.steps = 0: nothing to train (train.steps is the total number of steps, e.g. --set train.steps=100)");
   Comm comm;
   if (cfg.i("train.threads") > 0) openblas_set_num_threads(int(cfg.i("train.threads")));
   // A scheduler's warning signal (Slurm --signal=B:USR1@N, or SIGTERM at preemption): finish the
@@ -28,7 +45,7 @@ static int run_train(const Args& args) {
   std::signal(SIGTERM, on_stop_signal);
   std::string resume;
   if (args.has("resume")) resume = args.get("resume", "").empty() ? "latest" : args.get("resume");
-  int64_t stop_at = args.has("stop-at") ? std::stoll(args.get("stop-at")) : 0;
+  const int64_t stop_at = args.has("stop-at") ? positive_flag(args, "stop-at") : 0;
   if (comm.root())
     std::printf("train: %d rank(s), config %s, data %s, batching %s, tuning %s, attention %s\n", comm.size(),
                 cfg.source().empty() ? "(defaults)" : cfg.source().c_str(), cfg.s("data.path").c_str(),
@@ -55,9 +72,13 @@ static int run_train(const Args& args) {
                 trainer.model().shape().vocab);
   TrainResult r = trainer.run();
   if (comm.root()) {
-    std::printf("done: steps %lld..%lld, loss %.4f -> %.4f, %.0f tok/s, mean imbalance %.3f\n",
-                static_cast<long long>(r.first_step), static_cast<long long>(r.last_step), r.first_loss, r.last_loss,
-                r.tokens_per_s, r.mean_imbalance);
+    if (r.last_step < r.first_step)  // resumed at or past train.steps
+      std::printf("done: nothing to do: the checkpoint is at step %lld and train.steps = %lld (raise train.steps to go on)\n",
+                  static_cast<long long>(r.first_step - 1), static_cast<long long>(cfg.i("train.steps")));
+    else
+      std::printf("done: steps %lld..%lld, loss %.4f -> %.4f, %.0f tok/s, mean imbalance %.3f\n",
+                  static_cast<long long>(r.first_step), static_cast<long long>(r.last_step), r.first_loss, r.last_loss,
+                  r.tokens_per_s, r.mean_imbalance);
     std::printf("checkpoint: %s\nmetrics log: %s\ninspect them: sparsebalance inspect %s ; sparsebalance inspect %s\n",
                 r.checkpoint.c_str(), r.log.c_str(), r.checkpoint.c_str(), r.log.c_str());
     if (args.has("summary")) {

@@ -1,7 +1,11 @@
 // sparsebalance: one program, one subcommand per job (DESIGN.md, "Command line").
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <iostream>
+#include <exception>
+#include <new>
+#include <optional>
 #include <string>
 
 #include <Kokkos_Core.hpp>
@@ -9,6 +13,7 @@
 #include "src/cli/args.hpp"
 #include "src/comm/comm.hpp"
 #include "base/error.hpp"
+#include "src/train/trainer.hpp"
 
 namespace {
 
@@ -21,12 +26,51 @@ void print_overview() {
   std::printf("\n`sparsebalance COMMAND --help` for each command's options. Docs: README.md.\n");
 }
 
-int rank_of_world() {
-  int inited = 0, rank = 0;
+struct World {
+  int rank = 0, size = 1;
+};
+World world() {  // rank 0 of 1 before MPI_Init and after MPI_Finalize
+  int inited = 0, finalized = 0;
+  World w;
   MPI_Initialized(&inited);
-  if (inited) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
+  MPI_Finalized(&finalized);
+  if (inited && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &w.rank), MPI_Comm_size(MPI_COMM_WORLD, &w.size);
+  return w;
 }
+
+const char* g_cmd = "";
+
+std::string what_of(std::exception_ptr ep) {
+  try {
+    if (ep) std::rethrow_exception(ep);
+  } catch (const std::bad_alloc&) {
+    return "out of memory (std::bad_alloc): the model, the data or an input is larger than this rank's memory";
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+  }
+  return "unknown error";
+}
+
+void print_error(const std::string& what) {
+  const World w = world();
+  std::fprintf(stderr, "sparsebalance %s: error%s: %s\n", g_cmd,
+               w.size > 1 ? (" on rank " + std::to_string(w.rank)).c_str() : "", what.c_str());
+  std::fflush(stderr);
+}
+
+// With more than one rank an exception is never caught: no handler means no unwinding, so no
+// destructor (MPI_Finalize, a communicator, a GPU context) can wait for ranks that are stuck in a
+// collective. std::terminate lands here, prints the error naming the rank and ends the whole job.
+[[noreturn]] void abort_job() {
+  print_error(what_of(std::current_exception()));
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);
+}
+
+// SIGUSR1/SIGTERM from the first instant of a train job (a scheduler may preempt it while MPI
+// starts): the run finishes the step it is in, checkpoints and exits 0. Async-signal-safe.
+void on_stop_signal(int sig) { sb::g_stop_signal.store(sig); }
 
 }  // namespace
 
@@ -43,27 +87,40 @@ int main(int argc, char** argv) {
     print_overview();
     return 2;
   }
+  g_cmd = cmd->name.c_str();
+  if (cmd->name == "train") {
+    std::signal(SIGUSR1, on_stop_signal);
+    std::signal(SIGTERM, on_stop_signal);
+  }
+  sb::Args args;
   try {
-    sb::Args args = sb::parse_args(std::span<char* const>(argv + 2, argc - 2), cmd->flags,
-                                   "sparsebalance " + cmd->name);
-    if (args.help) {
-      std::printf("usage: sparsebalance %s\n\n%s\n%s", cmd->name.c_str(), cmd->usage.c_str(),
-                  sb::flags_help(cmd->flags).c_str());
-      return 0;
-    }
-    sb::MpiSession mpi(&argc, &argv);
-    Kokkos::ScopeGuard kokkos;
-    return cmd->run(args);
+    args = sb::parse_args(std::span<char* const>(argv + 2, argc - 2), cmd->flags, "sparsebalance " + cmd->name);
   } catch (const std::exception& e) {
-    int size = 1, inited = 0, finalized = 0;
-    MPI_Initialized(&inited);
-    MPI_Finalized(&finalized);
-    if (inited && !finalized) MPI_Comm_size(MPI_COMM_WORLD, &size);
-    std::fprintf(stderr, "sparsebalance %s: error%s: %s\n", cmd->name.c_str(),
-                 size > 1 ? (" on rank " + std::to_string(rank_of_world())).c_str() : "", e.what());
-    std::fflush(stderr);
-    // One rank's failure must end the whole job, not leave the others waiting in a collective.
-    if (size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    print_error(e.what());
+    return 1;
+  }
+  if (args.help) {
+    std::printf("usage: sparsebalance %s\n\n%s\n%s", cmd->name.c_str(), cmd->usage.c_str(),
+                sb::flags_help(cmd->flags).c_str());
+    return 0;
+  }
+  // MPI and Kokkos outlive every error path: MpiSession's MPI_Finalize must never run while
+  // another rank still waits for this one (it would wait too, and the job would hang).
+  std::optional<sb::MpiSession> mpi;
+  try {
+    mpi.emplace(&argc, &argv);
+  } catch (const std::exception& e) {
+    print_error(e.what());
+    return 1;
+  }
+  const bool many = world().size > 1;
+  if (many) std::set_terminate(abort_job);
+  Kokkos::ScopeGuard kokkos;
+  if (many) return cmd->run(args);  // an exception here: abort_job, above
+  try {
+    return cmd->run(args);
+  } catch (...) {
+    print_error(what_of(std::current_exception()));
     return 1;
   }
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -258,6 +259,16 @@ Config Config::from_text(const std::string& text, const std::string& origin) {
 Config Config::load(const std::string& path, std::span<const std::string> overrides) {
   Config cfg;
   if (!path.empty()) {
+    // Checked before opening: a directory reads as an empty config, a FIFO blocks, /dev/zero never ends.
+    std::error_code ec;
+    const auto st = std::filesystem::status(path, ec);
+    if (ec || !std::filesystem::exists(st)) throw Error(path + ": cannot open config file: no such file");
+    if (!std::filesystem::is_regular_file(st))
+      throw Error(path + ": not a regular file (a directory, FIFO or device); expected a TOML config file");
+    const auto size = std::filesystem::file_size(path, ec);
+    if (!ec && size > kMaxConfigBytes)
+      throw Error(path + ": " + std::to_string(size) + " bytes, more than a config file may hold (" +
+                  std::to_string(kMaxConfigBytes) + "); expected a TOML config file");
     std::ifstream in(path, std::ios::binary);
     if (!in) throw Error(path + ": cannot open config file");
     std::stringstream ss;

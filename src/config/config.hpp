@@ -28,6 +28,10 @@ const KeySpec* find_key(std::string_view key);
 
 using ConfigValue = std::variant<int64_t, double, bool, std::string>;
 
+// A config file larger than this is refused (a TOML config is a few KiB; the limit keeps a wrong
+// path, e.g. a data file, from being read into memory).
+inline constexpr uint64_t kMaxConfigBytes = 1 << 20;
+
 class Config {
  public:
   // Defaults only.

@@ -40,6 +40,9 @@ std::vector<KeySpec> schema_model_train() {
       {"train.max_skips", T::Int, "5", 0, BIG, {}, "consecutive skipped steps before stopping"},
       {"train.inject_nan_step", T::Int, "0", 0, BIG, {}, "testing aid: poison the loss and a gradient with NaN/inf at this step (0 = off)"},
       {"train.inject_nan_count", T::Int, "1", 1, BIG, {}, "testing aid: number of consecutive poisoned steps from train.inject_nan_step"},
+      {"train.inject_error_rank", T::Int, "0", 0, 1 << 20, {}, "testing aid: the rank that throws at train.inject_error_step"},
+      {"train.inject_error_step", T::Int, "0", 0, BIG, {}, "testing aid: throw an error at this step (0 = off) on train.inject_error_rank, at the start of train.inject_error_phase"},
+      {"train.inject_error_phase", T::String, "compute", 0, 0, {"plan", "predict", "exchange", "tune", "compute", "reduce", "update", "measure", "record", "checkpoint"}, "testing aid: the phase of the step that throws (checkpoint: in the checkpoint write)"},
       // [attention]
       {"attention.mode", T::String, "sparse", 0, 0, {"dense", "sparse"}, "dense or block-sparse attention"},
       {"attention.block_size", T::Int, "32", 4, 4096, {}, "block size Bs in tokens"},

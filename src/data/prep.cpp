@@ -1,6 +1,9 @@
 // The prep pipelines. See prep.hpp.
 #include "src/data/prep.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "io/h5.hpp"
 #include "src/data/bpe_tokenizer.hpp"
 #include "src/data/tokenizer.hpp"
 
@@ -18,19 +22,44 @@ namespace sb {
 
 namespace fs = std::filesystem;
 
+// format attribute of a *.h5 file ("" when it has none or does not open as HDF5).
+static std::string format_of(const fs::path& p) {
+  h5::quiet_errors();
+  hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) return "";
+  h5::Id id(f);
+  try {
+    return h5::has_attr(id, "format") ? h5::read_attr_string(id, "format", p.string()) : "";
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
 ShardSetWriter::ShardSetWriter(const std::string& dir, const ShardMeta& meta, uint64_t shard_tokens, bool overwrite)
     : dir_(dir), meta_(meta), shard_tokens_(std::max<uint64_t>(shard_tokens, 1)) {
   if (dir.empty()) throw Error("prep: --output DIR is required");
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec || !fs::is_directory(dir)) throw Error(dir + ": cannot create output directory (--output)");
-  std::vector<fs::path> old;
   for (const auto& e : fs::directory_iterator(dir))
-    if (e.path().extension() == ".h5") old.push_back(e.path());
-  if (!old.empty() && !overwrite)
-    throw Error(dir + ": already holds " + std::to_string(old.size()) +
+    if (e.path().extension() == ".h5") old_.push_back(e.path().string());
+  if (!old_.empty() && !overwrite)
+    throw Error(dir + ": already holds " + std::to_string(old_.size()) +
                 " *.h5 files; pass --overwrite (prep.overwrite=true) to replace them, or choose another --output");
-  for (const auto& p : old) fs::remove(p);
+  for (const auto& p : old_)
+    if (const std::string f = format_of(p); f != kShardFormat)
+      throw Error(p + ": not a shard (attribute format is \"" + f + "\", expected \"" + kShardFormat +
+                  "\"): --overwrite replaces only shards; move it out of --output " + dir + " first (nothing was changed)");
+  staging_ = (fs::path(dir) / (".prep_staging_" + std::to_string(::getpid()))).string();
+  fs::remove_all(staging_, ec);
+  fs::create_directories(staging_, ec);
+  if (ec) throw Error(staging_ + ": cannot create the staging directory of the new shards: " + ec.message());
+}
+
+ShardSetWriter::~ShardSetWriter() {
+  cur_.reset();  // removes its temporary
+  std::error_code ec;
+  if (!staging_.empty()) fs::remove_all(staging_, ec);
 }
 
 void ShardSetWriter::add(std::span<const uint32_t> tokens, TaskSpan task) {
@@ -43,7 +72,7 @@ void ShardSetWriter::add(std::span<const uint32_t> tokens, TaskSpan task) {
     char name[32];
     std::snprintf(name, sizeof name, "shard_%05llu.h5", (unsigned long long)stats_.shards);
     stats_.files.push_back((fs::path(dir_) / name).string());
-    cur_ = std::make_unique<ShardWriter>(stats_.files.back(), meta_);
+    cur_ = std::make_unique<ShardWriter>((fs::path(staging_) / name).string(), meta_);
     ++stats_.shards;
   }
   cur_->add(tokens, task);
@@ -55,8 +84,25 @@ PrepStats ShardSetWriter::finish() {
     stats_.tokens += cur_->num_tokens(), stats_.documents += cur_->num_docs();
     cur_.reset();
   }
-  if (stats_.documents == 0) throw Error("prep: the input holds no documents; nothing written to " + dir_);
+  if (stats_.documents == 0) throw Error("prep: the input holds no documents; nothing written to " + dir_ + " (left as it was)");
+  // The new set is complete: replace the old shards (a new one of the same name by an atomic rename).
+  std::error_code ec;
+  for (const auto& f : stats_.files) {
+    fs::rename(fs::path(staging_) / fs::path(f).filename(), f, ec);
+    if (ec) throw Error(f + ": cannot move the new shard into place: " + ec.message());
+  }
+  for (const auto& p : old_)
+    if (std::find(stats_.files.begin(), stats_.files.end(), p) == stats_.files.end()) fs::remove(p, ec);
+  fs::remove_all(staging_, ec);
   return stats_;
+}
+
+void check_input_file(const std::string& path) {
+  std::error_code ec;
+  const auto st = fs::status(path, ec);
+  if (ec || !fs::exists(st)) throw Error(path + ": no such input file (--input)");
+  if (fs::is_directory(st)) throw Error(path + ": is a directory; --input expects files (e.g. " + path + "/*.txt)");
+  if (!fs::is_regular_file(st)) throw Error(path + ": not a regular file (a FIFO or a device?); --input expects files");
 }
 
 namespace {
@@ -131,6 +177,7 @@ PrepStats prep_text(const std::vector<std::string>& inputs, const std::string& f
     out.add(ids);
   };
   for (const auto& path : inputs) {
+    check_input_file(path);
     if (format == "jsonl") {
       std::ifstream in(path, std::ios::binary);
       if (!in) throw Error(path + ": cannot open input file (--input)");
@@ -175,6 +222,7 @@ PrepStats prep_bin(const std::vector<std::string>& inputs, int64_t eot, int64_t 
   ShardSetWriter out(opt.output, {vocab_size, "gpt2", eot}, opt.shard_tokens, opt.overwrite);
   constexpr int32_t kMagic = 20240520, kVersion = 1;
   for (const auto& path : inputs) {
+    check_input_file(path);
     std::ifstream in(path, std::ios::binary);
     if (!in) throw Error(path + ": cannot open input file (--input)");
     std::error_code ec;

@@ -20,22 +20,32 @@ struct PrepStats {
 
 // Writes documents into DIR/shard_00000.h5, shard_00001.h5, ...; a shard is closed once the
 // next document would take it past shard_tokens (whole documents only; an oversized document
-// gets a shard of its own).
+// gets a shard of its own). The new shards are written into a staging directory inside DIR and
+// moved into place by finish(): until the new set is complete (input read and valid, at least one
+// document), DIR is untouched, and a failed prep leaves it as it was.
 class ShardSetWriter {
  public:
-  // Refuses a directory that already holds *.h5 files unless overwrite (then removes them), so
-  // stale shards of an earlier run never mix into a new dataset.
+  // Refuses a directory that already holds *.h5 files unless overwrite; with overwrite, finish()
+  // replaces the old shards, and a *.h5 that is not a shard (attribute format) is refused up
+  // front, never deleted. Stale shards of an earlier run never mix into a new dataset.
   ShardSetWriter(const std::string& dir, const ShardMeta& meta, uint64_t shard_tokens, bool overwrite);
+  ~ShardSetWriter();  // without finish(): removes the staging directory, DIR stays as it was
+  ShardSetWriter(const ShardSetWriter&) = delete;
+  ShardSetWriter& operator=(const ShardSetWriter&) = delete;
   void add(std::span<const uint32_t> tokens, TaskSpan task = {});
-  PrepStats finish();  // closes the last shard
+  PrepStats finish();  // closes the last shard, then replaces the old shards with the new ones
 
  private:
-  std::string dir_;
+  std::string dir_, staging_;
   ShardMeta meta_;
   uint64_t shard_tokens_;
   std::unique_ptr<ShardWriter> cur_;
   PrepStats stats_;
+  std::vector<std::string> old_;  // the shards finish() replaces
 };
+
+// An input file of prep: a regular file (not a directory, a FIFO or a device), named by --input.
+void check_input_file(const std::string& path);
 
 struct PrepOptions {
   std::string output;

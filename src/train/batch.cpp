@@ -42,14 +42,7 @@ int64_t count_targets(const std::vector<Segment>& segs) {
 
 std::vector<uint32_t> read_segment(const Dataset& ds, const Segment& s) {
   auto [shard, local] = ds.locate(s.doc);
-  const ShardReader& r = ds.shards()[shard];
-  uint64_t doc_len = r.offsets()[local + 1] - r.offsets()[local];
-  if (s.begin + s.len > doc_len)
-    throw Error(r.path() + ": window [" + std::to_string(s.begin) + ", " + std::to_string(s.begin + s.len) +
-                ") lies outside document " + std::to_string(s.doc) + " of length " + std::to_string(doc_len));
-  std::vector<uint32_t> out(s.len);
-  r.read_tokens(r.offsets()[local] + s.begin, s.len, out.data());
-  return out;
+  return ds.shards()[shard].read_window(local, s.begin, s.len);  // ids checked: a bad one names shard and document
 }
 
 PackedBatch pack_micro_batch(const Dataset& ds, const MicroBatch& mb) {

@@ -12,44 +12,13 @@
 #include "io/checkpoint.hpp"
 #include "base/error.hpp"
 #include "src/train/evaluate.hpp"
+#include "src/train/faults.hpp"
 #include "src/train/profile.hpp"
 #include "src/train/step_stats.hpp"
 
 namespace sb {
 
 std::atomic<int> g_stop_signal{0};
-
-// The metrics log on resume. A job killed (kill -9, node loss) while the log was open leaves its
-// superblock's "open for write" flag set, and HDF5 refuses to reopen it: clear the flag as
-// h5clear does and retry. A log that still cannot be continued (torn, or written by another rank
-// count) is moved aside with a warning and a new one is started, so the resume itself goes on.
-static std::unique_ptr<MetricsLog> open_metrics_log(const std::string& path, int ranks, bool resume, int64_t step) {
-  if (!resume) return std::make_unique<MetricsLog>(path, ranks, false, step);
-  try {
-    return std::make_unique<MetricsLog>(path, ranks, true, step);
-  } catch (const std::exception&) {
-    h5::quiet_errors();
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    hbool_t clear = 1;
-    if (fapl >= 0 && H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST) >= 0 &&
-        H5Pset(fapl, "clear_status_flags", &clear) >= 0) {
-      hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl);
-      if (f >= 0) H5Fclose(f);
-    }
-    if (fapl >= 0) H5Pclose(fapl);
-    try {
-      return std::make_unique<MetricsLog>(path, ranks, true, step);
-    } catch (const std::exception& e) {
-      const std::string aside = path + ".before_step" + std::to_string(step + 1);
-      std::error_code ec;
-      std::filesystem::rename(path, aside, ec);
-      if (ec) throw;
-      std::fprintf(stderr, "warning: cannot continue the metrics log (%s); moved it to %s and started a new one\n",
-                   e.what(), aside.c_str());
-      return std::make_unique<MetricsLog>(path, ranks, false, step);
-    }
-  }
-}
 
 using Clock = std::chrono::steady_clock;
 static double ms_since(Clock::time_point t0) {
@@ -79,16 +48,6 @@ struct Trainer::StepState {
   StepState(int64_t step, int ranks, int layers) : s(step), t0(Clock::now()), stats(ranks, layers) {}
 };
 
-struct Trainer::Restored {
-  Checkpoint ck;
-  std::string path;
-  std::optional<LatencyModel> lm;
-  std::vector<double> alphas;
-  // An error in the parts the checksum does not cover (latency model, recall) on a checkpoint that
-  // verified: a real mismatch (e.g. another model shape), so it must not make resume fall back.
-  std::exception_ptr error;
-};
-
 Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume, int64_t stop_at)
     : cfg_(cfg),
       comm_(comm),
@@ -100,6 +59,7 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
       lm_(ModelShape{dims_.n_layers, set_.attention.block_size, set_.attention.local_blocks}),
       rm_(lm_.shape(), set_.balance.recall_alpha, set_.balance.ema),
       engine_(make_engine(set_, comm, model_, opt_)),
+      faults_(cfg),
       stop_at_(stop_at) {
   if (!set_.balance.profile.empty()) lm_ = LatencyModel::load_file(set_.balance.profile, &lm_.shape());
   lm_.set_ema(set_.balance.ema);
@@ -107,51 +67,8 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
     throw Error("balance.tuning = \"dst\" needs attention.mode = \"sparse\" (dense attention has no budget to tune)");
 
   model_.init(set_.train.seed);
-  std::string path = resume;
-  std::optional<Restored> restored;
-  if (resume == "latest") {
-    // The newest checkpoint that reads and verifies; a corrupt or unreadable one (a torn copy, a
-    // flipped bit) is skipped with a warning naming it. Temporaries (*.h5.tmp, left by a job
-    // killed while writing) are never listed; rank 0 removes stale ones.
-    const std::string dir = cfg.s("checkpoint.dir");
-    if (comm.root()) {
-      std::error_code ec;
-      if (std::filesystem::is_directory(dir, ec))
-        for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-          const std::string name = e.path().filename().string();
-          if (name.starts_with("ckpt_") && name.ends_with(".h5.tmp")) {
-            std::error_code rm;
-            std::filesystem::remove(e.path(), rm);
-            std::fprintf(stderr, "resume: removed stale temporary %s (an interrupted checkpoint write)\n",
-                         e.path().string().c_str());
-          }
-        }
-    }
-    path.clear();
-    auto all = list_checkpoints(dir);
-    std::string bad;
-    for (const auto& p : all) {
-      try {
-        restored = read_resume(p);
-        path = p;
-        break;
-      } catch (const std::exception& e) {
-        bad += (bad.empty() ? "" : "; ") + std::string(e.what());
-        if (comm.root())
-          std::fprintf(stderr, "warning: resume: skipping corrupt checkpoint %s: %s\n", p.c_str(), e.what());
-      }
-    }
-    if (path.empty() && !all.empty())
-      throw Error("resume: no readable checkpoint in " + dir + " (" + std::to_string(all.size()) +
-                  " found, all corrupt: " + bad + ")");
-    if (path.empty() && comm.root())
-      std::printf("resume: no checkpoint in %s, starting fresh\n", dir.c_str());
-  } else if (!path.empty()) {
-    restored = read_resume(path);
-  }
-  if (restored) {
-    apply_checkpoint(std::move(*restored));  // also the latency model, so a resumed run plans the same
-  } else if (set_.balance.profile.empty() && set_.balance.self_profile) {
+  const bool resumed = restore(resume);  // src/train/resume.cpp
+  if (!resumed && set_.balance.profile.empty() && set_.balance.self_profile) {
     // On train.device (its own engine, weights and activations, freed before training starts).
     ProfileReport pr = profile_machine(set_, comm, /*quick=*/true);
     lm_ = pr.model;
@@ -161,11 +78,17 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
                   pr.samples, pr.seconds, 100 * pr.attention.heldout_error);
   }
   engine_->from_host();  // the initial or restored weights and moments
-  if (comm.root())
-    log_ = open_metrics_log(set_.log.path, comm.size(), !path.empty(), start_step_);
+  if (comm.root()) {
+    std::vector<std::string> inputs;  // the log must never replace a shard this run reads
+    for (const auto& sh : ds_.shards()) inputs.push_back(sh.path());
+    const std::string& lp = set_.log.path;
+    const std::string copy =  // a branch keeps the abandoned run's log in its archive (resume.hpp)
+        archive_.empty() ? "" : (std::filesystem::path(archive_) / std::filesystem::path(lp).filename()).string();
+    log_ = open_metrics_log(lp, comm.size(), resumed, start_step_, copy, inputs);
+  }
 }
 
-// Read once: resume 'latest' verifies candidates with this and applies the first good one.
+// Weights from elsewhere (a converted checkpoint) for a fresh run; false when resumed.
 bool Trainer::set_initial_weights(std::vector<float> w) {
   if (!last_checkpoint_.empty()) return false;
   if (w.size() != model_.weights().size()) throw std::logic_error("Trainer::set_initial_weights: size differs from the model's");
@@ -174,47 +97,8 @@ bool Trainer::set_initial_weights(std::vector<float> w) {
   return true;
 }
 
-Trainer::Restored Trainer::read_resume(const std::string& path) {
-  Restored r;
-  r.path = path;
-  r.ck = read_checkpoint(path, [&](hid_t f) {
-    try {
-      if (h5::exists(f, "latency")) {
-        h5::Id g = h5::group(f, "latency", false);
-        r.lm = LatencyModel::load(g, path, &lm_.shape());
-      }
-      if (h5::exists(f, "recall/alpha")) r.alphas = h5::read_vector<double>(f, "recall/alpha", path, dims_.n_layers);
-    } catch (...) {
-      r.error = std::current_exception();
-    }
-  });
-  return r;
-}
-
-void Trainer::apply_checkpoint(Restored&& r) {
-  if (r.error) std::rethrow_exception(r.error);
-  const Checkpoint& ck = r.ck;
-  const std::string& path = r.path;
-  const auto& alphas = r.alphas;
-  if (r.lm) lm_ = std::move(*r.lm);
-  load_weights(ck, path, model_);
-  opt_.m() = ck.m;
-  opt_.v() = ck.v;
-  for (size_t l = 0; l < alphas.size(); ++l) rm_.set_alpha(int(l), alphas[l]);
-  start_step_ = ck.step;
-  cur_ = {ck.data_epoch, ck.data_cursor};
-  skipped_ = ck.skipped_steps;
-  last_checkpoint_ = path;
-  if (comm_.root()) {
-    std::printf("resumed from %s at step %lld\n", path.c_str(), static_cast<long long>(ck.step));
-    if (ck.ranks != comm_.size())
-      std::printf("note: the checkpoint was written by %lld ranks, this run has %d: the global batches are the same, "
-                  "so results agree to rounding, not bit for bit\n",
-                  static_cast<long long>(ck.ranks), comm_.size());
-  }
-}
-
 void Trainer::save_checkpoint(int64_t s) {
+  faults_.at(Faults::Phase::Checkpoint, s, comm_.rank());
   std::string path = checkpoint_path(set_.checkpoint.dir, s);
   std::string err;
   if (comm_.root()) {
@@ -268,6 +152,7 @@ Trainer::StepOut Trainer::step(int64_t s) {
 
 // ---- plan: the global batch and its split over ranks x micro-batches (same on every rank)
 void Trainer::plan(StepState& st) {
+  faults_.at(Faults::Phase::Plan, st.s, comm_.rank());
   const int R = comm_.size(), me = comm_.rank();
   const int64_t cap = set_.train.micro_batch_tokens;
   st.gb = draw_global_batch(ds_, set_.data.seed, set_.data.val_fraction, set_.train.global_batch_tokens, cur_, order_);
@@ -288,6 +173,7 @@ void Trainer::plan(StepState& st) {
 
 // ---- predict: this rank's items (micro-batch x layer) at every allowed budget, summarized
 void Trainer::predict(StepState& st) {
+  faults_.at(Faults::Phase::Predict, st.s, comm_.rank());
   const DstParams& p = set_.balance.dst;
   dst_in_.mine = build_items(st.mine, lm_, rm_, p);
   st.summary = pack(summarize(dst_in_.mine, p), p);
@@ -296,18 +182,21 @@ void Trainer::predict(StepState& st) {
 // ---- exchange: one collective (Comm's all-gather); every summary has the same size, so ranks need
 // not know each other's plans (two-level plans)
 void Trainer::exchange(StepState& st) {
+  faults_.at(Faults::Phase::Exchange, st.s, comm_.rank());
   RankExchange ex{comm_.rank(), comm_.size(), [&](auto mine, auto all) { comm_.allgather(mine, all); }};
   exchange_summaries(ex, st.summary, dst_gathered_, dst_in_.ranks);
 }
 
 // ---- tune: T* from every summary, then this rank's budgets (one per micro-batch and layer)
 void Trainer::tune(StepState& st) {
+  faults_.at(Faults::Phase::Tune, st.s, comm_.rank());
   st.tuned = sb::tune(dst_in_, comm_.rank(), set_.balance.dst);
   st.plan_ms = ms_since(st.t0);
 }
 
 // ---- compute: forward/backward of each micro-batch with its own budgets
 void Trainer::compute(StepState& st) {
+  faults_.at(Faults::Phase::Compute, st.s, comm_.rank());
   const int me = comm_.rank();
   RankStats& my = st.stats.ranks[size_t(me)];
   my.budget_min = 1e300, my.budget_max = -1e300;
@@ -331,6 +220,7 @@ void Trainer::compute(StepState& st) {
 
 // ---- reduce: the wait for the slowest rank is the bubble; then gradients and stats
 void Trainer::reduce(StepState& st) {
+  faults_.at(Faults::Phase::Reduce, st.s, comm_.rank());
   const int me = comm_.rank();
   RankStats& my = st.stats.ranks[size_t(me)];
   const auto t_idle = Clock::now();
@@ -350,6 +240,7 @@ void Trainer::reduce(StepState& st) {
 
 // ---- update: AdamW, or skip a non-finite step (train.nonfinite); then the sync check
 void Trainer::update(StepState& st) {
+  faults_.at(Faults::Phase::Update, st.s, comm_.rank());
   const int64_t s = st.s;
   st.loss = st.stats.loss_sum / double(std::max<int64_t>(st.targets, 1));
   st.gnorm = engine_->gradient_norm();
@@ -378,6 +269,7 @@ void Trainer::update(StepState& st) {
 
 // ---- measure: every rank updates its latency and recall models from the same sums
 void Trainer::measure(StepState& st) {
+  faults_.at(Faults::Phase::Measure, st.s, comm_.rank());
   const bool sparse = set_.attention.sparse;
   const RankStats sum = st.stats.sum();
   lm_.observe(Part::Attention, sum.pred_attn, sum.attn_ms);
@@ -392,6 +284,7 @@ void Trainer::measure(StepState& st) {
 
 // ---- record: the step's rows (the log and checkpoint are written by run())
 Trainer::StepOut Trainer::record(StepState& st) {
+  faults_.at(Faults::Phase::Record, st.s, comm_.rank());
   StepOut out;
   out.ranks = st.stats.rank_rows(st.s);
   StepRow& row = out.row;

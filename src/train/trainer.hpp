@@ -17,6 +17,8 @@
 #include "src/model/model.hpp"
 #include "src/train/batch.hpp"
 #include "src/train/engine.hpp"
+#include "src/train/faults.hpp"
+#include "src/train/resume.hpp"
 #include "src/train/summary.hpp"
 #include "src/train/update.hpp"
 
@@ -52,7 +54,8 @@ class Trainer {
   void measure(StepState& st);
   StepOut record(StepState& st);
   void save_checkpoint(int64_t s);
-  struct Restored;  // a checkpoint read and verified, not yet applied
+  // Resume (src/train/resume.cpp): true when a checkpoint was applied.
+  bool restore(const std::string& resume);
   Restored read_resume(const std::string& path);
   void apply_checkpoint(Restored&& r);
 
@@ -68,11 +71,13 @@ class Trainer {
   DstInput dst_in_;  // the gathered summaries and this rank's items, reused across steps
   std::vector<double> dst_gathered_;  // the exchange's receive buffer, reused across steps
   std::unique_ptr<Engine> engine_;  // compute, reduce, update on train.device
+  Faults faults_;                   // train.inject_error_* (testing aid)
   DataCursor cur_;
   std::vector<uint64_t> order_;
   std::unique_ptr<MetricsLog> log_;
   int64_t start_step_ = 0, stop_at_ = 0, skipped_ = 0;
   std::string last_checkpoint_;
+  std::string archive_;  // a branch's archive of the abandoned run (resume.hpp), "" otherwise
 };
 
 }  // namespace sb

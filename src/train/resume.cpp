@@ -1,0 +1,159 @@
+#include "src/train/resume.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+
+#include "io/h5.hpp"
+#include "base/error.hpp"
+#include "src/train/evaluate.hpp"
+#include "src/train/trainer.hpp"
+
+namespace sb {
+
+namespace fs = std::filesystem;
+
+std::optional<Restored> find_resume(const std::string& resume, const std::string& dir, const Comm& comm,
+                                    const std::function<Restored(const std::string&)>& read) {
+  if (resume.empty()) return std::nullopt;
+  if (resume != "latest") return read(resume);
+  // Temporaries (*.h5.tmp, left by a job killed while writing) are never listed; the root removes them.
+  if (comm.root()) {
+    std::error_code ec;
+    if (fs::is_directory(dir, ec))
+      for (const auto& e : fs::directory_iterator(dir, ec)) {
+        const std::string name = e.path().filename().string();
+        if (name.starts_with("ckpt_") && name.ends_with(".h5.tmp")) {
+          std::error_code rm;
+          fs::remove(e.path(), rm);
+          std::fprintf(stderr, "resume: removed stale temporary %s (an interrupted checkpoint write)\n",
+                       e.path().string().c_str());
+        }
+      }
+  }
+  auto all = list_checkpoints(dir);
+  std::string bad;
+  for (const auto& p : all) {
+    try {
+      return read(p);
+    } catch (const std::exception& e) {
+      bad += (bad.empty() ? "" : "; ") + std::string(e.what());
+      if (comm.root()) std::fprintf(stderr, "warning: resume: skipping corrupt checkpoint %s: %s\n", p.c_str(), e.what());
+    }
+  }
+  if (!all.empty())
+    throw Error("resume: no readable checkpoint in " + dir + " (" + std::to_string(all.size()) +
+                " found, all corrupt: " + bad + ")");
+  if (comm.root()) std::printf("resume: no checkpoint in %s, starting fresh\n", dir.c_str());
+  return std::nullopt;
+}
+
+std::string archive_newer_checkpoints(const std::string& dir, int64_t step) {
+  std::vector<std::string> newer;
+  for (const auto& p : list_checkpoints(dir)) {
+    long long s = 0;
+    if (std::sscanf(fs::path(p).filename().string().c_str(), "ckpt_%lld", &s) == 1 && s > step) newer.push_back(p);
+  }
+  if (newer.empty()) return "";
+  char stamp[32];
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+  char name[96];
+  std::snprintf(name, sizeof name, "abandoned_after_step_%08lld_%s", static_cast<long long>(step), stamp);
+  std::string archive = (fs::path(dir) / name).string();
+  std::error_code ec;
+  for (int k = 2; fs::exists(archive, ec); ++k) archive = (fs::path(dir) / name).string() + "_" + std::to_string(k);
+  fs::create_directories(archive, ec);
+  if (ec) throw Error(archive + ": cannot create the archive of the abandoned checkpoints: " + ec.message());
+  for (const auto& p : newer) {
+    fs::rename(p, fs::path(archive) / fs::path(p).filename(), ec);
+    if (ec) throw Error(p + ": cannot move it to " + archive + ": " + ec.message());
+  }
+  std::printf("resume: step %lld is older than the newest checkpoint: this run starts a branch; the %zu newer "
+              "checkpoint(s) (the abandoned run's, or ones that did not verify) moved to %s\n",
+              static_cast<long long>(step), newer.size(), archive.c_str());
+  return archive;
+}
+
+// Read once: resume 'latest' verifies candidates with this and applies the first good one.
+Restored Trainer::read_resume(const std::string& path) {
+  Restored r;
+  r.path = path;
+  r.ck = read_checkpoint(path, [&](hid_t f) {
+    try {
+      if (h5::exists(f, "latency")) {
+        h5::Id g = h5::group(f, "latency", false);
+        r.lm = LatencyModel::load(g, path, &lm_.shape());
+      }
+      if (h5::exists(f, "recall/alpha")) r.alphas = h5::read_vector<double>(f, "recall/alpha", path, dims_.n_layers);
+      for (size_t l = 0; l < r.alphas.size(); ++l)
+        if (!(r.alphas[l] > 0 && r.alphas[l] <= 5))  // also NaN
+          throw Error(path + ": dataset 'recall/alpha' holds " + std::to_string(r.alphas[l]) + " for layer " +
+                      std::to_string(l) + ", expected 0 < alpha <= 5");
+    } catch (...) {
+      r.error = std::current_exception();
+    }
+  });
+  return r;
+}
+
+// The data the checkpoint was trained on (its stored config) against this run's data.path: the
+// cursor indexes documents of that dataset, so another one continues somewhere arbitrary.
+static void check_same_data(const Checkpoint& ck, const std::string& path, const std::string& data, bool root) {
+  std::string was;
+  try {
+    was = Config::from_text(ck.config_toml, path + " (stored config)").s("data.path");
+  } catch (const std::exception&) {
+    return;  // a config of another version: nothing to compare
+  }
+  if (root && was != data)
+    std::fprintf(stderr, "warning: resume: %s was trained on data.path = %s, this run reads data.path = %s: its data "
+                 "cursor (epoch %lld, position %lld) now points into another dataset\n",
+                 path.c_str(), was.c_str(), data.c_str(), static_cast<long long>(ck.data_epoch),
+                 static_cast<long long>(ck.data_cursor));
+}
+
+void Trainer::apply_checkpoint(Restored&& r) {
+  const Checkpoint& ck = r.ck;
+  const std::string& path = r.path;
+  load_weights(ck, path, model_);  // first: a model-shape mismatch is named as one
+  if (r.error) std::rethrow_exception(r.error);
+  check_same_data(ck, path, cfg_.s("data.path"), comm_.root());
+  if (r.lm) lm_ = std::move(*r.lm);
+  opt_.m() = ck.m;
+  opt_.v() = ck.v;
+  for (size_t l = 0; l < r.alphas.size(); ++l) rm_.set_alpha(int(l), r.alphas[l]);
+  start_step_ = ck.step;
+  cur_ = {ck.data_epoch, ck.data_cursor};
+  skipped_ = ck.skipped_steps;
+  last_checkpoint_ = path;
+  if (comm_.root()) {
+    std::printf("resumed from %s at step %lld\n", path.c_str(), static_cast<long long>(ck.step));
+    if (ck.ranks != comm_.size())
+      std::printf("note: the checkpoint was written by %lld ranks, this run has %d: the global batches are the same, "
+                  "so results agree to rounding, not bit for bit\n",
+                  static_cast<long long>(ck.ranks), comm_.size());
+  }
+}
+
+// The constructor's resume: find, apply, then (a branch) archive what the abandoned run left.
+bool Trainer::restore(const std::string& resume) {
+  std::optional<Restored> restored =
+      find_resume(resume, cfg_.s("checkpoint.dir"), comm_, [&](const std::string& p) { return read_resume(p); });
+  if (!restored) return false;
+  apply_checkpoint(std::move(*restored));  // also the latency model, so a resumed run plans the same
+  comm_.barrier();  // every rank has read its checkpoint before the root moves any
+  if (comm_.root()) {
+    archive_ = archive_newer_checkpoints(cfg_.s("checkpoint.dir"), start_step_);
+    std::error_code ec;
+    if (!archive_.empty() && fs::exists(cfg_.s("log.path"), ec))
+      std::printf("resume: the metrics log's rows after step %lld are dropped from %s; its copy as it was is kept in "
+                  "%s\n", static_cast<long long>(start_step_), cfg_.s("log.path").c_str(), archive_.c_str());
+  }
+  return true;
+}
+
+}  // namespace sb
