@@ -22,6 +22,7 @@ const std::vector<std::pair<std::string, std::string>> kFlagKeys = {
     {"split", "prep.split"},     {"eot", "prep.eot"},                   {"vocab", "prep.vocab"},
     {"preset", "prep.preset"},   {"docs", "prep.docs"},                 {"seed", "prep.seed"},
     {"max-len", "prep.max_len"}, {"min-len", "prep.min_len"},           {"dict", "prep.dict"},
+    {"mask", "prep.mask"},
 };
 
 Config load_config(const Args& args) {
@@ -80,6 +81,7 @@ int run(const Args& args) {
   opt.output = cfg.s("prep.output");
   opt.shard_tokens = uint64_t(cfg.i("prep.shard_tokens"));
   opt.overwrite = cfg.b("prep.overwrite");
+  opt.mask = cfg.s("prep.mask");
   if (opt.output.empty()) throw Error("sparsebalance prep " + mode + ": --output DIR is required (or prep.output)");
   const auto& inputs = args.all("input");
   if (mode != "synth" && inputs.empty())
@@ -122,15 +124,17 @@ Command cmd_prep() {
           "text, llm.c token files or a synthetic long-context corpus -> token shards",
           "prep text|bin|synth [CONFIG.toml] --output DIR [options]\n\n"
           "  prep text  --input FILE... [--format text|jsonl] [--split blank-lines|file]\n"
-          "      plain text (documents separated by blank lines, or one per file) or JSONL (\"text\"\n"
-          "      field per line), byte tokenizer (vocab 259, eos 257); bytes round-trip exactly.\n"
+          "      plain text (documents separated by blank lines, or one per file) or JSONL (per line\n"
+          "      \"text\", \"prompt\"+\"response\" or chat \"messages\"; the last two train only the\n"
+          "      response / assistant turns: /loss_mask), byte tokenizer (vocab 259, eos 257).\n"
           "      Without --format/--split, inputs named *.jsonl or *.json are read as --format jsonl.\n"
           "  prep bin   --input FILE... [--eot ID] [--vocab V]\n"
           "      llm.c token files (uint16, header magic 20240520); documents split at EOT (not stored).\n"
           "  prep synth [--preset longalign|chatqa2|uniform|fixed] [--docs N] [--seed S] [--max-len L]\n"
-          "             [--min-len L]\n"
+          "             [--min-len L] [--mask none|answers]\n"
           "      synthetic filler text with passkey, multi-key needle and key-value retrieval tasks\n"
-          "      (question and answer at the end of each document, answer span stored).\n\n"
+          "      (question and answer at the end of each document, answer span stored); --mask answers\n"
+          "      trains only the answers (/loss_mask).\n\n"
           "Shards are DIR/shard_00000.h5, ... of about --shard-tokens tokens (whole documents). Flags are\n"
           "the [prep] config keys (src/config/KEYS.md); flags override the file and --set.\n",
           {{"input", -1, "input files (text, jsonl or llm.c .bin)", "FILE"},
@@ -146,7 +150,8 @@ Command cmd_prep() {
            {"seed", 1, "synth: seed (prep.seed)", "S"},
            {"max-len", 1, "synth: longest document, tokens (prep.max_len)", "L"},
            {"min-len", 1, "synth: shortest document, tokens (prep.min_len)", "L"},
-           {"dict", 1, "synth: word list (prep.dict)", "FILE"}},
+           {"dict", 1, "synth: word list (prep.dict)", "FILE"},
+           {"mask", 1, "synth: loss mask none or answers (prep.mask)", "M"}},
           run};
 }
 

@@ -7,9 +7,8 @@
 #include <fstream>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
 #include "base/error.hpp"
+#include "src/data/records.hpp"
 #include "src/data/tokenizer.hpp"
 
 namespace sb {
@@ -31,7 +30,7 @@ ShardSetWriter::ShardSetWriter(const std::string& dir, const ShardMeta& meta, ui
   for (const auto& p : old) fs::remove(p);
 }
 
-void ShardSetWriter::add(std::span<const uint32_t> tokens, TaskSpan task) {
+void ShardSetWriter::add(std::span<const uint32_t> tokens, TaskSpan task, std::span<const uint8_t> mask) {
   if (cur_ && cur_->num_docs() > 0 && cur_->num_tokens() + tokens.size() > shard_tokens_) {
     cur_->close();
     stats_.tokens += cur_->num_tokens(), stats_.documents += cur_->num_docs();
@@ -44,7 +43,7 @@ void ShardSetWriter::add(std::span<const uint32_t> tokens, TaskSpan task) {
     cur_ = std::make_unique<ShardWriter>(stats_.files.back(), meta_);
     ++stats_.shards;
   }
-  cur_->add(tokens, task);
+  cur_->add(tokens, task, mask);
 }
 
 PrepStats ShardSetWriter::finish() {
@@ -121,16 +120,19 @@ PrepStats prep_text(const std::vector<std::string>& inputs, const std::string& f
       for (std::string line; std::getline(in, line);) {
         ++lineno;
         if (is_blank(line)) continue;
-        auto where = path + ":" + std::to_string(lineno);
-        nlohmann::json j;
-        try {
-          j = nlohmann::json::parse(line);
-        } catch (const nlohmann::json::parse_error& e) {
-          throw Error(where + ": invalid JSON (" + std::string(e.what()) + ")");
+        auto pieces = parse_record(line, path + ":" + std::to_string(lineno));
+        if (pieces.size() == 1) {  // "text": all trained, no mask
+          add(pieces[0].text);
+          continue;
         }
-        if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
-          throw Error(where + ": expected a JSON object with a string field \"text\"");
-        add(j["text"].get_ref<const std::string&>());
+        std::vector<uint32_t> tokens;
+        std::vector<uint8_t> mask;
+        for (const auto& p : pieces) {
+          auto t = ByteTokenizer::encode(p.text);  // each piece on its own: a boundary is a token boundary
+          tokens.insert(tokens.end(), t.begin(), t.end());
+          mask.insert(mask.end(), t.size(), uint8_t(p.trained));
+        }
+        out.add(tokens, {}, mask);
       }
     } else if (split == "file") {
       add(read_file(path));
@@ -200,12 +202,19 @@ PrepStats prep_bin(const std::vector<std::string>& inputs, int64_t eot, int64_t 
 PrepStats prep_synth(const SynthOptions& synth, const PrepOptions& opt) {
   if (synth.docs == 0) throw Error("prep synth: --docs must be > 0");
   double t0 = now_s();
+  if (opt.mask != "none" && opt.mask != "answers")
+    throw Error("prep synth: --mask " + opt.mask + ": expected none or answers");
   SynthCorpus corpus(synth);
   ShardSetWriter out(opt.output, {ByteTokenizer::kVocabSize, ByteTokenizer::kName, ByteTokenizer::kEos},
                      opt.shard_tokens, opt.overwrite);
   for (uint64_t i = 0; i < synth.docs; ++i) {
     auto d = corpus.doc(i);
-    out.add(ByteTokenizer::encode(d.text), d.task);
+    std::vector<uint8_t> mask;
+    if (opt.mask == "answers") {  // train only the answer; filler documents train nothing
+      mask.assign(d.text.size(), 0);
+      if (d.task.type != kTaskNone) std::fill(mask.begin() + long(d.task.begin), mask.begin() + long(d.task.end), 1);
+    }
+    out.add(ByteTokenizer::encode(d.text), d.task, mask);
   }
   auto stats = out.finish();
   stats.seconds = now_s() - t0;

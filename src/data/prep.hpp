@@ -26,7 +26,7 @@ class ShardSetWriter {
   // Refuses a directory that already holds *.h5 files unless overwrite (then removes them), so
   // stale shards of an earlier run never mix into a new dataset.
   ShardSetWriter(const std::string& dir, const ShardMeta& meta, uint64_t shard_tokens, bool overwrite);
-  void add(std::span<const uint32_t> tokens, TaskSpan task = {});
+  void add(std::span<const uint32_t> tokens, TaskSpan task = {}, std::span<const uint8_t> mask = {});
   PrepStats finish();  // closes the last shard
 
  private:
@@ -41,9 +41,11 @@ struct PrepOptions {
   std::string output;
   uint64_t shard_tokens = 1 << 24;
   bool overwrite = false;
+  std::string mask = "none";  // synth: "none" (no /loss_mask) or "answers" (only the answer spans trained)
 };
 
-// format: "text" (split: "blank-lines" | "file") or "jsonl" (one JSON object per line, "text" field).
+// format: "text" (split: "blank-lines" | "file") or "jsonl" (one JSON record per line: "text",
+// "prompt" + "response" or "messages", src/data/records.hpp; the last two write /loss_mask).
 PrepStats prep_text(const std::vector<std::string>& inputs, const std::string& format, const std::string& split,
                     const PrepOptions& opt);
 // llm.c token files (header of 256 int32: magic 20240520, version 1, count; then uint16 tokens);
