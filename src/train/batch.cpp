@@ -66,12 +66,16 @@ PackedBatch pack_micro_batch(const Dataset& ds, const MicroBatch& mb) {
   for (const auto& s : mb.segs) {
     const size_t at = b.tokens.size();
     b.add(read_segment(ds, s));
-    if (!ds.has_masks() || s.len < 2) continue;
-    std::vector<uint8_t> mask = ds.read_mask(s.doc, s.begin, s.len);
-    for (size_t i = 0; i + 1 < mask.size(); ++i)
-      if (!mask[i + 1]) b.targets[at + i] = -1;
+    mask_targets(ds, s, b, at);
   }
   return b;
+}
+
+void mask_targets(const Dataset& ds, const Segment& s, PackedBatch& b, size_t at) {
+  if (!ds.has_masks() || s.len < 2) return;
+  std::vector<uint8_t> mask = ds.read_mask(s.doc, s.begin, s.len);
+  for (size_t i = 0; i + 1 < mask.size(); ++i)  // position i predicts token i+1
+    if (!mask[i + 1]) b.targets[at + i] = -1;
 }
 
 }  // namespace sb

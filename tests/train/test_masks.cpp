@@ -111,6 +111,15 @@ TEST(TrainMasks, ConstantResponseLearnedOnlyWithTheMask) {
   EXPECT_GT(m["first_loss"].get<double>(), 5.0);  // ~ln 259 at the start: a mean, not a sum
   EXPECT_LT(m["last_loss"].get<double>(), 0.15);
   EXPECT_GT(p["last_loss"].get<double>(), 1.5);
+  // eval reports the loss over the trained targets beside the loss over all of them.
+  std::string sum = dir + "/eval.json";
+  int rc = sh(mpirun(1) + binary() + " eval --checkpoint " + m["checkpoint"].get<std::string>() +
+                  " --set eval.docs=16 --summary " + sum, dir + "/eval.log");
+  ASSERT_EQ(rc, 0) << slurp(dir + "/eval.log");
+  auto e = read_json(sum);
+  EXPECT_LT(e["loss_masked"].get<double>(), 0.3);
+  EXPECT_GT(e["loss"].get<double>(), 1.5);  // the prompts were never trained
+  EXPECT_EQ(e["targets_masked"].get<int64_t>(), 10 * e["docs"].get<int64_t>());  // "0123456789" per document
 }
 
 TEST(TrainMasks, OneAndTwoRanksSameMaskedLossesAndResumeExact) {
