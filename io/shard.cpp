@@ -295,18 +295,24 @@ TaskSpan ShardReader::task(uint64_t doc) const {
   return {types_[doc], spans_[2 * doc], spans_[2 * doc + 1]};
 }
 
+// Reads [begin, begin+count) of a 1-D dataset into out (a hyperslab selection).
+static void read_slab(hid_t ds, uint64_t begin, uint64_t count, hid_t mem_type, void* out, const std::string& path,
+                      const char* name) {
+  if (count == 0) return;
+  hsize_t start[1] = {begin}, cnt[1] = {count};
+  h5::Id fspace(H5_CHECK(H5Dget_space(ds)));
+  H5_CHECK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, nullptr, cnt, nullptr));
+  h5::Id mspace(H5_CHECK(H5Screate_simple(1, cnt, nullptr)));
+  if (H5Dread(ds, mem_type, mspace, fspace, H5P_DEFAULT, out) < 0)
+    throw Error(path + ": cannot read '/" + name + "' [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
+                ") (file truncated or corrupt?)");
+}
+
 void ShardReader::read_tokens(uint64_t begin, uint64_t count, uint32_t* out) const {
   if (begin + count > num_tokens())
     throw Error(path_ + ": token range [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
                 ") beyond '/tokens' (" + std::to_string(num_tokens()) + ")");
-  if (count == 0) return;
-  hsize_t start[1] = {begin}, cnt[1] = {count};
-  h5::Id fspace(H5_CHECK(H5Dget_space(*tokens_)));
-  H5_CHECK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, nullptr, cnt, nullptr));
-  h5::Id mspace(H5_CHECK(H5Screate_simple(1, cnt, nullptr)));
-  if (H5Dread(*tokens_, H5T_NATIVE_UINT32, mspace, fspace, H5P_DEFAULT, out) < 0)
-    throw Error(path_ + ": cannot read '/tokens' [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
-                ") (file truncated or corrupt?)");
+  read_slab(*tokens_, begin, count, H5T_NATIVE_UINT32, out, path_, "tokens");
 }
 
 void ShardReader::read_mask(uint64_t begin, uint64_t count, uint8_t* out) const {
@@ -314,14 +320,7 @@ void ShardReader::read_mask(uint64_t begin, uint64_t count, uint8_t* out) const 
     throw Error(path_ + ": loss-mask range [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
                 ") beyond '/tokens' (" + std::to_string(num_tokens()) + ")");
   if (!mask_) return void(std::fill(out, out + count, uint8_t(1)));
-  if (count == 0) return;
-  hsize_t start[1] = {begin}, cnt[1] = {count};
-  h5::Id fspace(H5_CHECK(H5Dget_space(*mask_)));
-  H5_CHECK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, nullptr, cnt, nullptr));
-  h5::Id mspace(H5_CHECK(H5Screate_simple(1, cnt, nullptr)));
-  if (H5Dread(*mask_, H5T_NATIVE_UINT8, mspace, fspace, H5P_DEFAULT, out) < 0)
-    throw Error(path_ + ": cannot read '/loss_mask' [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
-                ") (file truncated or corrupt?)");
+  read_slab(*mask_, begin, count, H5T_NATIVE_UINT8, out, path_, "loss_mask");
   for (uint64_t i = 0; i < count; ++i)
     if (out[i] > 1)
       throw Error(path_ + ": dataset '/loss_mask' has value " + std::to_string(out[i]) + " at token " +
