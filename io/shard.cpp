@@ -56,7 +56,6 @@ ShardWriter::ShardWriter(const std::string& path, const ShardMeta& meta)
   buf_.reserve(16 * kChunk);
 }
 
-
 void ShardWriter::start_mask() {
   // Tokens written before the first masked document were all trained: back-fill ones.
   flush();
