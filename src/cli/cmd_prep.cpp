@@ -61,7 +61,7 @@ std::string text_format(const Args& args, const Config& cfg, const std::vector<s
                 "): pass --format jsonl (a \"text\" field per line) or --format text (raw lines), "
                 "or prep them separately");
   }
-  std::printf("prep text: %s ends in .%s: reading it as --format jsonl (the \"text\" field of each line; "
+  std::printf("prep text: %s ends in .%s: reading it as --format jsonl (one JSON record per line; "
               "--format text keeps raw lines)\n",
               inputs[0].c_str(), inputs[0].ends_with(".json") ? "json" : "jsonl");
   return "jsonl";
