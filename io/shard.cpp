@@ -20,6 +20,30 @@ const char* task_name(int type) {
 // ---------------------------------------------------------------------------------------------
 // Writer
 
+namespace {
+
+// An empty, extendible, chunked 1-D dataset of `type`.
+h5::Id create_extendible(hid_t file, const char* name, hid_t type) {
+  hsize_t dims[1] = {0}, maxdims[1] = {H5S_UNLIMITED}, chunk[1] = {ShardWriter::kChunk};
+  h5::Id space(H5_CHECK(H5Screate_simple(1, dims, maxdims)));
+  h5::Id dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
+  H5_CHECK(H5Pset_chunk(dcpl, 1, chunk));
+  return h5::Id(H5_CHECK(H5Dcreate2(file, name, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
+}
+
+// Writes n elements at [at, at+n) of an extendible 1-D dataset, growing it.
+void append(hid_t ds, hsize_t at, hsize_t n, hid_t mem_type, const void* data, const std::string& where) {
+  hsize_t start[1] = {at}, count[1] = {n}, total[1] = {at + n};
+  H5_CHECK(H5Dset_extent(ds, total));
+  h5::Id fspace(H5_CHECK(H5Dget_space(ds)));
+  H5_CHECK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, nullptr, count, nullptr));
+  h5::Id mspace(H5_CHECK(H5Screate_simple(1, count, nullptr)));
+  if (H5Dwrite(ds, mem_type, mspace, fspace, H5P_DEFAULT, data) < 0)
+    throw Error(where + " failed (disk full?)");
+}
+
+}  // namespace
+
 ShardWriter::ShardWriter(const std::string& path, const ShardMeta& meta)
     : path_(path), tmp_(path + ".tmp"), meta_(meta) {
   if (meta.vocab_size <= 0 || meta.vocab_size > kMaxShardVocab)
@@ -29,22 +53,29 @@ ShardWriter::ShardWriter(const std::string& path, const ShardMeta& meta)
     throw Error(path + ": eos_id " + std::to_string(meta.eos_id) + " must be < vocab_size");
   file_ = h5::create(tmp_);
   // An extendible, chunked /tokens lets us append documents without holding the shard in memory.
-  hsize_t dims[1] = {0}, maxdims[1] = {H5S_UNLIMITED}, chunk[1] = {kChunk};
-  h5::Id space(H5_CHECK(H5Screate_simple(1, dims, maxdims)));
-  h5::Id dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
-  H5_CHECK(H5Pset_chunk(dcpl, 1, chunk));
-  tokens_ = h5::Id(H5_CHECK(H5Dcreate2(file_, "tokens", H5T_STD_U32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
+  tokens_ = create_extendible(file_, "tokens", H5T_STD_U32LE);
   buf_.reserve(16 * kChunk);
+}
+
+void ShardWriter::start_mask() {
+  // Tokens written before the first masked document were all trained: back-fill ones.
+  flush();
+  mask_ = create_extendible(file_, "loss_mask", H5T_STD_U8LE);
+  std::vector<uint8_t> ones(std::min<hsize_t>(buf_.capacity(), written_), 1);
+  for (hsize_t at = 0; at < written_; at += ones.size())
+    append(mask_, at, std::min<hsize_t>(ones.size(), written_ - at), H5T_NATIVE_UINT8, ones.data(),
+           tmp_ + ": writing '/loss_mask'");
+  mask_buf_.reserve(buf_.capacity());
 }
 
 ShardWriter::~ShardWriter() {
   if (closed_) return;
-  tokens_.reset(), file_.reset();
+  mask_.reset(), tokens_.reset(), file_.reset();
   std::error_code ec;
   std::filesystem::remove(tmp_, ec);
 }
 
-void ShardWriter::add(std::span<const uint32_t> tokens, TaskSpan task) {
+void ShardWriter::add(std::span<const uint32_t> tokens, TaskSpan task, std::span<const uint8_t> mask) {
   if (closed_) throw Error(path_ + ": add() after close()");
   for (size_t i = 0; i < tokens.size(); ++i)
     if (int64_t(tokens[i]) >= meta_.vocab_size)
@@ -55,6 +86,16 @@ void ShardWriter::add(std::span<const uint32_t> tokens, TaskSpan task) {
     throw Error(path_ + ": answer span [" + std::to_string(task.begin) + ", " + std::to_string(task.end) +
                 ") of document " + std::to_string(num_docs()) + " is not inside its " +
                 std::to_string(tokens.size()) + " tokens");
+  if (!mask.empty()) {
+    if (mask.size() != tokens.size())
+      throw Error(path_ + ": document " + std::to_string(num_docs()) + " has " + std::to_string(mask.size()) +
+                  " loss-mask values for " + std::to_string(tokens.size()) + " tokens, expected one per token");
+    for (size_t i = 0; i < mask.size(); ++i)
+      if (mask[i] > 1)
+        throw Error(path_ + ": document " + std::to_string(num_docs()) + " has loss-mask value " +
+                    std::to_string(mask[i]) + " at position " + std::to_string(i) + ", expected 0 or 1");
+    if (!mask_.valid()) start_mask();
+  }
   if (task.type == kTaskNone) task.begin = task.end = 0;
   types_.push_back(task.type);
   spans_.push_back(task.begin), spans_.push_back(task.end);
@@ -63,6 +104,8 @@ void ShardWriter::add(std::span<const uint32_t> tokens, TaskSpan task) {
   for (size_t i = 0; i < tokens.size();) {
     size_t n = std::min(tokens.size() - i, buf_.capacity() - buf_.size());
     buf_.insert(buf_.end(), tokens.begin() + i, tokens.begin() + i + n);
+    if (mask_.valid() && mask.empty()) mask_buf_.insert(mask_buf_.end(), n, uint8_t(1));
+    if (mask_.valid() && !mask.empty()) mask_buf_.insert(mask_buf_.end(), mask.begin() + i, mask.begin() + i + n);
     i += n;
     if (buf_.size() == buf_.capacity()) flush();
   }
@@ -70,15 +113,11 @@ void ShardWriter::add(std::span<const uint32_t> tokens, TaskSpan task) {
 
 void ShardWriter::flush() {
   if (buf_.empty()) return;
-  hsize_t start[1] = {written_}, count[1] = {buf_.size()}, total[1] = {written_ + buf_.size()};
-  H5_CHECK(H5Dset_extent(tokens_, total));
-  h5::Id fspace(H5_CHECK(H5Dget_space(tokens_)));
-  H5_CHECK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, nullptr, count, nullptr));
-  h5::Id mspace(H5_CHECK(H5Screate_simple(1, count, nullptr)));
-  if (H5Dwrite(tokens_, H5T_NATIVE_UINT32, mspace, fspace, H5P_DEFAULT, buf_.data()) < 0)
-    throw Error(tmp_ + ": writing '/tokens' failed (disk full?)");
+  append(tokens_, written_, buf_.size(), H5T_NATIVE_UINT32, buf_.data(), tmp_ + ": writing '/tokens'");
+  if (mask_.valid())
+    append(mask_, written_, mask_buf_.size(), H5T_NATIVE_UINT8, mask_buf_.data(), tmp_ + ": writing '/loss_mask'");
   written_ += buf_.size();
-  buf_.clear();
+  buf_.clear(), mask_buf_.clear();
 }
 
 void ShardWriter::close() {
@@ -97,7 +136,7 @@ void ShardWriter::close() {
   h5::write_attr(file_, "vocab_size", meta_.vocab_size);
   h5::write_attr(file_, "tokenizer", meta_.tokenizer);
   h5::write_attr(file_, "eos_id", meta_.eos_id);
-  tokens_.reset();
+  mask_.reset(), tokens_.reset();
   H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
   file_.reset();
   std::error_code ec;
@@ -241,6 +280,13 @@ ShardReader ShardReader::open(const std::string& path) {
                     " tokens (expected begin < end <= length)");
     }
   }
+  // Optional loss mask: one uint8 per token (its values are checked where they are read).
+  if (h5::exists(f, "loss_mask")) {
+    r.mask_ = std::make_shared<h5::Id>(open_checked(f, "loss_mask", path, H5T_NATIVE_UINT8, "uint8", 1, dims, true));
+    if (dims[0] != n_tokens)
+      throw Error(path + ": dataset '/loss_mask' has " + std::to_string(dims[0]) + " entries, expected one per token (" +
+                  std::to_string(n_tokens) + ")");
+  }
   return r;
 }
 
@@ -250,18 +296,36 @@ TaskSpan ShardReader::task(uint64_t doc) const {
   return {types_[doc], spans_[2 * doc], spans_[2 * doc + 1]};
 }
 
+// Reads [begin, begin+count) of a 1-D dataset into out (a hyperslab selection).
+static void read_slab(hid_t ds, uint64_t begin, uint64_t count, hid_t mem_type, void* out, const std::string& path,
+                      const char* name) {
+  if (count == 0) return;
+  hsize_t start[1] = {begin}, cnt[1] = {count};
+  h5::Id fspace(H5_CHECK(H5Dget_space(ds)));
+  H5_CHECK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, nullptr, cnt, nullptr));
+  h5::Id mspace(H5_CHECK(H5Screate_simple(1, cnt, nullptr)));
+  if (H5Dread(ds, mem_type, mspace, fspace, H5P_DEFAULT, out) < 0)
+    throw Error(path + ": cannot read '/" + name + "' [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
+                ") (file truncated or corrupt?)");
+}
+
 void ShardReader::read_tokens(uint64_t begin, uint64_t count, uint32_t* out) const {
   if (begin + count > num_tokens())
     throw Error(path_ + ": token range [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
                 ") beyond '/tokens' (" + std::to_string(num_tokens()) + ")");
-  if (count == 0) return;
-  hsize_t start[1] = {begin}, cnt[1] = {count};
-  h5::Id fspace(H5_CHECK(H5Dget_space(*tokens_)));
-  H5_CHECK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, nullptr, cnt, nullptr));
-  h5::Id mspace(H5_CHECK(H5Screate_simple(1, cnt, nullptr)));
-  if (H5Dread(*tokens_, H5T_NATIVE_UINT32, mspace, fspace, H5P_DEFAULT, out) < 0)
-    throw Error(path_ + ": cannot read '/tokens' [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
-                ") (file truncated or corrupt?)");
+  read_slab(*tokens_, begin, count, H5T_NATIVE_UINT32, out, path_, "tokens");
+}
+
+void ShardReader::read_mask(uint64_t begin, uint64_t count, uint8_t* out) const {
+  if (begin + count > num_tokens())
+    throw Error(path_ + ": loss-mask range [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
+                ") beyond '/tokens' (" + std::to_string(num_tokens()) + ")");
+  if (!mask_) return void(std::fill(out, out + count, uint8_t(1)));
+  read_slab(*mask_, begin, count, H5T_NATIVE_UINT8, out, path_, "loss_mask");
+  for (uint64_t i = 0; i < count; ++i)
+    if (out[i] > 1)
+      throw Error(path_ + ": dataset '/loss_mask' has value " + std::to_string(out[i]) + " at token " +
+                  std::to_string(begin + i) + ", expected 0 or 1");
 }
 
 void ShardReader::check_ids(const uint32_t* ids, uint64_t n, uint64_t at) const {
@@ -309,6 +373,9 @@ void ShardReader::verify() const {
     read_tokens(at, n, buf.data());
     check_ids(buf.data(), n, at);
   }
+  if (!mask_) return;
+  std::vector<uint8_t> mask(std::min<uint64_t>(kBlock, num_tokens()));
+  for (uint64_t at = 0; at < num_tokens(); at += kBlock) read_mask(at, std::min(kBlock, num_tokens() - at), mask.data());
 }
 
 }  // namespace sb

@@ -3,6 +3,8 @@
 //   /doc_offsets   uint64 [D+1]   document d is tokens[offsets[d], offsets[d+1])
 //   /task_type     uint8  [D]     optional: 0 none, 1 passkey, 2 multikey needle, 3 kv lookup
 //   /answer_spans  uint64 [D,2]   optional: (begin, end) of the answer, token offsets within the doc
+//   /loss_mask     uint8  [N]     optional: 1 = the token is a training target, 0 = context only;
+//                                 absent = every token is trained (io/README.md, "Loss mask")
 // root attributes: format="sparsebalance-shard", version=1, vocab_size, tokenizer, eos_id.
 // A Dataset is a directory of shards (sorted by name) or one shard file; it keeps only the
 // document lengths in memory and reads documents with hyperslab selections.
@@ -45,8 +47,10 @@ class ShardWriter {
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
 
-  // Appends one document; ids are checked < vocab_size, the span against the document.
-  void add(std::span<const uint32_t> tokens, TaskSpan task = {});
+  // Appends one document; ids are checked < vocab_size, the span against the document. `mask`
+  // (one 0/1 per token) marks its training targets; empty = all trained. The shard gets
+  // /loss_mask from its first masked document on (earlier documents: all 1).
+  void add(std::span<const uint32_t> tokens, TaskSpan task = {}, std::span<const uint8_t> mask = {});
   void close();
   uint64_t num_docs() const { return offsets_.size() - 1; }
   uint64_t num_tokens() const { return offsets_.back(); }
@@ -55,10 +59,12 @@ class ShardWriter {
 
  private:
   void flush();
+  void start_mask();
   std::string path_, tmp_;
   ShardMeta meta_;
-  h5::Id file_, tokens_;
+  h5::Id file_, tokens_, mask_;   // mask_ valid once a masked document came
   std::vector<uint32_t> buf_;     // tokens not yet written
+  std::vector<uint8_t> mask_buf_; // their mask values (while mask_ is valid)
   hsize_t written_ = 0;           // tokens in the file
   std::vector<uint64_t> offsets_{0};
   std::vector<uint8_t> types_;
@@ -84,14 +90,18 @@ class ShardReader {
   std::vector<uint32_t> read_window(uint64_t doc, uint64_t begin, uint64_t count) const;
   // Reads tokens [begin, begin+count) into out (no id check); a hyperslab of /tokens.
   void read_tokens(uint64_t begin, uint64_t count, uint32_t* out) const;
-  // Streams through every token and checks ids < vocab_size; throws on the first bad one.
+  bool has_mask() const { return mask_ != nullptr; }
+  // The loss mask of tokens [begin, begin+count) (all 1 without /loss_mask); values checked 0/1.
+  void read_mask(uint64_t begin, uint64_t count, uint8_t* out) const;
+  // Streams through every token and checks ids < vocab_size (and mask values 0/1); throws on
+  // the first bad one.
   void verify() const;
 
  private:
   void check_ids(const uint32_t* ids, uint64_t n, uint64_t at) const;
   std::string path_;
   ShardMeta meta_;
-  std::shared_ptr<h5::Id> file_, tokens_;  // shared so readers (and Datasets) copy cheaply
+  std::shared_ptr<h5::Id> file_, tokens_, mask_;  // shared so readers (and Datasets) copy cheaply
   std::vector<uint64_t> offsets_;
   std::vector<uint8_t> types_;
   std::vector<uint64_t> spans_;
@@ -106,6 +116,9 @@ class Dataset {            // a directory of *.h5 shards (sorted by name) or one
   const std::vector<uint64_t>& doc_lengths() const { return lengths_; }
   std::vector<uint32_t> read_doc(uint64_t doc) const;  // hyperslab read, ids checked < vocab
   TaskSpan task(uint64_t doc) const;
+  bool has_masks() const { return has_masks_; }  // some shard has /loss_mask
+  // The loss mask of tokens [begin, begin+count) of a global document (all 1 where none).
+  std::vector<uint8_t> read_mask(uint64_t doc, uint64_t begin, uint64_t count) const;
   int64_t vocab_size() const { return meta_.vocab_size; }
   int64_t eos_id() const { return meta_.eos_id; }
   const std::string& tokenizer() const { return meta_.tokenizer; }
@@ -126,6 +139,7 @@ class Dataset {            // a directory of *.h5 shards (sorted by name) or one
   std::vector<uint64_t> first_doc_;  // global index of each shard's first document (+ total)
   std::vector<uint64_t> lengths_;
   uint64_t num_tokens_ = 0;
+  bool has_masks_ = false;
 };
 
 // The shard files of a dataset path: the file itself, or the sorted *.h5 of a directory.

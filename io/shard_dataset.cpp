@@ -44,6 +44,7 @@ Dataset Dataset::open(const std::string& path) {
     const auto& off = shard.offsets();
     for (size_t d = 0; d + 1 < off.size(); ++d) ds.lengths_.push_back(off[d + 1] - off[d]);
     ds.num_tokens_ += shard.num_tokens();
+    ds.has_masks_ |= shard.has_mask();
     ds.shards_.push_back(std::move(shard));
   }
   ds.first_doc_.push_back(ds.lengths_.size());
@@ -71,6 +72,18 @@ std::vector<uint32_t> Dataset::read_doc(uint64_t doc) const {
 TaskSpan Dataset::task(uint64_t doc) const {
   auto [s, d] = locate(doc);
   return shards_[s].task(d);
+}
+
+std::vector<uint8_t> Dataset::read_mask(uint64_t doc, uint64_t begin, uint64_t count) const {
+  auto [s, d] = locate(doc);
+  const ShardReader& r = shards_[s];
+  uint64_t len = r.offsets()[d + 1] - r.offsets()[d];
+  if (begin + count > len)
+    throw Error(r.path() + ": loss-mask window [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
+                ") lies outside document " + std::to_string(doc) + " of length " + std::to_string(len));
+  std::vector<uint8_t> out(count);
+  r.read_mask(r.offsets()[d] + begin, count, out.data());
+  return out;
 }
 
 void Dataset::verify() const {

@@ -68,6 +68,11 @@ static int run_eval(const Args& args) {
   std::printf("eval %s (step %lld): %lld docs, %lld tokens\n", ck_path.c_str(), static_cast<long long>(ck.step),
               static_cast<long long>(r.docs), static_cast<long long>(r.tokens));
   std::printf("  loss dense %.4f | sparse %.4f\n", r.dense.loss(), r.sparse.loss());
+  if (r.masked) {  // loss masks: the loss over the trained targets (dense)
+    j["loss_masked"] = r.masked_loss(), j["targets_masked"] = r.masked_targets;
+    std::printf("  loss over trained targets (loss mask) %.4f (%lld targets)\n", r.masked_loss(),
+                static_cast<long long>(r.masked_targets));
+  }
   for (const auto& b : buckets)
     std::printf("  length %-12s loss %.4f | sparse %.4f (%lld targets)\n", b["lengths"].get<std::string>().c_str(),
                 b["loss"].get<double>(), b["loss_sparse"].get<double>(), static_cast<long long>(b["targets"].get<int64_t>()));

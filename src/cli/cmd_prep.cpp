@@ -22,7 +22,7 @@ const std::vector<std::pair<std::string, std::string>> kFlagKeys = {
     {"split", "prep.split"},     {"eot", "prep.eot"},                   {"vocab", "prep.vocab"},
     {"preset", "prep.preset"},   {"docs", "prep.docs"},                 {"seed", "prep.seed"},
     {"max-len", "prep.max_len"}, {"min-len", "prep.min_len"},           {"dict", "prep.dict"},
-    {"tokenizer", "prep.tokenizer"}, {"eos", "prep.eos"},
+    {"tokenizer", "prep.tokenizer"}, {"eos", "prep.eos"}, {"mask", "prep.mask"},
 };
 
 Config load_config(const Args& args) {
@@ -61,7 +61,7 @@ std::string text_format(const Args& args, const Config& cfg, const std::vector<s
                 "): pass --format jsonl (a \"text\" field per line) or --format text (raw lines), "
                 "or prep them separately");
   }
-  std::printf("prep text: %s ends in .%s: reading it as --format jsonl (the \"text\" field of each line; "
+  std::printf("prep text: %s ends in .%s: reading it as --format jsonl (one JSON record per line; "
               "--format text keeps raw lines)\n",
               inputs[0].c_str(), inputs[0].ends_with(".json") ? "json" : "jsonl");
   return "jsonl";
@@ -81,6 +81,7 @@ int run(const Args& args) {
   opt.output = cfg.s("prep.output");
   opt.shard_tokens = uint64_t(cfg.i("prep.shard_tokens"));
   opt.overwrite = cfg.b("prep.overwrite");
+  opt.mask = cfg.s("prep.mask");
   if (opt.output.empty()) throw Error("sparsebalance prep " + mode + ": --output DIR is required (or prep.output)");
   const auto& inputs = args.all("input");
   if (mode != "synth" && inputs.empty())
@@ -126,8 +127,10 @@ Command cmd_prep() {
           "prep text|bin|synth [CONFIG.toml] --output DIR [options]\n\n"
           "  prep text  --input FILE... [--format text|jsonl] [--split blank-lines|file]\n"
           "             [--tokenizer tokenizer.json [--eos TOKEN]]\n"
-          "      plain text (documents separated by blank lines, or one per file) or JSONL (\"text\"\n"
-          "      field per line), byte tokenizer (vocab 259, eos 257); bytes round-trip exactly.\n"
+          "      plain text (documents separated by blank lines, or one per file) or JSONL (per line\n"
+          "      \"text\", \"prompt\"+\"response\" or chat \"messages\"; the last two train only the\n"
+          "      response / assistant turns: /loss_mask); byte tokenizer (vocab 259, eos 257), or a\n"
+          "      Hugging Face tokenizer.json (--tokenizer).\n"
           "      Without --format/--split, inputs named *.jsonl or *.json are read as --format jsonl.\n"
           "      --tokenizer: a Hugging Face byte-level BPE (GPT-2, Llama 3, Qwen2/2.5/3 tokenizer.json),\n"
           "      the ids of HF's encode(text, add_special_tokens=False); shards record its name and\n"
@@ -135,9 +138,10 @@ Command cmd_prep() {
           "  prep bin   --input FILE... [--eot ID] [--vocab V]\n"
           "      llm.c token files (uint16, header magic 20240520); documents split at EOT (not stored).\n"
           "  prep synth [--preset longalign|chatqa2|uniform|fixed] [--docs N] [--seed S] [--max-len L]\n"
-          "             [--min-len L]\n"
+          "             [--min-len L] [--mask none|answers]\n"
           "      synthetic filler text with passkey, multi-key needle and key-value retrieval tasks\n"
-          "      (question and answer at the end of each document, answer span stored).\n\n"
+          "      (question and answer at the end of each document, answer span stored); --mask answers\n"
+          "      trains only the answers (/loss_mask).\n\n"
           "Shards are DIR/shard_00000.h5, ... of about --shard-tokens tokens (whole documents). Flags are\n"
           "the [prep] config keys (src/config/KEYS.md); flags override the file and --set.\n",
           {{"input", -1, "input files (text, jsonl or llm.c .bin)", "FILE"},
@@ -155,7 +159,8 @@ Command cmd_prep() {
            {"min-len", 1, "synth: shortest document, tokens (prep.min_len)", "L"},
            {"dict", 1, "synth: word list (prep.dict)", "FILE"},
            {"tokenizer", 1, "text: Hugging Face tokenizer.json (prep.tokenizer)", "FILE"},
-           {"eos", 1, "text: EOS token with --tokenizer (prep.eos)", "TOKEN"}},
+           {"eos", 1, "text: EOS token with --tokenizer (prep.eos)", "TOKEN"},
+           {"mask", 1, "synth: loss mask none or answers (prep.mask)", "M"}},
           run};
 }
 

@@ -62,6 +62,19 @@ nlohmann::json dataset_report(const Dataset& ds, bool verify) {
   std::vector<uint64_t> tasks(kNumTaskTypes, 0);
   for (uint64_t d = 0; d < ds.num_docs(); ++d) tasks[ds.task(d).type]++;
   for (int t = 0; t < kNumTaskTypes; ++t) r["tasks"][task_name(t)] = tasks[t];
+  // Targets (position t predicts token t+1) and how many of them the loss mask trains.
+  uint64_t targets = 0, trained = 0;
+  for (uint64_t d = 0; d < ds.num_docs(); ++d) {
+    uint64_t len = ds.doc_length(d);
+    if (len < 2) continue;
+    targets += len - 1;
+    if (!ds.has_masks()) continue;
+    auto m = ds.read_mask(d, 0, len);
+    for (size_t i = 1; i < m.size(); ++i) trained += m[i];
+  }
+  r["loss_mask"] = ds.has_masks();
+  r["targets"] = targets;
+  r["trained_targets"] = ds.has_masks() ? trained : targets;
   return r;
 }
 
@@ -92,6 +105,9 @@ std::string format_dataset_report(const nlohmann::json& r) {
   for (int t = 0; t < kNumTaskTypes; ++t)
     out += fmt(" %s %llu", task_name(t), (unsigned long long)r["tasks"][task_name(t)].get<uint64_t>());
   out += "\n";
+  if (r["loss_mask"].get<bool>())
+    out += fmt("  loss mask   %llu of %llu targets trained\n", (unsigned long long)r["trained_targets"].get<uint64_t>(),
+               (unsigned long long)r["targets"].get<uint64_t>());
   return out;
 }
 

@@ -11,11 +11,10 @@
 #include <optional>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
 #include "base/error.hpp"
 #include "io/h5.hpp"
 #include "src/data/bpe_tokenizer.hpp"
+#include "src/data/records.hpp"
 #include "src/data/tokenizer.hpp"
 
 namespace sb {
@@ -62,7 +61,7 @@ ShardSetWriter::~ShardSetWriter() {
   if (!staging_.empty()) fs::remove_all(staging_, ec);
 }
 
-void ShardSetWriter::add(std::span<const uint32_t> tokens, TaskSpan task) {
+void ShardSetWriter::add(std::span<const uint32_t> tokens, TaskSpan task, std::span<const uint8_t> mask) {
   if (cur_ && cur_->num_docs() > 0 && cur_->num_tokens() + tokens.size() > shard_tokens_) {
     cur_->close();
     stats_.tokens += cur_->num_tokens(), stats_.documents += cur_->num_docs();
@@ -75,7 +74,7 @@ void ShardSetWriter::add(std::span<const uint32_t> tokens, TaskSpan task) {
     cur_ = std::make_unique<ShardWriter>((fs::path(staging_) / name).string(), meta_);
     ++stats_.shards;
   }
-  cur_->add(tokens, task);
+  cur_->add(tokens, task, mask);
 }
 
 PrepStats ShardSetWriter::finish() {
@@ -165,15 +164,23 @@ PrepStats prep_text(const std::vector<std::string>& inputs, const std::string& f
   ShardSetWriter out(opt.output, meta, opt.shard_tokens, opt.overwrite);
   std::vector<uint32_t> ids;
   std::string where;  // the document being added, for a tokenizer error (text that is not UTF-8)
-  auto add = [&](std::string_view doc) {
-    if (doc.empty()) return;  // empty documents carry nothing to learn
-    if (!bpe) return out.add(ByteTokenizer::encode(doc));
-    ids.clear();
+  // Appends the ids of `text` with the chosen tokenizer (`where` names the document in an error).
+  auto encode = [&](std::string_view text, std::vector<uint32_t>& to) {
+    if (!bpe) {
+      const auto t = ByteTokenizer::encode(text);
+      to.insert(to.end(), t.begin(), t.end());
+      return;
+    }
     try {
-      bpe->encode(doc, ids);
+      bpe->encode(text, to);
     } catch (const Error& e) {
       throw Error(where + ": " + e.what());
     }
+  };
+  auto add = [&](std::string_view doc) {
+    if (doc.empty()) return;  // empty documents carry nothing to learn
+    ids.clear();
+    encode(doc, ids);
     out.add(ids);
   };
   for (const auto& path : inputs) {
@@ -186,15 +193,19 @@ PrepStats prep_text(const std::vector<std::string>& inputs, const std::string& f
         ++lineno;
         if (is_blank(line)) continue;
         where = path + ":" + std::to_string(lineno);
-        nlohmann::json j;
-        try {
-          j = nlohmann::json::parse(line);
-        } catch (const nlohmann::json::parse_error& e) {
-          throw Error(where + ": invalid JSON (" + std::string(e.what()) + ")");
+        auto pieces = parse_record(line, where);
+        if (pieces.size() == 1) {  // "text": all trained, no mask
+          add(pieces[0].text);
+          continue;
         }
-        if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
-          throw Error(where + ": expected a JSON object with a string field \"text\"");
-        add(j["text"].get_ref<const std::string&>());
+        std::vector<uint32_t> tokens;
+        std::vector<uint8_t> mask;
+        for (const auto& p : pieces) {
+          const size_t before = tokens.size();
+          encode(p.text, tokens);  // each piece on its own: a boundary is a token boundary
+          mask.insert(mask.end(), tokens.size() - before, uint8_t(p.trained));
+        }
+        out.add(tokens, {}, mask);
       }
     } else if (split == "file") {
       where = path;
@@ -270,12 +281,19 @@ PrepStats prep_bin(const std::vector<std::string>& inputs, int64_t eot, int64_t 
 PrepStats prep_synth(const SynthOptions& synth, const PrepOptions& opt) {
   if (synth.docs == 0) throw Error("prep synth: --docs must be > 0");
   double t0 = now_s();
+  if (opt.mask != "none" && opt.mask != "answers")
+    throw Error("prep synth: --mask " + opt.mask + ": expected none or answers");
   SynthCorpus corpus(synth);
   ShardSetWriter out(opt.output, {ByteTokenizer::kVocabSize, ByteTokenizer::kName, ByteTokenizer::kEos},
                      opt.shard_tokens, opt.overwrite);
   for (uint64_t i = 0; i < synth.docs; ++i) {
     auto d = corpus.doc(i);
-    out.add(ByteTokenizer::encode(d.text), d.task);
+    std::vector<uint8_t> mask;
+    if (opt.mask == "answers") {  // train only the answer; filler documents train nothing
+      mask.assign(d.text.size(), 0);
+      if (d.task.type != kTaskNone) std::fill(mask.begin() + long(d.task.begin), mask.begin() + long(d.task.end), 1);
+    }
+    out.add(ByteTokenizer::encode(d.text), d.task, mask);
   }
   auto stats = out.finish();
   stats.seconds = now_s() - t0;

@@ -32,7 +32,7 @@ class ShardSetWriter {
   ~ShardSetWriter();  // without finish(): removes the staging directory, DIR stays as it was
   ShardSetWriter(const ShardSetWriter&) = delete;
   ShardSetWriter& operator=(const ShardSetWriter&) = delete;
-  void add(std::span<const uint32_t> tokens, TaskSpan task = {});
+  void add(std::span<const uint32_t> tokens, TaskSpan task = {}, std::span<const uint8_t> mask = {});
   PrepStats finish();  // closes the last shard, then replaces the old shards with the new ones
 
  private:
@@ -51,13 +51,15 @@ struct PrepOptions {
   std::string output;
   uint64_t shard_tokens = 1 << 24;
   bool overwrite = false;
-  std::string tokenizer;  // prep text: a Hugging Face tokenizer.json (byte-level BPE); "" = bytes
-  std::string eos;        // with tokenizer: the EOS token's text ("" = from the tokenizer's files)
+  std::string tokenizer;       // prep text: a Hugging Face tokenizer.json (byte-level BPE); "" = bytes
+  std::string eos;             // with tokenizer: the EOS token's text ("" = from the tokenizer's files)
+  std::string mask = "none";  // synth: "none" (no /loss_mask) or "answers" (only the answer spans trained)
 };
 
-// format: "text" (split: "blank-lines" | "file") or "jsonl" (one JSON object per line, "text" field).
-// With opt.tokenizer the documents are BPE-encoded as Hugging Face would (bpe_tokenizer.hpp),
-// else byte-tokenized.
+// format: "text" (split: "blank-lines" | "file") or "jsonl" (one JSON record per line: "text",
+// "prompt" + "response" or "messages", src/data/records.hpp; the last two write /loss_mask).
+// With opt.tokenizer the documents (each record piece on its own) are BPE-encoded as Hugging Face
+// would (bpe_tokenizer.hpp), else byte-tokenized.
 PrepStats prep_text(const std::vector<std::string>& inputs, const std::string& format, const std::string& split,
                     const PrepOptions& opt);
 // llm.c token files (header of 256 int32: magic 20240520, version 1, count; then uint16 tokens);

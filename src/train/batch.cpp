@@ -34,9 +34,17 @@ GlobalBatch draw_global_batch(const Dataset& ds, uint64_t seed, double val_fract
   return gb;
 }
 
-int64_t count_targets(const std::vector<Segment>& segs) {
+int64_t count_targets(const Dataset& ds, const std::vector<Segment>& segs) {
   int64_t n = 0;
-  for (const auto& s : segs) n += s.len > 0 ? int64_t(s.len) - 1 : 0;
+  for (const auto& s : segs) {
+    if (s.len < 2) continue;
+    if (!ds.has_masks()) {
+      n += int64_t(s.len) - 1;
+      continue;
+    }
+    std::vector<uint8_t> mask = ds.read_mask(s.doc, s.begin, s.len);
+    for (size_t i = 1; i < mask.size(); ++i) n += mask[i];
+  }
   return n;
 }
 
@@ -48,8 +56,19 @@ std::vector<uint32_t> read_segment(const Dataset& ds, const Segment& s) {
 PackedBatch pack_micro_batch(const Dataset& ds, const MicroBatch& mb) {
   PackedBatch b;
   b.cu_seqlens.push_back(0);
-  for (const auto& s : mb.segs) b.add(read_segment(ds, s));
+  for (const auto& s : mb.segs) {
+    const size_t at = b.tokens.size();
+    b.add(read_segment(ds, s));
+    mask_targets(ds, s, b, at);
+  }
   return b;
+}
+
+void mask_targets(const Dataset& ds, const Segment& s, PackedBatch& b, size_t at) {
+  if (!ds.has_masks() || s.len < 2) return;
+  std::vector<uint8_t> mask = ds.read_mask(s.doc, s.begin, s.len);
+  for (size_t i = 0; i + 1 < mask.size(); ++i)  // position i predicts token i+1
+    if (!mask[i + 1]) b.targets[at + i] = -1;
 }
 
 }  // namespace sb

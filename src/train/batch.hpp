@@ -30,11 +30,18 @@ struct GlobalBatch {
 GlobalBatch draw_global_batch(const Dataset& ds, uint64_t seed, double val_fraction, int64_t tokens, DataCursor& cur,
                               std::vector<uint64_t>& order);
 
-// Targets (predicted tokens) of a set of segments: a sequence of L tokens has L-1.
-int64_t count_targets(const std::vector<Segment>& segs);
+// Training targets of a set of segments. Position t of a segment predicts its token t+1 and is
+// trained iff the loss mask of that token is 1: a segment of L tokens has L-1 targets without a
+// mask, sum(mask[1..L)) with one. Called with the whole global batch on every rank, so the loss
+// (a mean over the global batch's trained targets) does not depend on the rank count.
+int64_t count_targets(const Dataset& ds, const std::vector<Segment>& segs);
 
-// compute: read a micro-batch's windows from the shards and pack them (cu_seqlens).
+// compute: read a micro-batch's windows from the shards and pack them (cu_seqlens); targets whose
+// token has loss mask 0 are -1 (not trained).
 PackedBatch pack_micro_batch(const Dataset& ds, const MicroBatch& mb);
+// Sets to -1 the targets of segment `s`, packed into `b` from token `at` on, whose token has loss
+// mask 0 (nothing without masks).
+void mask_targets(const Dataset& ds, const Segment& s, PackedBatch& b, size_t at);
 std::vector<uint32_t> read_segment(const Dataset& ds, const Segment& s);
 
 }  // namespace sb

@@ -92,7 +92,8 @@ EvalResult evaluate(const Settings& s, const Comm& comm, Engine& engine, const D
     uint64_t doc = val[i], len = ds.doc_length(doc);
     if (len < 2) continue;
     uint64_t begin = len > uint64_t(cap) ? len - uint64_t(cap) : 0;  // the window holding the end
-    std::vector<uint32_t> toks = read_segment(ds, Segment{doc, begin, len - begin});
+    const Segment seg{doc, begin, len - begin};
+    std::vector<uint32_t> toks = read_segment(ds, seg);
     PackedBatch b;
     b.add(toks);
     size_t bucket = 0;
@@ -101,6 +102,11 @@ EvalResult evaluate(const Settings& s, const Comm& comm, Engine& engine, const D
     std::vector<int32_t> argmax;
     add_doc(res.dense, engine.forward(b, dense, &argmax), argmax, toks, bucket, task, begin);
     add_doc(res.sparse, engine.forward(b, sparse, &argmax), argmax, toks, bucket, task, begin);
+    if (ds.has_masks()) {  // a third, dense pass: the loss over the trained targets only
+      mask_targets(ds, seg, b, 0);
+      MicroBatchStats m = engine.forward(b, dense, nullptr);
+      res.masked_loss_sum += m.loss_sum, res.masked_targets += m.targets;
+    }
     res.docs += 1, res.tokens += int64_t(toks.size());
   }
   // Sum over ranks: pack every counter into one vector of doubles.
@@ -112,6 +118,7 @@ EvalResult evaluate(const Settings& s, const Comm& comm, Engine& engine, const D
   };
   put(res.dense), put(res.sparse);
   v.push_back(double(res.docs)), v.push_back(double(res.tokens));
+  v.push_back(res.masked_loss_sum), v.push_back(double(res.masked_targets));
   comm.allreduce_sum_inplace(v);
   size_t at = 0;
   auto get = [&](EvalPart& p) {
@@ -121,6 +128,8 @@ EvalResult evaluate(const Settings& s, const Comm& comm, Engine& engine, const D
   };
   get(res.dense), get(res.sparse);
   res.docs = int64_t(v[at++]), res.tokens = int64_t(v[at++]);
+  res.masked_loss_sum = v[at++], res.masked_targets = int64_t(v[at++]);
+  res.masked = ds.has_masks();
   return res;
 }
 

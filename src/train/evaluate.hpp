@@ -30,6 +30,11 @@ struct EvalPart {
 struct EvalResult {
   std::vector<int64_t> bucket_bounds;  // upper bounds (inclusive) of length buckets; last = no bound
   EvalPart dense, sparse;
+  // With loss masks (Dataset::has_masks): the dense loss over the trained targets only.
+  bool masked = false;
+  double masked_loss_sum = 0;
+  int64_t masked_targets = 0;
+  double masked_loss() const { return masked_targets ? masked_loss_sum / double(masked_targets) : 0; }
   int64_t docs = 0, tokens = 0;
   std::vector<uint64_t> doc_ids;  // the validation documents evaluated, in order
 };

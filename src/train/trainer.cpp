@@ -168,7 +168,7 @@ void Trainer::plan(StepState& st) {
     Plan p = make_plan(st.segs, R, M, cap, b.batching, lm_, b.dst.k0, b.plan);
     st.mine = std::move(p.ranks[size_t(me)]);
   }
-  st.targets = count_targets(st.segs);
+  st.targets = count_targets(ds_, st.segs);
 }
 
 // ---- predict: this rank's items (micro-batch x layer) at every allowed budget, summarized

@@ -67,6 +67,21 @@ TEST(Cli, PrepSynthThenInspectJson) {
   r = run("inspect " + dir + "/ds");  // the text report
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("length histogram"), std::string::npos) << r.out;
+  EXPECT_FALSE(j["loss_mask"].get<bool>());
+
+  // --mask answers: inspect counts exactly the answer tokens as trained targets.
+  r = run("prep synth --docs 80 --seed 4 --max-len 4096 --set prep.min_len=20 --mask answers --output " + dir + "/masked");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  r = run("inspect " + dir + "/masked --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  j = nlohmann::json::parse(r.out);
+  uint64_t answer_tokens = 0;
+  for (uint64_t d = 0; d < ds.num_docs(); ++d) answer_tokens += ds.task(d).end - ds.task(d).begin;
+  EXPECT_TRUE(j["loss_mask"].get<bool>());
+  EXPECT_EQ(j["trained_targets"].get<uint64_t>(), answer_tokens);
+  EXPECT_EQ(j["targets"].get<uint64_t>(), ds.num_tokens() - ds.num_docs());
+  r = run("inspect " + dir + "/masked");
+  EXPECT_NE(r.out.find("loss mask   " + std::to_string(answer_tokens) + " of "), std::string::npos) << r.out;
 }
 
 TEST(Cli, ClearErrors) {
