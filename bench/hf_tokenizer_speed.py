@@ -69,7 +69,8 @@ def main():
         return 0
     import tokenizers
     from tokenizers import Tokenizer
-    text = open(os.path.join(OUT, "tokenizer_text.txt"), encoding="utf-8").read()
+    # bytes, then decoded: text mode would turn the text's CRLFs into LF (universal newlines)
+    text = open(os.path.join(OUT, "tokenizer_text.txt"), "rb").read().decode("utf-8")
     nbytes = len(text.encode("utf-8"))
     golden = json.load(open(os.path.join(ROOT, "tests", "data", "golden", "golden_ids.json"), encoding="utf-8"))
     report = {"tokenizers": tokenizers.__version__, "python": platform.python_version(), "machine": platform.node(),
