@@ -58,15 +58,11 @@ __global__ void __launch_bounds__(BS / 16 * 32, 1) bwd_kernel(const BwdParams p)
   constexpr int LDQ = D + 4;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  int bi, g;
-  cta_item(p.items, p.Hkv, bi, g);
-  const BlockInfo b = p.blocks[bi];  // key block j = b.i
-  const int G = p.H / p.Hkv;
-  const int64_t col = p.row_base[b.doc] + int64_t(g) * b.nb + b.i;
-  const int64_t r0 = p.col_ptr[col];
-  const int nq = int(p.col_ptr[col + 1] - r0);
+  const BwdItem w = bwd_item(p);
+  const BlockInfo b = w.b;  // key block j = b.i
+  const int g = w.g, G = w.G, nq = w.nq, doc_end = w.doc_end;
+  const int64_t r0 = w.r0;
   const int niter = G * nq * NSUB;
-  const int doc_end = b.doc_t0 + b.doc_len;
   const int64_t ldq = int64_t(p.H) * D, ldk = int64_t(p.Hkv) * D;
 
   {

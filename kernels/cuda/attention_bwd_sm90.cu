@@ -45,15 +45,11 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   auto parity = [](int t) { return uint32_t(t / kStages) & 1u; };
 
   const int tid = threadIdx.x, wg = tid >> 7, wq = (tid >> 5) & 3, lane = tid & 31;
-  int bi, g;
-  cta_item(p.items, p.Hkv, bi, g);
-  const BlockInfo b = p.blocks[bi];  // key block j = b.i
-  const int G = p.H / p.Hkv;
-  const int64_t col = p.row_base[b.doc] + int64_t(g) * b.nb + b.i;
-  const int64_t r0 = p.col_ptr[col];
-  const int nq = int(p.col_ptr[col + 1] - r0);
+  const BwdItem w = bwd_item(p);
+  const BlockInfo b = w.b;  // key block j = b.i
+  const int g = w.g, G = w.G, nq = w.nq, doc_end = w.doc_end;
+  const int64_t r0 = w.r0;
   const int niter = G * nq * (kBS / kQT);
-  const int doc_end = b.doc_t0 + b.doc_len;
 
   // K, V, Q and dO by TMA from thread 0, each load completing an mbarrier; lse and Delta by cp.async.
   if (tid == 0) {

@@ -139,26 +139,7 @@ __global__ void __launch_bounds__(BS / 16 * 32) fwd_kernel(const FwdParams p) {
     __syncthreads();  // the next issue overwrites this buffer
   }
 
-#pragma unroll
-  for (int r = 0; r < 2; r++) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-  }
-  const int rloc = warp * 16 + (lane >> 2);
-#pragma unroll
-  for (int r = 0; r < 2; r++) {
-    const int rr = rloc + r * 8;
-    if (rr >= b.len) continue;
-    const int64_t t = b.t0 + rr;
-    const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
-    bf16* orow = p.out + (t * p.H + h) * D + 2 * (lane & 3);
-#pragma unroll
-    for (int n = 0; n < DN; n++)
-      *reinterpret_cast<__nv_bfloat162*>(orow + n * 8) =
-          __floats2bfloat162_rn(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
-    if ((lane & 3) == 0)
-      p.lse[t * p.H + h] = l[r] > 0.f ? (m[r] + __log2f(l[r])) * 0.69314718055994531f : INFINITY;
-  }
+  fwd_store<D>(p, b, h, warp * 16 + (lane >> 2), lane, l, m, [&](int n, int e) { return o[n][e]; });
 }
 
 template <int D, int BS>

@@ -2,8 +2,10 @@
 // attention_bwd.cu; wgmma on sm_90a: attention_*_sm90.cu), and the sm_90a launchers.
 #pragma once
 #include <cuda.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/cuda/attention_cuda.hpp"
@@ -44,6 +46,57 @@ __device__ __forceinline__ void cta_item(const int32_t* items, int n_heads, int&
   const int x = items[blockIdx.x];
   block = x / n_heads;
   head = x % n_heads;
+}
+
+// The backward CTA's work item: key block b (j = b.i) and kv head g of a group of G query heads;
+// the query blocks that see block j are col_rows[r0 .. r0 + nq) (the CSC column of j for head g).
+struct BwdItem {
+  BlockInfo b;
+  int g, G, nq, doc_end;
+  int64_t r0;
+};
+__device__ __forceinline__ BwdItem bwd_item(const BwdParams& p) {
+  BwdItem w;
+  int bi;
+  cta_item(p.items, p.Hkv, bi, w.g);
+  w.b = p.blocks[bi];
+  w.G = p.H / p.Hkv;
+  const int64_t col = p.row_base[w.b.doc] + int64_t(w.g) * w.b.nb + w.b.i;
+  w.r0 = p.col_ptr[col];
+  w.nq = int(p.col_ptr[col + 1] - w.r0);
+  w.doc_end = w.b.doc_t0 + w.b.doc_len;
+  return w;
+}
+
+// Forward epilogue, shared by the two generations: finish the row sums l across the 4 lanes of a
+// row, scale O by 1/l, store it (bf16) and the row's log-sum-exp (natural log; m is in log2 units).
+// Each thread holds rows rloc and rloc + 8 (rloc: the warp's first row + lane / 4) and, per n8
+// column chunk n, columns 2 (lane & 3) + {0, 1}. The accumulator fragment layouts differ (mma.sync:
+// o[n][4], wgmma: o[4n]), so the caller passes frag(n, e) -> element e of chunk n; it is inlined
+// to the same register accesses as before.
+template <int D, class Frag>
+__device__ __forceinline__ void fwd_store(const FwdParams& p, const BlockInfo& b, int h, int rloc, int lane,
+                                          float (&l)[2], const float (&m)[2], Frag frag) {
+  constexpr int DN = D / 8;
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    const int rr = rloc + r * 8;
+    if (rr >= b.len) continue;
+    const int64_t t = b.t0 + rr;
+    const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+    bf16* orow = p.out + (t * p.H + h) * D + 2 * (lane & 3);
+#pragma unroll
+    for (int n = 0; n < DN; n++)
+      *reinterpret_cast<__nv_bfloat162*>(orow + n * 8) =
+          __floats2bfloat162_rn(frag(n, 2 * r) * inv, frag(n, 2 * r + 1) * inv);
+    if ((lane & 3) == 0)
+      p.lse[t * p.H + h] = l[r] > 0.f ? (m[r] + __log2f(l[r])) * 0.69314718055994531f : INFINITY;
+  }
 }
 
 // Which kernels run: the wgmma ones (sm_90a build, a compute-capability 9.0 device, block 128) unless
