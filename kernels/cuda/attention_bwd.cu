@@ -45,7 +45,7 @@ __global__ void dq_convert_kernel(const float* dq_acc, bf16* dq, float scale, in
 
 template <int D, int BS>
 __global__ void __launch_bounds__(BS / 16 * 32, 1) bwd_kernel(const BwdParams p) {
-  constexpr int NW = BS / 16, NT = NW * 32, NSUB = BS / QT, DK = D / 16, DN = D / 8;
+  constexpr int NW = BS / 16, NT = NW * 32, NSUB = BS / QT, DN = D / 8;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* sK = reinterpret_cast<bf16*>(smem_raw);
   bf16* sV = sK + BS * D;
@@ -121,20 +121,7 @@ __global__ void __launch_bounds__(BS / 16 * 32, 1) bwd_kernel(const BwdParams p)
 
     // S^T = K Q^T (16 keys x QT queries per warp)
     float st[QT / 8][4];
-#pragma unroll
-    for (int n = 0; n < QT / 8; n++) st[n][0] = st[n][1] = st[n][2] = st[n][3] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < DK; kk++) {
-      uint32_t a[4];
-      lds_a<D>(a, sK, krow, kk * 16, lane);
-#pragma unroll
-      for (int np = 0; np < QT / 16; np++) {
-        uint32_t bq[4];
-        lds_b_nk<D>(bq, tQ, np * 16, kk * 16, lane);
-        mma16816(st[2 * np], a, bq[0], bq[1]);
-        mma16816(st[2 * np + 1], a, bq[2], bq[3]);
-      }
-    }
+    mma_abt<D, QT>(st, sK, krow, tQ, lane);
     // P^T = exp2(S^T * scale*log2e - lse*log2e), causal on the diagonal block
     uint32_t pt[QT / 16][4];
 #pragma unroll
@@ -160,30 +147,10 @@ __global__ void __launch_bounds__(BS / 16 * 32, 1) bwd_kernel(const BwdParams p)
     }
     // dV += P^T dO
 #pragma unroll
-    for (int kk = 0; kk < QT / 16; kk++)
-#pragma unroll
-      for (int dp = 0; dp < D / 16; dp++) {
-        uint32_t bb[4];
-        lds_b_kn<D>(bb, tdO, kk * 16, dp * 16, lane);
-        mma16816(dv[2 * dp], pt[kk], bb[0], bb[1]);
-        mma16816(dv[2 * dp + 1], pt[kk], bb[2], bb[3]);
-      }
+    for (int kk = 0; kk < QT / 16; kk++) mma_a_kn<D>(dv, pt[kk], tdO, kk * 16, lane);
     // dP^T = V dO^T
     float dpt[QT / 8][4];
-#pragma unroll
-    for (int n = 0; n < QT / 8; n++) dpt[n][0] = dpt[n][1] = dpt[n][2] = dpt[n][3] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < DK; kk++) {
-      uint32_t a[4];
-      lds_a<D>(a, sV, krow, kk * 16, lane);
-#pragma unroll
-      for (int np = 0; np < QT / 16; np++) {
-        uint32_t bq[4];
-        lds_b_nk<D>(bq, tdO, np * 16, kk * 16, lane);
-        mma16816(dpt[2 * np], a, bq[0], bq[1]);
-        mma16816(dpt[2 * np + 1], a, bq[2], bq[3]);
-      }
-    }
+    mma_abt<D, QT>(dpt, sV, krow, tdO, lane);
     // dS^T = P^T (dP^T - Delta); to registers (bf16 A fragments) and to shared memory
     uint32_t ds[QT / 16][4];
 #pragma unroll
@@ -201,14 +168,7 @@ __global__ void __launch_bounds__(BS / 16 * 32, 1) bwd_kernel(const BwdParams p)
     }
     // dK += dS^T Q
 #pragma unroll
-    for (int kk = 0; kk < QT / 16; kk++)
-#pragma unroll
-      for (int dp = 0; dp < D / 16; dp++) {
-        uint32_t bb[4];
-        lds_b_kn<D>(bb, tQ, kk * 16, dp * 16, lane);
-        mma16816(dk[2 * dp], ds[kk], bb[0], bb[1]);
-        mma16816(dk[2 * dp + 1], ds[kk], bb[2], bb[3]);
-      }
+    for (int kk = 0; kk < QT / 16; kk++) mma_a_kn<D>(dk, ds[kk], tQ, kk * 16, lane);
     __syncthreads();  // sdS complete
     // dQ (QT x D) += dS K: warp w takes query rows (w % 4) * 16 and a 1/(NW/4) slice of D
     {

@@ -128,13 +128,7 @@ __global__ void __launch_bounds__(BS / 16 * 32) fwd_kernel(const FwdParams p) {
       a[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
       a[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
       a[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#pragma unroll
-      for (int dp = 0; dp < D / 16; dp++) {
-        uint32_t vb[4];
-        lds_b_kn<D>(vb, tV, kk * 16, dp * 16, lane);
-        mma16816(o[2 * dp], a, vb[0], vb[1]);
-        mma16816(o[2 * dp + 1], a, vb[2], vb[3]);
-      }
+      mma_a_kn<D>(o, a, tV, kk * 16, lane);
     }
     __syncthreads();  // the next issue overwrites this buffer
   }

@@ -111,4 +111,37 @@ __device__ __forceinline__ void lds_a_t(uint32_t a[4], const bf16* tile, int m0,
   ldsm_x4_t(a, smem_u32(tile + swz<cols>(r, c)));
 }
 
+// acc (16 x N) = A B^T: A the 16 rows at arow of tA [rows][K], B^T from tB stored [n][K] (both
+// swizzled with K columns); the S^T = K Q^T and dP^T = V dO^T products of the backward kernel.
+template <int K, int N>
+__device__ __forceinline__ void mma_abt(float (&acc)[N / 8][4], const bf16* tA, int arow, const bf16* tB, int lane) {
+#pragma unroll
+  for (int n = 0; n < N / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < K / 16; kk++) {
+    uint32_t a[4];
+    lds_a<K>(a, tA, arow, kk * 16, lane);
+#pragma unroll
+    for (int np = 0; np < N / 16; np++) {
+      uint32_t b[4];
+      lds_b_nk<K>(b, tB, np * 16, kk * 16, lane);
+      mma16816(acc[2 * np], a, b[0], b[1]);
+      mma16816(acc[2 * np + 1], a, b[2], b[3]);
+    }
+  }
+}
+// acc (16 x D) += a (16 x 16 A fragment, registers) B, B the k-slice k0..k0+15 of tB stored [k][D]:
+// the P V, P^T dO and dS^T Q updates.
+template <int D>
+__device__ __forceinline__ void mma_a_kn(float (&acc)[D / 8][4], const uint32_t (&a)[4], const bf16* tB, int k0,
+                                         int lane) {
+#pragma unroll
+  for (int dp = 0; dp < D / 16; dp++) {
+    uint32_t b[4];
+    lds_b_kn<D>(b, tB, k0, dp * 16, lane);
+    mma16816(acc[2 * dp], a, b[0], b[1]);
+    mma16816(acc[2 * dp + 1], a, b[2], b[3]);
+  }
+}
+
 }  // namespace sb::kernels::cuda::dev
