@@ -181,13 +181,7 @@ __global__ void __launch_bounds__(BS / 16 * 32, 1) bwd_kernel(const BwdParams p)
       for (int kk = 0; kk < BS / 16; kk++) {
         uint32_t a[4];
         lds_a_t<QT>(a, sdS, m0, kk * 16, lane);
-#pragma unroll
-        for (int np = 0; np < NN / 2; np++) {
-          uint32_t bb[4];
-          lds_b_kn<D>(bb, sK, kk * 16, n0 + np * 16, lane);
-          mma16816(acc[2 * np], a, bb[0], bb[1]);
-          mma16816(acc[2 * np + 1], a, bb[2], bb[3]);
-        }
+        mma_a_kn<D, DW>(acc, a, sK, kk * 16, lane, n0);
       }
       if (p.variant != 4) {
 #pragma unroll

@@ -21,13 +21,11 @@ __global__ void __launch_bounds__(BS / 16 * 32) fwd_kernel(const FwdParams p) {
   bf16* sV = sK + 2 * KT * D;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  int bi, h;
-  cta_item(p.items, p.H, bi, h);
-  const BlockInfo b = p.blocks[bi];
-  const int G = p.H / p.Hkv, g = h / G;
-  const int64_t row = p.row_base[b.doc] + int64_t(g) * b.nb + b.i;
-  const int64_t c0 = p.row_ptr[row];
-  const int niter = int(p.row_ptr[row + 1] - c0) * NSUB;
+  const FwdItem w = fwd_item(p);
+  const BlockInfo b = w.b;
+  const int h = w.h, g = w.g;
+  const int64_t c0 = w.c0;
+  const int niter = w.ncols * NSUB;
   const int doc_end = b.doc_t0 + b.doc_len;
   const int64_t ldq = int64_t(p.H) * D, ldk = int64_t(p.Hkv) * D;
 

@@ -43,13 +43,11 @@ __global__ void __launch_bounds__(kThreads, 1) fwd_sm90_kernel(const FwdParams p
   auto parity = [](int t) { return uint32_t(t / kStages) & 1u; };  // phase of tile t's stage
 
   const int tid = threadIdx.x, wg = tid >> 7, wq = (tid >> 5) & 3, lane = tid & 31;
-  int bi, h;
-  cta_item(p.items, p.H, bi, h);
-  const BlockInfo b = p.blocks[bi];
-  const int G = p.H / p.Hkv, g = h / G;
-  const int64_t row = p.row_base[b.doc] + int64_t(g) * b.nb + b.i;
-  const int64_t c0 = p.row_ptr[row];
-  const int niter = int(p.row_ptr[row + 1] - c0);
+  const FwdItem w = fwd_item(p);
+  const BlockInfo b = w.b;
+  const int h = w.h, g = w.g;
+  const int64_t c0 = w.c0;
+  const int niter = w.ncols;
 
   if (tid == 0) {
     for (int x = 0; x < 1 + 2 * kStages; x++) mbar_init(bars + 8 * x, 1);

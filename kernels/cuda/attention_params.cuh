@@ -48,6 +48,25 @@ __device__ __forceinline__ void cta_item(const int32_t* items, int n_heads, int&
   head = x % n_heads;
 }
 
+// The forward CTA's work item: query block b, head h (kv head g); the key blocks it sees are
+// cols[c0 .. c0 + ncols) (the CSR row of b for kv head g).
+struct FwdItem {
+  BlockInfo b;
+  int h, g, ncols;
+  int64_t c0;
+};
+__device__ __forceinline__ FwdItem fwd_item(const FwdParams& p) {
+  FwdItem w;
+  int bi;
+  cta_item(p.items, p.H, bi, w.h);
+  w.b = p.blocks[bi];
+  w.g = w.h / (p.H / p.Hkv);
+  const int64_t row = p.row_base[w.b.doc] + int64_t(w.g) * w.b.nb + w.b.i;
+  w.c0 = p.row_ptr[row];
+  w.ncols = int(p.row_ptr[row + 1] - w.c0);
+  return w;
+}
+
 // The backward CTA's work item: key block b (j = b.i) and kv head g of a group of G query heads;
 // the query blocks that see block j are col_rows[r0 .. r0 + nq) (the CSC column of j for head g).
 struct BwdItem {

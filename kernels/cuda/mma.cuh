@@ -130,15 +130,15 @@ __device__ __forceinline__ void mma_abt(float (&acc)[N / 8][4], const bf16* tA, 
     }
   }
 }
-// acc (16 x D) += a (16 x 16 A fragment, registers) B, B the k-slice k0..k0+15 of tB stored [k][D]:
-// the P V, P^T dO and dS^T Q updates.
-template <int D>
-__device__ __forceinline__ void mma_a_kn(float (&acc)[D / 8][4], const uint32_t (&a)[4], const bf16* tB, int k0,
-                                         int lane) {
+// acc (16 x N) += a (16 x 16 A fragment, registers) B, B the k-slice k0..k0+15, columns n0..n0+N of
+// tB stored [k][D]: the P V, P^T dO, dS^T Q (n0 = 0, N = D) and dS K (a warp's column slice) updates.
+template <int D, int N = D>
+__device__ __forceinline__ void mma_a_kn(float (&acc)[N / 8][4], const uint32_t (&a)[4], const bf16* tB, int k0,
+                                         int lane, int n0 = 0) {
 #pragma unroll
-  for (int dp = 0; dp < D / 16; dp++) {
+  for (int dp = 0; dp < N / 16; dp++) {
     uint32_t b[4];
-    lds_b_kn<D>(b, tB, k0, dp * 16, lane);
+    lds_b_kn<D>(b, tB, k0, n0 + dp * 16, lane);
     mma16816(acc[2 * dp], a, b[0], b[1]);
     mma16816(acc[2 * dp + 1], a, b[2], b[3]);
   }
