@@ -58,10 +58,10 @@ __global__ void __launch_bounds__(BS / 16 * 32, 1) bwd_kernel(const BwdParams p)
   constexpr int LDQ = D + 4;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const BwdItem w = bwd_item(p);
+  const WorkItem w = bwd_item(p);
   const BlockInfo b = w.b;  // key block j = b.i
-  const int g = w.g, G = w.G, nq = w.nq, doc_end = w.doc_end;
-  const int64_t r0 = w.r0;
+  const int g = w.g, G = p.H / p.Hkv, nq = w.n, doc_end = b.doc_t0 + b.doc_len;
+  const int64_t r0 = w.lo;
   const int niter = G * nq * NSUB;
   const int64_t ldq = int64_t(p.H) * D, ldk = int64_t(p.Hkv) * D;
 

@@ -45,10 +45,10 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   auto parity = [](int t) { return uint32_t(t / kStages) & 1u; };
 
   const int tid = threadIdx.x, wg = tid >> 7, wq = (tid >> 5) & 3, lane = tid & 31;
-  const BwdItem w = bwd_item(p);
+  const WorkItem w = bwd_item(p);
   const BlockInfo b = w.b;  // key block j = b.i
-  const int g = w.g, G = w.G, nq = w.nq, doc_end = w.doc_end;
-  const int64_t r0 = w.r0;
+  const int g = w.g, G = p.H / p.Hkv, nq = w.n, doc_end = b.doc_t0 + b.doc_len;
+  const int64_t r0 = w.lo;
   const int niter = G * nq * (kBS / kQT);
 
   // K, V, Q and dO by TMA from thread 0, each load completing an mbarrier; lse and Delta by cp.async.

@@ -21,11 +21,11 @@ __global__ void __launch_bounds__(BS / 16 * 32) fwd_kernel(const FwdParams p) {
   bf16* sV = sK + 2 * KT * D;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const FwdItem w = fwd_item(p);
+  const WorkItem w = fwd_item(p);
   const BlockInfo b = w.b;
-  const int h = w.h, g = w.g;
-  const int64_t c0 = w.c0;
-  const int niter = w.ncols * NSUB;
+  const int h = w.head, g = w.g;
+  const int64_t c0 = w.lo;
+  const int niter = w.n * NSUB;
   const int doc_end = b.doc_t0 + b.doc_len;
   const int64_t ldq = int64_t(p.H) * D, ldk = int64_t(p.Hkv) * D;
 

@@ -43,11 +43,11 @@ __global__ void __launch_bounds__(kThreads, 1) fwd_sm90_kernel(const FwdParams p
   auto parity = [](int t) { return uint32_t(t / kStages) & 1u; };  // phase of tile t's stage
 
   const int tid = threadIdx.x, wg = tid >> 7, wq = (tid >> 5) & 3, lane = tid & 31;
-  const FwdItem w = fwd_item(p);
+  const WorkItem w = fwd_item(p);
   const BlockInfo b = w.b;
-  const int h = w.h, g = w.g;
-  const int64_t c0 = w.c0;
-  const int niter = w.ncols;
+  const int h = w.head, g = w.g;
+  const int64_t c0 = w.lo;
+  const int niter = w.n;
 
   if (tid == 0) {
     for (int x = 0; x < 1 + 2 * kStages; x++) mbar_init(bars + 8 * x, 1);

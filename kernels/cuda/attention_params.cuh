@@ -48,43 +48,32 @@ __device__ __forceinline__ void cta_item(const int32_t* items, int n_heads, int&
   head = x % n_heads;
 }
 
-// The forward CTA's work item: query block b, head h (kv head g); the key blocks it sees are
-// cols[c0 .. c0 + ncols) (the CSR row of b for kv head g).
-struct FwdItem {
+// A CTA's work item: block b, head `head` (of n_heads), its kv head g = head / group, and the
+// entries [lo, lo + n) of the block's sparse row (forward: CSR row_ptr, key blocks of query block
+// b) or column (backward: CSC col_ptr, query blocks that see key block b) for kv head g.
+struct WorkItem {
   BlockInfo b;
-  int h, g, ncols;
-  int64_t c0;
+  int head, g, n;
+  int64_t lo;
 };
-__device__ __forceinline__ FwdItem fwd_item(const FwdParams& p) {
-  FwdItem w;
+__device__ __forceinline__ WorkItem work_item(const int32_t* items, int n_heads, int group, const BlockInfo* blocks,
+                                              const int64_t* row_base, const int64_t* ptr) {
+  WorkItem w;
   int bi;
-  cta_item(p.items, p.H, bi, w.h);
-  w.b = p.blocks[bi];
-  w.g = w.h / (p.H / p.Hkv);
-  const int64_t row = p.row_base[w.b.doc] + int64_t(w.g) * w.b.nb + w.b.i;
-  w.c0 = p.row_ptr[row];
-  w.ncols = int(p.row_ptr[row + 1] - w.c0);
+  cta_item(items, n_heads, bi, w.head);
+  w.b = blocks[bi];
+  w.g = w.head / group;
+  const int64_t x = row_base[w.b.doc] + int64_t(w.g) * w.b.nb + w.b.i;
+  w.lo = ptr[x];
+  w.n = int(ptr[x + 1] - w.lo);
   return w;
 }
-
-// The backward CTA's work item: key block b (j = b.i) and kv head g of a group of G query heads;
-// the query blocks that see block j are col_rows[r0 .. r0 + nq) (the CSC column of j for head g).
-struct BwdItem {
-  BlockInfo b;
-  int g, G, nq, doc_end;
-  int64_t r0;
-};
-__device__ __forceinline__ BwdItem bwd_item(const BwdParams& p) {
-  BwdItem w;
-  int bi;
-  cta_item(p.items, p.Hkv, bi, w.g);
-  w.b = p.blocks[bi];
-  w.G = p.H / p.Hkv;
-  const int64_t col = p.row_base[w.b.doc] + int64_t(w.g) * w.b.nb + w.b.i;
-  w.r0 = p.col_ptr[col];
-  w.nq = int(p.col_ptr[col + 1] - w.r0);
-  w.doc_end = w.b.doc_t0 + w.b.doc_len;
-  return w;
+// forward: one query head per CTA; backward: one kv head (its G query heads in turn)
+__device__ __forceinline__ WorkItem fwd_item(const FwdParams& p) {
+  return work_item(p.items, p.H, p.H / p.Hkv, p.blocks, p.row_base, p.row_ptr);
+}
+__device__ __forceinline__ WorkItem bwd_item(const BwdParams& p) {
+  return work_item(p.items, p.Hkv, 1, p.blocks, p.row_base, p.col_ptr);
 }
 
 // Forward epilogue, shared by the two generations: finish the row sums l across the 4 lanes of a
