@@ -175,8 +175,8 @@ void Trainer::plan(StepState& st) {
 void Trainer::predict(StepState& st) {
   faults_.at(Faults::Phase::Predict, st.s, comm_.rank());
   const DstParams& p = set_.balance.dst;
-  dst_in_.mine = build_items(st.mine, lm_, rm_, p);
-  st.summary = pack(summarize(dst_in_.mine, p), p);
+  dst_work_.in.mine = build_items(st.mine, lm_, rm_, p);
+  st.summary = pack(summarize(dst_work_.in.mine, p), p);
 }
 
 // ---- exchange: one collective (Comm's all-gather); every summary has the same size, so ranks need
@@ -184,13 +184,13 @@ void Trainer::predict(StepState& st) {
 void Trainer::exchange(StepState& st) {
   faults_.at(Faults::Phase::Exchange, st.s, comm_.rank());
   RankExchange ex{comm_.rank(), comm_.size(), [&](auto mine, auto all) { comm_.allgather(mine, all); }};
-  exchange_summaries(ex, st.summary, dst_gathered_, dst_in_.ranks);
+  exchange_summaries(ex, st.summary, dst_work_.gathered, dst_work_.in.ranks);
 }
 
 // ---- tune: T* from every summary, then this rank's budgets (one per micro-batch and layer)
 void Trainer::tune(StepState& st) {
   faults_.at(Faults::Phase::Tune, st.s, comm_.rank());
-  st.tuned = sb::tune(dst_in_, comm_.rank(), set_.balance.dst);
+  st.tuned = sb::tune(dst_work_.in, comm_.rank(), set_.balance.dst);
   st.plan_ms = ms_since(st.t0);
 }
 

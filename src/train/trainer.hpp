@@ -68,8 +68,7 @@ class Trainer {
   AdamW opt_;
   LatencyModel lm_;
   RecallModel rm_;
-  DstInput dst_in_;  // the gathered summaries and this rank's items, reused across steps
-  std::vector<double> dst_gathered_;  // the exchange's receive buffer, reused across steps
+  DstExchange dst_work_;  // this rank's items, the receive buffer, every rank's summaries: kept across steps
   std::unique_ptr<Engine> engine_;  // compute, reduce, update on train.device
   Faults faults_;                   // train.inject_error_* (testing aid)
   DataCursor cur_;
