@@ -79,6 +79,38 @@ inline std::vector<int32_t> cta_order(const std::vector<int64_t>& work, int n_he
   return order;
 }
 
+// The mixed order as the device builds it (kernels/cuda/select_device.cu): instead of simulating the
+// list schedule, an item's finish time is bounded by prefix / slots + work, where prefix is the work
+// launched before it (a list schedule starts an item no later than that: every slot is busy until
+// then). Items whose bound exceeds the same limit go first, heaviest first with ties by index (the
+// `blocks` order restricted to them); the rest follow in the `heads` order; repeated while an item is
+// added (at most 8 passes). A permutation of the items by construction. Plain arithmetic in the order
+// the device uses, so both give the same order.
+inline std::vector<int32_t> cta_order_bounded(const std::vector<int64_t>& work, int n_heads, int slots) {
+  const std::vector<int32_t> by_work = cta_order(work, n_heads, slots, CtaOrder::blocks);
+  const std::vector<int32_t> by_head = cta_order(work, n_heads, slots, CtaOrder::heads);
+  int64_t total = 0, wmax = 0;
+  for (int64_t w : work) total += w, wmax = std::max(wmax, w);
+  const double limit = 1.03 * std::max(double(total) / double(slots), double(wmax));
+  std::vector<char> is_early(work.size(), 0);
+  std::vector<int32_t> order = by_head;
+  for (int pass = 0; pass < 8; pass++) {
+    bool moved = false;
+    int64_t prefix = 0;
+    for (int32_t x : order) {
+      if (double(prefix) / double(slots) + double(work[x]) > limit && !is_early[x]) is_early[x] = 1, moved = true;
+      prefix += work[x];
+    }
+    if (!moved) break;
+    order.clear();
+    for (int32_t x : by_work)
+      if (is_early[x]) order.push_back(x);
+    for (int32_t x : by_head)
+      if (!is_early[x]) order.push_back(x);
+  }
+  return order;
+}
+
 // Makespan of a list schedule: items in `order` each start on the earliest free of `slots` slots.
 inline double list_makespan(const std::vector<int64_t>& work, const std::vector<int32_t>& order, int slots) {
   std::priority_queue<double, std::vector<double>, std::greater<double>> free_at;

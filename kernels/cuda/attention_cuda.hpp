@@ -10,6 +10,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,19 @@ class DeviceSelection {
   void upload(const BlockSelection& sel, const int32_t* cu_seqlens_host, int ndocs, AttnShape s,
               cudaStream_t stream = nullptr);
   void release();  // frees the buffers
+  // Sizes the buffers for a selection built on the device (DeviceGating::select): n_blocks blocks of
+  // ndocs documents, rows = n_blocks x Hkv, at most max_kept kept blocks; grows only. kept is then
+  // unknown on the host (-1).
+  void reserve(int n_blocks, int ndocs, int64_t max_kept, AttnShape s, int64_t n_tokens);
+  // Host copy of everything above (tests; synchronises `stream`): the CSR as a BlockSelection (no
+  // recall), the transpose and both launch orders.
+  struct HostCopy {
+    std::vector<BlockInfo> blocks;
+    BlockSelection sel;
+    std::vector<int64_t> col_ptr;
+    std::vector<int32_t> col_rows, fwd_items, bwd_items;
+  };
+  HostCopy download(int ndocs, cudaStream_t stream = nullptr) const;
 
   int n_blocks = 0;                  // (doc, block) pairs
   int block_size = 0, n_heads = 0, n_kv_heads = 0;
@@ -81,6 +95,36 @@ void block_attention_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16
 // cu_seqlens on the host; sel is filled on the host (upload it with DeviceSelection::upload).
 GatingStats gate_blocks(const bf16* q, const bf16* k, const int32_t* cu_seqlens_host, int ndocs, AttnShape s,
                         GatingParams p, BlockSelection& sel, cudaStream_t stream = nullptr);
+
+// Gating, kept-block lists (CSR, by a scan), their transpose (CSC: bit matrix, count, scan,
+// scatter; query blocks ascending) and both CTA launch orders built on the device (select_device.cu),
+// the same kept blocks as gate_blocks above: nothing waits on the host between layers. prepare()
+// once per micro-batch (block table, per-layer budgets k into a device array, every buffer sized for
+// the worst case); reserve() each layer's DeviceSelection before the layer loop; select() per layer
+// (kernel launches only: no allocation, no copy to the host, no synchronisation); fetch_stats() once
+// after the last layer, stats() after the stream has passed it. The default mixed launch order is
+// cta_order_bounded (kernels/cta_order.hpp); SB_ATTN_ORDER=heads|blocks as for upload().
+class DeviceGating {
+ public:
+  DeviceGating();
+  ~DeviceGating();
+  DeviceGating(const DeviceGating&) = delete;
+  DeviceGating& operator=(const DeviceGating&) = delete;
+  void prepare(const int32_t* cu_seqlens_host, int ndocs, AttnShape s, const std::vector<int>& k_per_layer,
+               int local_blocks, double theta, cudaStream_t stream = nullptr);
+  void reserve(DeviceSelection& sel) const;
+  void select(const bf16* q, const bf16* k, int layer, DeviceSelection& sel, cudaStream_t stream = nullptr);
+  void fetch_stats(cudaStream_t stream = nullptr);
+  GatingStats stats(int layer) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// SB_SELECT=host builds the sparse selection on the host (gate_blocks + upload, one round trip per
+// layer), SB_SELECT=device with DeviceGating; unset: the default of select_device.cu.
+bool device_selection_enabled();
 
 // True when a CUDA device is usable (false, with the reason in *why, when not).
 bool device_available(std::string* why = nullptr);

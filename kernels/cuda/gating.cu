@@ -13,90 +13,11 @@
 
 #include "kernels/cuda/attention_cuda.hpp"
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/gating_kernels.cuh"
 
 namespace sb::kernels::cuda {
 namespace {
-
-__global__ void pool_kernel(const bf16* q, const bf16* k, const BlockInfo* blocks, int H, int Hkv, int D,
-                            double* qbar, double* kbar) {
-  const int bi = blockIdx.x, g = blockIdx.y, G = H / Hkv;
-  const BlockInfo b = blocks[bi];
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    double qs = 0.0, ks = 0.0;
-    for (int t = b.t0; t < b.t0 + b.len; t++) {
-      for (int h = g * G; h < (g + 1) * G; h++) qs = __dadd_rn(qs, double(__bfloat162float(q[(int64_t(t) * H + h) * D + d])));
-      ks = __dadd_rn(ks, double(__bfloat162float(k[(int64_t(t) * Hkv + g) * D + d])));
-    }
-    const size_t o = (size_t(bi) * Hkv + g) * D + d;
-    qbar[o] = qs / (double(b.len) * G);
-    kbar[o] = ks / double(b.len);
-  }
-}
-
-struct RowParams {
-  const BlockInfo* blocks;
-  const int32_t* block_base;  // (ndocs): index of a doc's first block in blocks
-  const int64_t* row_base;    // (ndocs + 1)
-  const double *qbar, *kbar;
-  int Hkv, D, k, w, cap;
-  double theta, scale;
-  int32_t* out_cols;  // (rows, cap)
-  int32_t* out_cnt;   // (rows)
-  float* out_recall;  // (rows)
-};
-
-__global__ void row_kernel(const RowParams p) {
-  extern __shared__ double sc[];  // (nb) scores, then (nb) chars of keep flags after them
-  const BlockInfo b = p.blocks[blockIdx.x];
-  const int g = blockIdx.y, i = b.i, nb = b.nb;
-  char* keep = reinterpret_cast<char*>(sc + nb);
-  const int base = p.block_base[b.doc];
-  const double* qi = p.qbar + (size_t(base + i) * p.Hkv + g) * p.D;
-  for (int j = threadIdx.x; j <= i; j += blockDim.x) {
-    const double* kj = p.kbar + (size_t(base + j) * p.Hkv + g) * p.D;
-    double acc = 0.0;
-    for (int d = 0; d < p.D; d++) acc = __dadd_rn(acc, __dmul_rn(qi[d], kj[d]));
-    sc[j] = __dmul_rn(acc, p.scale);
-  }
-  __syncthreads();
-  // anchor score a_i (max is order-independent)
-  double a = -INFINITY;
-  for (int j = 0; j <= i; j++)
-    if (j == 0 || j == i || j >= i - p.w) a = fmax(a, sc[j]);
-  const double thr = a - p.theta;
-  for (int j = threadIdx.x; j <= i; j += blockDim.x) {
-    const bool anchor = j == 0 || j == i || j >= i - p.w;
-    bool kept = anchor;
-    if (!anchor && sc[j] >= thr && p.k > 0) {
-      int rank = 0;
-      const double sj = sc[j];
-      for (int c = 1; c < i && rank < p.k; c++) {
-        const bool cand = !(c >= i - p.w) && sc[c] >= thr;
-        if (cand && (sc[c] > sj || (sc[c] == sj && c < j))) rank++;
-      }
-      kept = rank < p.k;
-    }
-    keep[j] = kept;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double mx = -INFINITY;
-    for (int j = 0; j <= i; j++) mx = fmax(mx, sc[j]);
-    double z = 0.0;
-    for (int j = 0; j <= i; j++) z = __dadd_rn(z, exp(__dsub_rn(sc[j], mx)));
-    const int64_t row = p.row_base[b.doc] + int64_t(g) * nb + i;
-    int32_t* cols = p.out_cols + row * p.cap;
-    int n = 0;
-    double r = 0.0;
-    for (int j = 0; j <= i; j++)
-      if (keep[j]) {
-        cols[n++] = j;
-        r = __dadd_rn(r, exp(__dsub_rn(sc[j], mx)) / z);
-      }
-    p.out_cnt[row] = n;
-    p.out_recall[row] = float(fmin(1.0, r));
-  }
-}
+using namespace gating;
 
 // Stream-ordered scratch (the device's memory pool): cudaMalloc/cudaFree per call synchronised the
 // whole device once per layer.
@@ -148,7 +69,7 @@ GatingStats gate_blocks(const bf16* q, const bf16* k, const int32_t* cu, int ndo
   pool_kernel<<<grid, std::min(D, 128), 0, stream>>>(q, k, dblocks, s.n_heads, Hkv, D, qbar, kbar);
   SB_CUDA_CHECK_LAUNCH("pool_kernel");
   RowParams rp{dblocks, dbase, drow, qbar, kbar, Hkv, D, kk, gp.local_blocks, cap, gp.theta,
-               1.0 / std::sqrt(double(D)), ocols, ocnt, orec};
+               1.0 / std::sqrt(double(D)), ocols, ocnt, orec, nullptr, 0, 0, nullptr, nullptr};
   const size_t smem = size_t(max_nb) * (sizeof(double) + 1);
   if (smem > 48 * 1024)
     SB_CUDA_CHECK(cudaFuncSetAttribute(row_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));

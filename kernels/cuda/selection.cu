@@ -15,14 +15,19 @@ namespace {
 // Grow-only: a layer's selection is uploaded every micro-batch, and cudaFree synchronises the whole
 // device, so buffers are reused while they are large enough.
 template <class T>
-T* to_device(const std::vector<T>& h, T*& d, size_t& cap, cudaStream_t stream) {
-  const size_t n = std::max<size_t>(h.size(), 1);
+T* grow(T*& d, size_t& cap, size_t n) {
+  n = std::max<size_t>(n, 1);
   if (!d || cap < n) {
     if (d) SB_CUDA_CHECK(cudaFree(d));
     d = nullptr;
     SB_CUDA_CHECK(cudaMalloc(&d, n * sizeof(T)));
     cap = n;
   }
+  return d;
+}
+template <class T>
+T* to_device(const std::vector<T>& h, T*& d, size_t& cap, cudaStream_t stream) {
+  grow(d, cap, h.size());
   if (!h.empty()) SB_CUDA_CHECK(cudaMemcpyAsync(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice, stream));
   return d;
 }
@@ -131,6 +136,44 @@ void DeviceSelection::upload(const BlockSelection& sel, const int32_t* cu, int n
   to_device(cnt, col_ptr, cap_[5], stream);
   to_device(crow, col_rows, cap_[6], stream);
   SB_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void DeviceSelection::reserve(int nblocks, int ndocs, int64_t max_kept, AttnShape s, int64_t ntokens) {
+  const size_t rows = size_t(nblocks) * s.n_kv_heads;
+  grow(blocks, cap_[0], nblocks);
+  grow(fwd_items, cap_[1], size_t(nblocks) * s.n_heads);
+  grow(bwd_items, cap_[7], size_t(nblocks) * s.n_kv_heads);
+  grow(row_base, cap_[2], size_t(ndocs) + 1);
+  grow(row_ptr, cap_[3], rows + 1);
+  grow(cols, cap_[4], size_t(max_kept));
+  grow(col_ptr, cap_[5], rows + 1);
+  grow(col_rows, cap_[6], size_t(max_kept));
+  n_blocks = nblocks;
+  block_size = s.block_size;
+  n_heads = s.n_heads;
+  n_kv_heads = s.n_kv_heads;
+  n_tokens = ntokens;
+  kept = -1;
+}
+
+DeviceSelection::HostCopy DeviceSelection::download(int ndocs, cudaStream_t stream) const {
+  HostCopy h;
+  const size_t rows = size_t(n_blocks) * n_kv_heads;
+  auto get = [&](auto& v, const auto* d, size_t n) {
+    v.resize(n);
+    if (n) SB_CUDA_CHECK(cudaMemcpyAsync(v.data(), d, n * sizeof(v[0]), cudaMemcpyDeviceToHost, stream));
+  };
+  get(h.blocks, blocks, size_t(n_blocks));
+  get(h.sel.doc_row_base, row_base, size_t(ndocs) + 1);
+  get(h.sel.row_ptr, row_ptr, rows + 1);
+  get(h.col_ptr, col_ptr, rows + 1);
+  get(h.fwd_items, fwd_items, size_t(n_blocks) * n_heads);
+  get(h.bwd_items, bwd_items, size_t(n_blocks) * n_kv_heads);
+  SB_CUDA_CHECK(cudaStreamSynchronize(stream));
+  get(h.sel.cols, cols, size_t(h.sel.row_ptr.back()));
+  get(h.col_rows, col_rows, size_t(h.col_ptr.back()));
+  SB_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return h;
 }
 
 bool device_available(std::string* why) {

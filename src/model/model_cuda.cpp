@@ -94,6 +94,7 @@ ModelCuda::ModelCuda(const ModelDims& dims, const ParamLayout& layout)
   uint64_t keep = UINT64_MAX;
   SB_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
   blas_ = std::make_unique<kc::Blas>(stream_);
+  gating_ = std::make_unique<kc::DeviceGating>();
   w32_.resize(n_), g32_.resize(n_), w16_.resize(n_);
   zero_grads();
   for (int l = 0; l < dims_.n_layers; ++l) layers_.push_back(std::make_unique<Layer>());
@@ -142,7 +143,17 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   const float eps = float(s.norm_eps);
   cudaStream_t cs = stream_;
   kc::Blas& bl = *blas_;
-  Timers timers(cs);
+  Timers timers(cs), gtimers(cs);
+  PhaseClock& ph = phases_;
+  using P = Phase;
+  // Sparse gating on the device (select_device.cu): budgets and buffers once per micro-batch, then
+  // no host round trip per layer. SB_SELECT=host keeps the host-built lists (one sync per layer).
+  const bool dev_sel = a.sparse && kc::device_selection_enabled();
+  if (dev_sel) {
+    gating_->prepare(b.cu_seqlens.data(), nd, ashape, a.k, a.local_blocks, a.theta, cs);
+    for (auto& A : layers_) gating_->reserve(A->sel);
+  }
+  ph.mark(P::elementwise, cs);
   to_device(tokens_, b.tokens, cs);
   to_device(targets_, b.targets, cs);
   to_device(pos_, b.pos, cs);
@@ -154,18 +165,27 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
     Layer& A = *layers_[l];
     const LayerParams& I = layout_.layers[size_t(l)];
     // attention block
+    ph.mark(P::elementwise, cs);
     kc::rmsnorm_fwd(x, W(I.ln1), A.xn.resize(NC), A.rstd1.resize(N), N, C, eps, cs);
+    ph.mark(P::gemm, cs);
     kc::linear_fwd(bl, A.xn.data(), W16(I.q), A.q.resize(size_t(N) * HD), N, C, HD);
     kc::linear_fwd(bl, A.xn.data(), W16(I.k), A.k.resize(size_t(N) * KD), N, C, KD);
     kc::linear_fwd(bl, A.xn.data(), W16(I.v), A.v.resize(size_t(N) * KD), N, C, KD);
+    ph.mark(P::elementwise, cs);
     kc::rope_fwd(A.q.data(), pos_.data(), N, H, D, s.rope_theta, cs);
     kc::rope_fwd(A.k.data(), pos_.data(), N, Hkv, D, s.rope_theta, cs);
-    // Gating decides on the device and builds the CSR on the host (it synchronises), so its wall
-    // time is its cost on the critical path.
+    // Host path: gating decides on the device and builds the CSR on the host (it synchronises), so
+    // its wall time is its cost on the critical path.
     // Dense attention keeps every causal block in every layer: one selection per micro-batch.
+    ph.mark(P::gating, cs);
     if (!a.sparse && l > 0) {
       A.selp = layers_[0]->selp;
       st.gating[l] = st.gating[0];
+    } else if (dev_sel) {
+      const size_t tg = gtimers.start();
+      gating_->select(A.q.data(), A.k.data(), l, A.sel, cs);
+      gtimers.stop(tg);
+      A.selp = &A.sel;
     } else {
       SB_CUDA_CHECK(cudaStreamSynchronize(cs));
       const auto tg = Clock::now();
@@ -177,25 +197,33 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
       A.selp = &A.sel;
       st.gating_ms += ms_since(tg);
     }
+    ph.mark(P::attn_fwd, cs);
     const size_t ta = timers.start();
     kc::block_attention_fwd(A.q.data(), A.k.data(), A.v.data(), *A.selp, ashape, A.att.resize(size_t(N) * HD),
                             A.lse.resize(size_t(N) * H), cs);
     timers.stop(ta);
     // x_mid = x_in + o(att): the GEMM adds into a copy of the stream
+    ph.mark(P::gemm, cs);
     float* xm = A.x_mid.resize(NC);
     SB_CUDA_CHECK(cudaMemcpyAsync(xm, x, NC * sizeof(float), cudaMemcpyDeviceToDevice, cs));
     kc::gemm(bl, false, true, N, C, HD, 1.f, A.att.data(), HD, W16(I.o), HD, 1.f, xm, C);
     // MLP block
+    ph.mark(P::elementwise, cs);
     kc::rmsnorm_fwd(xm, W(I.ln2), A.xn2.resize(NC), A.rstd2.resize(N), N, C, eps, cs);
+    ph.mark(P::gemm, cs);
     kc::linear_fwd(bl, A.xn2.data(), W16(I.gate), A.gate.resize(NF), N, C, F);
     kc::linear_fwd(bl, A.xn2.data(), W16(I.up), A.up.resize(NF), N, C, F);
+    ph.mark(P::elementwise, cs);
     kc::swiglu_fwd(A.gate.data(), A.up.data(), A.h.resize(NF), NF, cs);
+    ph.mark(P::gemm, cs);
     float* xo = l + 1 < L ? layers_[l + 1]->x_in.resize(NC) : xs_top_.resize(NC);  // the next layer's input
     SB_CUDA_CHECK(cudaMemcpyAsync(xo, xm, NC * sizeof(float), cudaMemcpyDeviceToDevice, cs));
     kc::gemm(bl, false, true, N, C, F, 1.f, A.h.data(), F, W16(I.down), F, 1.f, xo, C);
     x = xo;
   }
   // x is the last layer's output (xs_top_)
+  if (dev_sel) gating_->fetch_stats(cs);
+  ph.mark(P::head_loss, cs);
   kc::rmsnorm_fwd(x, W(layout_.norm), xf_.resize(NC), rstdf_.resize(N), N, C, eps, cs);
   kc::linear_fwd(bl, xf_.data(), W16(layout_.head), logits_.resize(size_t(N) * V), N, C, V);  // (N, V) fp32
   kc::cross_entropy(logits_.data(), targets_.data(), loss_.resize(N), backward ? dlogits_.resize(size_t(N) * V) : nullptr,
@@ -211,6 +239,7 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
     float* dxn = dxn_.resize(NC);
     bf16* dx16 = dx16_.resize(NC);
     SB_CUDA_CHECK(cudaMemsetAsync(dx, 0, NC * sizeof(float), cs));
+    ph.mark(P::head_loss, cs);
     kc::linear_bwd(bl, xf_.data(), W16(layout_.head), dlogits_.data(), dxf_.resize(NC), false, G(layout_.head), N, C, V);
     kc::rmsnorm_bwd(xs_top_.data(), W(layout_.norm), rstdf_.data(), dxf_.data(), dx, G(layout_.norm), N, C, cs);
     bf16 *dh = dh_.resize(NF), *dg = dg_.resize(NF), *du = du_.resize(NF);
@@ -221,30 +250,47 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
       Layer& A = *layers_[l];
       const LayerParams& I = layout_.layers[size_t(l)];
       // MLP block: x_out = x_mid + down(swiglu(gate(xn2), up(xn2)))
+      ph.mark(P::elementwise, cs);
       kc::to_bf16(dx, dx16, NC, cs);
+      ph.mark(P::gemm, cs);
       kc::linear_bwd(bl, A.h.data(), W16(I.down), dx16, dh, false, G(I.down), N, F, C);
+      ph.mark(P::elementwise, cs);
       kc::swiglu_bwd(A.gate.data(), A.up.data(), dh, dg, du, NF, cs);
+      ph.mark(P::gemm, cs);
       kc::linear_bwd(bl, A.xn2.data(), W16(I.gate), dg, dxn, false, G(I.gate), N, C, F);
       kc::linear_bwd(bl, A.xn2.data(), W16(I.up), du, dxn, true, G(I.up), N, C, F);
+      ph.mark(P::elementwise, cs);
       kc::rmsnorm_bwd(A.x_mid.data(), W(I.ln2), A.rstd2.data(), dxn, dx, G(I.ln2), N, C, cs);
       // attention block: x_mid = x_in + o(attn(rope(q(xn)), rope(k(xn)), v(xn)))
       kc::to_bf16(dx, dx16, NC, cs);
+      ph.mark(P::gemm, cs);
       kc::linear_bwd(bl, A.att.data(), W16(I.o), dx16, datt, false, G(I.o), N, HD, C);
+      ph.mark(P::attn_bwd, cs);
       const size_t ta = timers.start();
       kc::block_attention_bwd(A.q.data(), A.k.data(), A.v.data(), A.att.data(), A.lse.data(), datt, *A.selp, ashape,
                               dq, dk, dv, ws, cs);
       timers.stop(ta);
+      ph.mark(P::elementwise, cs);
       kc::rope_bwd(dq, pos_.data(), N, H, D, s.rope_theta, cs);
+      ph.mark(P::gemm, cs);
       kc::rope_bwd(dk, pos_.data(), N, Hkv, D, s.rope_theta, cs);
       kc::linear_bwd(bl, A.xn.data(), W16(I.q), dq, dxn, false, G(I.q), N, C, HD);
       kc::linear_bwd(bl, A.xn.data(), W16(I.k), dk, dxn, true, G(I.k), N, C, KD);
       kc::linear_bwd(bl, A.xn.data(), W16(I.v), dv, dxn, true, G(I.v), N, C, KD);
+      ph.mark(P::elementwise, cs);
       kc::rmsnorm_bwd(A.x_in.data(), W(I.ln1), A.rstd1.data(), dxn, dx, G(I.ln1), N, C, cs);
       if (layer_done) layer_done(l);
     }
+    ph.mark(P::elementwise, cs);
     kc::embedding_bwd(tokens_.data(), dx, G(layout_.embed), N, C, cs);
   }
+  ph.end(cs);
   SB_CUDA_CHECK(cudaStreamSynchronize(cs));
+  ph.collect();
+  if (dev_sel) {
+    for (int l = 0; l < L; ++l) st.gating[l] = gating_->stats(l);
+    st.gating_ms = gtimers.total_ms();
+  }
   for (int t = 0; t < N; ++t) {
     if (b.targets[t] < 0) continue;
     st.loss_sum += double(loss[t]);

@@ -15,6 +15,7 @@
 #include "kernels/cuda/attention_cuda.hpp"
 #include "kernels/cuda/ops_cuda.hpp"
 #include "src/model/model.hpp"
+#include "src/model/phase_clock_cuda.hpp"
 
 namespace sb {
 
@@ -74,6 +75,9 @@ class ModelCuda {
   size_t size() const { return n_; }
   void zero_grads();
   cudaStream_t stream() const { return stream_; }
+  // Per-phase GPU times (SB_PHASE_TIMES=1): run() marks its phases and collects them at its end;
+  // the engine adds the optimizer and all-reduce and reads the totals.
+  PhaseClock& phases() { return phases_; }
 
  private:
   struct Layer;
@@ -97,6 +101,8 @@ class ModelCuda {
   DeviceArray<float> xs_top_, rstdf_, logits_, loss_, dxf_, dx_, dxn_;
   DeviceArray<bf16> xf_, dlogits_, dx16_, dh_, dg_, du_, datt_, dq_, dk_, dv_;
   DeviceArray<unsigned char> attn_ws_;
+  std::unique_ptr<kernels::cuda::DeviceGating> gating_;  // sparse selection on the device
+  PhaseClock phases_;
 };
 
 }  // namespace sb

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <string>
 
@@ -86,6 +87,7 @@ class CudaEngine final : public Engine {
   // the parameters outside the layers (embedding, final norm, head: the embedding's gradient is
   // complete only after the whole backward).
   void reduce_gradients() override {
+    gpu_->phases().mark(Phase::allreduce, gpu_->stream());
     SB_CUDA_CHECK(cudaStreamSynchronize(gpu_->stream()));
     if (!nccl_) {
       reducer_->allreduce_sum(gpu_->grads(), gpu_->size());
@@ -100,9 +102,13 @@ class CudaEngine final : public Engine {
     nccl_->finish();
     std::fill(reduced_.begin(), reduced_.end(), 0);
   }
-  double gradient_norm() override { return std::sqrt(kc::sum_squares(gpu_->grads(), gpu_->size(), gpu_->stream())); }
+  double gradient_norm() override {
+    gpu_->phases().mark(Phase::optimizer, gpu_->stream());
+    return std::sqrt(kc::sum_squares(gpu_->grads(), gpu_->size(), gpu_->stream()));
+  }
   // The host optimizer's step (schedule, clip factor, per-tensor arguments) with CUDA arithmetic.
   void update(double grad_norm, double lr, int64_t step) override {
+    gpu_->phases().mark(Phase::optimizer, gpu_->stream());
     opt_.step(
         model_.layout(), grad_norm, lr, step,
         [&](float c) { kc::scale_inplace(gpu_->grads(), c, gpu_->size(), gpu_->stream()); },
@@ -111,7 +117,9 @@ class CudaEngine final : public Engine {
                     m_.data() + p.offset, v_.data() + p.offset, p.size, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay,
                     a.step, gpu_->stream());
         });
+    gpu_->phases().end(gpu_->stream());
     SB_CUDA_CHECK(cudaStreamSynchronize(gpu_->stream()));
+    print_phases(step);
   }
   uint64_t weights_hash() override {
     gpu_->download_weights(scratch_);
@@ -143,6 +151,7 @@ class CudaEngine final : public Engine {
   const Comm& comm_;
   std::string gpu_name_;
   void start_layer(int l) {
+    gpu_->phases().mark(Phase::allreduce, gpu_->stream());
     const auto [lo, hi] = gpu_->layer_range(l);
     nccl_->allreduce_sum_async(gpu_->grads() + lo, hi - lo, gpu_->stream());
     reduced_[size_t(l)] = 1;
@@ -173,6 +182,29 @@ class CudaEngine final : public Engine {
   NcclGradReducer* nccl_ = nullptr;  // set when train.overlap_reduce and NCCL: sums overlap the last backward
   std::vector<char> reduced_;        // per layer: its sum started this step
   std::vector<float> scratch_;
+  std::chrono::steady_clock::time_point phase_t0_ = std::chrono::steady_clock::now();
+
+  // SB_PHASE_TIMES=1: one line per step on rank 0, GPU ms per phase since the last step's end and
+  // the idle remainder of the step's wall time (src/model/phase_clock_cuda.hpp).
+  void print_phases(int64_t step) {
+    PhaseClock& ph = gpu_->phases();
+    if (!ph.on()) return;
+    ph.collect();
+    const auto now = std::chrono::steady_clock::now();
+    const double wall = std::chrono::duration<double, std::milli>(now - phase_t0_).count();
+    phase_t0_ = now;
+    double busy = 0;
+    std::string line = "phases step " + std::to_string(step) + " (ms):";
+    char buf[96];
+    for (int p = 0; p < kPhases; ++p) {
+      busy += ph.totals()[size_t(p)];
+      std::snprintf(buf, sizeof buf, " %s %.1f |", kPhaseNames[size_t(p)], ph.totals()[size_t(p)]);
+      line += buf;
+    }
+    std::snprintf(buf, sizeof buf, " idle %.1f | wall %.1f", std::max(0.0, wall - busy), wall);
+    if (comm_.root()) std::printf("%s%s\n", line.c_str(), buf);
+    ph.totals().fill(0.0);
+  }
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // CTA launch order of the attention kernels (kernels/cta_order.hpp): every order is a permutation
 // with its defining sort, and the default (mixed) removes the tail of the head-outer order on the
-// shapes that have one while leaving almost every item in head-outer order (L2 reuse).
+// shapes that have one while leaving almost every item in head-outer order (L2 reuse); so does the
+// variant the device builds (cta_order_bounded).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -104,6 +105,28 @@ TEST(CtaOrder, MixedKeepsTheHeadOrderOfADenseTriangle) {
   for (int32_t x : heads_o)
     if (std::find(mixed_o.begin(), mixed_o.begin() + moved, x) == mixed_o.begin() + moved) expect.push_back(x);
   EXPECT_EQ(rest, expect);
+}
+
+// The device's variant of mixed (finish times bounded, not simulated): a permutation, the sink
+// tail removed as mixed removes it, the dense triangle left almost in head-outer order.
+TEST(CtaOrder, BoundedOrderBalancesAsMixedDoes) {
+  const int slots = 132;
+  for (const auto& [w, nh] : {std::pair{sink(64, 32, 3), 32}, std::pair{sink(256, 2, 5), 2}, std::pair{triangle(128, 32), 32},
+                              std::pair{triangle(256, 10), 10}}) {
+    const auto o = k::cta_order_bounded(w, nh, slots);
+    ASSERT_EQ(o.size(), w.size());
+    std::vector<int> seen(w.size(), 0);
+    for (int32_t x : o) seen.at(size_t(x))++;
+    for (int c : seen) EXPECT_EQ(c, 1);
+    const double mixed = k::list_makespan(w, k::cta_order(w, nh, slots, k::CtaOrder::mixed), slots);
+    const double bounded = k::list_makespan(w, o, slots);
+    const auto heads_o = k::cta_order(w, nh, slots, k::CtaOrder::heads);
+    size_t moved = 0;
+    while (moved < o.size() && o[moved] != heads_o[0]) moved++;
+    std::printf("items %zu: mixed %.1f bounded %.1f, %zu moved to the front\n", w.size(), mixed, bounded, moved);
+    EXPECT_LE(bounded, 1.03 * mixed);
+    EXPECT_LT(moved, w.size() / 4);
+  }
 }
 
 TEST(CtaOrder, ParsesTheSwitch) {
