@@ -7,7 +7,8 @@
 # stream sync per layer: the old path) and device (kernels/cuda/select_device.cu).
 # Run on the GPU machine after jobs/gpu/build_on_gpu.sh (SB = the binary it built):
 #   L=32768 STEPS=6 SELECTS="host device" bash bench/gpu_phase_breakdown.sh
-# Prints each run's per-step lines and a table: median over steps 3.. (the first two warm up).
+# Per path one plain run (tokens/s) and one with the events; prints the per-step phase lines and a
+# table ($OUT/phase_table.md): median over steps 3.. (the first two warm up).
 set -uo pipefail
 SB=${SB:-build-gpu/src/sparsebalance}
 OUTDIR=${OUT:-gpu-out}
@@ -18,15 +19,19 @@ mkdir -p "$OUTDIR" runs/gpu_e2e
 data=runs/gpu_e2e/data_$L
 [ -f "$data/shard_00000.h5" ] || "$SB" prep synth --preset fixed --docs 24 --max-len "$L" --min-len "$L" \
     --output "$data" > /dev/null || exit 1
+# per path: a plain run (tokens/s without the events) and one with SB_PHASE_TIMES=1
 for sel in $SELECTS; do
-  rm -rf runs/gpu_e2e/ckpt_phase_$sel
-  SB_SELECT=$sel SB_PHASE_TIMES=1 "$SB" train configs/gpu_0p5b.toml --set data.path="$data" --set data.val_fraction=0 \
-    --set train.micro_batch_tokens="$L" --set train.global_batch_tokens=$((2 * L)) --set train.steps="$STEPS" \
-    --set attention.mode=sparse --set balance.tuning=dst --set checkpoint.dir=runs/gpu_e2e/ckpt_phase_$sel \
-    --set log.path=runs/gpu_e2e/metrics_phase_$sel.h5 --summary runs/gpu_e2e/phase_$sel.json \
-    > "$OUTDIR/phase_$sel.log" 2>&1 || { echo "train failed (SB_SELECT=$sel):"; tail -20 "$OUTDIR/phase_$sel.log"; continue; }
-  rm -rf runs/gpu_e2e/ckpt_phase_$sel
-  grep "^phases" "$OUTDIR/phase_$sel.log"
+  for pt in 0 1; do
+    run=${sel}_$pt
+    rm -rf runs/gpu_e2e/ckpt_phase_$run
+    SB_SELECT=$sel SB_PHASE_TIMES=$pt "$SB" train configs/gpu_0p5b.toml --set data.path="$data" --set data.val_fraction=0 \
+      --set train.micro_batch_tokens="$L" --set train.global_batch_tokens=$((2 * L)) --set train.steps="$STEPS" \
+      --set attention.mode=sparse --set balance.tuning=dst --set checkpoint.dir=runs/gpu_e2e/ckpt_phase_$run \
+      --set log.path=runs/gpu_e2e/metrics_phase_$run.h5 --summary runs/gpu_e2e/phase_$run.json \
+      > "$OUTDIR/phase_$run.log" 2>&1 || { echo "train failed (SB_SELECT=$sel SB_PHASE_TIMES=$pt):"; tail -20 "$OUTDIR/phase_$run.log"; continue; }
+    rm -rf runs/gpu_e2e/ckpt_phase_$run
+    grep "^phases" "$OUTDIR/phase_$run.log"
+  done
 done
 python3 - "$OUTDIR" "$L" $SELECTS <<'PY' | tee "$OUTDIR/phase_table.md"
 import json, re, statistics, sys
@@ -34,8 +39,9 @@ out, L, sels = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 cols, table = None, {}
 for sel in sels:
     try:
-        lines = [l for l in open(f"{out}/phase_{sel}.log") if l.startswith("phases step")]
-        summ = json.load(open(f"runs/gpu_e2e/phase_{sel}.json"))
+        lines = [l for l in open(f"{out}/phase_{sel}_1.log") if l.startswith("phases step")]
+        summ = json.load(open(f"runs/gpu_e2e/phase_{sel}_0.json"))
+        summ1 = json.load(open(f"runs/gpu_e2e/phase_{sel}_1.json"))
     except OSError:
         continue
     rows = []
@@ -48,14 +54,17 @@ for sel in sels:
     if not rows: continue
     med = [statistics.median(r[i] for r in rows) for i in range(len(cols))]
     ms = statistics.median(summ["step_ms"][2:] or summ["step_ms"])
-    table[sel] = (med, ms, summ.get("mean_density", 0))
+    ms1 = statistics.median(summ1["step_ms"][2:] or summ1["step_ms"])
+    table[sel] = (med, ms, summ.get("mean_density", 0), ms1, summ["first_loss"], summ["last_loss"])
 if cols:
     print(f"L={L}, median over steps 3.. (ms per step of 2 micro-batches)\n")
     print("| phase | " + " | ".join(f"SB_SELECT={s}" for s in table) + " |")
     print("|---|" + "---:|" * len(table))
     for i, c in enumerate(cols):
         print(f"| {c} | " + " | ".join(f"{table[s][0][i]:.1f}" for s in table) + " |")
-    print("| step ms (summary) | " + " | ".join(f"{table[s][1]:.1f}" for s in table) + " |")
+    print("| step ms, events on (summary) | " + " | ".join(f"{table[s][3]:.1f}" for s in table) + " |")
+    print("| step ms, plain run (summary) | " + " | ".join(f"{table[s][1]:.1f}" for s in table) + " |")
     print("| tokens/s | " + " | ".join(f"{2 * L / (table[s][1] / 1e3):,.0f}" for s in table) + " |")
     print("| density | " + " | ".join(f"{table[s][2]:.4f}" for s in table) + " |")
+    print("| loss first -> last | " + " | ".join(f"{table[s][4]:.3f} -> {table[s][5]:.3f}" for s in table) + " |")
 PY

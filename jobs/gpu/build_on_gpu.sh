@@ -13,6 +13,8 @@
 #             long-tail corpus, the one-GPU latency fit, 1 GPU vs all (NGPU, STEPS pass through)
 #   e2e       bench/gpu_e2e.sh: train the 0.47B model of configs/gpu_0p5b.toml, dense and sparse, beside
 #             PyTorch (LENS, STEPS, TORCH=0|1 pass through)
+#   phases    bench/gpu_phase_breakdown.sh: per-phase GPU time of sparse steps (CUDA events), the
+#             host-built selection against the device-built one (L, STEPS, SELECTS pass through)
 #   overlap   bench/gpu_overlap.sh: the gradient all-reduce overlapped with the last backward against
 #             after it, one rank per GPU (NGPU, L, STEPS, ROUNDS pass through)
 #   none      build only (BUILD_TARGETS narrows what is built; BUILD_DIR, DEBS, OUT as below)
@@ -96,6 +98,9 @@ for st in $STAGES; do
     e2e)
       log "e2e"
       SB=$B/src/sparsebalance OUT=$OUTDIR timeout 560 bash bench/gpu_e2e.sh 2>&1 | tee "$OUTDIR/e2e.log" || rc=1 ;;
+    phases)
+      log "phases"
+      SB=$B/src/sparsebalance OUT=$OUTDIR timeout 560 bash bench/gpu_phase_breakdown.sh 2>&1 | tee "$OUTDIR/phases.log" || rc=1 ;;
     overlap)
       log "overlap"
       SB=$B/src/sparsebalance OUT=$OUTDIR timeout 560 bash bench/gpu_overlap.sh 2>&1 | tee "$OUTDIR/overlap.log" || rc=1 ;;
