@@ -4,6 +4,7 @@
 // transposed selection) in 64-query tiles, Q/dO double-buffered with cp.async:
 //   S^T = K Q^T, P^T = exp(S^T - lse), dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - Delta),
 //   dK += dS^T Q, dQ += dS K (fp32 atomics into a workspace, scaled and rounded to bf16 at the end).
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
@@ -261,9 +262,34 @@ int bwd_variant() {
   return v;
 }
 
-size_t block_attention_bwd_workspace(int64_t n_tokens, AttnShape s) {
+// The column split of the wgmma backward (BwdParams::chunk). One CTA per (key block, kv head) walks
+// every query tile that keeps the block; with the always-kept sink block that column holds every
+// query block of the document (x the group), 6x a fair share of an SM at 32K, and bounded the whole
+// backward (bench/RESULTS.md). SB_ATTN_BWD_CHUNK=N: at most N tiles per CTA, 0 never split; unset:
+// the longest possible column (the longest document x the group) in at most 16 chunks, and never
+// below 128 tiles a chunk (the K, V loads and the fp32 dK, dV adds stay a few % of a chunk).
+namespace {
+int g_bwd_chunk = [] {
+  const char* e = std::getenv("SB_ATTN_BWD_CHUNK");
+  return e ? std::max(0, std::atoi(e)) : -1;
+}();
+size_t dkv_acc_offset(int64_t n_tokens, AttnShape s) {
   const size_t rows = size_t(n_tokens) * s.n_heads;
-  return rows * s.head_dim * sizeof(float) + rows * sizeof(float);
+  return (rows * (s.head_dim + 1) * sizeof(float) + 255) / 256 * 256;
+}
+void column_split(BwdParams& p, int max_doc_blocks, int block_size) {
+  const int bound = std::max(1, (p.H / p.Hkv) * max_doc_blocks * (block_size / 64));
+  p.chunk = g_bwd_chunk >= 0 ? g_bwd_chunk : std::max(128, (bound + 15) / 16);
+  p.n_split = p.chunk > 0 ? std::max(1, (bound + p.chunk - 1) / p.chunk) : 1;
+}
+}  // namespace
+
+void set_bwd_column_chunk(int tiles) { g_bwd_chunk = std::max(-1, tiles); }
+
+// The workspace: dq_acc (N x H x D), delta (N x H), then (at a 256-byte boundary) the column
+// split's dkv_acc (2 x N x Hkv x D), all fp32.
+size_t block_attention_bwd_workspace(int64_t n_tokens, AttnShape s) {
+  return dkv_acc_offset(n_tokens, s) + 2 * size_t(n_tokens) * s.n_kv_heads * s.head_dim * sizeof(float);
 }
 
 void block_attention_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16* out, const float* lse,
@@ -289,7 +315,14 @@ void block_attention_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16
   BwdParams p{q, k, v, dout, lse, delta, dq_acc, dk, dv, sel.blocks, sel.row_base, sel.col_ptr, sel.col_rows,
               s.n_heads, s.n_kv_heads, float(scale), float(1.4426950408889634 * scale), sel.bwd_items,
               bwd_variant()};
-  if (use_sm90(s.block_size)) launch_bwd_sm90(p, D, sel.n_blocks, sel.n_tokens, stream);
+  if (use_sm90(s.block_size)) {
+    column_split(p, sel.max_doc_blocks, s.block_size);
+    p.n_tokens = sel.n_tokens;
+    p.dkv_acc = reinterpret_cast<float*>(static_cast<char*>(workspace) + dkv_acc_offset(sel.n_tokens, s));
+    if (p.chunk > 0)
+      SB_CUDA_CHECK(cudaMemsetAsync(p.dkv_acc, 0, 2 * size_t(sel.n_tokens) * s.n_kv_heads * D * sizeof(float), stream));
+    launch_bwd_sm90(p, D, sel.n_blocks, sel.n_tokens, stream);
+  }
   else if (D == 64 && s.block_size == 64) launch_bwd<64, 64>(p, sel.n_blocks, stream);
   else if (D == 64 && s.block_size == 128) launch_bwd<64, 128>(p, sel.n_blocks, stream);
   else if (D == 128 && s.block_size == 64) launch_bwd<128, 64>(p, sel.n_blocks, stream);

@@ -49,7 +49,13 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   const BlockInfo b = w.b;  // key block j = b.i
   const int g = w.g, G = p.H / p.Hkv, nq = w.n, doc_end = b.doc_t0 + b.doc_len;
   const int64_t r0 = w.lo;
-  const int niter = G * nq * (kBS / kQT);
+  // The column's tiles (head x query block x half); with the column split this CTA takes chunk s
+  // of them (the last chunk any remainder, so a low bound on the host loses nothing).
+  const int total = G * nq * (kBS / kQT), s = int(blockIdx.x) % p.n_split;
+  const bool split = p.chunk > 0 && total > p.chunk;
+  if (s > 0 && (!split || s * p.chunk >= total)) return;  // a spare CTA: the whole CTA leaves
+  const int it0 = split ? s * p.chunk : 0;
+  const int niter = !split ? total : s == p.n_split - 1 ? total - it0 : min(p.chunk, total - it0);
 
   // K, V, Q and dO by TMA from thread 0, each load completing an mbarrier; lse and Delta by cp.async.
   if (tid == 0) {
@@ -63,7 +69,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     tma_tile<kBS, D>(sV, &maps.v, bars, g, b.t0);
   }
   auto decode = [&](int it, int& h, int& i, int& qt0, int& nvalid) {
-    const int sub = it & 1, rest = it >> 1;
+    const int x = it0 + it, sub = x & 1, rest = x >> 1;
     const int hh = G == 1 ? 0 : rest / nq;  // no integer division for MHA: the kernel is issue-bound
     h = g * G + hh;
     i = p.col_rows[r0 + rest - hh * nq];
@@ -284,11 +290,22 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   cp_async_wait<0>();
   if (p.variant == 2) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 
+  const int64_t kv_elems = p.n_tokens * p.Hkv * D;
 #pragma unroll
   for (int r = 0; r < 2; r++) {
     const int kr = kloc + r * 8;
     if (kr >= b.len) continue;
     const int64_t off = ((int64_t(b.t0) + kr) * p.Hkv + g) * D + 2 * (lane & 3);
+    if (split) {  // a share of the column: add it up in fp32 (dkv_convert_kernel stores the bf16)
+#pragma unroll
+      for (int n = 0; n < DN; n++) {
+        atomicAdd(reinterpret_cast<float2*>(p.dkv_acc + off + n * 8),
+                  make_float2(dk[4 * n + 2 * r] * p.scale, dk[4 * n + 2 * r + 1] * p.scale));
+        atomicAdd(reinterpret_cast<float2*>(p.dkv_acc + kv_elems + off + n * 8),
+                  make_float2(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]));
+      }
+      continue;
+    }
 #pragma unroll
     for (int n = 0; n < DN; n++) {
       *reinterpret_cast<__nv_bfloat162*>(p.dk + off + n * 8) =
@@ -302,6 +319,25 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
 #endif
 }
 
+// dK, dV of the split columns: their fp32 sums -> bf16. A column of at most `chunk` tiles was
+// stored by its one CTA, so its CTA here leaves at once (the same test as the kernel's).
+template <int D>
+__global__ void dkv_convert_kernel(const BwdParams p) {
+  const int bi = int(blockIdx.x) / p.Hkv, g = int(blockIdx.x) % p.Hkv;
+  const BlockInfo b = p.blocks[bi];
+  const int64_t x = p.row_base[b.doc] + int64_t(g) * b.nb + b.i;
+  const int total = (p.H / p.Hkv) * int(p.col_ptr[x + 1] - p.col_ptr[x]) * (kBS / kQT);
+  if (total <= p.chunk) return;
+  const int64_t kv = p.n_tokens * p.Hkv * D;
+  for (int e = 2 * int(threadIdx.x); e < b.len * D; e += 2 * int(blockDim.x)) {
+    const int64_t off = ((int64_t(b.t0) + e / D) * p.Hkv + g) * D + e % D;
+    const float2 a = *reinterpret_cast<const float2*>(p.dkv_acc + off);
+    const float2 c = *reinterpret_cast<const float2*>(p.dkv_acc + kv + off);
+    *reinterpret_cast<__nv_bfloat162*>(p.dk + off) = __floats2bfloat162_rn(a.x, a.y);
+    *reinterpret_cast<__nv_bfloat162*>(p.dv + off) = __floats2bfloat162_rn(c.x, c.y);
+  }
+}
+
 template <int D, bool KS>
 void launch(const BwdParams& p, int n_blocks, int64_t n_tokens, cudaStream_t stream) {
   // K, V; kStages x (Q, dO); dS^T; lse and Delta (kStages x QT each); dQ staging; mbarriers; slack
@@ -311,8 +347,12 @@ void launch(const BwdParams& p, int n_blocks, int64_t n_tokens, cudaStream_t str
   SB_CUDA_CHECK(cudaFuncSetAttribute(bwd_sm90_kernel<D, KS>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const BwdMaps maps{tile_map(p.q, n_tokens, p.H, D, kQT), tile_map(p.dout, n_tokens, p.H, D, kQT),
                      tile_map(p.k, n_tokens, p.Hkv, D, kBS), tile_map(p.v, n_tokens, p.Hkv, D, kBS)};
-  bwd_sm90_kernel<D, KS><<<n_blocks * p.Hkv, kThreads, smem, stream>>>(p, maps);
+  bwd_sm90_kernel<D, KS><<<n_blocks * p.Hkv * p.n_split, kThreads, smem, stream>>>(p, maps);
   SB_CUDA_CHECK_LAUNCH("bwd_sm90_kernel");
+  if (p.chunk > 0) {
+    dkv_convert_kernel<D><<<n_blocks * p.Hkv, 256, 0, stream>>>(p);
+    SB_CUDA_CHECK_LAUNCH("dkv_convert_kernel");
+  }
 }
 }  // namespace
 

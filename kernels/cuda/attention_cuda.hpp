@@ -42,7 +42,7 @@ class DeviceSelection {
   // Sizes the buffers for a selection built on the device (DeviceGating::select): n_blocks blocks of
   // ndocs documents, rows = n_blocks x Hkv, at most max_kept kept blocks; grows only. kept is then
   // unknown on the host (-1).
-  void reserve(int n_blocks, int ndocs, int64_t max_kept, AttnShape s, int64_t n_tokens);
+  void reserve(int n_blocks, int ndocs, int64_t max_kept, AttnShape s, int64_t n_tokens, int max_doc_blocks);
   // Host copy of everything above (tests; synchronises `stream`): the CSR as a BlockSelection (no
   // recall), the transpose and both launch orders.
   struct HostCopy {
@@ -56,6 +56,7 @@ class DeviceSelection {
   int n_blocks = 0;                  // (doc, block) pairs
   int block_size = 0, n_heads = 0, n_kv_heads = 0;
   int64_t n_tokens = 0, kept = 0;    // tokens covered; kept blocks over all rows
+  int max_doc_blocks = 0;            // blocks of the longest document: the bound of any column's length
   BlockInfo* blocks = nullptr;       // (n_blocks), documents in order
   int32_t* fwd_items = nullptr;      // (n_blocks x n_heads) CTA launch order, block * n_heads + head
   int32_t* bwd_items = nullptr;      // (n_blocks x n_kv_heads) same for the backward (kernels/cta_order.hpp)
@@ -75,6 +76,10 @@ class DeviceSelection {
 // is set at start or prefer_wgmma_attention(false) is called (benchmarks compare the two).
 bool wgmma_attention_available();  // built for sm_90a and running on a compute-capability 9.0 device
 void prefer_wgmma_attention(bool on);
+// The wgmma backward's column split: a (key block, kv head) column of more than `tiles` 64-query
+// tiles is shared by several CTAs; 0 never splits, -1 (the default, or SB_ATTN_BWD_CHUNK=N at start)
+// chooses from the longest document (attention_bwd.cu, column_split).
+void set_bwd_column_chunk(int tiles);
 
 // out, lse are fully overwritten.
 void block_attention_fwd(const bf16* q, const bf16* k, const bf16* v, const DeviceSelection& sel, AttnShape s,

@@ -37,13 +37,20 @@ struct BwdParams {
   const int32_t* items;  // (n_blocks x Hkv) CTA -> block * Hkv + kv head (DeviceSelection::bwd_items)
   int variant;  // dQ accumulation (attention_bwd.cu, bwd_variant): 0 the kernel's default, 1 float2
                 // atomics from registers, 4 shared tile + bulk reduce-add (mma.sync only)
+  // Column split (wgmma backward only): a column of more than `chunk` 64-query tiles is cut into
+  // chunks of `chunk` tiles, one CTA each (n_split CTAs per item, the spare ones exit at once); their
+  // dK, dV (dK already scaled) are added into dkv_acc (fp32, (N, Hkv, D) dK then dV, zeroed) and
+  // converted afterwards. chunk 0: one CTA per column, as the mma.sync kernel always does.
+  float* dkv_acc = nullptr;
+  int chunk = 0, n_split = 1;
+  int64_t n_tokens = 0;  // rows of k, v (dkv_acc's dV half starts at n_tokens x Hkv x D)
 };
 
 // The grid is one-dimensional over work items (block, head), launched in the order that
 // DeviceSelection::upload chose (kernels/cta_order.hpp: heaviest blocks early enough, heads kept
 // together for L2 reuse).
-__device__ __forceinline__ void cta_item(const int32_t* items, int n_heads, int& block, int& head) {
-  const int x = items[blockIdx.x];
+__device__ __forceinline__ void cta_item(const int32_t* items, int n_heads, int& block, int& head, int cta) {
+  const int x = items[cta];
   block = x / n_heads;
   head = x % n_heads;
 }
@@ -57,10 +64,10 @@ struct WorkItem {
   int64_t lo;
 };
 __device__ __forceinline__ WorkItem work_item(const int32_t* items, int n_heads, int group, const BlockInfo* blocks,
-                                              const int64_t* row_base, const int64_t* ptr) {
+                                              const int64_t* row_base, const int64_t* ptr, int cta) {
   WorkItem w;
   int bi;
-  cta_item(items, n_heads, bi, w.head);
+  cta_item(items, n_heads, bi, w.head, cta);
   w.b = blocks[bi];
   w.g = w.head / group;
   const int64_t x = row_base[w.b.doc] + int64_t(w.g) * w.b.nb + w.b.i;
@@ -70,10 +77,11 @@ __device__ __forceinline__ WorkItem work_item(const int32_t* items, int n_heads,
 }
 // forward: one query head per CTA; backward: one kv head (its G query heads in turn)
 __device__ __forceinline__ WorkItem fwd_item(const FwdParams& p) {
-  return work_item(p.items, p.H, p.H / p.Hkv, p.blocks, p.row_base, p.row_ptr);
+  return work_item(p.items, p.H, p.H / p.Hkv, p.blocks, p.row_base, p.row_ptr, blockIdx.x);
 }
+// backward: item blockIdx.x / n_split of the launch order (n_split = 1 without the column split)
 __device__ __forceinline__ WorkItem bwd_item(const BwdParams& p) {
-  return work_item(p.items, p.Hkv, 1, p.blocks, p.row_base, p.col_ptr);
+  return work_item(p.items, p.Hkv, 1, p.blocks, p.row_base, p.col_ptr, int(blockIdx.x) / p.n_split);
 }
 
 // Forward epilogue, shared by the two generations: finish the row sums l across the 4 lanes of a

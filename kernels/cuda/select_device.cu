@@ -336,13 +336,13 @@ void DeviceGating::prepare(const int32_t* cu, int ndocs, AttnShape s, const std:
 
 void DeviceGating::reserve(DeviceSelection& sel) const {
   const Impl& m = *impl_;
-  sel.reserve(m.n_blocks, m.ndocs, m.rows * m.cap, m.s, m.n_tokens);
+  sel.reserve(m.n_blocks, m.ndocs, m.rows * m.cap, m.s, m.n_tokens, m.max_nb);
 }
 
 void DeviceGating::select(const bf16* q, const bf16* k, int layer, DeviceSelection& sel, cudaStream_t stream) {
   Impl& m = *impl_;
   if (layer < 0 || layer >= m.n_layers) throw Error("DeviceGating::select: layer outside the budgets of prepare()");
-  sel.reserve(m.n_blocks, m.ndocs, m.rows * m.cap, m.s, m.n_tokens);  // no allocation after reserve()
+  sel.reserve(m.n_blocks, m.ndocs, m.rows * m.cap, m.s, m.n_tokens, m.max_nb);  // no allocation after reserve()
   if (m.n_blocks == 0) return;
   const int Hkv = m.s.n_kv_heads, D = m.s.head_dim, H = m.s.n_heads;
   SB_CUDA_CHECK(cudaMemcpyAsync(sel.blocks, m.blocks.p, m.n_blocks * sizeof(BlockInfo), cudaMemcpyDeviceToDevice, stream));

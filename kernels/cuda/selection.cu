@@ -74,11 +74,13 @@ void DeviceSelection::upload(const BlockSelection& sel, const int32_t* cu, int n
   if (int64_t(sel.row_ptr.size()) != rows + 1) throw Error("DeviceSelection: row_ptr size");
   if (s.n_heads < Hkv || s.n_heads % Hkv != 0) throw Error("DeviceSelection: n_heads must be a multiple of n_kv_heads");
   std::vector<BlockInfo> binfo;
+  int max_nb = 0;
   std::vector<int64_t> cnt(rows + 1, 0);    // transpose counts, then col_ptr
   for (int d = 0; d < ndocs; d++) {
     const int L = cu[d + 1] - cu[d], nb = (L + Bs - 1) / Bs;
     if (sel.doc_row_base[d + 1] - sel.doc_row_base[d] != int64_t(Hkv) * nb)
       throw Error("DeviceSelection: selection does not match cu_seqlens / block size");
+    max_nb = std::max(max_nb, nb);
     for (int i = 0; i < nb; i++) binfo.push_back({d, i, cu[d] + i * Bs, std::min(Bs, L - i * Bs), nb, cu[d], L, 0});
     for (int g = 0; g < Hkv; g++)
       for (int i = 0; i < nb; i++) {
@@ -125,6 +127,7 @@ void DeviceSelection::upload(const BlockSelection& sel, const int32_t* cu, int n
   n_heads = H;
   n_kv_heads = Hkv;
   n_tokens = cu[ndocs];  // tokens are indexed from 0 (cu[0] == 0)
+  max_doc_blocks = max_nb;
   kept = int64_t(sel.cols.size());
   to_device(binfo, this->blocks, cap_[0], stream);
   const std::vector<int32_t> fo = cta_order(fw, H, slots, mode), bo = cta_order(bw, Hkv, slots, mode);
@@ -138,7 +141,8 @@ void DeviceSelection::upload(const BlockSelection& sel, const int32_t* cu, int n
   SB_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
-void DeviceSelection::reserve(int nblocks, int ndocs, int64_t max_kept, AttnShape s, int64_t ntokens) {
+void DeviceSelection::reserve(int nblocks, int ndocs, int64_t max_kept, AttnShape s, int64_t ntokens,
+                              int max_doc_nb) {
   const size_t rows = size_t(nblocks) * s.n_kv_heads;
   grow(blocks, cap_[0], nblocks);
   grow(fwd_items, cap_[1], size_t(nblocks) * s.n_heads);
@@ -153,6 +157,7 @@ void DeviceSelection::reserve(int nblocks, int ndocs, int64_t max_kept, AttnShap
   n_heads = s.n_heads;
   n_kv_heads = s.n_kv_heads;
   n_tokens = ntokens;
+  max_doc_blocks = max_doc_nb;
   kept = -1;
 }
 

@@ -259,6 +259,19 @@ int main(int argc, char** argv) {
           fails += !run_case(cases[i], base + 1000 * rep + i, rep);
         }
     }
+    // the wgmma backward's column split: never, and chunks of 3 and 16 tiles (the automatic choice
+    // does not split columns this short), on the block-128 cases
+    if (C::wgmma_attention_available()) {
+      C::prefer_wgmma_attention(true);
+      g_wgmma = true;
+      for (const int chunk : {0, 3, 16}) {
+        C::set_bwd_column_chunk(chunk);
+        std::printf("column split: chunk %d tiles\n", chunk);
+        for (size_t i = 0; i < cases.size(); i++)
+          if (cases[i].Bs == 128 && !(quick && chunk == 16)) fails += !run_case(cases[i], base + 5000 + 100 * chunk + i, 0);
+      }
+      C::set_bwd_column_chunk(-1);
+    }
     C::prefer_wgmma_attention(true);
     fails += !run_gating("D128 Bs128 GQA4 k3 w1", 128, 128, 8, 2, {3000, 700, 64, 1}, {3, 1, 4.0}, false, base + 77);
     fails += !run_gating("D64 Bs64 MHA k8 w2 th1", 64, 64, 4, 4, {2500, 130}, {8, 2, 1.0}, false, base + 78);
