@@ -79,6 +79,26 @@ inline pid_t spawn(const std::string& cmd, const std::string& log) {
 }
 
 
+// The pid of rank `rank` of the job mpirun `mpirun_pid` started (a sparsebalance whose parent, or
+// grandparent, is that mpirun), or -1 while there is none.
+inline pid_t rank_pid(pid_t mpirun_pid, int rank) {
+  auto contains = [](const std::string& t, const std::string& w) { return t.find(w) != std::string::npos; };
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string pid_name = e.path().filename().string();
+    if (pid_name.empty() || pid_name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string stat = slurp(e.path().string() + "/stat");
+    if (stat.empty() || !contains(stat, "(sparsebalance)")) continue;
+    std::string env = slurp(e.path().string() + "/environ");
+    for (auto& c : env) c = c ? c : '\n';
+    if (!contains(env, "\nOMPI_COMM_WORLD_RANK=" + std::to_string(rank) + "\n") || !contains(env, "OMPI_MCA_orte_hnp_uri"))
+      continue;
+    const int pp = std::stoi(stat.substr(stat.rfind(')') + 4));
+    const std::string ppid_stat = slurp("/proc/" + std::to_string(pp) + "/stat");
+    if (pp == mpirun_pid || contains(ppid_stat, " " + std::to_string(mpirun_pid) + " ")) return std::stoi(pid_name);
+  }
+  return -1;
+}
+
 // Flips one byte of the raw data of a contiguous dataset, in place.
 inline void flip_dataset_byte(const std::string& file, const std::string& dataset, size_t at = 0) {
   haddr_t off;
