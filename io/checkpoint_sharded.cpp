@@ -167,7 +167,7 @@ void stream_moments(const std::string& tmp, const Ranks& r, const Checkpoint& me
         if (r.rank == src && src != 0)
           mpi(MPI_Send(part.data() + (at - mine.lo), int(n), MPI_FLOAT, 0, kTag, r.comm), "MPI_Send of a slice");
         if (r.rank != 0) continue;
-        const float* data = part.data() + (at - mine.lo);
+        const float* data = src == 0 ? part.data() + (at - mine.lo) : nullptr;
         if (src != 0) {
           buf.resize(n);
           mpi(MPI_Recv(buf.data(), int(n), MPI_FLOAT, src, kTag, r.comm, MPI_STATUS_IGNORE), "MPI_Recv of a slice");
@@ -203,7 +203,7 @@ void collective_moments(const std::string& tmp, const Ranks& r, const Checkpoint
       // The same number of calls on every rank: enough pieces for the whole tensor.
       for (size_t p = 0; p < std::max<size_t>(1, (t.size + kPieceFloats - 1) / kPieceFloats); ++p) {
         const size_t pa = std::min(b, a + p * kPieceFloats), pb = std::min(b, pa + kPieceFloats);
-        write_flat(ds, t, pa, pb, part.data() + (t.offset + pa - mine.lo), dxpl);
+        write_flat(ds, t, pa, pb, pb > pa ? part.data() + (t.offset + pa - mine.lo) : nullptr, dxpl);
       }
     }
   }
