@@ -107,7 +107,7 @@ TEST_F(ReliabilityZero, KillNineDuringShardedCheckpointWritesNeverLeavesAValidLo
         }
         break;
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(300));
+      std::this_thread::sleep_for(std::chrono::microseconds(victim > 0 ? 300 : 5000));
     }
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) finished = true;
     for (const auto& p : sb::list_checkpoints(dir + "/ckpt"))
