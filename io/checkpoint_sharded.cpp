@@ -150,15 +150,18 @@ std::pair<size_t, size_t> overlap(const CheckpointTensor& t, size_t lo, size_t h
 void stream_moments(const std::string& tmp, const Ranks& r, const Checkpoint& meta, const CheckpointShard& mine) {
   h5::Id f;
   std::vector<h5::Id> ds[2];
-  if (r.rank == 0) {
-    hid_t fid = H5Fopen(tmp.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-    if (fid < 0) throw Error(tmp + ": cannot reopen to write the optimizer state");
-    f = h5::Id(fid);
-    for (int k = 0; k < 2; ++k)
-      for (const auto& t : meta.tensors)
-        ds[k].emplace_back(H5_CHECK(H5Dopen2(f, ((k ? "optim/v/" : "optim/m/") + t.name).c_str(), H5P_DEFAULT)));
-  }
   std::vector<float> buf;
+  std::string failed;  // rank 0: the first failure; it still receives every piece (see below)
+  if (r.rank == 0) try {
+      hid_t fid = H5Fopen(tmp.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+      if (fid < 0) throw Error(tmp + ": cannot reopen to write the optimizer state");
+      f = h5::Id(fid);
+      for (int k = 0; k < 2; ++k)
+        for (const auto& t : meta.tensors)
+          ds[k].emplace_back(H5_CHECK(H5Dopen2(f, ((k ? "optim/v/" : "optim/m/") + t.name).c_str(), H5P_DEFAULT)));
+    } catch (const std::exception& e) {
+      failed = e.what();
+    }
   for (int k = 0; k < 2; ++k) {
     const std::span<const float> part = k ? mine.v : mine.m;
     for (int src = 0; src < r.size; ++src)
@@ -173,13 +176,18 @@ void stream_moments(const std::string& tmp, const Ranks& r, const Checkpoint& me
           mpi(MPI_Recv(buf.data(), int(n), MPI_FLOAT, src, kTag, r.comm, MPI_STATUS_IGNORE), "MPI_Recv of a slice");
           data = buf.data();
         }
-        for (size_t i = 0; i < meta.tensors.size(); ++i) {
-          const auto& t = meta.tensors[i];
-          const auto [a, b] = overlap(t, at, at + n);
-          if (a < b) write_flat(ds[k][i], t, a, b, data + (t.offset + a - at), H5P_DEFAULT);
+        try {
+          for (size_t i = 0; i < meta.tensors.size() && failed.empty(); ++i) {
+            const auto& t = meta.tensors[i];
+            const auto [a, b] = overlap(t, at, at + n);
+            if (a < b) write_flat(ds[k][i], t, a, b, data + (t.offset + a - at), H5P_DEFAULT);
+          }
+        } catch (const std::exception& e) {
+          failed = e.what();  // keep receiving: a sender blocked in MPI_Send would never reach agree()
         }
       }
   }
+  if (!failed.empty()) throw Error(failed);
   if (f.valid() && H5Fflush(f, H5F_SCOPE_GLOBAL) < 0) throw Error(tmp + ": flush failed");
 }
 

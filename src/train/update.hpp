@@ -42,7 +42,6 @@ class AdamW {
   const OptimSettings& settings() const { return o_; }
   size_t params() const { return n_; }
   Slice shard() const { return shard_; }
-  bool sharded() const { return shard_.size() != n_; }
   double lr(int64_t step) const { return lr_at(o_, step); }
   // The factor that clips a gradient of norm grad_norm to grad_clip (1 when within it or off).
   float clip_factor(double grad_norm) const;

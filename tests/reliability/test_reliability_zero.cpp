@@ -2,12 +2,15 @@
 // one file, collectively through parallel HDF5 where the build has it) under faults, through the
 // real binary under mpirun:
 //  1. a zero = 1 checkpoint from 4 ranks resumed on 2 ranks (zero = 1) and on 1 rank (zero = 0):
-//     the state re-shards, and the losses and final weights match the uninterrupted 4-rank run;
-//  2. kill -9 of one rank (rank 0, or another) while the ranks write a checkpoint: no file that
+//     the state re-shards, and the final weights and moments match the uninterrupted 4-rank run;
+//  2. a write that fails (the directory's parent is a regular file) ends both ranks or lets both
+//     go on, as checkpoint.on_error says, naming the path;
+//  3. kill -9 of one rank (rank 0, or another) while the ranks write a checkpoint: no file that
 //     loads as valid is ever left half-written, every listed checkpoint verifies, --resume finishes.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <thread>
 
 #include "io/checkpoint.hpp"
@@ -118,4 +121,19 @@ TEST_F(ReliabilityZero, KillNineDuringShardedCheckpointWritesNeverLeavesAValidLo
   if (!finished) ASSERT_EQ(run(mpirun(2) + zero_cmd(dir, x) + " --resume", log).code, 0) << slurp(log);
   EXPECT_EQ(sb::read_checkpoint(sb::checkpoint_path(dir + "/ckpt", steps)).step, steps);
   for (const auto& e : fs::directory_iterator(dir + "/ckpt")) EXPECT_FALSE(e.path().string().ends_with(".tmp"));
+}
+
+TEST_F(ReliabilityZero, FailedShardedWriteStopsOrContinuesOnEveryRank) {
+  auto dir = scratch("zero_wfail");
+  std::ofstream(dir + "/file") << "not a directory";
+  const std::string bad = " --set model.d_model=32 --set model.ffn_dim=64 --set train.zero=1 --set train.steps=2"
+                          " --set checkpoint.dir=" + dir + "/file/ckpt";
+  auto e = run(mpirun(2) + zero_cmd(dir, bad), dir + "/stop.log");
+  std::string out = slurp(dir + "/stop.log");
+  EXPECT_NE(e.code, 0) << out;
+  EXPECT_TRUE(has(out, dir + "/file/ckpt") && has(out, "on_error")) << out;
+  e = run(mpirun(2) + zero_cmd(dir, bad + " --set checkpoint.on_error=continue"), dir + "/cont.log");
+  out = slurp(dir + "/cont.log");
+  EXPECT_EQ(e.code, 0) << out;
+  EXPECT_TRUE(has(out, "training continues") && has(out, "done: steps 1..2")) << out;
 }
