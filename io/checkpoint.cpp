@@ -12,18 +12,24 @@
 
 #include "base/error.hpp"
 #include "base/hash.hpp"
+#include "io/checkpoint_parts.hpp"
 #include "io/h5.hpp"
 
 namespace sb {
 
 namespace fs = std::filesystem;
 
-// Over everything a resume depends on, so a flipped bit anywhere in the state is caught.
-static uint64_t checksum(const Checkpoint& ck) {
+// Over everything a resume depends on, so a flipped bit anywhere in the state is caught: the
+// scalars and config (checksum_head), then the bytes of params, m and v in flat order.
+uint64_t checksum_head(const Checkpoint& ck) {
   uint64_t h = fnv1a(&ck.step, sizeof ck.step);
   h = fnv1a(&ck.data_epoch, sizeof ck.data_epoch, h);
   h = fnv1a(&ck.data_cursor, sizeof ck.data_cursor, h);
-  h = fnv1a(ck.config_toml.data(), ck.config_toml.size(), h);
+  return fnv1a(ck.config_toml.data(), ck.config_toml.size(), h);
+}
+
+static uint64_t checksum(const Checkpoint& ck) {
+  uint64_t h = checksum_head(ck);
   for (const auto* buf : {&ck.params, &ck.m, &ck.v}) h = fnv1a(buf->data(), buf->size() * sizeof(float), h);
   return h;
 }
@@ -40,7 +46,7 @@ static herr_t collect_dataset(hid_t, const char* name, const H5O_info_t* info, v
   return 0;
 }
 
-static uint64_t checksum_extra(hid_t f, const std::string& file) {
+uint64_t checksum_extra(hid_t f, const std::string& file) {
   std::vector<std::string> names;
   H5_CHECK(H5Ovisit(f, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &names));
   std::sort(names.begin(), names.end());
@@ -78,7 +84,7 @@ std::string checkpoint_path(const std::string& dir, int64_t step) {
 }
 
 // Text as a scalar variable-length UTF-8 string dataset (h5py gives str; h5dump prints it).
-static void write_text(hid_t loc, const std::string& name, const std::string& text) {
+void write_text(hid_t loc, const std::string& name, const std::string& text) {
   h5::Id type(H5_CHECK(H5Tcopy(H5T_C_S1)));
   H5_CHECK(H5Tset_size(type, H5T_VARIABLE));
   H5_CHECK(H5Tset_cset(type, H5T_CSET_UTF8));
@@ -168,7 +174,7 @@ static std::string read_text(hid_t loc, const std::string& name, const std::stri
   return out;
 }
 
-static void fsync_path(const std::string& path, bool dir) {
+void fsync_path(const std::string& path, bool dir) {
   int fd = ::open(path.c_str(), dir ? O_RDONLY | O_DIRECTORY : O_RDONLY);
   if (fd < 0) throw Error(path + ": cannot open for fsync");
   int rc = ::fsync(fd);
@@ -200,6 +206,23 @@ static void write_file_synced(const std::string& p, const std::vector<unsigned c
   if (::close(fd) != 0) throw Error(p + ": close failed: " + std::strerror(errno));
 }
 
+void write_meta(hid_t f, const Checkpoint& ck, size_t num_params, uint64_t sum) {
+  h5::write_attr(f, "format", std::string(kCheckpointFormat));
+  h5::write_attr(f, "version", int64_t(kCheckpointVersion));
+  h5::write_attr(f, "step", ck.step);
+  h5::write_attr(f, "ranks", ck.ranks);
+  h5::write_attr(f, "num_params", int64_t(num_params));
+  h5::write_attr(f, "checksum", std::to_string(sum));
+  write_text(f, "config", ck.config_toml);
+  std::string names;
+  for (const auto& t : ck.tensors) names += t.name + "\n";
+  write_text(f, "param_names", names);  // the order the flat buffers and the checksum use
+  h5::Id st = h5::group(f, "state", true);
+  h5::write_attr(st, "data_epoch", ck.data_epoch);
+  h5::write_attr(st, "data_cursor", ck.data_cursor);
+  h5::write_attr(st, "skipped_steps", ck.skipped_steps);
+}
+
 void write_checkpoint(const std::string& path, const Checkpoint& ck, const std::function<void(hid_t)>& extra) {
   fs::path p(path);
   std::error_code ec;
@@ -217,22 +240,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& ck, const std::
     hid_t fid = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (fid < 0) throw Error(tmp + ": cannot create the checkpoint image in memory");
     h5::Id f(fid);
-    h5::write_attr(f, "format", std::string(kCheckpointFormat));
-    h5::write_attr(f, "version", int64_t(kCheckpointVersion));
-    h5::write_attr(f, "step", ck.step);
-    h5::write_attr(f, "ranks", ck.ranks);
-    h5::write_attr(f, "num_params", int64_t(ck.params.size()));
-    h5::write_attr(f, "checksum", std::to_string(checksum(ck)));
-    write_text(f, "config", ck.config_toml);
-    std::string names;
-    for (const auto& t : ck.tensors) names += t.name + "\n";
-    write_text(f, "param_names", names);  // the order the flat buffers and the checksum use
-    {
-      h5::Id st = h5::group(f, "state", true);
-      h5::write_attr(st, "data_epoch", ck.data_epoch);
-      h5::write_attr(st, "data_cursor", ck.data_cursor);
-      h5::write_attr(st, "skipped_steps", ck.skipped_steps);
-    }
+    write_meta(f, ck, ck.params.size(), checksum(ck));
     h5::Id params = h5::group(f, "params", true), mg = h5::group(f, "optim/m", true),
            vg = h5::group(f, "optim/v", true);
     for (const auto& t : ck.tensors) {

@@ -7,9 +7,11 @@
 // contents is verified on load. Layout: io/README.md, "Checkpoint".
 #pragma once
 #include <hdf5.h>
+#include <mpi.h>
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -38,6 +40,33 @@ inline constexpr int64_t kCheckpointVersion = 1;
 // Throws sb::Error naming the path; a failed write never touches an existing file of that name.
 void write_checkpoint(const std::string& path, const Checkpoint& ck,
                       const std::function<void(hid_t file)>& extra = {});
+
+// One rank's part of a checkpoint written by every rank (train.zero = 1): all parameters (read on
+// rank 0 only) and this rank's contiguous slice [lo, lo + m.size()) of the flat moments.
+struct CheckpointShard {
+  std::span<const float> params;
+  size_t lo = 0;
+  std::span<const float> m, v;
+};
+
+// How the ranks' slices reach the file. Collective: every rank writes its slice into the one
+// file through parallel HDF5 (MPI-IO); Stream: rank 0 receives the slices one bounded piece at a
+// time and writes them (serial HDF5). kCollectiveCheckpoints: this build's HDF5 can do Collective.
+enum class CheckpointIo { Collective, Stream };
+#ifdef SB_HDF5_PARALLEL
+inline constexpr bool kCollectiveCheckpoints = true;
+#else
+inline constexpr bool kCollectiveCheckpoints = false;
+#endif
+
+// Collective over `comm` (every rank calls it; the slices, in rank order, tile the parameters).
+// `meta`: step, cursor, config and tensors (its buffers empty; the same on every rank). The file
+// is the one write_checkpoint writes for the gathered state, bit for bit in its datasets, checksum
+// included; read_checkpoint reads it. Atomic as write_checkpoint: the temporary is renamed by rank
+// 0 once every rank's part is written and synced. `extra(file)` runs on rank 0 only. Throws the
+// same sb::Error on every rank when the write fails on any.
+void write_checkpoint_sharded(const std::string& path, const Checkpoint& meta, const CheckpointShard& mine,
+                              MPI_Comm comm, CheckpointIo how, const std::function<void(hid_t file)>& extra = {});
 
 // Reads and verifies (format, version, shapes, checksum). `extra(file)` reads further groups.
 Checkpoint read_checkpoint(const std::string& path, const std::function<void(hid_t file)>& extra = {});

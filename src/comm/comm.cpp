@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 
 #include "base/error.hpp"
 #include "src/comm/mpi_check.hpp"
@@ -12,6 +13,7 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   int inited = 0;
   MPI_CHECK(MPI_Initialized(&inited));
   if (!inited) {
+    setenv("OMPI_MCA_fcoll", "dynamic_gen2", /*overwrite=*/0);  // not vulcan (comm.hpp); other MPIs ignore it
     int provided = 0;
     MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
     owner_ = true;
@@ -84,6 +86,75 @@ void MpiGradReducer::allreduce_sum(float* data, size_t n) {
   for (size_t off = 0; off < n; off += b) {
     int cnt = int(std::min(b, n - off));
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data + off, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+  }
+}
+
+
+Slice shard_of(size_t n, int rank, int ranks) {
+  const size_t r = size_t(rank), q = n / size_t(ranks), extra = n % size_t(ranks);
+  const size_t lo = r * q + std::min(r, extra);
+  return {lo, lo + q + (r < extra ? 1 : 0)};
+}
+
+namespace {
+// Round c of a bucketed ZeRO collective: rank r's piece is [lo_r + c*w, min(hi_r, lo_r + (c+1)*w)).
+struct Rounds {
+  size_t n, w, rounds;
+  int ranks;
+  Rounds(size_t n_, size_t bucket, int ranks_) : n(n_), ranks(ranks_) {
+    w = std::max<size_t>(1, std::min<size_t>(bucket / size_t(ranks), INT_MAX / size_t(ranks)));
+    rounds = (shard_of(n, 0, ranks).size() + w - 1) / w;  // rank 0 holds the largest slice
+  }
+  Slice piece(int r, size_t c) const {
+    const Slice s = shard_of(n, r, ranks);
+    const size_t a = std::min(s.hi, s.lo + c * w);
+    return {a, std::min(s.hi, a + w)};
+  }
+};
+}  // namespace
+
+void MpiGradReducer::reduce_scatter_sum(const float* full, size_t n, float* mine) {
+  const int R = comm_.size(), me = comm_.rank();
+  const Slice my = shard_of(n, me, R);
+  if (R == 1) {
+    std::copy(full, full + n, mine);
+    return;
+  }
+  const Rounds rd(n, bucket_, R);
+  std::vector<int> counts(static_cast<size_t>(R));
+  for (size_t c = 0; c < rd.rounds; ++c) {
+    pack_.clear();
+    for (int r = 0; r < R; ++r) {
+      const Slice p = rd.piece(r, c);
+      pack_.insert(pack_.end(), full + p.lo, full + p.hi);
+      counts[size_t(r)] = int(p.size());
+    }
+    const Slice mp = rd.piece(me, c);
+    MPI_CHECK(MPI_Reduce_scatter(pack_.data(), mine + (mp.lo - my.lo), counts.data(), MPI_FLOAT, MPI_SUM,
+                                 MPI_COMM_WORLD));
+  }
+}
+
+void MpiGradReducer::allgather(float* full, size_t n) {
+  const int R = comm_.size(), me = comm_.rank();
+  if (R == 1) return;
+  const Rounds rd(n, bucket_, R);
+  std::vector<int> counts(static_cast<size_t>(R)), displs(static_cast<size_t>(R));
+  for (size_t c = 0; c < rd.rounds; ++c) {
+    int at = 0;
+    for (int r = 0; r < R; ++r) {
+      counts[size_t(r)] = int(rd.piece(r, c).size());
+      displs[size_t(r)] = at;
+      at += counts[size_t(r)];
+    }
+    pack_.resize(size_t(at));
+    const Slice mp = rd.piece(me, c);
+    MPI_CHECK(MPI_Allgatherv(full + mp.lo, int(mp.size()), MPI_FLOAT, pack_.data(), counts.data(), displs.data(),
+                             MPI_FLOAT, MPI_COMM_WORLD));
+    for (int r = 0; r < R; ++r) {
+      const Slice p = rd.piece(r, c);
+      std::copy(pack_.begin() + displs[size_t(r)], pack_.begin() + displs[size_t(r)] + counts[size_t(r)], full + p.lo);
+    }
   }
 }
 

@@ -12,6 +12,9 @@
 namespace sb {
 
 // MPI_Init/MPI_Finalize for the life of main(). Safe to construct when MPI is already up (tests).
+// Before MPI_Init it selects Open MPI's fcoll/dynamic_gen2 for MPI-IO unless OMPI_MCA_fcoll is
+// set: the 4.1 default, fcoll/vulcan, has hung and corrupted parallel-HDF5 writes (io/README.md,
+// "Collective checkpoints").
 class MpiSession {
  public:
   MpiSession(int* argc, char*** argv);
@@ -48,6 +51,14 @@ class Comm {
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
 };
 
+// ZeRO-1: the contiguous slice [lo, hi) of a flat buffer of n values that `rank` of `ranks` owns;
+// the first n % ranks ranks hold one value more.
+struct Slice {
+  size_t lo = 0, hi = 0;
+  size_t size() const { return hi - lo; }
+};
+Slice shard_of(size_t n, int rank, int ranks);
+
 // Sum of gradients over ranks, in place. The CPU path is bucketed MPI_Allreduce; the CUDA
 // path is NCCL on device buffers behind the same call.
 class GradReducer {
@@ -60,10 +71,17 @@ class MpiGradReducer final : public GradReducer {
  public:
   MpiGradReducer(const Comm& comm, size_t bucket_bytes) : comm_(comm), bucket_(bucket_bytes / sizeof(float)) {}
   void allreduce_sum(float* data, size_t n) override;
+  // ZeRO-1 (train.zero = 1). reduce_scatter_sum: the sum over ranks of `full` (n values on every
+  // rank), this rank's slice (shard_of) into `mine`. allgather: every rank's slice of `full`, its
+  // own already in place, to every rank. Both in rounds of at most a bucket (each rank's share of
+  // it), so no count or displacement passes int and messages stay bounded as for the all-reduce.
+  void reduce_scatter_sum(const float* full, size_t n, float* mine);
+  void allgather(float* full, size_t n);
 
  private:
   const Comm& comm_;
   size_t bucket_;
+  std::vector<float> pack_;  // one round's values, every rank's piece in rank order
 };
 
 }  // namespace sb

@@ -1,6 +1,7 @@
 #include "src/train/engine.hpp"
 
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <limits>
 
@@ -11,11 +12,16 @@ namespace sb {
 
 namespace {
 
-// The host path: Model<float> with OpenBLAS/Kokkos kernels, bucketed MPI_Allreduce.
+// The host path: Model<float> with OpenBLAS/Kokkos kernels, bucketed MPI_Allreduce. With
+// train.zero = 1 (opt sharded, ZeRO-1): the gradients are reduce-scattered into this rank's slice,
+// the norm is one all-reduce of the slices' squared sums, AdamW updates the slice of the weights
+// and the updated slices are all-gathered, so every rank again holds every weight.
 class CpuEngine final : public Engine {
  public:
   CpuEngine(const TrainSettings& t, const Comm& comm, Model<float>& model, AdamW& opt)
-      : comm_(comm), model_(model), opt_(opt), reducer_(comm, size_t(t.bucket_mb * 1024 * 1024)) {}
+      : comm_(comm), model_(model), opt_(opt), reducer_(comm, size_t(t.bucket_mb * 1024 * 1024)), zero_(t.zero) {
+    if (zero_) g_mine_.resize(opt.shard().size());
+  }
   void zero_grads() override { model_.zero_grads(); }
   MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool) override {
     return model_.forward_backward(b, a, loss_scale);
@@ -26,10 +32,24 @@ class CpuEngine final : public Engine {
   void poison_gradient() override {
     if (!model_.grads().empty()) model_.grads()[0] = std::numeric_limits<float>::infinity();
   }
-  void reduce_gradients() override { reducer_.allreduce_sum(model_.grads().data(), model_.grads().size()); }
-  double gradient_norm() override { return global_norm(model_.grads()); }
+  void reduce_gradients() override {
+    std::vector<float>& g = model_.grads();
+    if (zero_)
+      reducer_.reduce_scatter_sum(g.data(), g.size(), g_mine_.data());
+    else
+      reducer_.allreduce_sum(g.data(), g.size());
+  }
+  double gradient_norm() override {
+    if (!zero_) return global_norm(model_.grads());
+    double s = 0;
+    for (float x : g_mine_) s += double(x) * double(x);
+    comm_.allreduce_sum_inplace(std::span<double>(&s, 1));
+    return std::sqrt(s);
+  }
   void update(double grad_norm, double lr, int64_t step) override {
-    opt_.step(model_, model_.grads(), grad_norm, lr, step);
+    if (!zero_) return opt_.step(model_, model_.grads(), grad_norm, lr, step);
+    opt_.step(model_, g_mine_, grad_norm, lr, step);
+    reducer_.allgather(model_.weights().data(), model_.weights().size());
   }
   uint64_t weights_hash() override {
     return fnv1a_words(model_.weights().data(), model_.weights().size());
@@ -51,6 +71,8 @@ class CpuEngine final : public Engine {
   Model<float>& model_;
   AdamW& opt_;
   MpiGradReducer reducer_;
+  bool zero_;
+  std::vector<float> g_mine_;  // zero: the reduced gradient of opt_.shard()
 };
 
 }  // namespace
@@ -69,6 +91,9 @@ std::string cpu_device_name(const Comm& comm) {
 std::unique_ptr<Engine> make_engine(const Settings& s, const Comm& comm, Model<float>& model, AdamW& opt) {
   const std::string& dev = s.train.device;
   if (dev == "cpu") return std::make_unique<CpuEngine>(s.train, comm, model, opt);
+  if (dev == "cuda" && s.train.zero)  // ZeRO-1 over NCCL is not built yet (io/README.md)
+    throw Error("train.zero = 1 with train.device = \"cuda\": the sharded optimizer runs on the CPU engine only; "
+                "set train.zero = 0 on GPUs");
 #ifdef SB_WITH_CUDA
   if (dev == "cuda") return make_cuda_engine(s, comm, model, opt);
 #endif

@@ -123,8 +123,14 @@ void Trainer::apply_checkpoint(Restored&& r) {
   if (r.error) std::rethrow_exception(r.error);
   check_same_data(ck, path, cfg_.s("data.path"), comm_.root());
   if (r.lm) lm_ = std::move(*r.lm);
-  opt_.m() = ck.m;
-  opt_.v() = ck.v;
+  // This rank's slice of the moments (all of them unless train.zero = 1): any rank count or zero
+  // setting resumes any checkpoint, which holds the moments whole.
+  const Slice sh = opt_.shard();
+  if (ck.m.size() != opt_.params() || ck.v.size() != opt_.params())
+    throw Error(path + ": optimizer state holds " + std::to_string(ck.m.size()) + " values, the model " +
+                std::to_string(opt_.params()) + " parameters");
+  opt_.m().assign(ck.m.begin() + long(sh.lo), ck.m.begin() + long(sh.hi));
+  opt_.v().assign(ck.v.begin() + long(sh.lo), ck.v.begin() + long(sh.hi));
   for (size_t l = 0; l < r.alphas.size(); ++l) rm_.set_alpha(int(l), r.alphas[l]);
   start_step_ = ck.step;
   cur_ = {ck.data_epoch, ck.data_cursor};

@@ -55,7 +55,9 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
       set_(from_config(cfg, ds_.vocab_size())),
       dims_(set_.model),
       model_(dims_),
-      opt_(set_.optim, model_.weights().size()),
+      opt_(set_.optim, model_.weights().size(),  // train.zero = 1: this rank's slice of the moments
+           set_.train.zero ? shard_of(model_.weights().size(), comm.rank(), comm.size())
+                           : Slice{0, model_.weights().size()}),
       lm_(ModelShape{dims_.n_layers, set_.attention.block_size, set_.attention.local_blocks}),
       rm_(lm_.shape(), set_.balance.recall_alpha, set_.balance.ema),
       engine_(make_engine(set_, comm, model_, opt_)),
@@ -78,6 +80,7 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
                   pr.samples, pr.seconds, 100 * pr.attention.heldout_error);
   }
   engine_->from_host();  // the initial or restored weights and moments
+  if (comm.root()) std::printf("%s\n", memory_line(opt_, set_.train.zero).c_str());
   if (comm.root()) {
     std::vector<std::string> inputs;  // the log must never replace a shard this run reads
     for (const auto& sh : ds_.shards()) inputs.push_back(sh.path());
@@ -101,33 +104,39 @@ void Trainer::save_checkpoint(int64_t s) {
   faults_.at(Faults::Phase::Checkpoint, s, comm_.rank());
   std::string path = checkpoint_path(set_.checkpoint.dir, s);
   std::string err;
-  if (comm_.root()) {
-    Checkpoint ck;
-    ck.step = s;
-    ck.ranks = comm_.size();
-    ck.config_toml = cfg_.to_toml();
-    ck.data_epoch = cur_.epoch;
-    ck.data_cursor = cur_.index;
-    ck.skipped_steps = skipped_;
-    for (const auto& p : model_.params()) ck.tensors.push_back({p.name, p.shape, p.offset, p.size});
-    engine_->to_host();
-    ck.params = model_.weights();
-    ck.m = opt_.m();
-    ck.v = opt_.v();
+  Checkpoint ck;
+  ck.step = s;
+  ck.ranks = comm_.size();
+  ck.config_toml = cfg_.to_toml();
+  ck.data_epoch = cur_.epoch;
+  ck.data_cursor = cur_.index;
+  ck.skipped_steps = skipped_;
+  for (const auto& p : model_.params()) ck.tensors.push_back({p.name, p.shape, p.offset, p.size});
+  auto extra = [&](hid_t f) {
+    h5::Id g = h5::group(f, "latency", true);
+    lm_.save(g);
+    std::vector<double> alphas;
+    for (int l = 0; l < dims_.n_layers; ++l) alphas.push_back(rm_.alpha(l));
+    h5::write_vector(f, "recall/alpha", alphas);
+  };
+  if (set_.train.zero || comm_.root()) {
     try {
-      write_checkpoint(path, ck, [&](hid_t f) {
-        h5::Id g = h5::group(f, "latency", true);
-        lm_.save(g);
-        std::vector<double> alphas;
-        for (int l = 0; l < dims_.n_layers; ++l) alphas.push_back(rm_.alpha(l));
-        h5::write_vector(f, "recall/alpha", alphas);
-      });
-      prune_checkpoints(set_.checkpoint.dir, set_.checkpoint.keep);
+      engine_->to_host();
+      if (set_.train.zero) {  // every rank its slice of the moments, into one file (io/checkpoint.hpp)
+        write_checkpoint_sharded(path, ck, {model_.weights(), opt_.shard().lo, opt_.m(), opt_.v()}, MPI_COMM_WORLD,
+                                 kCollectiveCheckpoints ? CheckpointIo::Collective : CheckpointIo::Stream, extra);
+      } else {
+        ck.params = model_.weights();
+        ck.m = opt_.m();
+        ck.v = opt_.v();
+        write_checkpoint(path, ck, extra);
+      }
+      if (comm_.root()) prune_checkpoints(set_.checkpoint.dir, set_.checkpoint.keep);
     } catch (const std::exception& e) {
       err = e.what();
     }
   }
-  comm_.broadcast(err);  // every rank learns the outcome, so all stop or all go on
+  comm_.broadcast(err);  // every rank learns the outcome, so all stop or all go on (zero: it already has)
   if (err.empty()) {
     last_checkpoint_ = path;
     return;
@@ -324,6 +333,7 @@ TrainResult Trainer::run() {
   }
   if (log_) log_->flush();
   engine_->to_host();  // model() holds the trained weights
+  if (comm_.root()) std::printf("%s\n", memory_line(opt_, set_.train.zero).c_str());
   return summary.finish(last_checkpoint_, stopped_early);
 }
 

@@ -1,9 +1,14 @@
 #include "src/train/update.hpp"
 
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <numbers>
 
 #include "kernels/kernels.hpp"
+
+#include <algorithm>
+#include <stdexcept>
 
 namespace sb {
 
@@ -34,17 +39,42 @@ void AdamW::step(const ParamLayout& layout, double grad_norm, double lr, int64_t
     tensor(p, {float(lr), float(o_.beta1), float(o_.beta2), float(o_.eps), p.decay ? float(o_.weight_decay) : 0.f, step});
 }
 
-void AdamW::step(Model<float>& model, std::vector<float>& g, double grad_norm, double lr, int64_t step) {
+void AdamW::step(Model<float>& model, std::span<float> g, double grad_norm, double lr, int64_t step) {
+  if (g.size() != shard_.size()) throw std::logic_error("AdamW::step: gradient is not the size of the shard");
   float* w = model.weights().data();
+  const size_t lo = shard_.lo;
   this->step(
       model.layout(), grad_norm, lr, step,
       [&](float c) {
         for (float& x : g) x *= c;
       },
-      [&](const ParamInfo& p, const AdamWArgs& a) {
-        kernels::adamw(w + p.offset, g.data() + p.offset, m_.data() + p.offset, v_.data() + p.offset, p.size, a.lr,
+      [&](const ParamInfo& p, const AdamWArgs& a) {  // the part of tensor p inside the shard, if any
+        const size_t b = std::max(p.offset, lo), e = std::min(p.offset + p.size, shard_.hi);
+        if (b >= e) return;
+        kernels::adamw(w + b, g.data() + (b - lo), m_.data() + (b - lo), v_.data() + (b - lo), e - b, a.lr,
                        a.beta1, a.beta2, a.eps, a.weight_decay, a.step);
       });
+}
+
+static double peak_host_mib() {  // VmHWM: the resident set's high-water mark
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  return 0;
+}
+
+std::string memory_line(const AdamW& opt, bool zero) {
+  const size_t grad_shard_floats = zero ? opt.shard().size() : 0;  // the reduce-scatter's output
+  const double mib = 1.0 / (1024.0 * 1024.0), n = double(opt.params());
+  const double opt_mib = double(opt.m().size() + opt.v().size() + grad_shard_floats) * sizeof(float) * mib;
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "memory per rank: weights %.1f MiB, gradients %.1f MiB, optimizer %.1f MiB (AdamW moments%s of %zu "
+                "of %zu parameters, train.zero = %d); peak host %.1f MiB",
+                n * sizeof(float) * mib, n * sizeof(float) * mib, opt_mib, grad_shard_floats ? " and reduced gradient" : "",
+                opt.shard().size(), opt.params(), zero ? 1 : 0, peak_host_mib());
+  return buf;
 }
 
 }  // namespace sb

@@ -4,8 +4,11 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <span>
+#include <string>
 #include <vector>
 
+#include "src/comm/comm.hpp"
 #include "src/model/model.hpp"
 
 namespace sb {
@@ -31,9 +34,14 @@ struct AdamWArgs {
 class AdamW {
  public:
   // n: parameters; the host moments m(), v() (the CUDA engine keeps its own on the device and
-  // copies them here for checkpoints).
-  AdamW(const OptimSettings& o, size_t n) : o_(o), m_(n, 0.f), v_(n, 0.f) {}
+  // copies them here for checkpoints). `shard`: the slice of the flat parameter buffer whose
+  // moments this rank keeps and updates (train.zero = 1: shard_of(n, rank, ranks); else all).
+  AdamW(const OptimSettings& o, size_t n) : AdamW(o, n, Slice{0, n}) {}
+  AdamW(const OptimSettings& o, size_t n, Slice shard)
+      : o_(o), n_(n), shard_(shard), m_(shard.size(), 0.f), v_(shard.size(), 0.f) {}
   const OptimSettings& settings() const { return o_; }
+  size_t params() const { return n_; }
+  Slice shard() const { return shard_; }
   double lr(int64_t step) const { return lr_at(o_, step); }
   // The factor that clips a gradient of norm grad_norm to grad_clip (1 when within it or off).
   float clip_factor(double grad_norm) const;
@@ -41,14 +49,24 @@ class AdamW {
   // tensor(p, args) for every tensor of `layout` in order (decay on matrices, not norms).
   void step(const ParamLayout& layout, double grad_norm, double lr, int64_t step, const std::function<void(float)>& scale,
             const std::function<void(const ParamInfo&, const AdamWArgs&)>& tensor) const;
-  // The host step: `g` clipped in place, then kernels::adamw on `model`'s weights and m(), v().
-  void step(Model<float>& model, std::vector<float>& g, double grad_norm, double lr, int64_t step);
-  std::vector<float>& m() { return m_; }
+  // The host step: `g`, the gradient of shard() (shard().size() values), clipped in place, then
+  // kernels::adamw on the shard of `model`'s weights and on m(), v() (each tensor's part of it).
+  void step(Model<float>& model, std::span<float> g, double grad_norm, double lr, int64_t step);
+  std::vector<float>& m() { return m_; }  // moments of shard(), shard().size() values
   std::vector<float>& v() { return v_; }
+  const std::vector<float>& m() const { return m_; }
+  const std::vector<float>& v() const { return v_; }
 
  private:
   OptimSettings o_;
+  size_t n_;
+  Slice shard_;
   std::vector<float> m_, v_;
 };
+
+// "memory per rank: weights 1.2 MiB, gradients 1.2 MiB, optimizer 0.6 MiB (moments of 1/2 of the
+// parameters, train.zero = 1), ...": what this rank holds for the parameters, and the peak host
+// memory so far (VmHWM), for the start line and the summary.
+std::string memory_line(const AdamW& opt, bool zero);
 
 }  // namespace sb

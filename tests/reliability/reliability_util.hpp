@@ -79,6 +79,28 @@ inline pid_t spawn(const std::string& cmd, const std::string& log) {
 }
 
 
+// The pid of rank `rank` of the job mpirun `mpirun_pid` started (a sparsebalance whose parent, or
+// grandparent, is that mpirun), or -1 while there is none.
+inline pid_t rank_pid(pid_t mpirun_pid, int rank) {
+  auto contains = [](const std::string& t, const std::string& w) { return t.find(w) != std::string::npos; };
+  std::error_code ec;  // processes come and go while /proc is listed: skip what vanished
+  for (fs::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::path& e = it->path();
+    const std::string pid_name = e.filename().string();
+    if (pid_name.empty() || pid_name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string stat = slurp(e.string() + "/stat");
+    if (stat.empty() || !contains(stat, "(sparsebalance)") || stat.rfind(')') + 4 >= stat.size()) continue;
+    std::string env = slurp(e.string() + "/environ");
+    for (auto& c : env) c = c ? c : '\n';
+    if (!contains(env, "\nOMPI_COMM_WORLD_RANK=" + std::to_string(rank) + "\n") || !contains(env, "OMPI_MCA_orte_hnp_uri"))
+      continue;
+    const int pp = std::atoi(stat.c_str() + stat.rfind(')') + 4);
+    const std::string ppid_stat = slurp("/proc/" + std::to_string(pp) + "/stat");
+    if (pp == mpirun_pid || contains(ppid_stat, " " + std::to_string(mpirun_pid) + " ")) return std::atoi(pid_name.c_str());
+  }
+  return -1;
+}
+
 // Flips one byte of the raw data of a contiguous dataset, in place.
 inline void flip_dataset_byte(const std::string& file, const std::string& dataset, size_t at = 0) {
   haddr_t off;

@@ -294,21 +294,7 @@ TEST_F(Reliability, KilledRankEndsTheJobQuicklyNamingTheRank) {
   auto t0 = std::chrono::steady_clock::now();
   while (victim < 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    if (!fs::exists(dir + "/metrics.h5")) continue;
-    for (const auto& e : fs::directory_iterator("/proc")) {
-      const std::string pid_name = e.path().filename().string();
-      if (pid_name.empty() || pid_name.find_first_not_of("0123456789") != std::string::npos) continue;
-      std::string stat = slurp(e.path().string() + "/stat");
-      if (stat.empty() || !has(stat, "(sparsebalance)")) continue;
-      std::string env = slurp(e.path().string() + "/environ");
-      for (auto& c : env) c = c ? c : '\n';
-      if (has(env, "\nOMPI_COMM_WORLD_RANK=1\n") && has(env, "OMPI_MCA_orte_hnp_uri")) {
-        // only a rank of *our* job: its parent chain leads to our mpirun
-        std::string ppid_stat = slurp("/proc/" + std::to_string(std::stoi(stat.substr(stat.rfind(')') + 4))) + "/stat");
-        int pp = std::stoi(stat.substr(stat.rfind(')') + 4));
-        if (pp == pid || has(ppid_stat, " " + std::to_string(pid) + " ")) victim = std::stoi(e.path().filename().string());
-      }
-    }
+    if (fs::exists(dir + "/metrics.h5")) victim = rank_pid(pid, 1);
   }
   ASSERT_GT(victim, 0) << "rank 1 not found; " << slurp(log);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));

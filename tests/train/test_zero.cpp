@@ -1,0 +1,116 @@
+// Issue 22, ZeRO-1 (train.zero = 1) in-process on 1, 2 and 4 ranks: the sharded optimizer trains
+// the same model as plain data parallelism (losses, weights and the checkpoint's moments to 1e-5
+// relative, with the clip active and the collectives in many rounds), and the sharded checkpoint
+// writers (collective and streamed) write the file write_checkpoint writes, which h5py reads.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+#include "io/checkpoint.hpp"
+#include "src/comm/comm.hpp"
+#include "src/train/trainer.hpp"
+#include "train_test_util.hpp"
+
+using namespace sbtest;
+namespace fs = std::filesystem;
+
+namespace {
+
+double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double d = 0, s = 1e-30;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    d = std::max(d, double(std::fabs(a[i] - b[i]))), s = std::max(s, double(std::fabs(a[i])));
+  return d / s;
+}
+
+}  // namespace
+
+TEST(Zero, ShardedOptimizerTrainsAsPlainDataParallel) {
+  sb::Comm comm;
+  std::string dir = scratch(comm, "zero");
+  // grad_clip low enough to clip every step; bucket_mb 0.01 splits the collectives into rounds.
+  const std::string base = "--set train.steps=4 --set balance.self_profile=false --set train.grad_clip=0.05"
+                           " --set checkpoint.every=2 --set train.bucket_mb=0.01";
+  sb::Config c0 = tiny_config(dir, base + " --set checkpoint.dir=" + dir + "/c0 --set log.path=" + dir + "/m0.h5");
+  sb::Config c1 = tiny_config(dir, base + " --set checkpoint.dir=" + dir + "/c1 --set log.path=" + dir +
+                                       "/m1.h5 --set train.zero=1");
+  sb::Trainer t0(c0, comm, "", 0);
+  sb::TrainResult r0 = t0.run();
+  sb::Trainer t1(c1, comm, "", 0);
+  sb::TrainResult r1 = t1.run();
+  ASSERT_EQ(r1.last_step, 4);
+  EXPECT_NEAR(r1.first_loss, r0.first_loss, 1e-5 * r0.first_loss);
+  EXPECT_NEAR(r1.last_loss, r0.last_loss, 1e-5 * r0.last_loss);
+  EXPECT_LT(max_rel(t1.model().weights(), t0.model().weights()), 1e-5);
+  if (comm.root()) {  // the sharded checkpoint holds the whole state, as the plain one
+    for (int s : {2, 4}) {
+      sb::Checkpoint a = sb::read_checkpoint(sb::checkpoint_path(dir + "/c0", s));
+      sb::Checkpoint b = sb::read_checkpoint(sb::checkpoint_path(dir + "/c1", s));
+      EXPECT_LT(max_rel(b.params, a.params), 1e-5) << "step " << s;
+      EXPECT_LT(max_rel(b.m, a.m), 1e-5) << "step " << s;
+      EXPECT_LT(max_rel(b.v, a.v), 1e-5) << "step " << s;
+      EXPECT_EQ(b.ranks, comm.size());
+    }
+  }
+}
+
+// Tensors of rank 1, 2 and 3 that the slices cut anywhere; 3 values on 4 ranks leave a rank with
+// nothing to write (it still joins every collective call).
+TEST(Zero, ShardedWritersWriteTheWholeFileCheckpoint) {
+  sb::Comm comm;
+  std::string dir = scratch(comm, "zero_io");
+  for (const std::vector<std::vector<int64_t>>& shapes :
+       {std::vector<std::vector<int64_t>>{{3, 5}, {7}, {4, 2, 3}, {2, 9}}, {{3}}}) {
+    sb::Checkpoint full;
+    full.step = 7, full.ranks = comm.size(), full.config_toml = "[train]\nzero = 1\n";
+    full.data_epoch = 2, full.data_cursor = 11, full.skipped_steps = 1;
+    size_t n = 0;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      size_t sz = 1;
+      for (auto d : shapes[i]) sz *= size_t(d);
+      full.tensors.push_back({"t" + std::to_string(i), shapes[i], n, sz});
+      n += sz;
+    }
+    std::mt19937 rng(3);
+    std::normal_distribution<float> g;
+    for (auto* b : {&full.params, &full.m, &full.v})
+      for (size_t i = 0; i < n; ++i) b->push_back(g(rng));
+    const sb::Slice sh = sb::shard_of(n, comm.rank(), comm.size());
+    sb::Checkpoint meta = full;
+    meta.params.clear(), meta.m.clear(), meta.v.clear();
+    const sb::CheckpointShard mine{full.params, sh.lo, std::span(full.m).subspan(sh.lo, sh.size()),
+                                   std::span(full.v).subspan(sh.lo, sh.size())};
+    const std::string ref = dir + "/ref.h5", streamed = dir + "/stream.h5", coll = dir + "/coll.h5";
+    if (comm.root()) sb::write_checkpoint(ref, full);
+    sb::write_checkpoint_sharded(streamed, meta, mine, MPI_COMM_WORLD, sb::CheckpointIo::Stream);
+    if (sb::kCollectiveCheckpoints)
+      sb::write_checkpoint_sharded(coll, meta, mine, MPI_COMM_WORLD, sb::CheckpointIo::Collective);
+    comm.barrier();
+    if (!comm.root()) continue;
+    for (const std::string& p : {streamed, coll}) {
+      if (p == coll && !sb::kCollectiveCheckpoints) continue;
+      sb::Checkpoint got = sb::read_checkpoint(p);  // the checksum chained through the ranks verifies
+      EXPECT_EQ(got.params, full.params) << p;
+      EXPECT_EQ(got.m, full.m) << p;
+      EXPECT_EQ(got.v, full.v) << p;
+      EXPECT_EQ(got.step, 7);
+      EXPECT_EQ(got.skipped_steps, 1);
+      EXPECT_FALSE(fs::exists(p + ".tmp"));
+      // h5py reads it as a plain checkpoint: every dataset and the checksum equal the reference file's.
+      const std::string py = dir + "/same.py";
+      std::ofstream(py) << "import h5py, numpy as np, sys\n"
+                           "a, b = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])\n"
+                           "ok = all(a[g][k].shape == b[g][k].shape and np.array_equal(a[g][k][()], b[g][k][()])\n"
+                           "         for g in ['params', 'optim/m', 'optim/v'] for k in b[g])\n"
+                           "print('h5py', 'same' if ok and a.attrs['checksum'] == b.attrs['checksum'] else 'DIFFERENT')\n";
+      const sbtest::Run r = sbtest::run_clean("/usr/bin/python3 " + py + " " + p + " " + ref);
+      EXPECT_EQ(r.out, "h5py same\n") << p;
+    }
+  }
+}
