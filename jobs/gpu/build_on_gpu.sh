@@ -15,11 +15,16 @@
 #             PyTorch (LENS, STEPS, TORCH=0|1 pass through)
 #   overlap   bench/gpu_overlap.sh: the gradient all-reduce overlapped with the last backward against
 #             after it, one rank per GPU (NGPU, L, STEPS, ROUNDS pass through)
+#   accuracy  bench/accuracy.sh ACC_SCALE=gpu: the accuracy recipe, resumable; this call stops it
+#             ACC_CALL_S (default 530) seconds after this script started (repeat until `accuracy: done`)
+#   policies  bench/accuracy_policies.sh: the policy comparison from the recipe's checkpoint, resumable
+#             the same way
 #   none      build only (BUILD_TARGETS narrows what is built; BUILD_DIR, DEBS, OUT as below)
 # Logs and CSVs go to $OUT (or ./gpu-out when OUT is unset).
 set -uo pipefail
 STAGES=${*:-test sanitize bench}
 ROOT=$(pwd)
+T0=$(date +%s)
 OUTDIR=${OUT:-$ROOT/gpu-out}
 mkdir -p "$OUTDIR"
 B=${BUILD_DIR:-$ROOT/build-gpu}
@@ -99,6 +104,14 @@ for st in $STAGES; do
     overlap)
       log "overlap"
       SB=$B/src/sparsebalance OUT=$OUTDIR timeout 560 bash bench/gpu_overlap.sh 2>&1 | tee "$OUTDIR/overlap.log" || rc=1 ;;
+    accuracy)
+      log "accuracy recipe"
+      SB=$B/src/sparsebalance OUT=$OUTDIR ACC_SCALE=gpu ACC_DEADLINE=$((T0 + ${ACC_CALL_S:-530})) \
+        bash bench/accuracy.sh 2>&1 | tee "$OUTDIR/accuracy.log" || rc=1 ;;
+    policies)
+      log "accuracy policies"
+      SB=$B/src/sparsebalance OUT=$OUTDIR POL_SCALE=gpu ACC_DEADLINE=$((T0 + ${ACC_CALL_S:-530})) \
+        bash bench/accuracy_policies.sh 2>&1 | tee "$OUTDIR/policies.log" || rc=1 ;;
     none) ;;  # build only
     *) echo "unknown stage $st"; rc=2 ;;
   esac
