@@ -37,7 +37,7 @@
 # says `accuracy: done` or `accuracy: continue`.
 # Env: ACC_SCALE (tiny|gpu), SB (the binary), ACC_RUNS (runs/accuracy_$ACC_SCALE), OUT (copies of the
 # CSV, JSON, plot and logs; default $ACC_RUNS/out), ACC_STEPS ("pre short long" step counts),
-# ACC_EVAL_DOCS (eval.docs of the config), ACC_NP (ranks, default 1).
+# ACC_EVAL_DOCS (eval.docs of the config), ACC_NP (ranks, default 1), ACC_UNTIL (stop after that stage).
 # Writes: $ACC_RUNS/eval/<stage>_<step>.json (eval summaries), accuracy.csv (bench/accuracy_collect.py),
 # accuracy_summary.json, accuracy.png (jobs/plots/plot_accuracy.py).
 set -uo pipefail
@@ -64,9 +64,9 @@ left() { echo $((DEADLINE - $(date +%s))); }
 case $SCALE in
   gpu)
     STAGES=(pre short long)
-    PREP_pre="uniform 256 2048 70000 11 none";     STEPS_pre=600;  LR_pre=1e-3; WU_pre=50;  GB_pre=131072; EVERY_pre=300
-    PREP_short="uniform 256 4096 92000 12 answers"; STEPS_short=1500; LR_short=1e-3; WU_short=50; GB_short=131072; EVERY_short=300
-    PREP_long="uniform 4096 16384 16000 13 answers"; STEPS_long=600; LR_long=5e-4; WU_long=30; GB_long=262144; EVERY_long=150
+    PREP_pre="uniform 256 2048 70000 11 none";     STEPS_pre=600;  LR_pre=1e-3; WU_pre=50;  GB_pre=131072; EVERY_pre=600
+    PREP_short="uniform 256 4096 92000 12 answers"; STEPS_short=1500; LR_short=1e-3; WU_short=50; GB_short=131072; EVERY_short=500
+    PREP_long="uniform 4096 16384 16000 13 answers"; STEPS_long=600; LR_long=5e-4; WU_long=30; GB_long=262144; EVERY_long=200
     PREP_eval="uniform 1024 16384 430 99 answers"
     FROM=8193 MIN_STAGE_S=90 EVAL_S=40 ;;
   tiny)
@@ -79,11 +79,17 @@ case $SCALE in
   *) echo "accuracy.sh: ACC_SCALE=$SCALE: expected tiny or gpu" >&2; exit 1 ;;
 esac
 if [ -n "${ACC_STEPS:-}" ]; then read -r STEPS_pre STEPS_short STEPS_long <<< "$ACC_STEPS"; fi
+# ACC_UNTIL=STAGE: train up to that stage only, no evaluation (bench/accuracy_policies.sh starts from
+# the `short` stage: its GPU stage runs this first on a fresh machine).
+UNTIL=${ACC_UNTIL:-}
 MICRO=$(grep -E '^micro_batch_tokens' "$CFG" | sed -E 's/[^=]*= *([0-9]+).*/\1/')
 EVAL_SETS=(--set data.path="$RUNS/data_eval" --set data.val_fraction=0.9 --set train.micro_batch_tokens="$MICRO")
 [ -n "${ACC_EVAL_DOCS:-}" ] && EVAL_SETS+=(--set eval.docs="$ACC_EVAL_DOCS")
 LAUNCH=()
-[ "$NP" -gt 1 ] && LAUNCH=(mpirun -np "$NP")
+if [ "$NP" -gt 1 ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
+  LAUNCH=(mpirun -np "$NP" -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE)
+fi
 
 prep() {  # prep NAME: the corpus of a stage (or eval), made once
   local name=$1 spec preset lo hi docs seed mask
@@ -129,8 +135,11 @@ for st in "${STAGES[@]}"; do
       status=continue; break
     fi
   fi
+  final_ckpt "$st" > "$RUNS/final_$st"  # the finished stage's last checkpoint (read by accuracy_policies.sh)
   prev=$st
+  [ "$st" = "$UNTIL" ] && break
 done
+if [ -n "$UNTIL" ]; then log "accuracy: $status (until stage $UNTIL; no evaluation)"; exit 0; fi
 
 # The curve: every kept checkpoint at a multiple of its stage's interval (and each stage's last).
 for st in "${STAGES[@]}"; do

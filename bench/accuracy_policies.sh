@@ -46,11 +46,16 @@ case $SCALE in
   *) echo "accuracy_policies.sh: POL_SCALE=$SCALE: expected tiny or gpu" >&2; exit 1 ;;
 esac
 [ -x "$SB" ] || { echo "accuracy_policies.sh: $SB not found (build sparsebalance, or set SB)" >&2; exit 1; }
-INIT=${POL_INIT:-$(ls "$ACC"/ckpt_short/ckpt_*.h5 2>/dev/null | tail -1)}
+INIT=${POL_INIT:-$(cat "$ACC/final_short" 2>/dev/null)}
 for f in "$INIT" "$ACC/data_long/.done" "$ACC/data_eval/.done"; do
-  [ -n "$f" ] && [ -f "$f" ] || { echo "accuracy_policies.sh: ${f:-$ACC/ckpt_short/ckpt_*.h5} missing: run ACC_SCALE=$SCALE bash bench/accuracy.sh first (or set POL_INIT)" >&2; exit 1; }
+  [ -n "$f" ] && [ -f "$f" ] || { echo "accuracy_policies.sh: ${f:-the finished short stage ($ACC/final_short)} missing: run ACC_SCALE=$SCALE [ACC_UNTIL=short] bash bench/accuracy.sh first (or set POL_INIT)" >&2; exit 1; }
 done
 mkdir -p "$RUNS" "$OUTDIR"
+# mpirun as root on the GPU machine; the private prefix's libraries (LD_LIBRARY_PATH) and NVLink
+# multicast off (jobs/gpu/README.md) passed to every rank.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
+MPI=(mpirun -np "$NP" -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS)
 log() { echo "== $(date -u +%H:%M:%S) $*"; }
 left() { echo $((DEADLINE - $(date +%s))); }
 MICRO=$(grep -E '^micro_batch_tokens' "$CFG" | sed -E 's/[^=]*= *([0-9]+).*/\1/')
@@ -88,7 +93,7 @@ for seed in $SEEDS; do
       if [ "$(left)" -lt "$MIN_RUN_S" ]; then status=continue; break 2; fi
       mkdir -p "$d"
       # shellcheck disable=SC2086  # $sets: one word per flag
-      timeout -s USR1 -k 60 $(( $(left) - EVAL_S )) mpirun -np "$NP" "$SB" train "$CFG" --resume --init-from "$INIT" $sets \
+      timeout -s USR1 -k 60 $(( $(left) - EVAL_S )) "${MPI[@]}" "$SB" train "$CFG" --resume --init-from "$INIT" $sets \
         --set balance.batching=sparse --set balance.profile="$RUNS/profile.h5" --set balance.ema=0 \
         --set balance.self_profile=false --set balance.max_change="$MAXC" \
         --set data.path="$ACC/data_long" --set data.seed="$seed" --set train.seed="$seed" \
