@@ -22,7 +22,7 @@
 # bench/RESULTS.md) and policies.png (accuracy against step time), copied to $OUT.
 # Env: POL_SCALE (tiny|gpu), SB, ACC_RUNS (the recipe's runs), POL_RUNS (runs/policies_$POL_SCALE),
 # POL_STEPS, POL_BATCH (global batch tokens), POL_NP, POL_SEEDS, POL_POLICIES, POL_MAX_CHANGE (0.25),
-# POL_EVAL_DOCS, OUT.
+# POL_EVAL_DOCS (gpu: 256 of the 384 held-out documents), OUT.
 set -uo pipefail
 SCALE=${POL_SCALE:-tiny}
 SB=${SB:-build/src/sparsebalance}
@@ -60,7 +60,8 @@ log() { echo "== $(date -u +%H:%M:%S) $*"; }
 left() { echo $((DEADLINE - $(date +%s))); }
 MICRO=$(grep -E '^micro_batch_tokens' "$CFG" | sed -E 's/[^=]*= *([0-9]+).*/\1/')
 EVAL_SETS=(--set data.path="$ACC/data_eval" --set data.val_fraction=0.9 --set train.micro_batch_tokens="$MICRO")
-[ -n "${POL_EVAL_DOCS:-}" ] && EVAL_SETS+=(--set eval.docs="$POL_EVAL_DOCS")
+[ "$SCALE" = gpu ] && EVAL_SETS+=(--set eval.docs="${POL_EVAL_DOCS:-256}")
+[ "$SCALE" != gpu ] && [ -n "${POL_EVAL_DOCS:-}" ] && EVAL_SETS+=(--set eval.docs="$POL_EVAL_DOCS")
 log "policies ($SCALE): $POLICIES x seeds $SEEDS, $STEPS steps of $GB tokens, $NP ranks on one device, from $INIT; $(left) s in this call"
 
 # The latency profile: once, one rank alone, sparse attention (the plan prices dense from it too).

@@ -80,7 +80,8 @@ def policies(rows, out, title):
         if r["lengths"] == "target" and r["task"] == "overall" and r["attention"] == own:
             by[r["policy"]].append((float(r["step_ms"]), float(r["accuracy"])))
     fig, ax = plt.subplots(figsize=(7, 5))
-    for pol, pts in by.items():
+    order = ["dense", "fixed", "dst_mean", "dst_max", "dst_recall"]
+    for pol, pts in sorted(by.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else 99, kv[0])):
         xs, ys = [p[0] for p in pts], [p[1] for p in pts]
         mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
         ax.errorbar(mx, my, xerr=[[mx - min(xs)], [max(xs) - mx]], yerr=[[my - min(ys)], [max(ys) - my]],
@@ -88,6 +89,7 @@ def policies(rows, out, title):
         ax.scatter(xs, ys, s=8, alpha=0.4)
     ax.set_xlabel("step time, ms (ranks sharing one device: an ordering, not a speed figure)")
     ax.set_ylabel("overall exact match, held-out (target lengths)")
+    ax.set_ylim(-0.02, 1.05)
     ax.set_title(title or "task accuracy against step time per policy")
     ax.legend(fontsize=8)
     fig.tight_layout()
