@@ -103,7 +103,7 @@ def main():
         if tok:
             offset += max(tok.values())
     if not rows:
-        sys.exit(f"accuracy_collect.py: no evaluations in {a.runs}/eval")
+        sys.exit(f"accuracy_collect.py: no evaluation in {a.runs}/eval with task documents (stages {a.stages})")
     tmp = a.csv + ".tmp"
     with open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))

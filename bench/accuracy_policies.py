@@ -58,7 +58,7 @@ def main():
             rows.append({**extra, **r})
         runs.setdefault(pol, []).append((seed, tr, ev))
     if not rows:
-        sys.exit(f"accuracy_policies.py: no finished runs in {a.runs}")
+        sys.exit(f"accuracy_policies.py: no finished run with task documents evaluated in {a.runs}")
     with open(a.csv + ".tmp", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
