@@ -25,8 +25,9 @@
 #     them gives the search more chances to find one early; 8 layers for the two-hop kv lookup
 #     (find the key in the question, then the value after it in the JSON);
 #   - lr 1e-3 (5e-4 in the long stage), warmup 50, clip 1.0: fast for 27M parameters, stable;
-#   - masked loss: the answer tokens are ~1.5% of a task document; with the loss on all tokens
-#     their gradient drowns in the filler's (the issue's 157M-token dense run: 0 of 256 right).
+#   - masked loss: the answers are ~1.5% of a short task document's tokens (0.2% at 8K); with the
+#     loss on all tokens their gradient drowns in the filler's (issue 20's 157M-token dense run at
+#     8K: 0 of 256 right).
 #   - documents packed into 16K micro-batches, attention within each document: short documents
 #     cost little attention, so the short stages run at ~1M tokens/s.
 #
