@@ -7,7 +7,9 @@
 #   ACC_SCALE=gpu SB=build-gpu/src/sparsebalance bash bench/accuracy.sh    # one H200, ~20 min in all
 #
 # Stages (each a `sparsebalance train` started --init-from the previous stage's last checkpoint,
-# fresh optimizer and LR schedule; every stage its own corpus from `prep synth`, its own seed):
+# fresh optimizer and LR schedule; every stage its own corpus from `prep synth --ask all`, its own
+# seed: multi-key and key-value documents ask every key, the evaluated question last, so a document
+# teaches 2-16 retrievals instead of one):
 #   pre    plain LM loss on short task documents (256-2K tokens): the model learns the bytes, the
 #          words and the fixed phrases, and, because each question repeats its needle's phrase
 #          ("The pass key is ..."), forms the copy (induction) heads that retrieval needs.
@@ -20,6 +22,8 @@
 # tokens, evaluated dense and sparse (`sparsebalance eval`: exact match of the teacher-forced greedy
 # answer) at every checkpoint; the targets (>= 90% passkey, >= 70% overall) are read at 8K-16K.
 # Why these choices make a small model learn quickly:
+#   - many retrievals per document (`--ask all`): a small model needs many retrieval examples to form
+#     its copy heads, and a long document with one question gives one;
 #   - byte vocabulary (259): answers are digits / hex characters, each learned once for all;
 #   - 8 heads of dim 64, as many key/value heads (no GQA): retrieval is done by a few heads, more of
 #     them gives the search more chances to find one early; 8 layers for the two-hop kv lookup
@@ -60,22 +64,22 @@ mkdir -p "$RUNS/eval" "$OUTDIR"
 log() { echo "== $(date -u +%H:%M:%S) $*"; }
 left() { echo $((DEADLINE - $(date +%s))); }
 
-# The stage table: name, prep synth arguments (preset min max docs seed mask), steps, lr, warmup,
+# The stage table: name, prep synth arguments (preset min max docs seed mask ask), steps, lr, warmup,
 # global batch, checkpoint interval. Documents per stage ~ steps x batch / mean length (one epoch).
 case $SCALE in
   gpu)
     STAGES=(pre short long)
-    PREP_pre="uniform 256 2048 70000 11 none";     STEPS_pre=600;  LR_pre=1e-3; WU_pre=50;  GB_pre=131072; EVERY_pre=600
-    PREP_short="uniform 256 4096 92000 12 answers"; STEPS_short=1500; LR_short=1e-3; WU_short=50; GB_short=131072; EVERY_short=500
-    PREP_long="uniform 4096 16384 16000 13 answers"; STEPS_long=600; LR_long=5e-4; WU_long=30; GB_long=262144; EVERY_long=200
-    PREP_eval="uniform 1024 16384 430 99 answers"
+    PREP_pre="uniform 256 2048 70000 11 none all";     STEPS_pre=600;  LR_pre=1e-3; WU_pre=50;  GB_pre=131072; EVERY_pre=600
+    PREP_short="uniform 256 4096 92000 12 answers all"; STEPS_short=1500; LR_short=1e-3; WU_short=50; GB_short=131072; EVERY_short=500
+    PREP_long="uniform 4096 16384 16000 13 answers all"; STEPS_long=600; LR_long=5e-4; WU_long=30; GB_long=262144; EVERY_long=200
+    PREP_eval="uniform 1024 16384 430 99 answers one"
     FROM=8193 MIN_STAGE_S=90 EVAL_S=40 ;;
   tiny)
     STAGES=(pre short long)
-    PREP_pre="uniform 128 512 300 11 none";     STEPS_pre=10; LR_pre=3e-3; WU_pre=2; GB_pre=8192;  EVERY_pre=5
-    PREP_short="uniform 128 1024 300 12 answers"; STEPS_short=10; LR_short=3e-3; WU_short=2; GB_short=8192;  EVERY_short=5
-    PREP_long="uniform 512 2048 200 13 answers";  STEPS_long=6;  LR_long=1e-3; WU_long=1; GB_long=8192; EVERY_long=3
-    PREP_eval="uniform 256 2048 40 99 answers"
+    PREP_pre="uniform 128 512 300 11 none all";     STEPS_pre=10; LR_pre=3e-3; WU_pre=2; GB_pre=8192;  EVERY_pre=5
+    PREP_short="uniform 128 1024 300 12 answers all"; STEPS_short=10; LR_short=3e-3; WU_short=2; GB_short=8192;  EVERY_short=5
+    PREP_long="uniform 512 2048 200 13 answers all";  STEPS_long=6;  LR_long=1e-3; WU_long=1; GB_long=8192; EVERY_long=3
+    PREP_eval="uniform 256 2048 40 99 answers one"
     FROM=1025 MIN_STAGE_S=5 EVAL_S=3 ;;
   *) echo "accuracy.sh: ACC_SCALE=$SCALE: expected tiny or gpu" >&2; exit 1 ;;
 esac
@@ -93,10 +97,10 @@ if [ "$NP" -gt 1 ]; then
 fi
 
 prep() {  # prep NAME: the corpus of a stage (or eval), made once
-  local name=$1 spec preset lo hi docs seed mask
-  spec=PREP_$name; read -r preset lo hi docs seed mask <<< "${!spec}"
+  local name=$1 spec preset lo hi docs seed mask ask
+  spec=PREP_$name; read -r preset lo hi docs seed mask ask <<< "${!spec}"
   [ -f "$RUNS/data_$name/.done" ] && return 0
-  "$SB" prep synth --preset "$preset" --min-len "$lo" --max-len "$hi" --docs "$docs" --seed "$seed" --mask "$mask" \
+  "$SB" prep synth --preset "$preset" --min-len "$lo" --max-len "$hi" --docs "$docs" --seed "$seed" --mask "$mask" --ask "$ask" \
     --output "$RUNS/data_$name" --overwrite > "$RUNS/prep_$name.log" 2>&1 || { cat "$RUNS/prep_$name.log"; return 1; }
   tail -1 "$RUNS/prep_$name.log"
   touch "$RUNS/data_$name/.done"
