@@ -17,11 +17,16 @@
 #             host-built selection against the device-built one (L, STEPS, SELECTS pass through)
 #   overlap   bench/gpu_overlap.sh: the gradient all-reduce overlapped with the last backward against
 #             after it, one rank per GPU (NGPU, L, STEPS, ROUNDS pass through)
+#   accuracy  bench/accuracy.sh ACC_SCALE=gpu: the accuracy recipe, resumable; this call stops it
+#             ACC_CALL_S (default 530) seconds after this script started (repeat until `accuracy: done`)
+#   policies  bench/accuracy_policies.sh: the policy comparison from the recipe's `short` stage (run
+#             first if missing: ACC_UNTIL=short), resumable the same way (until `policies: done`)
 #   none      build only (BUILD_TARGETS narrows what is built; BUILD_DIR, DEBS, OUT as below)
 # Logs and CSVs go to $OUT (or ./gpu-out when OUT is unset).
 set -uo pipefail
 STAGES=${*:-test sanitize bench}
 ROOT=$(pwd)
+T0=$(date +%s)
 OUTDIR=${OUT:-$ROOT/gpu-out}
 mkdir -p "$OUTDIR"
 B=${BUILD_DIR:-$ROOT/build-gpu}
@@ -104,6 +109,15 @@ for st in $STAGES; do
     overlap)
       log "overlap"
       SB=$B/src/sparsebalance OUT=$OUTDIR timeout 560 bash bench/gpu_overlap.sh 2>&1 | tee "$OUTDIR/overlap.log" || rc=1 ;;
+    accuracy)
+      log "accuracy recipe"
+      SB=$B/src/sparsebalance OUT=$OUTDIR ACC_SCALE=gpu ACC_DEADLINE=$((T0 + ${ACC_CALL_S:-530})) \
+        bash bench/accuracy.sh 2>&1 | tee "$OUTDIR/accuracy.log" || rc=1 ;;
+    policies)
+      log "accuracy policies"
+      # The recipe's pre and short stages first (kept when done: a no-op on the machine that ran the recipe).
+      (export SB=$B/src/sparsebalance OUT=$OUTDIR ACC_SCALE=gpu POL_SCALE=gpu ACC_DEADLINE=$((T0 + ${ACC_CALL_S:-530}))
+       ACC_UNTIL=short bash bench/accuracy.sh && { [ ! -s runs/accuracy_gpu/final_short ] || bash bench/accuracy_policies.sh; }) 2>&1 | tee "$OUTDIR/policies.log" || rc=1 ;;
     none) ;;  # build only
     *) echo "unknown stage $st"; rc=2 ;;
   esac

@@ -11,14 +11,14 @@
 
 namespace sb {
 
-static nlohmann::json part_json(const EvalPart& p) {
+// {"passkey": {correct, total, accuracy}, ..., "overall": {...}} from counts by task type.
+static nlohmann::json tasks_json(const std::array<int64_t, 4>& correct, const std::array<int64_t, 4>& total) {
   nlohmann::json tasks = nlohmann::json::object();
   int64_t c = 0, t = 0;
   for (int i = 1; i < 4; ++i) {
-    if (!p.task_total[i]) continue;
-    tasks[task_name(i)] = {{"correct", p.task_correct[i]}, {"total", p.task_total[i]},
-                           {"accuracy", double(p.task_correct[i]) / double(p.task_total[i])}};
-    c += p.task_correct[i], t += p.task_total[i];
+    if (!total[i]) continue;
+    tasks[task_name(i)] = {{"correct", correct[i]}, {"total", total[i]}, {"accuracy", double(correct[i]) / double(total[i])}};
+    c += correct[i], t += total[i];
   }
   tasks["overall"] = {{"correct", c}, {"total", t}, {"accuracy", t ? double(c) / double(t) : 0.0}};
   return tasks;
@@ -59,12 +59,15 @@ static int run_eval(const Args& args) {
     auto avg = [](double s, int64_t n) { return n ? s / double(n) : 0.0; };
     buckets.push_back({{"lengths", name}, {"targets", r.dense.bucket_targets[b]},
                        {"loss", avg(r.dense.bucket_loss[b], r.dense.bucket_targets[b])},
-                       {"loss_sparse", avg(r.sparse.bucket_loss[b], r.sparse.bucket_targets[b])}});
+                       {"loss_sparse", avg(r.sparse.bucket_loss[b], r.sparse.bucket_targets[b])},
+                       {"task_accuracy", tasks_json(r.dense.bucket_task_correct[b], r.dense.bucket_task_total[b])},
+                       {"task_accuracy_sparse", tasks_json(r.sparse.bucket_task_correct[b], r.sparse.bucket_task_total[b])}});
   }
   nlohmann::json j = {{"checkpoint", ck_path}, {"step", ck.step}, {"docs", r.docs}, {"tokens", r.tokens},
                       {"loss", r.dense.loss()}, {"loss_sparse", r.sparse.loss()}, {"buckets", buckets},
                       {"doc_ids", r.doc_ids}, {"window", cfg.i("train.micro_batch_tokens")}, {"data", cfg.s("data.path")},
-                      {"task_accuracy", part_json(r.dense)}, {"task_accuracy_sparse", part_json(r.sparse)}};
+                      {"task_accuracy", tasks_json(r.dense.task_correct, r.dense.task_total)},
+                      {"task_accuracy_sparse", tasks_json(r.sparse.task_correct, r.sparse.task_total)}};
   std::printf("eval %s (step %lld): %lld docs, %lld tokens\n", ck_path.c_str(), static_cast<long long>(ck.step),
               static_cast<long long>(r.docs), static_cast<long long>(r.tokens));
   std::printf("  loss dense %.4f | sparse %.4f\n", r.dense.loss(), r.sparse.loss());
@@ -73,9 +76,14 @@ static int run_eval(const Args& args) {
     std::printf("  loss over trained targets (loss mask) %.4f (%lld targets)\n", r.masked_loss(),
                 static_cast<long long>(r.masked_targets));
   }
-  for (const auto& b : buckets)
-    std::printf("  length %-12s loss %.4f | sparse %.4f (%lld targets)\n", b["lengths"].get<std::string>().c_str(),
-                b["loss"].get<double>(), b["loss_sparse"].get<double>(), static_cast<long long>(b["targets"].get<int64_t>()));
+  for (const auto& b : buckets) {
+    const auto& all = b["task_accuracy"]["overall"];
+    std::printf("  length %-12s loss %.4f | sparse %.4f (%lld targets); tasks %lld/%lld | sparse %lld\n",
+                b["lengths"].get<std::string>().c_str(), b["loss"].get<double>(), b["loss_sparse"].get<double>(),
+                static_cast<long long>(b["targets"].get<int64_t>()), static_cast<long long>(all["correct"].get<int64_t>()),
+                static_cast<long long>(all["total"].get<int64_t>()),
+                static_cast<long long>(b["task_accuracy_sparse"]["overall"]["correct"].get<int64_t>()));
+  }
   for (auto& [name, t] : j["task_accuracy"].items())
     std::printf("  task %-9s accuracy %.3f (%lld/%lld) | sparse %.3f\n", name.c_str(), t["accuracy"].get<double>(),
                 static_cast<long long>(t["correct"].get<int64_t>()), static_cast<long long>(t["total"].get<int64_t>()),

@@ -22,7 +22,7 @@ const std::vector<std::pair<std::string, std::string>> kFlagKeys = {
     {"split", "prep.split"},     {"eot", "prep.eot"},                   {"vocab", "prep.vocab"},
     {"preset", "prep.preset"},   {"docs", "prep.docs"},                 {"seed", "prep.seed"},
     {"max-len", "prep.max_len"}, {"min-len", "prep.min_len"},           {"dict", "prep.dict"},
-    {"tokenizer", "prep.tokenizer"}, {"eos", "prep.eos"}, {"mask", "prep.mask"},
+    {"tokenizer", "prep.tokenizer"}, {"eos", "prep.eos"}, {"mask", "prep.mask"}, {"ask", "prep.ask"},
 };
 
 Config load_config(const Args& args) {
@@ -103,6 +103,7 @@ int run(const Args& args) {
     so.seed = uint64_t(cfg.i("prep.seed"));
     so.max_len = uint64_t(cfg.i("prep.max_len"));
     so.min_len = uint64_t(cfg.i("prep.min_len"));
+    so.ask_all = cfg.s("prep.ask") == "all";
     so.dict = cfg.s("prep.dict");
     st = prep_synth(so, opt);
   }
@@ -138,10 +139,11 @@ Command cmd_prep() {
           "  prep bin   --input FILE... [--eot ID] [--vocab V]\n"
           "      llm.c token files (uint16, header magic 20240520); documents split at EOT (not stored).\n"
           "  prep synth [--preset longalign|chatqa2|uniform|fixed] [--docs N] [--seed S] [--max-len L]\n"
-          "             [--min-len L] [--mask none|answers]\n"
+          "             [--min-len L] [--mask none|answers] [--ask one|all]\n"
           "      synthetic filler text with passkey, multi-key needle and key-value retrieval tasks\n"
           "      (question and answer at the end of each document, answer span stored); --mask answers\n"
-          "      trains only the answers (/loss_mask).\n\n"
+          "      trains only the answers (/loss_mask); --ask all asks every key of the multi-key and\n"
+          "      key-value documents (the stored span: the last, as with --ask one; training data).\n\n"
           "Shards are DIR/shard_00000.h5, ... of about --shard-tokens tokens (whole documents). Flags are\n"
           "the [prep] config keys (src/config/KEYS.md); flags override the file and --set.\n",
           {{"input", -1, "input files (text, jsonl or llm.c .bin)", "FILE"},
@@ -160,7 +162,8 @@ Command cmd_prep() {
            {"dict", 1, "synth: word list (prep.dict)", "FILE"},
            {"tokenizer", 1, "text: Hugging Face tokenizer.json (prep.tokenizer)", "FILE"},
            {"eos", 1, "text: EOS token with --tokenizer (prep.eos)", "TOKEN"},
-           {"mask", 1, "synth: loss mask none or answers (prep.mask)", "M"}},
+           {"mask", 1, "synth: loss mask none or answers (prep.mask)", "M"},
+           {"ask", 1, "synth: multi-key / key-value documents ask one key or all (prep.ask)", "one|all"}},
           run};
 }
 

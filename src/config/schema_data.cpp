@@ -23,6 +23,7 @@ std::vector<KeySpec> schema_data() {
       {"prep.seed", T::Int, "1", 0, BIG, {}, "prep synth: seed (same seed, same bytes)"},
       {"prep.max_len", T::Int, "8192", 1, BIG, {}, "prep synth: longest document in tokens (= bytes)"},
       {"prep.min_len", T::Int, "32", 1, BIG, {}, "prep synth: shortest document in tokens"},
+      {"prep.ask", T::String, "one", 0, 0, {"one", "all"}, "prep synth: multi-key and key-value documents ask one key (the evaluated format) or every key, the evaluated one last (training documents with many answers; with --mask answers all are trained)"},
       {"prep.mask", T::String, "none", 0, 0, {"none", "answers"}, "prep synth: loss mask: none (every token trained) or answers (only the task answers)"},
       {"prep.dict", T::String, "/usr/share/dict/american-english", 0, 0, {}, "prep synth: word list of the filler text (package wamerican)"},
       {"prep.tokenizer", T::String, "", 0, 0, {}, "prep text: Hugging Face tokenizer.json (byte-level BPE); empty = the byte tokenizer"},

@@ -289,9 +289,9 @@ PrepStats prep_synth(const SynthOptions& synth, const PrepOptions& opt) {
   for (uint64_t i = 0; i < synth.docs; ++i) {
     auto d = corpus.doc(i);
     std::vector<uint8_t> mask;
-    if (opt.mask == "answers") {  // train only the answer; filler documents train nothing
+    if (opt.mask == "answers") {  // train only the answers (every question's, with --ask all); filler nothing
       mask.assign(d.text.size(), 0);
-      if (d.task.type != kTaskNone) std::fill(mask.begin() + long(d.task.begin), mask.begin() + long(d.task.end), 1);
+      for (const auto& [b, e] : d.answers) std::fill(mask.begin() + long(b), mask.begin() + long(e), 1);
     }
     out.add(ByteTokenizer::encode(d.text), d.task, mask);
   }

@@ -160,12 +160,18 @@ std::string SynthCorpus::filler(Rng& rng, uint64_t n) const {
 // Tasks: evidence (needles) early or in the middle, question + answer at the very end.
 
 SynthDoc SynthCorpus::assemble(Rng& rng, uint64_t len, const std::vector<std::string>& needles, double lo,
-                               double hi, const std::string& question, const std::string& answer,
+                               double hi, const std::vector<std::pair<std::string, std::string>>& qa,
                                uint8_t type) const {
-  std::string tail = "\n" + question + answer;
+  std::string tail;
+  std::vector<std::pair<uint64_t, uint64_t>> spans;  // answer spans within tail
+  for (const auto& [q, a] : qa) {
+    tail += "\n" + q;
+    spans.emplace_back(tail.size(), tail.size() + a.size());
+    tail += a;
+  }
   uint64_t overhead = tail.size();
   for (const auto& n : needles) overhead += n.size();
-  if (overhead > len) return {"", {kTaskNone, 0, 0}};  // does not fit: caller falls back
+  if (overhead > len) return {"", {kTaskNone, 0, 0}, {}};  // does not fit: caller falls back
   uint64_t F = len - overhead;
   std::vector<uint64_t> cuts;
   for (size_t k = 0; k < needles.size(); ++k) cuts.push_back(uint64_t((lo + (hi - lo) * rng.uniform()) * double(F)));
@@ -178,14 +184,26 @@ SynthDoc SynthCorpus::assemble(Rng& rng, uint64_t len, const std::vector<std::st
     at = cuts[k];
   }
   d.text += filler(rng, F - at) + tail;
-  d.task = {type, len - answer.size(), len};
+  const uint64_t t0 = len - tail.size();
+  for (const auto& [b, e] : spans) d.answers.emplace_back(t0 + b, t0 + e);
+  d.task = {type, d.answers.back().first, d.answers.back().second};
   return d;
+}
+
+template <class Q>
+std::vector<std::pair<std::string, std::string>> SynthCorpus::questions(uint64_t n, uint64_t ask, const Q& q) const {
+  std::vector<std::pair<std::string, std::string>> qa;
+  if (opt_.ask_all)
+    for (uint64_t k = 0; k < n; ++k)
+      if (k != ask) qa.push_back(q(k));
+  qa.push_back(q(ask));
+  return qa;
 }
 
 SynthDoc SynthCorpus::passkey(Rng& rng, uint64_t len) const {
   std::string key = std::to_string(rng.range(10000, 99999));
   return assemble(rng, len, {"The pass key is " + key + ". Remember it. "}, 0.05, 0.6,
-                  "What is the pass key? The pass key is ", key, kTaskPasskey);
+                  {{"What is the pass key? The pass key is ", key}}, kTaskPasskey);
 }
 
 SynthDoc SynthCorpus::multikey(Rng& rng, uint64_t len) const {
@@ -201,13 +219,14 @@ SynthDoc SynthCorpus::multikey(Rng& rng, uint64_t len) const {
       needles.push_back("The special magic number for " + keys[k] + " is " + values[k] + ". ");
     }
     uint64_t ask = rng.below(n);
-    auto d = assemble(rng, len, needles, 0.0, 0.9,
-                      "What is the special magic number for " + keys[ask] + "? The special magic number for " +
-                          keys[ask] + " is ",
-                      values[ask], kTaskMultikey);
+    auto qa = questions(n, ask, [&](uint64_t k) {
+      return std::pair{"What is the special magic number for " + keys[k] + "? The special magic number for " + keys[k] + " is ",
+                       values[k]};
+    });
+    auto d = assemble(rng, len, needles, 0.0, 0.9, qa, kTaskMultikey);
     if (d.task.type) return d;
   }
-  return {"", {}};
+  return {"", {}, {}};
 }
 
 SynthDoc SynthCorpus::kv_lookup(Rng& rng, uint64_t len) const {
@@ -229,12 +248,14 @@ SynthDoc SynthCorpus::kv_lookup(Rng& rng, uint64_t len) const {
     }
     block += "}\n";
     uint64_t ask = rng.below(n);
-    auto d = assemble(rng, len, {block}, 0.05, 0.5,
-                      "Which value is paired with the key \"" + keys[ask] + "\" in the JSON object above? The value is ",
-                      values[ask], kTaskKvLookup);
+    auto qa = questions(n, ask, [&](uint64_t k) {
+      return std::pair{"Which value is paired with the key \"" + keys[k] + "\" in the JSON object above? The value is ",
+                       values[k]};
+    });
+    auto d = assemble(rng, len, {block}, 0.05, 0.5, qa, kTaskKvLookup);
     if (d.task.type) return d;
   }
-  return {"", {}};
+  return {"", {}, {}};
 }
 
 SynthDoc SynthCorpus::doc(uint64_t i) const {
@@ -250,7 +271,7 @@ SynthDoc SynthCorpus::doc(uint64_t i) const {
     if (!d.task.type) d = passkey(rng, len);  // the chosen task is too big for this length
     if (d.task.type) return d;
   }
-  return {filler(rng, len), {}};
+  return {filler(rng, len), {}, {}};
 }
 
 }  // namespace sb

@@ -35,12 +35,16 @@ struct SynthOptions {
   uint64_t seed = 1;
   uint64_t max_len = 8192;           // tokens (= bytes)
   uint64_t min_len = 32;
+  // Multi-key and key-value documents: ask the one question (the evaluated format) or every key in
+  // turn, the asked one last (training documents with many retrievals each; prep.ask).
+  bool ask_all = false;
   std::string dict = "/usr/share/dict/american-english";
 };
 
 struct SynthDoc {
   std::string text;
-  TaskSpan task;  // answer span as byte (= token) offsets within text
+  TaskSpan task;  // answer span as byte (= token) offsets within text (the last question's)
+  std::vector<std::pair<uint64_t, uint64_t>> answers;  // every answer span [begin, end), task's last
 };
 
 // Smallest document that carries a task; shorter ones are plain filler (task type 0).
@@ -63,8 +67,12 @@ class SynthCorpus {
   SynthDoc passkey(Rng& rng, uint64_t len) const;
   SynthDoc multikey(Rng& rng, uint64_t len) const;
   SynthDoc kv_lookup(Rng& rng, uint64_t len) const;
+  // qa: (question, answer) pairs asked in order at the end; the last one is the document's task.
   SynthDoc assemble(Rng& rng, uint64_t len, const std::vector<std::string>& needles, double lo, double hi,
-                    const std::string& question, const std::string& answer, uint8_t type) const;
+                    const std::vector<std::pair<std::string, std::string>>& qa, uint8_t type) const;
+  // The questions a document asks: (question(k), answer(k)) for k = ask, or every k with ask last.
+  template <class Q>
+  std::vector<std::pair<std::string, std::string>> questions(uint64_t n, uint64_t ask, const Q& q) const;
 
   SynthOptions opt_;
   std::vector<std::string> words_;                // shuffled by seed; rank = Zipf rank

@@ -72,13 +72,18 @@ static void add_doc(EvalPart& part, const MicroBatchStats& st, const std::vector
   }
   part.task_total[task.type] += 1;
   part.task_correct[task.type] += ok;
+  part.bucket_task_total[bucket][task.type] += 1;
+  part.bucket_task_correct[bucket][task.type] += ok;
 }
 
 EvalResult evaluate(const Settings& s, const Comm& comm, Engine& engine, const Dataset& ds) {
   EvalResult res;
   res.bucket_bounds = parse_buckets(s.eval.buckets);
   const size_t nb = res.bucket_bounds.size() + 1;
-  for (EvalPart* p : {&res.dense, &res.sparse}) p->bucket_loss.assign(nb, 0), p->bucket_targets.assign(nb, 0);
+  for (EvalPart* p : {&res.dense, &res.sparse}) {
+    p->bucket_loss.assign(nb, 0), p->bucket_targets.assign(nb, 0);
+    p->bucket_task_correct.assign(nb, {}), p->bucket_task_total.assign(nb, {});
+  }
   auto val = ds.val_docs(s.data.seed, s.data.val_fraction);
   if (val.empty()) throw Error(ds.path() + ": no validation documents (raise data.val_fraction)");
   if (int64_t(val.size()) > s.eval.docs) val.resize(size_t(s.eval.docs));
@@ -115,6 +120,8 @@ EvalResult evaluate(const Settings& s, const Comm& comm, Engine& engine, const D
     v.push_back(p.loss_sum), v.push_back(double(p.targets));
     for (size_t j = 0; j < nb; ++j) v.push_back(p.bucket_loss[j]), v.push_back(double(p.bucket_targets[j]));
     for (int t = 0; t < 4; ++t) v.push_back(double(p.task_correct[t])), v.push_back(double(p.task_total[t]));
+    for (size_t j = 0; j < nb; ++j)
+      for (int t = 0; t < 4; ++t) v.push_back(double(p.bucket_task_correct[j][t])), v.push_back(double(p.bucket_task_total[j][t]));
   };
   put(res.dense), put(res.sparse);
   v.push_back(double(res.docs)), v.push_back(double(res.tokens));
@@ -125,6 +132,8 @@ EvalResult evaluate(const Settings& s, const Comm& comm, Engine& engine, const D
     p.loss_sum = v[at++], p.targets = int64_t(v[at++]);
     for (size_t j = 0; j < nb; ++j) p.bucket_loss[j] = v[at++], p.bucket_targets[j] = int64_t(v[at++]);
     for (int t = 0; t < 4; ++t) p.task_correct[t] = int64_t(v[at++]), p.task_total[t] = int64_t(v[at++]);
+    for (size_t j = 0; j < nb; ++j)
+      for (int t = 0; t < 4; ++t) p.bucket_task_correct[j][t] = int64_t(v[at++]), p.bucket_task_total[j][t] = int64_t(v[at++]);
   };
   get(res.dense), get(res.sparse);
   res.docs = int64_t(v[at++]), res.tokens = int64_t(v[at++]);

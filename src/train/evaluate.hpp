@@ -24,6 +24,7 @@ struct EvalPart {
   std::vector<double> bucket_loss;      // per bucket: summed loss
   std::vector<int64_t> bucket_targets;  // per bucket: targets
   std::array<int64_t, 4> task_correct{}, task_total{};  // by task type (0 unused)
+  std::vector<std::array<int64_t, 4>> bucket_task_correct, bucket_task_total;  // [bucket][task type]
   double loss() const { return targets ? loss_sum / double(targets) : 0; }
 };
 

@@ -217,3 +217,37 @@ TEST(LossMask, SynthMasksTheAnswersOrNothing) {
   o.mask = "questions";
   EXPECT_NE(sbt::error_of([&] { sb::prep_synth(so, o); }).find("--mask questions: expected none or answers"), std::string::npos);
 }
+
+// --ask all (training documents): every key of a multi-key / key-value document is asked, each
+// answer trained; the stored task span stays the last question's answer, as the eval reads it.
+TEST(LossMask, SynthAskAllTrainsEveryAnswer) {
+  auto dir = sbt::scratch("maskaskall");
+  sb::SynthOptions so;
+  so.preset = "uniform", so.docs = 24, so.seed = 7, so.max_len = 6000, so.min_len = 3000, so.ask_all = true;
+  auto o = out_opts(dir + "/all");
+  o.mask = "answers";
+  sb::prep_synth(so, o);
+  Dataset ds = Dataset::open(dir + "/all");
+  int many = 0;
+  for (uint64_t d = 0; d < ds.num_docs(); ++d) {
+    auto m = ds.read_mask(d, 0, ds.doc_length(d));
+    auto toks = ds.read_doc(d);
+    auto t = ds.task(d);
+    ASSERT_NE(t.type, sb::kTaskNone) << "doc " << d;
+    std::vector<std::pair<uint64_t, uint64_t>> runs;  // the trained spans
+    for (uint64_t i = 0; i < m.size(); ++i)
+      if (m[i] && (i == 0 || !m[i - 1])) runs.emplace_back(i, i + 1);
+      else if (m[i]) runs.back().second = i + 1;
+    ASSERT_FALSE(runs.empty()) << "doc " << d;
+    EXPECT_EQ(runs.back(), std::make_pair(t.begin, t.end)) << "doc " << d << ": the task span is the last answer";
+    for (auto [b, e] : runs) {  // every question ends "... is " right before its answer
+      std::string before;
+      for (uint64_t i = b - 3; i < b; ++i) before += char(toks[i]);
+      EXPECT_EQ(before, "is ") << "doc " << d << " answer at " << b;
+    }
+    if (t.type == sb::kTaskPasskey) EXPECT_EQ(runs.size(), 1u) << "doc " << d;
+    else EXPECT_GE(runs.size(), 2u) << "doc " << d;
+    many += runs.size() >= 2;
+  }
+  EXPECT_GT(many, 8);
+}

@@ -3,7 +3,8 @@
 # with 1 rank, runs jobs/plots/plot_run.py on the 2-rank metrics log and jobs/plots/report_study.py on a
 # strong-scaling results directory made of the two runs, then checks that every PNG exists, is a
 # PNG, is not tiny and is not a single colour (pixel variance, read back with matplotlib), and that
-# the report's Markdown table lists both rank counts.
+# the report's Markdown table lists both rank counts. Then the accuracy tools (bench/accuracy_collect.py,
+# bench/accuracy_policies.py, jobs/plots/plot_accuracy.py) on a real eval of the 1-rank checkpoint.
 # Exits 77 (ctest SKIP_RETURN_CODE) when /usr/bin/python3 lacks h5py or matplotlib.
 #
 # usage: tests/plots/plots_test.sh SPARSEBALANCE_BINARY SOURCE_DIR [SCRATCH_DIR]
@@ -57,6 +58,39 @@ EOF
 grep -qE '^\| 1 \| - \| 1\.\.6 \|' "$D/report/report.md" && grep -qE '^\| 2 \| - \| 1\.\.6 \|' "$D/report/report.md" \
   || { cat "$D/report/report.md"; fail "report.md lacks the rows of 1 and 2 ranks"; }
 
+# The accuracy tools (bench/accuracy.sh's and bench/accuracy_policies.sh's readers) on a real eval
+# of the 1-rank run: the CSV's per-bucket task counts add up to the overall ones, both plots drawn.
+mkdir -p "$D/acc/eval" "$D/pol/dense_s1"
+run "$BIN" prep synth --preset uniform --docs 30 --min-len 100 --max-len 400 --seed 5 --mask answers \
+  --output "$D/evaldata" > "$D/prep2.log" 2>&1 || { cat "$D/prep2.log"; fail "prep synth (eval corpus)"; }
+run "$BIN" eval --checkpoint "$D/study/n1/ckpt/ckpt_00000006.h5" --set data.path="$D/evaldata" --set data.val_fraction=0.9 \
+  --set eval.docs=12 --set eval.buckets=200,300 \
+  --summary "$D/acc/eval/pre_6.json" > "$D/eval.log" 2>&1 || { cat "$D/eval.log"; fail "eval"; }
+cp "$D/study/n1/metrics.h5" "$D/acc/metrics_pre.h5"
+cp "$D/acc/eval/pre_6.json" "$D/pol/dense_s1/eval.json" && cp "$D/study/n1.json" "$D/pol/dense_s1/train.json"
+"$PY" "$SRC/bench/accuracy_collect.py" "$D/acc" --stages pre --from 201 --csv "$D/acc/accuracy.csv" \
+  --summary "$D/acc/summary.json" > "$D/collect.log" 2>&1 || { cat "$D/collect.log"; fail "accuracy_collect.py"; }
+"$PY" "$SRC/bench/accuracy_policies.py" "$D/pol" --from 201 --csv "$D/pol/policies.csv" --md "$D/pol/policies.md" \
+  > "$D/policies.log" 2>&1 || { cat "$D/policies.log"; fail "accuracy_policies.py"; }
+grep -qE '^\| dense \| 1 \|' "$D/pol/policies.md" || { cat "$D/pol/policies.md"; fail "policies.md lacks the dense row"; }
+for k in curve:acc/accuracy policies:pol/policies; do
+  "$PY" "$SRC/jobs/plots/plot_accuracy.py" "${k%%:*}" "$D/${k#*:}.csv" --out "$D/plots/${k%%:*}.png" > "$D/pa.log" 2>&1 \
+    || { cat "$D/pa.log"; fail "plot_accuracy.py ${k%%:*}"; }
+done
+"$PY" - "$D/acc/accuracy.csv" "$D/acc/eval/pre_6.json" <<'PY' || fail "accuracy.csv counts"
+import csv, json, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+ev = json.load(open(sys.argv[2]))
+for att, key in (("dense", "task_accuracy"), ("sparse", "task_accuracy_sparse")):
+    total = ev[key]["overall"]["total"]
+    buckets = sum(int(r["total"]) for r in rows if r["attention"] == att and r["task"] == "overall"
+                  and r["lengths"] not in ("all", "target"))
+    assert total > 0 and buckets == total, (att, total, buckets)
+    assert ev["docs"] >= total
+print("ok accuracy.csv: per-bucket task counts add up to", total)
+PY
+say "accuracy tools: eval -> accuracy.csv, policies.md, two plots"
+
 "$PY" - "$D" <<'PY' || fail "PNG checks"
 import sys, os
 import numpy as np
@@ -66,6 +100,7 @@ import matplotlib.image as mpimg
 d = sys.argv[1]
 want = [f"{d}/plots/run_{n}.png" for n in ("rank_time", "budgets", "prediction", "loss")]
 want += [f"{d}/report/strong_{n}.png" for n in ("speedup", "efficiency")]
+want += [f"{d}/plots/{n}.png" for n in ("curve", "policies")]
 bad = 0
 for p in want:
     if not os.path.exists(p):
