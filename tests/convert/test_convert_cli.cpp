@@ -118,7 +118,8 @@ TEST(Convert, HfToCheckpointToHfIsBitExactInEachDtype) {
   struct Case { std::string src; StDtype dtype; uint64_t shard; bool sharded_out; };
   for (const Case& c : {Case{"llama_bf16", StDtype::BF16, kDefaultShardBytes, false},
                         Case{"mistral_f16", StDtype::F16, kDefaultShardBytes, false},
-                        Case{"llama_f32_sharded", StDtype::F32, 60'000, true}}) {
+                        Case{"llama_f32_sharded", StDtype::F32, 60'000, true},
+                        Case{"qwen2_bf16", StDtype::BF16, kDefaultShardBytes, false}}) {
     const std::string ck = s / (c.src + ".h5"), hf = s / (c.src + "_hf");
     EXPECT_NE(hf_to_checkpoint(g + "/" + c.src, ck, {}).find("step 0, zero AdamW moments"), std::string::npos);
     checkpoint_to_hf(ck, hf, c.dtype, c.shard, false);
@@ -130,7 +131,10 @@ TEST(Convert, HfToCheckpointToHfIsBitExactInEachDtype) {
     EXPECT_EQ(k.step, 0);
     EXPECT_TRUE(std::all_of(k.m.begin(), k.m.end(), [](float x) { return x == 0; }));
     HfModel in = read_hf_config(g + "/" + c.src), out = read_hf_config(hf);
-    EXPECT_EQ(out.architecture, "LlamaForCausalLM");
+    const bool qwen = in.architecture == "Qwen2ForCausalLM";
+    EXPECT_EQ(out.architecture, qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM") << c.src;
+    EXPECT_EQ(out.qkv_bias, qwen) << c.src;
+    EXPECT_EQ(Config::from_text(k.config_toml, ck).b("model.qkv_bias"), qwen) << c.src;
     EXPECT_EQ(out.dims.tied, in.dims.tied);
     EXPECT_EQ(out.dims.rope_theta, in.dims.rope_theta);
     EXPECT_EQ(out.dims.norm_eps, in.dims.norm_eps);
@@ -173,6 +177,10 @@ TEST(Convert, RefusalsNameTheProblemAndWriteNothing) {
       {"damaged", "model.safetensors: tensor 'lm_head.weight': data_offsets"},
       {"rope_scaling", "config.json: field 'rope_scaling'"},
       {"index_missing", "tensor 'model.layers.9.mlp.up_proj.weight' is missing"},
+      {"attention_bias", "config.json: field 'attention_bias' = true (biases on q/k/v and o_proj)"},
+      {"mlp_bias", "config.json: field 'mlp_bias' = true"},
+      {"qwen2_o_bias", "model.safetensors: unexpected tensor 'model.layers.1.self_attn.o_proj.bias'"},
+      {"qwen2_sliding", "config.json: field 'use_sliding_window' = true"},
   };
   for (const auto& [dir, msg] : dirs) {
     const std::string dst = s / (dir + ".h5");
@@ -181,20 +189,10 @@ TEST(Convert, RefusalsNameTheProblemAndWriteNothing) {
     EXPECT_FALSE(exists(dst)) << dir;
     EXPECT_FALSE(exists(dst + ".tmp")) << dir;
   }
-  // A Qwen2 directory: the config passes, its q/k/v biases are refused before anything is read.
-  const std::string qwen = s / "qwen";
-  sbtest::fs::create_directories(qwen);
-  json q = json::parse(sbtest::slurp(g + "/llama_bf16/config.json"));
-  q["architectures"] = {"Qwen2ForCausalLM"}, q["model_type"] = "qwen2", q["use_sliding_window"] = false;
-  q["sliding_window"] = 32768, q["max_window_layers"] = 2;
-  std::ofstream(qwen + "/config.json") << q.dump();
-  std::string e = error_of([&] { hf_to_checkpoint(qwen, s / "q.h5", {}); });
-  EXPECT_NE(e.find("q/k/v projection biases"), std::string::npos) << e;
-  EXPECT_FALSE(exists(s / "q.h5"));
   // An existing checkpoint is not replaced without overwrite.
   hf_to_checkpoint(g + "/llama_bf16", s / "ok.h5", {});
   const std::string before = sbtest::slurp(s / "ok.h5");
-  e = error_of([&] { hf_to_checkpoint(g + "/mistral_f16", s / "ok.h5", {}); });
+  std::string e = error_of([&] { hf_to_checkpoint(g + "/mistral_f16", s / "ok.h5", {}); });
   EXPECT_NE(e.find("ok.h5: already exists; choose another DST or pass --overwrite"), std::string::npos) << e;
   EXPECT_EQ(sbtest::slurp(s / "ok.h5"), before);
   hf_to_checkpoint(g + "/mistral_f16", s / "ok.h5", {}, true);
@@ -297,4 +295,40 @@ TEST(InitFrom, TrainStartsFromTheWeightsWithTheShapeOfPath) {
             std::string::npos) << e;
   e = error_of([&] { Config c; init_weights_from(sbtest::gen_dir() + "/bad_dirs/rope_scaling", c, {}); });
   EXPECT_NE(e.find("field 'rope_scaling'"), std::string::npos) << e;
+}
+
+TEST(InitFrom, AQwen2DirectoryBringsItsBiases) {
+  // Qwen2 (tied, q/k/v biases, Qwen2.5's config fields): train starts from its weights, biases
+  // included, and exports them again.
+  sbtest::Scratch s;
+  const std::string hf = sbtest::gen_dir() + "/qwen2_bf16";
+  auto r = sbtest::run_program("train --init-from " + hf + " --set data.path=" + sbtest::synth_data() +
+                               " --set train.steps=1 --set train.lr=1e-12 --set balance.self_profile=false"
+                               " --set train.micro_batch_tokens=512 --set train.global_batch_tokens=512 --set checkpoint.dir=" +
+                               s / "ck" + " --set log.path=" + s / "m.h5");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("fresh optimizer"), std::string::npos) << r.out;
+  Checkpoint ck = read_checkpoint(s / "ck/ckpt_00000001.h5");
+  EXPECT_TRUE(Config::from_text(ck.config_toml, "ck").b("model.qkv_bias"));
+  SafetensorsDir st(hf);
+  int biases = 0;
+  for (const auto& t : ck.tensors) {
+    auto [f, e] = st.get(t.name);
+    std::vector<float> want(e->numel());
+    f->read_f32(*e, want);
+    double worst = 0;
+    for (size_t i = 0; i < t.size; ++i) worst = std::max(worst, std::fabs(double(want[i]) - ck.params[t.offset + i]));
+    EXPECT_LT(worst, 1e-9) << t.name;
+    biases += t.name.ends_with("_proj.bias");
+  }
+  EXPECT_EQ(biases, 6);  // q, k, v in each of 2 layers
+  EXPECT_EQ(ck.tensors.size(), st.names().size());
+  // The trained checkpoint exports as Qwen2 with its biases.
+  checkpoint_to_hf(s / "ck/ckpt_00000001.h5", s / "out", StDtype::BF16, kDefaultShardBytes, false);
+  EXPECT_EQ(read_hf_config(s / "out").architecture, "Qwen2ForCausalLM");
+  EXPECT_EQ(SafetensorsDir(s / "out").names(), st.names());
+  // model.qkv_bias comes from PATH too.
+  std::string e = error_of([&] { Config c; init_weights_from(hf, c, {"model.qkv_bias=false"}); });
+  EXPECT_NE(e.find("--set model.qkv_bias=false contradicts --init-from " + hf + ", which has model.qkv_bias = true"),
+            std::string::npos) << e;
 }
