@@ -10,7 +10,7 @@ namespace sb::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kRows = 8;  // backward CTA: 32 columns x kRows threads
+constexpr int kColThreads = 128, kChunk = 64;  // backward: columns per CTA, rows per chunk
 
 // y (N,out) bf16 += b (out) fp32, the sum rounded once to bf16. Grid-stride, 64-bit indices.
 __global__ void __launch_bounds__(kThreads) bias_add_fwd_kernel(bf16* y, const float* b, int64_t n, int out) {
@@ -18,24 +18,15 @@ __global__ void __launch_bounds__(kThreads) bias_add_fwd_kernel(bf16* y, const f
     y[i] = __float2bfloat16(__bfloat162float(y[i]) + b[i % out]);
 }
 
-// db (out) += sum_t dy[t, :]. CTA = 32 columns x kRows threads walking `chunk` rows; the partial sums
-// are reduced over the CTA's rows in shared memory, then one fp32 atomicAdd per column and CTA (as
-// rmsnorm's dw in ops.cu).
-__global__ void __launch_bounds__(32 * kRows) bias_add_bwd_kernel(const bf16* dy, float* db, int N, int out,
-                                                                  int chunk) {
-  __shared__ float part[kRows][33];
-  const int c = blockIdx.x * 32 + threadIdx.x;
-  const int64_t t0 = int64_t(blockIdx.y) * chunk;
-  const int64_t t1 = t0 + chunk < N ? t0 + chunk : N;
+// db (out) += sum_t dy[t, :]. One thread per column and chunk of kChunk rows (a warp reads a row's
+// consecutive columns), then one fp32 atomicAdd per column and chunk.
+__global__ void __launch_bounds__(kColThreads) bias_add_bwd_kernel(const bf16* dy, float* db, int N, int out) {
+  const int c = blockIdx.y * blockDim.x + threadIdx.x;
+  if (c >= out) return;
+  const int64_t t0 = int64_t(blockIdx.x) * kChunk, t1 = t0 + kChunk < N ? t0 + kChunk : N;
   float acc = 0;
-  if (c < out)
-    for (int64_t t = t0 + threadIdx.y; t < t1; t += kRows) acc += __bfloat162float(dy[t * out + c]);
-  part[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < out) {
-    for (int r = 1; r < kRows; r++) acc += part[r][threadIdx.x];
-    atomicAdd(db + c, acc);
-  }
+  for (int64_t t = t0; t < t1; ++t) acc += __bfloat162float(dy[t * out + c]);
+  atomicAdd(db + c, acc);
 }
 
 }  // namespace
@@ -50,10 +41,9 @@ void bias_add_fwd(bf16* y, const float* b, int N, int out, cudaStream_t stream) 
 
 void bias_add_bwd(const bf16* dy, float* db, int N, int out, cudaStream_t stream) {
   if (N <= 0 || out <= 0) return;
-  int chunk = (N + 65534) / 65535;  // gridDim.y <= 65535
-  if (chunk < 256) chunk = 256;
-  const dim3 grid(unsigned((out + 31) / 32), unsigned((N + chunk - 1) / chunk));
-  bias_add_bwd_kernel<<<grid, dim3(32, kRows), 0, stream>>>(dy, db, N, out, chunk);
+  // chunks on x (up to 2^31 - 1 blocks), column blocks on y (out / 128 stays far below 65535)
+  const dim3 grid(unsigned((N + kChunk - 1) / kChunk), unsigned((out + kColThreads - 1) / kColThreads));
+  bias_add_bwd_kernel<<<grid, kColThreads, 0, stream>>>(dy, db, N, out);
   SB_CUDA_CHECK_LAUNCH("bias_add_bwd_kernel");
 }
 

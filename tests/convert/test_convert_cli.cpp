@@ -110,6 +110,19 @@ void expect_matches_transformers(const std::string& ck, const json& golden, int 
   EXPECT_LT(worst, 1e-4) << ck << ": largest log-softmax difference from transformers";
 }
 
+// Every tensor of checkpoint `ck` equals the HF directory's (to 1e-9: one step at lr 1e-12).
+void expect_holds_weights_of(const Checkpoint& ck, const std::string& hf) {
+  SafetensorsDir st(hf);
+  for (const auto& t : ck.tensors) {
+    auto [f, e] = st.get(t.name);
+    std::vector<float> want(e->numel());
+    f->read_f32(*e, want);
+    double worst = 0;
+    for (size_t i = 0; i < t.size; ++i) worst = std::max(worst, std::fabs(double(want[i]) - ck.params[t.offset + i]));
+    EXPECT_LT(worst, 1e-9) << t.name;
+  }
+}
+
 }  // namespace
 
 TEST(Convert, HfToCheckpointToHfIsBitExactInEachDtype) {
@@ -268,16 +281,7 @@ TEST(InitFrom, TrainStartsFromTheWeightsWithTheShapeOfPath) {
   EXPECT_NE(r.out.find("train: 2 rank(s)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("fresh optimizer"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("vocab 320"), std::string::npos) << r.out;
-  Checkpoint ck = read_checkpoint(s / "ck/ckpt_00000001.h5");
-  SafetensorsDir st(hf);
-  for (const auto& t : ck.tensors) {
-    auto [f, e] = st.get(t.name);
-    std::vector<float> want(e->numel());
-    f->read_f32(*e, want);
-    double worst = 0;
-    for (size_t i = 0; i < t.size; ++i) worst = std::max(worst, std::fabs(double(want[i]) - ck.params[t.offset + i]));
-    EXPECT_LT(worst, 1e-9) << t.name;
-  }
+  expect_holds_weights_of(read_checkpoint(s / "ck/ckpt_00000001.h5"), hf);
   // In process: from a checkpoint too; a --set model.* must agree with PATH.
   hf_to_checkpoint(hf, s / "init.h5", {});
   Config cfg;
@@ -310,17 +314,10 @@ TEST(InitFrom, AQwen2DirectoryBringsItsBiases) {
   EXPECT_NE(r.out.find("fresh optimizer"), std::string::npos) << r.out;
   Checkpoint ck = read_checkpoint(s / "ck/ckpt_00000001.h5");
   EXPECT_TRUE(Config::from_text(ck.config_toml, "ck").b("model.qkv_bias"));
+  expect_holds_weights_of(ck, hf);
   SafetensorsDir st(hf);
   int biases = 0;
-  for (const auto& t : ck.tensors) {
-    auto [f, e] = st.get(t.name);
-    std::vector<float> want(e->numel());
-    f->read_f32(*e, want);
-    double worst = 0;
-    for (size_t i = 0; i < t.size; ++i) worst = std::max(worst, std::fabs(double(want[i]) - ck.params[t.offset + i]));
-    EXPECT_LT(worst, 1e-9) << t.name;
-    biases += t.name.ends_with("_proj.bias");
-  }
+  for (const auto& t : ck.tensors) biases += t.name.ends_with("_proj.bias");
   EXPECT_EQ(biases, 6);  // q, k, v in each of 2 layers
   EXPECT_EQ(ck.tensors.size(), st.names().size());
   // The trained checkpoint exports as Qwen2 with its biases.
