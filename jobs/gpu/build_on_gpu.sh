@@ -15,6 +15,10 @@
 #             PyTorch (LENS, STEPS, TORCH=0|1 pass through)
 #   overlap   bench/gpu_overlap.sh: the gradient all-reduce overlapped with the last backward against
 #             after it, one rank per GPU (NGPU, L, STEPS, ROUNDS pass through)
+#   fixtures  bench/hf_fixtures.sh: transformers fixtures of tests/convert ($OUT/fixtures.tar)
+#   traj      bench/torch_trajectory.sh: our steps beside a plain PyTorch loop (CONFIG, L, STEPS)
+#   finetune  bench/hf_finetune.sh: a Qwen2.5-0.5B-shaped model converted, fine-tuned, exported,
+#             reloaded by transformers (L, STEPS)
 #   none      build only (BUILD_TARGETS narrows what is built; BUILD_DIR, DEBS, OUT as below)
 # Logs and CSVs go to $OUT (or ./gpu-out when OUT is unset).
 set -uo pipefail
@@ -99,6 +103,11 @@ for st in $STAGES; do
     overlap)
       log "overlap"
       SB=$B/src/sparsebalance OUT=$OUTDIR timeout 560 bash bench/gpu_overlap.sh 2>&1 | tee "$OUTDIR/overlap.log" || rc=1 ;;
+    fixtures|traj|finetune)
+      script=bench/hf_fixtures.sh; [ $st = traj ] && script=bench/torch_trajectory.sh
+      [ $st = finetune ] && script=bench/hf_finetune.sh
+      log "$st"
+      SB=$B/src/sparsebalance OUT=$OUTDIR timeout ${STAGE_TIMEOUT:-560} bash $script 2>&1 | tee "$OUTDIR/$st.log" || rc=1 ;;
     none) ;;  # build only
     *) echo "unknown stage $st"; rc=2 ;;
   esac

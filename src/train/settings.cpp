@@ -108,7 +108,7 @@ Settings from_config(const Config& cfg, int64_t data_vocab) {
             cfg.s("data.long_docs") == "reject"};
   s.checkpoint = {cfg.s("checkpoint.dir"), cfg.i("checkpoint.every"), cfg.i("checkpoint.keep"),
                   cfg.s("checkpoint.on_error") == "stop"};
-  s.log = {cfg.s("log.path"), cfg.i("log.every"), cfg.b("log.progress")};
+  s.log = {cfg.s("log.path"), cfg.i("log.every"), cfg.b("log.progress"), cfg.s("log.batches")};
   s.eval = {cfg.i("eval.docs"), cfg.s("eval.buckets")};
   return s;
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -255,4 +256,20 @@ TEST(HfConfig, UnsupportedFieldsAreRefusedNamingTheField) {
   odd["num_key_value_heads"] = 3;
   e = error_of([&] { Config cfg; set_model_keys(parse_hf_config(odd.dump(), "o"), cfg, "o"); });
   EXPECT_NE(e.find("num_key_value_heads"), std::string::npos) << e;
+}
+
+TEST(HfConfig, ShippedQwen25ConfigsHaveTheRealShapes) {
+  // configs/qwen2.5-*.toml: the published parameter counts (0.49B, 3.09B), which --init-from then
+  // checks against the real config.json.
+  for (auto [file, params, head_dim] : {std::tuple{"qwen2.5-0.5b.toml", int64_t(494032768), 64},
+                                        std::tuple{"qwen2.5-3b.toml", int64_t(3085938688), 128}}) {
+    Config cfg = Config::load(std::string(SB_SOURCE_DIR) + "/configs/" + file, {});
+    const ModelDims d = model_dims(cfg, 0);
+    EXPECT_EQ(d.num_params(), params) << file;
+    EXPECT_EQ(d.head_dim, head_dim) << file;
+    EXPECT_EQ(cfg.i("attention.block_size"), head_dim) << file;
+    EXPECT_TRUE(d.qkv_bias && d.tied) << file;
+    EXPECT_EQ(d.rope_theta, 1e6) << file;
+    EXPECT_EQ(d.norm_eps, 1e-6) << file;
+  }
 }
