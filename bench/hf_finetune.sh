@@ -3,18 +3,19 @@
 # jobs/gpu/build_on_gpu.sh:   L=8192 STEPS=50 bash bench/hf_finetune.sh
 # 1. a random Qwen2ForCausalLM of Qwen2.5-0.5B's shape (transformers from_config + save_pretrained,
 #    bf16): no weights can be fetched, so random ones stand in for the real files;
-# 2. `convert` it to a checkpoint, `train configs/qwen2.5-0.5b.toml --init-from` the HF dir for
+# 2. `convert` it to a checkpoint, `train configs/qwen2.5-0.5b.toml --init-from` that checkpoint for
 #    STEPS steps at L tokens with sparse attention (DST), `convert` the result back (bf16);
 # 3. the reload: our dense loss on a batch of documents at the exported weights (`train --init-from`
 #    the export, one step at lr 1e-12, log.batches), and transformers' on the same documents
 #    (bench/torch_trajectory.py --steps 0).
-# Output in $OUT: ft_*.log, ft_reload.json.
+# Output in $OUT: ft_*.log, ft_reload.json. RUNS=/dev/shm keeps the checkpoints (12 bytes a parameter)
+# in memory: writing them to that machine's disk took half a minute each.
 set -uo pipefail
 SB=${SB:-build-gpu/src/sparsebalance}
 OUTDIR=${OUT:-gpu-out}
 L=${L:-8192}
 STEPS=${STEPS:-50}
-R=runs/ft
+R=${RUNS:-runs}/ft
 mkdir -p "$OUTDIR" $R
 rm -rf $R/qwen_hf $R/ck $R/out_hf $R/ck_check
 PYTHONUNBUFFERED=1 python3 - $R/qwen_hf <<'PY' || exit 1
@@ -27,7 +28,8 @@ cfg = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, nu
                   max_window_layers=24, bos_token_id=151643, eos_token_id=151643, initializer_range=0.02)
 torch.manual_seed(0)
 kw = {"dtype": torch.bfloat16} if int(transformers.__version__.split(".")[0]) >= 5 else {"torch_dtype": torch.bfloat16}
-m = AutoModelForCausalLM.from_config(cfg, **kw)
+with torch.device("cuda" if torch.cuda.is_available() else "cpu"):  # the init on the CPU took 30 s
+    m = AutoModelForCausalLM.from_config(cfg, **kw)
 with torch.no_grad():  # biases at 0 would not show a lost bias: make them random
     for n, p in m.named_parameters():
         if n.endswith(".bias"):
@@ -40,7 +42,7 @@ data=$R/data_$L
 [ -f "$data/shard_00000.h5" ] || "$SB" prep synth --preset longalign --docs 400 --max-len "$L" --output "$data" > /dev/null || exit 1
 TIMEFORMAT='convert HF -> checkpoint: %R s'
 time "$SB" convert $R/qwen_hf $R/ck0.h5 --overwrite || exit 1
-"$SB" train configs/qwen2.5-0.5b.toml --init-from $R/qwen_hf --set data.path="$data" --set train.steps="$STEPS" \
+"$SB" train configs/qwen2.5-0.5b.toml --init-from $R/ck0.h5 --set data.path="$data" --set train.steps="$STEPS" \
   --set train.micro_batch_tokens="$L" --set train.global_batch_tokens=$((2 * L)) --set checkpoint.dir=$R/ck \
   --set checkpoint.every=0 --set log.path=$R/m.h5 --summary $R/ft.json > "$OUTDIR/ft_train.log" 2>&1 \
   || { tail -30 "$OUTDIR/ft_train.log"; exit 1; }

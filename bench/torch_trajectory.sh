@@ -14,7 +14,7 @@ OUTDIR=${OUT:-gpu-out}
 CONFIG=${CONFIG:-configs/gpu_0p5b.toml}
 L=${L:-16384}
 STEPS=${STEPS:-10}
-R=runs/traj
+R=${RUNS:-runs}/traj  # RUNS=/dev/shm: checkpoints in memory (bench/hf_finetune.sh says why)
 mkdir -p "$OUTDIR" $R
 data=$R/data_$L
 [ -f "$data/shard_00000.h5" ] || "$SB" prep synth --preset fixed --docs 24 --max-len "$L" --min-len "$L" \

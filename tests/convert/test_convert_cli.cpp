@@ -253,11 +253,25 @@ TEST(Parity, ImportedTransformersModelGivesItsLogits) {
   expect_same_tensors(fx, s / "hf");
 }
 
+TEST(Parity, ImportedTransformersQwen2AndMistralGiveTheirLogits) {
+  // Qwen2ForCausalLM (tied, random q/k/v biases and norms) and MistralForCausalLM (tied,
+  // sliding_window null) from transformers in float32; both back out bit for bit in float32.
+  sbtest::Scratch s;
+  for (const std::string name : {"qwen2", "mistral"}) {
+    const std::string fx = sbtest::committed(name);
+    hf_to_checkpoint(fx, s / (name + ".h5"), {});
+    expect_matches_transformers(s / (name + ".h5"), json::parse(sbtest::slurp(fx + "/golden.json")), 5);
+    checkpoint_to_hf(s / (name + ".h5"), s / (name + "_hf"), StDtype::F32, kDefaultShardBytes, false);
+    expect_same_tensors(fx, s / (name + "_hf"));
+  }
+}
+
 TEST(Parity, TransformersLoadsOurExportsAndAgrees) {
   // bench/hf_parity.py --check loaded these exports (BF16 untied; F16 tied, from a Mistral
-  // directory) with no missing, unexpected or mismatched keys and saved its logits.
+  // directory; BF16 of transformers' Qwen2 (as Qwen2ForCausalLM, biases included) and Mistral,
+  // bench/hf_fixtures.sh) with no missing, unexpected or mismatched keys and saved its logits.
   sbtest::Scratch s;
-  for (const std::string name : {"exp_llama_bf16", "exp_mistral_f16"}) {
+  for (const std::string name : {"exp_llama_bf16", "exp_mistral_f16", "exp_qwen2_bf16", "exp_mistral_bf16"}) {
     const std::string fx = sbtest::committed(name);
     json golden = json::parse(sbtest::slurp(fx + "/transformers_logits.json"));
     for (auto& [k, v] : golden["loading_info"].items()) EXPECT_TRUE(v.empty()) << name << ": " << k;
