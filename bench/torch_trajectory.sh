@@ -21,7 +21,7 @@ data=$R/data_$L
   --output "$data" > /dev/null || exit 1
 sets=(--set data.path="$data" --set data.val_fraction=0 --set train.micro_batch_tokens="$L"
       --set train.global_batch_tokens=$((2 * L)) --set attention.mode=dense --set balance.tuning=fixed
-      --set balance.self_profile=false --set checkpoint.every=0 --set log.every=1 --set log.progress=false)
+      --set balance.self_profile=false --set checkpoint.every=0 --set log.every=1)
 rm -rf $R/ck0 $R/ck $R/init_hf
 "$SB" train "$CONFIG" "${sets[@]}" --set train.steps=1 --set train.lr=1e-12 --set checkpoint.dir=$R/ck0 \
   --set log.path=$R/m0.h5 > "$OUTDIR/traj_init.log" 2>&1 || { tail -20 "$OUTDIR/traj_init.log"; exit 1; }

@@ -93,10 +93,12 @@ void check_one_micro_batch(BatchCase c) {
     for (size_t i = 0; i < p.size; ++i) ASSERT_TRUE(std::isfinite(g[p.offset + i])) << p.name;
     const double e = rel_err(g, ref.grads().data(), p.offset, p.size);
     worst = std::max(worst, e);
-    // A bias gradient is a column sum of bf16 dq/dk/dv over every token, and k's nearly cancels
-    // (softmax ignores a shift of the keys; only RoPE's rotation breaks that): its relative error
-    // is larger than a weight's (3-4% measured on the H200); a wrong or missing sum is off by ~100%.
-    EXPECT_LT(e, p.name.ends_with(".bias") ? 8e-2 : 3e-2) << p.name;
+    // With biases of +-0.5 the attention logits grow and bf16 costs more: q_proj.weight 3.1e-2
+    // measured on the H200. A bias gradient is a column sum of bf16 dq/dk/dv over every token, and
+    // k's nearly cancels (softmax ignores a shift of the keys; only RoPE's rotation breaks that):
+    // 3.6e-2 measured. A wrong or missing sum is off by ~100%.
+    const double tol = !c.qkv_bias ? 3e-2 : p.name.ends_with(".bias") ? 8e-2 : 5e-2;
+    EXPECT_LT(e, tol) << p.name;
   }
   std::printf("  worst gradient rel error %.2e over %zu tensors\n", worst, host.params().size());
 }
