@@ -1,6 +1,7 @@
 // The model: a Llama/Qwen-style decoder-only transformer over packed variable-length
 // micro-batches, with dense or block-sparse attention. Parameter names and shapes follow
-// Hugging Face Llama, so a checkpoint loads into LlamaForCausalLM.
+// Hugging Face Llama (and Qwen2 with ModelDims::qkv_bias), so a checkpoint exports to
+// LlamaForCausalLM or Qwen2ForCausalLM (src/train/hf_convert.hpp).
 //
 // Reads top to bottom in model.cpp: embed -> L x (RMSNorm, attention with RoPE and GQA,
 // residual, RMSNorm, SwiGLU MLP, residual) -> RMSNorm -> LM head -> cross-entropy.
