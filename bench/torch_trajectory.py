@@ -77,12 +77,18 @@ def step_loss(model, batch, dev, autocast, backward):
         if int((tg >= 0).sum()) == 0:
             continue
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-            logits = model(input_ids=ids).logits[0]
-        loss = F.cross_entropy(logits.float(), tg, ignore_index=-1, reduction="sum") / n
+            h = model.model(input_ids=ids).last_hidden_state[0]  # (T, C) after the final norm
+        # The LM head as ours: bf16 inputs, fp32 products and logits (autocast would round the
+        # logits to bf16); the tied head's weight is the embedding, so its gradient reaches it.
+        w = model.lm_head.weight
+        if autocast:
+            h, w = h.bfloat16().float(), w.bfloat16().float()
+        logits = F.linear(h.float(), w)
+        loss = F.cross_entropy(logits, tg, ignore_index=-1, reduction="sum") / n
         if backward:
             loss.backward()
         total += float(loss.detach())
-        del logits, loss
+        del h, w, logits, loss
     return total
 
 
