@@ -323,9 +323,23 @@ TEST(InitFrom, AQwen2DirectoryBringsItsBiases) {
   auto r = sbtest::run_program("train --init-from " + hf + " --set data.path=" + sbtest::synth_data() +
                                " --set train.steps=1 --set train.lr=1e-12 --set balance.self_profile=false"
                                " --set train.micro_batch_tokens=512 --set train.global_batch_tokens=512 --set checkpoint.dir=" +
-                               s / "ck" + " --set log.path=" + s / "m.h5");
+                               s / "ck" + " --set log.path=" + s / "m.h5 --set log.batches=" + s / "b.jsonl");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("fresh optimizer"), std::string::npos) << r.out;
+  // log.batches (bench/torch_trajectory.py reads it): the step's segments, whose trained targets
+  // are the step's target count, each the next token of its segment.
+  const json bl = json::parse(sbtest::slurp(s / "b.jsonl"));
+  EXPECT_EQ(bl["step"], 1);
+  int64_t targets = 0, tokens = 0;
+  for (const auto& seg : bl["segments"]) {
+    const auto tok = seg["tokens"].get<std::vector<int64_t>>(), tg = seg["targets"].get<std::vector<int64_t>>();
+    ASSERT_EQ(tok.size(), tg.size());
+    for (size_t i = 0; i + 1 < tok.size(); ++i) EXPECT_EQ(tg[i], tok[i + 1]);
+    EXPECT_EQ(tg.back(), -1);
+    targets += int64_t(tok.size()) - 1, tokens += int64_t(tok.size());
+  }
+  EXPECT_EQ(bl["targets"].get<int64_t>(), targets);
+  EXPECT_GE(tokens, 512);
   Checkpoint ck = read_checkpoint(s / "ck/ckpt_00000001.h5");
   EXPECT_TRUE(Config::from_text(ck.config_toml, "ck").b("model.qkv_bias"));
   expect_holds_weights_of(ck, hf);
