@@ -9,8 +9,7 @@ depend on the GPU's TF32 or fused kernels:
 
     DIR/llama/    LlamaForCausalLM, untied head, rope_theta 50000, rms_norm_eps 1e-6, GQA 4/2
     DIR/mistral/  MistralForCausalLM, tied head, sliding_window null
-    DIR/qwen2/    Qwen2ForCausalLM, tied, q/k/v biases (the converter refuses it until the model
-                  has biases; kept so that test can become a parity test)
+    DIR/qwen2/    Qwen2ForCausalLM, tied, q/k/v biases (random, as the norms)
     each with config.json, model.safetensors and golden.json:
       {"ids": [[...], ...], "logits": [[[V floats] x T] per sequence], "transformers": version}
 

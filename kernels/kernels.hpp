@@ -22,6 +22,12 @@ void linear_fwd(const T* x, const T* W, T* y, int N, int in, int out);
 // dx (N,in) += dy @ W  (skipped when dx == nullptr);  dW (out,in) += dy^T @ x.
 template <class T>
 void linear_bwd(const T* x, const T* W, const T* dy, T* dx, T* dW, int N, int in, int out);
+// Bias of a linear layer (Qwen2's q/k/v): y (N,out) += b (out) on every row; backward
+// db (out) += column sums of dy (N,out).
+template <class T>
+void bias_add_fwd(T* y, const T* b, int N, int out);
+template <class T>
+void bias_add_bwd(const T* dy, T* db, int N, int out);
 
 // ---- elementwise / per-row ----
 // y = x / rms(x) * w, rstd (N) saved for backward.

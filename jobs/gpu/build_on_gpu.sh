@@ -21,7 +21,12 @@
 #             ACC_CALL_S (default 530) seconds after this script started (repeat until `accuracy: done`)
 #   policies  bench/accuracy_policies.sh: the policy comparison from the recipe's `short` stage (run
 #             first if missing: ACC_UNTIL=short), resumable the same way (until `policies: done`)
-#   none      build only (BUILD_TARGETS narrows what is built; BUILD_DIR, DEBS, OUT as below)
+#   fixtures  bench/hf_fixtures.sh: transformers fixtures of tests/convert ($OUT/fixtures.tar)
+#   traj      bench/torch_trajectory.sh: our steps beside a plain PyTorch loop (CONFIG, L, STEPS)
+#   finetune  bench/hf_finetune.sh: a Qwen2.5-0.5B-shaped model converted, fine-tuned, exported,
+#             reloaded by transformers (L, STEPS)
+#   none      build only (BUILD_TARGETS narrows what is built; BUILD_DIR, DEBS, OUT as below;
+#             SB_NO_BUILD=1 skips the build and runs the stages on the one in BUILD_DIR)
 # Logs and CSVs go to $OUT (or ./gpu-out when OUT is unset).
 set -uo pipefail
 STAGES=${*:-test sanitize bench}
@@ -66,6 +71,8 @@ if [ $have_blas = 0 ]; then
           -DCBLAS_INCLUDE_DIR=$P/usr/include/x86_64-linux-gnu/openblas-pthread)
 fi
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+# SB_NO_BUILD=1: a later call on the same (still warm) machine runs stages on the build already there.
+if [ "${SB_NO_BUILD:-0}" != 1 ]; then
 log "configure ($NVCC)"
 # -include cstdint: GCC 13 there (unlike 12 on Debian) does not pull <cstdint> in transitively; a
 # header that forgets it (src/comm/comm.hpp once did) still builds there as it does here.
@@ -78,6 +85,7 @@ cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSB_CUDA=ON -DSB_BENCH=O
 grep -E "HDF5|SB_CUDA|CUDA compiler identification" "$OUTDIR/configure.log"
 log "build"
 ninja -C "$B" -j16 ${BUILD_TARGETS:-sparsebalance test_attention_cuda test_ops_cuda test_train_cuda bench_attention_cuda} > "$OUTDIR/build.log" 2>&1 || { tail -60 "$OUTDIR/build.log"; exit 1; }
+fi
 rc=0
 for st in $STAGES; do
   case $st in
@@ -118,6 +126,11 @@ for st in $STAGES; do
       # The recipe's pre and short stages first (kept when done: a no-op on the machine that ran the recipe).
       (export SB=$B/src/sparsebalance OUT=$OUTDIR ACC_SCALE=gpu POL_SCALE=gpu ACC_DEADLINE=$((T0 + ${ACC_CALL_S:-530}))
        ACC_UNTIL=short bash bench/accuracy.sh && { [ ! -s runs/accuracy_gpu/final_short ] || bash bench/accuracy_policies.sh; }) 2>&1 | tee "$OUTDIR/policies.log" || rc=1 ;;
+    fixtures|traj|finetune)
+      script=bench/hf_fixtures.sh; [ $st = traj ] && script=bench/torch_trajectory.sh
+      [ $st = finetune ] && script=bench/hf_finetune.sh
+      log "$st"
+      SB=$B/src/sparsebalance OUT=$OUTDIR timeout ${STAGE_TIMEOUT:-560} bash $script 2>&1 | tee "$OUTDIR/$st.log" || rc=1 ;;
     none) ;;  # build only
     *) echo "unknown stage $st"; rc=2 ;;
   esac

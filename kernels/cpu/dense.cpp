@@ -1,4 +1,4 @@
-// Dense algebra: gemm through OpenBLAS (row-major) and the linear layer built on it.
+// Dense algebra: gemm through OpenBLAS (row-major) and the linear layer (and its bias) built on it.
 #include <cblas.h>
 
 #include "kernels/kernels.hpp"
@@ -32,9 +32,26 @@ void linear_bwd(const T* x, const T* W, const T* dy, T* dx, T* dW, int N, int in
   if (dW) gemm<T>(true, false, out, in, N, T(1), dy, out, x, in, T(1), dW, in);
 }
 
+template <class T>
+void bias_add_fwd(T* y, const T* b, int N, int out) {
+  for (int t = 0; t < N; ++t)
+    for (int j = 0; j < out; ++j) y[size_t(t) * out + j] += b[j];
+}
+
+template <class T>
+void bias_add_bwd(const T* dy, T* db, int N, int out) {
+  for (int t = 0; t < N; ++t)
+    for (int j = 0; j < out; ++j) db[j] += dy[size_t(t) * out + j];
+}
+
 template void linear_fwd<float>(const float*, const float*, float*, int, int, int);
 template void linear_fwd<double>(const double*, const double*, double*, int, int, int);
 template void linear_bwd<float>(const float*, const float*, const float*, float*, float*, int, int, int);
 template void linear_bwd<double>(const double*, const double*, const double*, double*, double*, int, int, int);
+
+template void bias_add_fwd<float>(float*, const float*, int, int);
+template void bias_add_fwd<double>(double*, const double*, int, int);
+template void bias_add_bwd<float>(const float*, float*, int, int);
+template void bias_add_bwd<double>(const double*, double*, int, int);
 
 }  // namespace sb::kernels

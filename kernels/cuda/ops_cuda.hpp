@@ -49,6 +49,10 @@ void linear_bwd(Blas& b, const bf16* x, const bf16* W, const bf16* dy, float* dx
                 int N, int in, int out);
 void linear_bwd(Blas& b, const bf16* x, const bf16* W, const bf16* dy, bf16* dx, bool accumulate_dx, float* dW,
                 int N, int in, int out);
+// Bias of a linear layer (bias.cu): y (N,out) bf16 += b (out) fp32 on every row; backward
+// db (out) fp32 += column sums of dy (N,out) bf16.
+void bias_add_fwd(bf16* y, const float* b, int N, int out, cudaStream_t stream = nullptr);
+void bias_add_bwd(const bf16* dy, float* db, int N, int out, cudaStream_t stream = nullptr);
 
 // ---- per-row / elementwise ----
 // y (N,C) bf16 = x / rms(x) * w; rstd (N). x fp32 (the residual stream), w fp32.

@@ -61,9 +61,11 @@ Command cmd_convert() {
           "-> DST a checkpoint .h5 at step 0 with zero AdamW moments; its stored config holds the [model]\n"
           "keys from config.json (--set may give the other sections, e.g. data.path), so `eval --checkpoint\n"
           "DST` needs no CONFIG. SRC a checkpoint .h5 -> DST an HF directory\n"
-          "(config.json as LlamaForCausalLM + model.safetensors, shards and an index above --shard-size)\n"
+          "(config.json as LlamaForCausalLM, or Qwen2ForCausalLM with q/k/v biases, + model.safetensors,\n"
+          "shards and an index above --shard-size)\n"
           "that transformers loads as is. HF -> checkpoint -> HF is bit-exact in the same dtype.\n"
-          "Supported: LlamaForCausalLM, MistralForCausalLM (sliding_window null); fields the model cannot\n"
+          "Supported: LlamaForCausalLM, MistralForCausalLM (sliding_window null), Qwen2ForCausalLM (q/k/v\n"
+          "biases, use_sliding_window false); fields the model cannot\n"
           "honour are refused, naming the field, before anything is written. See io/SAFETENSORS.md.\n",
           {{"dtype", 1, "checkpoint -> HF: tensor type written (default bf16)", "bf16|f16|f32"},
            {"shard-size", 1, "checkpoint -> HF: largest safetensors file before sharding (default 5GB)", "SIZE"},

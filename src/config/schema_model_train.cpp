@@ -16,6 +16,7 @@ std::vector<KeySpec> schema_model_train() {
       {"model.rope_theta", T::Float, "10000", 1, 1e12, {}, "RoPE base (rotate-half convention)"},
       {"model.norm_eps", T::Float, "1e-5", 1e-12, 1, {}, "RMSNorm epsilon"},
       {"model.tie_embeddings", T::Bool, "true", 0, 0, {}, "LM head shares the embedding matrix"},
+      {"model.qkv_bias", T::Bool, "false", 0, 0, {}, "q/k/v projections carry biases (Qwen2); convert and --init-from set it from the HF config"},
       {"model.max_position_embeddings", T::Int, "4096", 1, 1 << 30, {}, "context the weights are meant for: written to an exported HF config.json (convert), not enforced"},
       {"model.init_std", T::Float, "0.02", 1e-6, 1, {}, "normal init std (output projections / sqrt(2L))"},
       // [train]
@@ -59,6 +60,7 @@ std::vector<KeySpec> schema_model_train() {
       {"log.path", T::String, "runs/tiny/metrics.h5", 0, 0, {}, "HDF5 metrics log"},
       {"log.every", T::Int, "2", 1, BIG, {}, "steps between log flushes"},
       {"log.progress", T::Bool, "true", 0, 0, {}, "print a progress line per step on rank 0"},
+      {"log.batches", T::String, "", 0, 0, {}, "write every step's documents (tokens, targets) to this JSON-lines file (rank 0; for bench/torch_trajectory.py); empty = off"},
       // [eval]
       {"eval.docs", T::Int, "32", 1, BIG, {}, "validation documents evaluated"},
       {"eval.buckets", T::String, "256,1024,4096", 0, 0, {}, "upper bounds of document-length buckets for the loss report"},

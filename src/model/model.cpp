@@ -23,7 +23,7 @@ static double ms_since(Clock::time_point t0) {
 
 int64_t ModelDims::num_params() const {
   int64_t C = d_model, H = n_heads, Hkv = n_kv_heads, D = head_dim, F = ffn_dim, V = vocab;
-  int64_t per_layer = 2 * C + H * D * C + 2 * Hkv * D * C + C * H * D + 3 * F * C;
+  int64_t per_layer = 2 * C + H * D * C + 2 * Hkv * D * C + C * H * D + 3 * F * C + (qkv_bias ? H * D + 2 * Hkv * D : 0);
   return V * C + n_layers * per_layer + C + (tied ? 0 : V * C);
 }
 
@@ -42,8 +42,11 @@ ParamLayout::ParamLayout(const ModelDims& s) {
     LayerParams L;
     L.ln1 = add(p + "input_layernorm.weight", {C}, false);
     L.q = add(p + "self_attn.q_proj.weight", {HD, C}, true);
+    if (s.qkv_bias) L.q_bias = add(p + "self_attn.q_proj.bias", {HD}, false);
     L.k = add(p + "self_attn.k_proj.weight", {KD, C}, true);
+    if (s.qkv_bias) L.k_bias = add(p + "self_attn.k_proj.bias", {KD}, false);
     L.v = add(p + "self_attn.v_proj.weight", {KD, C}, true);
+    if (s.qkv_bias) L.v_bias = add(p + "self_attn.v_proj.bias", {KD}, false);
     L.o = add(p + "self_attn.o_proj.weight", {C, HD}, true);
     L.ln2 = add(p + "post_attention_layernorm.weight", {C}, false);
     L.gate = add(p + "mlp.gate_proj.weight", {s.ffn_dim, C}, true);
@@ -64,7 +67,8 @@ const ParamInfo& ParamLayout::find(const std::string& name) const {
 std::pair<size_t, size_t> ParamLayout::layer_range(int l) const {
   const LayerParams& I = layers.at(size_t(l));
   size_t lo = SIZE_MAX, hi = 0;
-  for (size_t i : {I.ln1, I.q, I.k, I.v, I.o, I.ln2, I.gate, I.up, I.down}) {
+  for (size_t i : {I.ln1, I.q, I.k, I.v, I.o, I.ln2, I.gate, I.up, I.down, I.q_bias, I.k_bias, I.v_bias}) {
+    if (i == kNoParam) continue;
     lo = std::min(lo, params[i].offset);
     hi = std::max(hi, params[i].offset + params[i].size);
   }
@@ -94,8 +98,9 @@ void Model<T>::init(uint64_t seed) {
   const double out_scale = 1.0 / std::sqrt(2.0 * shape_.n_layers);
   for (const auto& p : layout_.params) {
     T* w = w_.data() + p.offset;
-    if (!p.decay) {  // norms start at 1
-      for (size_t i = 0; i < p.size; ++i) w[i] = T(1);
+    if (!p.decay) {  // norms start at 1, biases at 0
+      const T v = p.name.ends_with(".bias") ? T(0) : T(1);
+      for (size_t i = 0; i < p.size; ++i) w[i] = v;
       continue;
     }
     bool out_proj = p.name.find("o_proj") != std::string::npos || p.name.find("down_proj") != std::string::npos;
@@ -176,11 +181,16 @@ MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T los
     Layer& A = acts[l];
     const LayerParams& I = layout_.layers[size_t(l)];
     A.x_in = x;
-    // attention block
+    // attention block (q/k/v biases, when the model has them, go in before RoPE as in Qwen2)
     k::rmsnorm_fwd(x.data(), W(I.ln1), sized(A.xn, size_t(N) * C), sized(A.rstd1, N), N, C, s.norm_eps);
     k::linear_fwd(A.xn.data(), W(I.q), sized(A.q, size_t(N) * HD), N, C, HD);
     k::linear_fwd(A.xn.data(), W(I.k), sized(A.kk, size_t(N) * KD), N, C, KD);
     k::linear_fwd(A.xn.data(), W(I.v), sized(A.v, size_t(N) * KD), N, C, KD);
+    if (s.qkv_bias) {
+      k::bias_add_fwd(A.q.data(), W(I.q_bias), N, HD);
+      k::bias_add_fwd(A.kk.data(), W(I.k_bias), N, KD);
+      k::bias_add_fwd(A.v.data(), W(I.v_bias), N, KD);
+    }
     k::rope_fwd(A.q.data(), b.pos.data(), N, H, D, s.rope_theta);
     k::rope_fwd(A.kk.data(), b.pos.data(), N, Hkv, D, s.rope_theta);
     auto tg = Clock::now();
@@ -248,6 +258,11 @@ MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T los
     st.attn_ms += ms_since(ta);
     k::rope_bwd(dq.data(), b.pos.data(), N, H, D, s.rope_theta);
     k::rope_bwd(dk.data(), b.pos.data(), N, Hkv, D, s.rope_theta);
+    if (s.qkv_bias) {  // the biases act before RoPE, so they take the un-rotated gradients
+      k::bias_add_bwd(dq.data(), G(I.q_bias), N, HD);
+      k::bias_add_bwd(dk.data(), G(I.k_bias), N, KD);
+      k::bias_add_bwd(dv.data(), G(I.v_bias), N, KD);
+    }
     std::fill(dxn.begin(), dxn.end(), T(0));
     k::linear_bwd(A.xn.data(), W(I.q), dq.data(), dxn.data(), G(I.q), N, C, HD);
     k::linear_bwd(A.xn.data(), W(I.k), dk.data(), dxn.data(), G(I.k), N, C, KD);

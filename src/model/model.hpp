@@ -1,10 +1,12 @@
 // The model: a Llama/Qwen-style decoder-only transformer over packed variable-length
 // micro-batches, with dense or block-sparse attention. Parameter names and shapes follow
-// Hugging Face Llama, so a checkpoint loads into LlamaForCausalLM.
+// Hugging Face Llama (and Qwen2 with ModelDims::qkv_bias), so a checkpoint exports to
+// LlamaForCausalLM or Qwen2ForCausalLM (src/train/hf_convert.hpp).
 //
 // Reads top to bottom in model.cpp: embed -> L x (RMSNorm, attention with RoPE and GQA,
 // residual, RMSNorm, SwiGLU MLP, residual) -> RMSNorm -> LM head -> cross-entropy.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -18,6 +20,7 @@ struct ModelDims {
   int n_layers = 2, d_model = 64, n_heads = 4, n_kv_heads = 2, head_dim = 16, ffn_dim = 192;
   int vocab = 259;
   bool tied = true;
+  bool qkv_bias = false;  // Qwen2: q/k/v projections carry biases (o_proj and the MLP never do)
   double rope_theta = 10000, norm_eps = 1e-5, init_std = 0.02;
   // Filled from [model] by model_dims() (src/train/settings.hpp).
   int64_t num_params() const;
@@ -30,14 +33,17 @@ struct ParamInfo {
   bool decay;                  // weight decay applies (matrices, not norms)
 };
 
-// Indices into ParamLayout::params of one decoder layer's tensors.
+// Indices into ParamLayout::params of one decoder layer's tensors; the q/k/v biases are kNoParam
+// unless ModelDims::qkv_bias.
+constexpr size_t kNoParam = SIZE_MAX;
 struct LayerParams {
   size_t ln1, q, k, v, o, ln2, gate, up, down;
+  size_t q_bias = kNoParam, k_bias = kNoParam, v_bias = kNoParam;
 };
 
 // The flat parameter buffer, shared by Model<T> and ModelCuda: the tensors in this order (Hugging
-// Face names): embed, per layer (ln1, q, k, v, o, ln2, gate, up, down), final norm, LM head (the
-// embedding when tied), back to back.
+// Face names): embed, per layer (ln1, q, [q bias], k, [k bias], v, [v bias], o, ln2, gate, up, down),
+// final norm, LM head (the embedding when tied), back to back. Biases take no weight decay.
 struct ParamLayout {
   std::vector<ParamInfo> params;
   size_t embed = 0, norm = 0, head = 0;  // indices into params
@@ -92,7 +98,7 @@ class Model {
   const ParamInfo& param(const std::string& name) const;
 
   // normal(0, init_std) from `seed` (deterministic, own generator); output projections
-  // (o_proj, down_proj) scaled by 1/sqrt(2 * n_layers); norms at 1.
+  // (o_proj, down_proj) scaled by 1/sqrt(2 * n_layers); norms at 1, biases at 0.
   void init(uint64_t seed);
 
   // Forward and backward of one micro-batch. Gradients are ACCUMULATED into grads(),

@@ -172,6 +172,11 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
     kc::linear_fwd(bl, A.xn.data(), W16(I.k), A.k.resize(size_t(N) * KD), N, C, KD);
     kc::linear_fwd(bl, A.xn.data(), W16(I.v), A.v.resize(size_t(N) * KD), N, C, KD);
     ph.mark(P::elementwise, cs);
+    if (s.qkv_bias) {  // Qwen2: before RoPE, from the fp32 master biases
+      kc::bias_add_fwd(A.q.data(), W(I.q_bias), N, HD, cs);
+      kc::bias_add_fwd(A.k.data(), W(I.k_bias), N, KD, cs);
+      kc::bias_add_fwd(A.v.data(), W(I.v_bias), N, KD, cs);
+    }
     kc::rope_fwd(A.q.data(), pos_.data(), N, H, D, s.rope_theta, cs);
     kc::rope_fwd(A.k.data(), pos_.data(), N, Hkv, D, s.rope_theta, cs);
     // Host path: gating decides on the device and builds the CSR on the host (it synchronises), so
@@ -272,8 +277,13 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
       timers.stop(ta);
       ph.mark(P::elementwise, cs);
       kc::rope_bwd(dq, pos_.data(), N, H, D, s.rope_theta, cs);
-      ph.mark(P::gemm, cs);
       kc::rope_bwd(dk, pos_.data(), N, Hkv, D, s.rope_theta, cs);
+      if (s.qkv_bias) {
+        kc::bias_add_bwd(dq, G(I.q_bias), N, HD, cs);
+        kc::bias_add_bwd(dk, G(I.k_bias), N, KD, cs);
+        kc::bias_add_bwd(dv, G(I.v_bias), N, KD, cs);
+      }
+      ph.mark(P::gemm, cs);
       kc::linear_bwd(bl, A.xn.data(), W16(I.q), dq, dxn, false, G(I.q), N, C, HD);
       kc::linear_bwd(bl, A.xn.data(), W16(I.k), dk, dxn, true, G(I.k), N, C, KD);
       kc::linear_bwd(bl, A.xn.data(), W16(I.v), dv, dxn, true, G(I.v), N, C, KD);

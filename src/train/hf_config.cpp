@@ -167,9 +167,10 @@ HfModel parse_hf_config(const std::string& text, const std::string& origin) {
       if (t != "full_attention") F.refuse("layer_types", "holds " + t.dump() + ": only \"full_attention\" layers are supported");
   }
 
-  // Biases: q/k/v (Qwen2) are the one kind the model will gain; o_proj and MLP biases are refused.
+  // Biases: q/k/v (Qwen2, always there) are the one kind the model has; o_proj and MLP biases are refused.
   if (F.boolean("attention_bias", false))
-    F.refuse("attention_bias", "= true (biases on q/k/v/o projections): the model has no attention biases yet");
+    F.refuse("attention_bias", "= true (biases on q/k/v and o_proj): the model has q/k/v biases only (as Qwen2), "
+                               "none on o_proj");
   if (F.boolean("mlp_bias", false)) F.refuse("mlp_bias", "= true: the model has no MLP biases");
 
   for (const char* f : {"hidden_act", "hidden_activation"})
@@ -193,13 +194,6 @@ HfModel read_hf_config(const std::string& dir) {
   return parse_hf_config(ss.str(), path);
 }
 
-void check_supported(const HfModel& hf, const std::string& origin) {
-  if (hf.qkv_bias)
-    throw Error(origin + ": " + hf.architecture +
-                " has q/k/v projection biases (model.layers.N.self_attn.{q,k,v}_proj.bias), which the model "
-                "does not support yet; nothing was written");
-}
-
 void set_model_keys(const HfModel& hf, Config& cfg, const std::string& origin) {
   const ModelDims& d = hf.dims;
   auto set = [&](const char* key, const std::string& v, const char* field) {
@@ -214,6 +208,7 @@ void set_model_keys(const HfModel& hf, Config& cfg, const std::string& origin) {
   set("model.rope_theta", num(d.rope_theta), "rope_theta");
   set("model.norm_eps", num(d.norm_eps), "rms_norm_eps");
   set("model.tie_embeddings", d.tied ? "true" : "false", "tie_word_embeddings");
+  set("model.qkv_bias", hf.qkv_bias ? "true" : "false", "architectures");
   set("model.init_std", num(d.init_std), "initializer_range");
   set("model.max_position_embeddings", std::to_string(hf.max_position_embeddings), "max_position_embeddings");
   try {
@@ -223,10 +218,12 @@ void set_model_keys(const HfModel& hf, Config& cfg, const std::string& origin) {
   }
 }
 
+const char* hf_architecture(const ModelDims& d) { return d.qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM"; }
+
 std::string hf_config_json(const Config& cfg, const ModelDims& d, const std::string& torch_dtype) {
   json j = {
-      {"architectures", {"LlamaForCausalLM"}},
-      {"model_type", "llama"},
+      {"architectures", {hf_architecture(d)}},
+      {"model_type", d.qkv_bias ? "qwen2" : "llama"},
       {"hidden_size", d.d_model},
       {"intermediate_size", d.ffn_dim},
       {"num_hidden_layers", d.n_layers},
@@ -247,6 +244,10 @@ std::string hf_config_json(const Config& cfg, const ModelDims& d, const std::str
       {"use_cache", true},
       {"torch_dtype", torch_dtype},
   };
+  if (d.qkv_bias) {  // Qwen2Config: biases implied; full attention in every layer
+    j.erase("attention_bias"), j.erase("mlp_bias");
+    j["use_sliding_window"] = false, j["sliding_window"] = nullptr, j["max_window_layers"] = d.n_layers;
+  }
   return j.dump(2) + "\n";
 }
 

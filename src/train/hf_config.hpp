@@ -1,12 +1,11 @@
 // Hugging Face model directories (config.json + safetensors) <-> the model's [model] keys and
 // parameters. The model's parameter names are already Hugging Face's (model.hpp), so the weight
-// table is the model's own parameter list: a tensor the model gains (e.g. q/k/v biases) is
-// converted as soon as Model lists it.
+// table is the model's own parameter list (with model.qkv_bias, the q/k/v biases).
 //
-// Supported: LlamaForCausalLM, MistralForCausalLM without a sliding window, tied or untied head,
-// GQA, any rope_theta / rms_norm_eps, head_dim = hidden_size / num_attention_heads. Qwen2ForCausalLM
-// is parsed (its real configs pass) but refused by check_supported until the model has q/k/v biases.
-// A field the model cannot honour is refused naming the field; see io/SAFETENSORS.md.
+// Supported: LlamaForCausalLM, MistralForCausalLM without a sliding window, Qwen2ForCausalLM (q/k/v
+// biases; its real configs pass), tied or untied head, GQA, any rope_theta / rms_norm_eps,
+// head_dim = hidden_size / num_attention_heads. A field the model cannot honour is refused naming
+// the field; see io/SAFETENSORS.md.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -28,13 +27,13 @@ struct HfModel {
 // or the MLP, activations other than silu, dropout, quantization, an unknown architecture).
 HfModel parse_hf_config(const std::string& text, const std::string& origin);
 HfModel read_hf_config(const std::string& dir);  // DIR/config.json
-// Throws for what parses but the model cannot run yet (Qwen2's q/k/v biases).
-void check_supported(const HfModel& hf, const std::string& origin);
-// Sets the [model] keys (n_layers, d_model, ..., vocab_size, max_position_embeddings) in `cfg`.
+// Sets the [model] keys (n_layers, d_model, ..., vocab_size, qkv_bias, max_position_embeddings) in `cfg`.
 void set_model_keys(const HfModel& hf, Config& cfg, const std::string& origin);
 
-// config.json for a model of these [model] settings, as LlamaForCausalLM (transformers loads it
-// as is); torch_dtype "bfloat16", "float16" or "float32".
+// config.json for a model of these [model] settings, as LlamaForCausalLM, or Qwen2ForCausalLM when
+// the model has q/k/v biases (transformers loads it as is); torch_dtype "bfloat16", "float16" or
+// "float32".
+const char* hf_architecture(const ModelDims& dims);
 std::string hf_config_json(const Config& cfg, const ModelDims& dims, const std::string& torch_dtype);
 
 }  // namespace sb

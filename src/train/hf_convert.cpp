@@ -53,7 +53,6 @@ HfImport import_hf(const std::string& dir, const Config& base, const std::vector
     if (s.starts_with("model."))
       throw Error("--set " + s + ": the [model] keys come from " + cfg_path + "; set other sections only");
   HfImport im{read_hf_config(dir), base, {}, {}};
-  check_supported(im.hf, cfg_path);
   set_model_keys(im.hf, im.cfg, cfg_path);
   const ModelDims dims = model_dims(im.cfg, 0);
   im.layout = ParamLayout(dims);
@@ -132,14 +131,15 @@ std::string checkpoint_to_hf(const std::string& src, const std::string& dst, StD
     throw Error(dst + ": export failed, nothing written: " + e.what());
   }
   std::string line = src + " (step " + std::to_string(ck.step) + ", " + std::to_string(ck.params.size()) +
-                     " parameters) -> " + dst + " (LlamaForCausalLM, " + st_dtype_name(dtype) + ":";
+                     " parameters) -> " + dst + " (" + hf_architecture(dims) + ", " + st_dtype_name(dtype) + ":";
   for (const auto& f : files) line += " " + f;
   return line + " + config.json)";
 }
 
 static const char* const kShapeKeys[] = {"model.n_layers",   "model.d_model",    "model.n_heads",
                                          "model.n_kv_heads", "model.ffn_dim",    "model.vocab_size",
-                                         "model.rope_theta", "model.norm_eps",   "model.tie_embeddings"};
+                                         "model.rope_theta", "model.norm_eps",   "model.tie_embeddings",
+                                         "model.qkv_bias"};
 
 static std::string value_text(const Config& c, const std::string& key) {
   switch (find_key(key)->type) {

@@ -23,6 +23,7 @@ ModelDims model_dims(const Config& cfg, int64_t data_vocab) {
   s.n_kv_heads = int(cfg.i("model.n_kv_heads"));
   s.ffn_dim = int(cfg.i("model.ffn_dim"));
   s.tied = cfg.b("model.tie_embeddings");
+  s.qkv_bias = cfg.b("model.qkv_bias");
   s.rope_theta = cfg.f("model.rope_theta");
   s.norm_eps = cfg.f("model.norm_eps");
   s.init_std = cfg.f("model.init_std");
@@ -108,7 +109,7 @@ Settings from_config(const Config& cfg, int64_t data_vocab) {
             cfg.s("data.long_docs") == "reject"};
   s.checkpoint = {cfg.s("checkpoint.dir"), cfg.i("checkpoint.every"), cfg.i("checkpoint.keep"),
                   cfg.s("checkpoint.on_error") == "stop"};
-  s.log = {cfg.s("log.path"), cfg.i("log.every"), cfg.b("log.progress")};
+  s.log = {cfg.s("log.path"), cfg.i("log.every"), cfg.b("log.progress"), cfg.s("log.batches")};
   s.eval = {cfg.i("eval.docs"), cfg.s("eval.buckets")};
   return s;
 }

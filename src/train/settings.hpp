@@ -69,6 +69,7 @@ struct LogSettings {
   std::string path;
   int64_t every = 1;
   bool progress = true;
+  std::string batches;  // log.batches: the steps' documents as JSON lines (batch_log.hpp), "" = off
 };
 
 struct EvalSettings {

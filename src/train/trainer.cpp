@@ -11,6 +11,7 @@
 
 #include "io/checkpoint.hpp"
 #include "base/error.hpp"
+#include "src/train/batch_log.hpp"
 #include "src/train/evaluate.hpp"
 #include "src/train/faults.hpp"
 #include "src/train/profile.hpp"
@@ -178,6 +179,8 @@ void Trainer::plan(StepState& st) {
     st.mine = std::move(p.ranks[size_t(me)]);
   }
   st.targets = count_targets(ds_, st.segs);
+  if (comm_.root() && !set_.log.batches.empty())
+    append_batch_log(set_.log.batches, st.s, st.s == start_step_ + 1 && start_step_ == 0, ds_, st.segs, st.targets);
 }
 
 // ---- predict: this rank's items (micro-batch x layer) at every allowed budget, summarized

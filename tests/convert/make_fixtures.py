@@ -7,6 +7,8 @@ header length, a JSON header {name: {dtype, shape, data_offsets}}, then the raw 
 OUT_DIR/llama_bf16/          LlamaForCausalLM, untied, BF16, config fields real files carry
 OUT_DIR/mistral_f16/         MistralForCausalLM, tied, F16, sliding_window null
 OUT_DIR/llama_f32_sharded/   F32 in 3 shards + model.safetensors.index.json
+OUT_DIR/qwen2_bf16/          Qwen2ForCausalLM, tied, BF16, q/k/v biases, the fields Qwen2.5's config.json
+                             carries (use_sliding_window false with a sliding_window, max_window_layers, ...)
 OUT_DIR/bad_dirs/<case>/     HF dirs with a missing / unexpected / misshapen tensor, bad index
 OUT_DIR/bad_files/<case>.safetensors  damaged single files (see DAMAGED below)
 """
@@ -21,15 +23,17 @@ import numpy as np
 DIMS = dict(vocab=320, hidden=32, inter=48, layers=2, heads=4, kv=2)
 
 
-def param_shapes(tied):
+def param_shapes(tied, qkv_bias=False):
     d, C = DIMS, DIMS["hidden"]
     hd = C // d["heads"]
     out = [("model.embed_tokens.weight", (d["vocab"], C))]
     for l in range(d["layers"]):
         p = f"model.layers.{l}."
-        out += [(p + "input_layernorm.weight", (C,)), (p + "self_attn.q_proj.weight", (d["heads"] * hd, C)),
-                (p + "self_attn.k_proj.weight", (d["kv"] * hd, C)), (p + "self_attn.v_proj.weight", (d["kv"] * hd, C)),
-                (p + "self_attn.o_proj.weight", (C, d["heads"] * hd)), (p + "post_attention_layernorm.weight", (C,)),
+        out += [(p + "input_layernorm.weight", (C,))]
+        for proj, rows in (("q", d["heads"] * hd), ("k", d["kv"] * hd), ("v", d["kv"] * hd)):
+            out += [(p + f"self_attn.{proj}_proj.weight", (rows, C))]
+            out += [(p + f"self_attn.{proj}_proj.bias", (rows,))] if qkv_bias else []
+        out += [(p + "self_attn.o_proj.weight", (C, d["heads"] * hd)), (p + "post_attention_layernorm.weight", (C,)),
                 (p + "mlp.gate_proj.weight", (d["inter"], C)), (p + "mlp.up_proj.weight", (d["inter"], C)),
                 (p + "mlp.down_proj.weight", (C, d["inter"]))]
     out.append(("model.norm.weight", (C,)))
@@ -64,10 +68,10 @@ def write_st(path, tensors, pad=True, metadata={"format": "pt"}):
         f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
-def model_tensors(dtype, tied, seed):
+def model_tensors(dtype, tied, seed, qkv_bias=False):
     rng = np.random.default_rng(seed)
     out = []
-    for name, shape in param_shapes(tied):
+    for name, shape in param_shapes(tied, qkv_bias):
         if "norm" in name:
             v = 1.0 + 0.2 * rng.standard_normal(shape)
         else:
@@ -79,9 +83,16 @@ def model_tensors(dtype, tied, seed):
     return out
 
 
+# What Qwen2.5-0.5B's config.json carries beyond the shapes (the shapes here stay tiny).
+QWEN25_FIELDS = dict(bos_token_id=151643, eos_token_id=151643, max_window_layers=24, sliding_window=32768,
+                     use_sliding_window=False, use_mrope=False, rope_theta=1000000.0, max_position_embeddings=32768,
+                     transformers_version="4.40.1", torch_dtype="bfloat16")
+
+
 def config(arch, tied, **extra):
     d = DIMS
-    c = {"architectures": [arch], "model_type": {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral"}[arch],
+    c = {"architectures": [arch],
+         "model_type": {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2"}[arch],
          "vocab_size": d["vocab"], "hidden_size": d["hidden"], "intermediate_size": d["inter"],
          "num_hidden_layers": d["layers"], "num_attention_heads": d["heads"], "num_key_value_heads": d["kv"],
          "hidden_act": "silu", "max_position_embeddings": 8192, "rms_norm_eps": 1e-6, "rope_theta": 50000.0,
@@ -95,7 +106,7 @@ def model_dir(path, arch, dtype, tied, seed, shards=1, **extra):
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(config(arch, tied, **extra), f, indent=2)
-    ts = model_tensors(dtype, tied, seed)
+    ts = model_tensors(dtype, tied, seed, arch == "Qwen2ForCausalLM")
     if shards == 1:
         write_st(os.path.join(path, "model.safetensors"), ts)
         return ts
@@ -152,11 +163,21 @@ def damaged(out):
 def bad_dirs(out):
     base = os.path.join(out, "bad_dirs")
     cases = {}
-    for case in ["missing", "unexpected", "shape", "index_missing", "index_unlisted", "rope_scaling", "damaged"]:
+    for case in ["missing", "unexpected", "shape", "index_missing", "index_unlisted", "rope_scaling", "damaged",
+                 "attention_bias", "mlp_bias"]:
         d = os.path.join(base, case)
         extra = {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}} if case == "rope_scaling" else {}
+        extra = {case: True} if case.endswith("_bias") else extra
         ts = model_dir(d, "LlamaForCausalLM", "BF16", False, 7, shards=2 if case.startswith("index") else 1, **extra)
         cases[case] = (d, ts)
+    # Qwen2 with an o_proj bias tensor (Qwen2 has none) and with a sliding window in use
+    for case, extra in [("qwen2_o_bias", {}), ("qwen2_sliding", {"use_sliding_window": True, "sliding_window": 64})]:
+        d = os.path.join(base, case)
+        ts = model_dir(d, "Qwen2ForCausalLM", "BF16", True, 8, **{**QWEN25_FIELDS, **extra})
+        cases[case] = (d, ts)
+    d, ts = cases["qwen2_o_bias"]
+    write_st(os.path.join(d, "model.safetensors"),
+             ts + [("model.layers.1.self_attn.o_proj.bias", "BF16", (32,), raw(np.zeros(32), "BF16"))])
     d, ts = cases["missing"]
     write_st(os.path.join(d, "model.safetensors"), [t for t in ts if t[0] != "model.layers.1.mlp.up_proj.weight"])
     d, ts = cases["unexpected"]
@@ -188,6 +209,7 @@ def main():
     model_dir(os.path.join(out, "mistral_f16"), "MistralForCausalLM", "F16", True, 2, sliding_window=None,
               rope_theta=10000.0)
     model_dir(os.path.join(out, "llama_f32_sharded"), "LlamaForCausalLM", "F32", False, 3, shards=3)
+    model_dir(os.path.join(out, "qwen2_bf16"), "Qwen2ForCausalLM", "BF16", True, 4, **QWEN25_FIELDS)
     damaged(out)
     bad_dirs(out)
 

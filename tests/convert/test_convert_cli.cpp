@@ -110,6 +110,19 @@ void expect_matches_transformers(const std::string& ck, const json& golden, int 
   EXPECT_LT(worst, 1e-4) << ck << ": largest log-softmax difference from transformers";
 }
 
+// Every tensor of checkpoint `ck` equals the HF directory's (to 1e-9: one step at lr 1e-12).
+void expect_holds_weights_of(const Checkpoint& ck, const std::string& hf) {
+  SafetensorsDir st(hf);
+  for (const auto& t : ck.tensors) {
+    auto [f, e] = st.get(t.name);
+    std::vector<float> want(e->numel());
+    f->read_f32(*e, want);
+    double worst = 0;
+    for (size_t i = 0; i < t.size; ++i) worst = std::max(worst, std::fabs(double(want[i]) - ck.params[t.offset + i]));
+    EXPECT_LT(worst, 1e-9) << t.name;
+  }
+}
+
 }  // namespace
 
 TEST(Convert, HfToCheckpointToHfIsBitExactInEachDtype) {
@@ -118,7 +131,8 @@ TEST(Convert, HfToCheckpointToHfIsBitExactInEachDtype) {
   struct Case { std::string src; StDtype dtype; uint64_t shard; bool sharded_out; };
   for (const Case& c : {Case{"llama_bf16", StDtype::BF16, kDefaultShardBytes, false},
                         Case{"mistral_f16", StDtype::F16, kDefaultShardBytes, false},
-                        Case{"llama_f32_sharded", StDtype::F32, 60'000, true}}) {
+                        Case{"llama_f32_sharded", StDtype::F32, 60'000, true},
+                        Case{"qwen2_bf16", StDtype::BF16, kDefaultShardBytes, false}}) {
     const std::string ck = s / (c.src + ".h5"), hf = s / (c.src + "_hf");
     EXPECT_NE(hf_to_checkpoint(g + "/" + c.src, ck, {}).find("step 0, zero AdamW moments"), std::string::npos);
     checkpoint_to_hf(ck, hf, c.dtype, c.shard, false);
@@ -130,7 +144,10 @@ TEST(Convert, HfToCheckpointToHfIsBitExactInEachDtype) {
     EXPECT_EQ(k.step, 0);
     EXPECT_TRUE(std::all_of(k.m.begin(), k.m.end(), [](float x) { return x == 0; }));
     HfModel in = read_hf_config(g + "/" + c.src), out = read_hf_config(hf);
-    EXPECT_EQ(out.architecture, "LlamaForCausalLM");
+    const bool qwen = in.architecture == "Qwen2ForCausalLM";
+    EXPECT_EQ(out.architecture, qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM") << c.src;
+    EXPECT_EQ(out.qkv_bias, qwen) << c.src;
+    EXPECT_EQ(Config::from_text(k.config_toml, ck).b("model.qkv_bias"), qwen) << c.src;
     EXPECT_EQ(out.dims.tied, in.dims.tied);
     EXPECT_EQ(out.dims.rope_theta, in.dims.rope_theta);
     EXPECT_EQ(out.dims.norm_eps, in.dims.norm_eps);
@@ -173,6 +190,10 @@ TEST(Convert, RefusalsNameTheProblemAndWriteNothing) {
       {"damaged", "model.safetensors: tensor 'lm_head.weight': data_offsets"},
       {"rope_scaling", "config.json: field 'rope_scaling'"},
       {"index_missing", "tensor 'model.layers.9.mlp.up_proj.weight' is missing"},
+      {"attention_bias", "config.json: field 'attention_bias' = true (biases on q/k/v and o_proj)"},
+      {"mlp_bias", "config.json: field 'mlp_bias' = true"},
+      {"qwen2_o_bias", "model.safetensors: unexpected tensor 'model.layers.1.self_attn.o_proj.bias'"},
+      {"qwen2_sliding", "config.json: field 'use_sliding_window' = true"},
   };
   for (const auto& [dir, msg] : dirs) {
     const std::string dst = s / (dir + ".h5");
@@ -181,20 +202,10 @@ TEST(Convert, RefusalsNameTheProblemAndWriteNothing) {
     EXPECT_FALSE(exists(dst)) << dir;
     EXPECT_FALSE(exists(dst + ".tmp")) << dir;
   }
-  // A Qwen2 directory: the config passes, its q/k/v biases are refused before anything is read.
-  const std::string qwen = s / "qwen";
-  sbtest::fs::create_directories(qwen);
-  json q = json::parse(sbtest::slurp(g + "/llama_bf16/config.json"));
-  q["architectures"] = {"Qwen2ForCausalLM"}, q["model_type"] = "qwen2", q["use_sliding_window"] = false;
-  q["sliding_window"] = 32768, q["max_window_layers"] = 2;
-  std::ofstream(qwen + "/config.json") << q.dump();
-  std::string e = error_of([&] { hf_to_checkpoint(qwen, s / "q.h5", {}); });
-  EXPECT_NE(e.find("q/k/v projection biases"), std::string::npos) << e;
-  EXPECT_FALSE(exists(s / "q.h5"));
   // An existing checkpoint is not replaced without overwrite.
   hf_to_checkpoint(g + "/llama_bf16", s / "ok.h5", {});
   const std::string before = sbtest::slurp(s / "ok.h5");
-  e = error_of([&] { hf_to_checkpoint(g + "/mistral_f16", s / "ok.h5", {}); });
+  std::string e = error_of([&] { hf_to_checkpoint(g + "/mistral_f16", s / "ok.h5", {}); });
   EXPECT_NE(e.find("ok.h5: already exists; choose another DST or pass --overwrite"), std::string::npos) << e;
   EXPECT_EQ(sbtest::slurp(s / "ok.h5"), before);
   hf_to_checkpoint(g + "/mistral_f16", s / "ok.h5", {}, true);
@@ -242,11 +253,25 @@ TEST(Parity, ImportedTransformersModelGivesItsLogits) {
   expect_same_tensors(fx, s / "hf");
 }
 
+TEST(Parity, ImportedTransformersQwen2AndMistralGiveTheirLogits) {
+  // Qwen2ForCausalLM (tied, random q/k/v biases and norms) and MistralForCausalLM (tied,
+  // sliding_window null) from transformers in float32; both back out bit for bit in float32.
+  sbtest::Scratch s;
+  for (const std::string name : {"qwen2", "mistral"}) {
+    const std::string fx = sbtest::committed(name);
+    hf_to_checkpoint(fx, s / (name + ".h5"), {});
+    expect_matches_transformers(s / (name + ".h5"), json::parse(sbtest::slurp(fx + "/golden.json")), 5);
+    checkpoint_to_hf(s / (name + ".h5"), s / (name + "_hf"), StDtype::F32, kDefaultShardBytes, false);
+    expect_same_tensors(fx, s / (name + "_hf"));
+  }
+}
+
 TEST(Parity, TransformersLoadsOurExportsAndAgrees) {
   // bench/hf_parity.py --check loaded these exports (BF16 untied; F16 tied, from a Mistral
-  // directory) with no missing, unexpected or mismatched keys and saved its logits.
+  // directory; BF16 of transformers' Qwen2 (as Qwen2ForCausalLM, biases included) and Mistral,
+  // bench/hf_fixtures.sh) with no missing, unexpected or mismatched keys and saved its logits.
   sbtest::Scratch s;
-  for (const std::string name : {"exp_llama_bf16", "exp_mistral_f16"}) {
+  for (const std::string name : {"exp_llama_bf16", "exp_mistral_f16", "exp_qwen2_bf16", "exp_mistral_bf16"}) {
     const std::string fx = sbtest::committed(name);
     json golden = json::parse(sbtest::slurp(fx + "/transformers_logits.json"));
     for (auto& [k, v] : golden["loading_info"].items()) EXPECT_TRUE(v.empty()) << name << ": " << k;
@@ -270,16 +295,7 @@ TEST(InitFrom, TrainStartsFromTheWeightsWithTheShapeOfPath) {
   EXPECT_NE(r.out.find("train: 2 rank(s)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("fresh optimizer"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("vocab 320"), std::string::npos) << r.out;
-  Checkpoint ck = read_checkpoint(s / "ck/ckpt_00000001.h5");
-  SafetensorsDir st(hf);
-  for (const auto& t : ck.tensors) {
-    auto [f, e] = st.get(t.name);
-    std::vector<float> want(e->numel());
-    f->read_f32(*e, want);
-    double worst = 0;
-    for (size_t i = 0; i < t.size; ++i) worst = std::max(worst, std::fabs(double(want[i]) - ck.params[t.offset + i]));
-    EXPECT_LT(worst, 1e-9) << t.name;
-  }
+  expect_holds_weights_of(read_checkpoint(s / "ck/ckpt_00000001.h5"), hf);
   // In process: from a checkpoint too; a --set model.* must agree with PATH.
   hf_to_checkpoint(hf, s / "init.h5", {});
   Config cfg;
@@ -297,4 +313,47 @@ TEST(InitFrom, TrainStartsFromTheWeightsWithTheShapeOfPath) {
             std::string::npos) << e;
   e = error_of([&] { Config c; init_weights_from(sbtest::gen_dir() + "/bad_dirs/rope_scaling", c, {}); });
   EXPECT_NE(e.find("field 'rope_scaling'"), std::string::npos) << e;
+}
+
+TEST(InitFrom, AQwen2DirectoryBringsItsBiases) {
+  // Qwen2 (tied, q/k/v biases, Qwen2.5's config fields): train starts from its weights, biases
+  // included, and exports them again.
+  sbtest::Scratch s;
+  const std::string hf = sbtest::gen_dir() + "/qwen2_bf16";
+  auto r = sbtest::run_program("train --init-from " + hf + " --set data.path=" + sbtest::synth_data() +
+                               " --set train.steps=1 --set train.lr=1e-12 --set balance.self_profile=false"
+                               " --set train.micro_batch_tokens=512 --set train.global_batch_tokens=512 --set checkpoint.dir=" +
+                               s / "ck" + " --set log.path=" + s / "m.h5 --set log.batches=" + s / "b.jsonl");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("fresh optimizer"), std::string::npos) << r.out;
+  // log.batches (bench/torch_trajectory.py reads it): the step's segments, whose trained targets
+  // are the step's target count, each the next token of its segment.
+  const json bl = json::parse(sbtest::slurp(s / "b.jsonl"));
+  EXPECT_EQ(bl["step"], 1);
+  int64_t targets = 0, tokens = 0;
+  for (const auto& seg : bl["segments"]) {
+    const auto tok = seg["tokens"].get<std::vector<int64_t>>(), tg = seg["targets"].get<std::vector<int64_t>>();
+    ASSERT_EQ(tok.size(), tg.size());
+    for (size_t i = 0; i + 1 < tok.size(); ++i) EXPECT_EQ(tg[i], tok[i + 1]);
+    EXPECT_EQ(tg.back(), -1);
+    targets += int64_t(tok.size()) - 1, tokens += int64_t(tok.size());
+  }
+  EXPECT_EQ(bl["targets"].get<int64_t>(), targets);
+  EXPECT_GE(tokens, 512);
+  Checkpoint ck = read_checkpoint(s / "ck/ckpt_00000001.h5");
+  EXPECT_TRUE(Config::from_text(ck.config_toml, "ck").b("model.qkv_bias"));
+  expect_holds_weights_of(ck, hf);
+  SafetensorsDir st(hf);
+  int biases = 0;
+  for (const auto& t : ck.tensors) biases += t.name.ends_with("_proj.bias");
+  EXPECT_EQ(biases, 6);  // q, k, v in each of 2 layers
+  EXPECT_EQ(ck.tensors.size(), st.names().size());
+  // The trained checkpoint exports as Qwen2 with its biases.
+  checkpoint_to_hf(s / "ck/ckpt_00000001.h5", s / "out", StDtype::BF16, kDefaultShardBytes, false);
+  EXPECT_EQ(read_hf_config(s / "out").architecture, "Qwen2ForCausalLM");
+  EXPECT_EQ(SafetensorsDir(s / "out").names(), st.names());
+  // model.qkv_bias comes from PATH too.
+  std::string e = error_of([&] { Config c; init_weights_from(hf, c, {"model.qkv_bias=false"}); });
+  EXPECT_NE(e.find("--set model.qkv_bias=false contradicts --init-from " + hf + ", which has model.qkv_bias = true"),
+            std::string::npos) << e;
 }

@@ -6,11 +6,13 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors.hpp"
 #include "src/train/hf_config.hpp"
+#include "src/train/settings.hpp"
 #include "tests/convert/convert_test_util.hpp"
 #include "tests/error_of.hpp"
 
@@ -139,7 +141,7 @@ static json llama_config() {
   return j;
 }
 
-TEST(HfConfig, RealQwen25ConfigParsesAndOnlyItsBiasesAreRefused) {
+TEST(HfConfig, RealQwen25ConfigParsesWithItsBiases) {
   HfModel hf = parse_hf_config(qwen25_config().dump(), "qwen/config.json");
   EXPECT_EQ(hf.architecture, "Qwen2ForCausalLM");
   EXPECT_TRUE(hf.qkv_bias);
@@ -152,12 +154,22 @@ TEST(HfConfig, RealQwen25ConfigParsesAndOnlyItsBiasesAreRefused) {
   EXPECT_EQ(hf.dims.rope_theta, 1e6);
   EXPECT_EQ(hf.dims.norm_eps, 1e-6);
   EXPECT_EQ(hf.max_position_embeddings, 32768);
-  std::string e = error_of([&] { check_supported(hf, "qwen/config.json"); });
-  EXPECT_NE(e.find("q/k/v projection biases"), std::string::npos) << e;
-  EXPECT_NE(e.find("not support yet"), std::string::npos) << e;
-  // The same shape as Llama goes through, and its [model] keys are exactly config.json's.
+  Config qc;
+  set_model_keys(hf, qc, "qwen/config.json");
+  EXPECT_TRUE(qc.b("model.qkv_bias"));
+  EXPECT_EQ(model_dims(qc, 0).num_params(), 494032768);  // Qwen2.5-0.5B's published parameter count
+  // Exported back: Qwen2ForCausalLM, full attention, and it parses to the same shape.
+  const json out = json::parse(hf_config_json(qc, model_dims(qc, 0), "bfloat16"));
+  EXPECT_EQ(out["architectures"][0], "Qwen2ForCausalLM");
+  EXPECT_EQ(out["use_sliding_window"], false);
+  EXPECT_FALSE(out.contains("attention_bias"));
+  HfModel back = parse_hf_config(out.dump(), "exported");
+  EXPECT_TRUE(back.qkv_bias);
+  EXPECT_EQ(back.dims.d_model, 896);
+  EXPECT_EQ(back.dims.rope_theta, 1e6);
+  // The same shape as Llama has no biases, and its [model] keys are exactly config.json's.
   HfModel l = parse_hf_config(llama_config().dump(), "llama/config.json");
-  EXPECT_NO_THROW(check_supported(l, "llama/config.json"));
+  EXPECT_FALSE(l.qkv_bias);
   Config cfg;
   set_model_keys(l, cfg, "llama/config.json");
   EXPECT_EQ(cfg.i("model.d_model"), 896);
@@ -166,6 +178,7 @@ TEST(HfConfig, RealQwen25ConfigParsesAndOnlyItsBiasesAreRefused) {
   EXPECT_EQ(cfg.f("model.rope_theta"), 1e6);
   EXPECT_EQ(cfg.f("model.norm_eps"), 1e-6);
   EXPECT_TRUE(cfg.b("model.tie_embeddings"));
+  EXPECT_FALSE(cfg.b("model.qkv_bias"));
   EXPECT_EQ(cfg.i("model.max_position_embeddings"), 32768);
   // Through the checkpoint's stored text and back: the stored config keeps every digit.
   Config again = Config::from_text(cfg.to_toml(), "stored");
@@ -243,4 +256,20 @@ TEST(HfConfig, UnsupportedFieldsAreRefusedNamingTheField) {
   odd["num_key_value_heads"] = 3;
   e = error_of([&] { Config cfg; set_model_keys(parse_hf_config(odd.dump(), "o"), cfg, "o"); });
   EXPECT_NE(e.find("num_key_value_heads"), std::string::npos) << e;
+}
+
+TEST(HfConfig, ShippedQwen25ConfigsHaveTheRealShapes) {
+  // configs/qwen2.5-*.toml: the published parameter counts (0.49B, 3.09B), which --init-from then
+  // checks against the real config.json.
+  for (auto [file, params, head_dim] : {std::tuple{"qwen2.5-0.5b.toml", int64_t(494032768), 64},
+                                        std::tuple{"qwen2.5-3b.toml", int64_t(3085938688), 128}}) {
+    Config cfg = Config::load(std::string(SB_SOURCE_DIR) + "/configs/" + file, {});
+    const ModelDims d = model_dims(cfg, 0);
+    EXPECT_EQ(d.num_params(), params) << file;
+    EXPECT_EQ(d.head_dim, head_dim) << file;
+    EXPECT_EQ(cfg.i("attention.block_size"), head_dim) << file;
+    EXPECT_TRUE(d.qkv_bias && d.tied) << file;
+    EXPECT_EQ(d.rope_theta, 1e6) << file;
+    EXPECT_EQ(d.norm_eps, 1e-6) << file;
+  }
 }

@@ -12,8 +12,9 @@ using namespace sb;
 
 namespace {
 
-ModelDims tiny_dims(bool tied) {
+ModelDims tiny_dims(bool tied, bool qkv_bias = false) {
   ModelDims d;
+  d.qkv_bias = qkv_bias;
   d.n_layers = 2, d.d_model = 16, d.n_heads = 4, d.n_kv_heads = 2, d.head_dim = 4, d.ffn_dim = 24, d.vocab = 23;
   d.tied = tied;
   d.init_std = 0.3;  // large weights so every path carries gradient worth checking
@@ -40,9 +41,13 @@ AttnSettings settings(bool sparse, int layers, int k) {
 
 // Central differences of the summed loss against the analytic gradient, on a random sample of
 // parameters of every tensor.
-void check_gradients(bool sparse, bool tied) {
-  Model<double> m(tiny_dims(tied));
+void check_gradients(bool sparse, bool tied, bool qkv_bias = false) {
+  Model<double> m(tiny_dims(tied, qkv_bias));
   m.init(7);
+  std::mt19937_64 brng(5);
+  for (const auto& p : m.params())  // biases start at 0: give them values so they matter
+    if (p.name.ends_with(".bias"))
+      for (size_t i = 0; i < p.size; ++i) m.weights()[p.offset + i] = double(brng() % 1000) / 1000.0 - 0.5;
   PackedBatch b = random_batch({13, 5, 21}, m.shape().vocab, 3);
   AttnSettings a = settings(sparse, m.shape().n_layers, 1);
   m.zero_grads();
@@ -71,6 +76,38 @@ void check_gradients(bool sparse, bool tied) {
 
 TEST(Model, GradientsMatchFiniteDifferencesDense) { check_gradients(false, true); }
 TEST(Model, GradientsMatchFiniteDifferencesSparseUntied) { check_gradients(true, false); }
+TEST(Model, GradientsMatchFiniteDifferencesQkvBias) {
+  check_gradients(false, true, true);
+  check_gradients(true, false, true);
+}
+
+TEST(Model, QkvBiasNamesShapesAndEffect) {
+  ModelDims d = tiny_dims(true, true);
+  Model<double> m(d);
+  EXPECT_EQ(m.param("model.layers.1.self_attn.q_proj.bias").shape, (std::vector<int64_t>{16}));
+  EXPECT_EQ(m.param("model.layers.1.self_attn.k_proj.bias").shape, (std::vector<int64_t>{8}));
+  EXPECT_EQ(m.param("model.layers.0.self_attn.v_proj.bias").shape, (std::vector<int64_t>{8}));
+  EXPECT_FALSE(m.param("model.layers.0.self_attn.v_proj.bias").decay);
+  EXPECT_THROW(m.param("model.layers.0.self_attn.o_proj.bias"), std::exception);
+  EXPECT_EQ(int64_t(m.weights().size()), d.num_params());
+  EXPECT_EQ(d.num_params(), tiny_dims(true).num_params() + 2 * (16 + 8 + 8));
+  // layer_range covers the biases, and layers stay contiguous
+  auto [lo, hi] = m.layout().layer_range(0);
+  EXPECT_EQ(hi, m.layout().layer_range(1).first);
+  EXPECT_GE(m.param("model.layers.0.self_attn.q_proj.bias").offset, lo);
+  // Zero biases give exactly the bias-free model; a k bias changes the loss (it is not softmax-invariant
+  // once RoPE rotates it), and so does a v bias.
+  m.init(3);
+  Model<double> plain(tiny_dims(true));
+  plain.init(3);
+  for (const auto& p : plain.params())
+    std::copy_n(plain.weights().begin() + long(p.offset), p.size, m.weights().begin() + long(m.param(p.name).offset));
+  PackedBatch b = random_batch({17, 9}, d.vocab, 4);
+  AttnSettings a = settings(false, d.n_layers, 0);
+  EXPECT_DOUBLE_EQ(m.forward(b, a).loss_sum, plain.forward(b, a).loss_sum);
+  m.weights()[m.param("model.layers.0.self_attn.v_proj.bias").offset] = 0.5;
+  EXPECT_GT(std::abs(m.forward(b, a).loss_sum - plain.forward(b, a).loss_sum), 1e-6);
+}
 
 TEST(Model, SparseWithEveryBlockKeptEqualsDense) {
   Model<double> m(tiny_dims(true));
