@@ -27,6 +27,22 @@ int64_t ModelDims::num_params() const {
   return V * C + n_layers * per_layer + C + (tied ? 0 : V * C);
 }
 
+int64_t ModelDims::flop_params() const {
+  int64_t C = d_model, H = n_heads, Hkv = n_kv_heads, D = head_dim, F = ffn_dim, V = vocab;
+  int64_t per_layer = 2 * C + H * D * C + 2 * Hkv * D * C + C * H * D + 3 * F * C;
+  return n_layers * per_layer + C + V * C;
+}
+
+double train_flops(const ModelDims& s, int64_t tokens, const std::vector<kernels::GatingStats>& gating, int block_size) {
+  double f = 6.0 * double(s.flop_params()) * double(tokens);
+  const double bs2 = double(block_size) * block_size;
+  for (const auto& g : gating) {
+    const double pairs = bs2 * (g.kept_blocks - 0.5 * g.rows) / s.n_kv_heads;  // per query head
+    f += 3.0 * 4.0 * s.n_heads * s.head_dim * std::max(0.0, pairs);
+  }
+  return f;
+}
+
 ParamLayout::ParamLayout(const ModelDims& s) {
   const int64_t C = s.d_model, HD = int64_t(s.n_heads) * s.head_dim, KD = int64_t(s.n_kv_heads) * s.head_dim;
   auto add = [&](std::string name, std::vector<int64_t> shape, bool decay) {

@@ -21,6 +21,9 @@ struct ModelDims {
   double rope_theta = 10000, norm_eps = 1e-5, init_std = 0.02;
   // Filled from [model] by model_dims() (src/train/settings.hpp).
   int64_t num_params() const;
+  // The parameters every token multiplies (the MFU count, src/model/README.md): the decoder
+  // layers, the final norm and the LM head (V x C once, tied or not); not the embedding lookup.
+  int64_t flop_params() const;
 };
 
 struct ParamInfo {
@@ -78,6 +81,13 @@ struct PackedBatch {
   // Append one sequence; a sequence of one token has no target.
   void add(const std::vector<uint32_t>& seq);
 };
+
+// Model FLOPs of one forward + backward over `tokens` tokens whose layers' gating reported
+// `gating` (one per layer, blocks of `block_size`): 6 * flop_params() * tokens plus, per layer,
+// 3 x the forward attention's 4 * H * D FLOPs per query-key pair, pairs per query head =
+// block_size^2 * (kept blocks - rows / 2) / n_kv_heads (the diagonal block counted as half), the
+// formula of bench/torch_model_ref.py. Recomputation (train.recompute) is not counted.
+double train_flops(const ModelDims& s, int64_t tokens, const std::vector<kernels::GatingStats>& gating, int block_size);
 
 // One budget per layer, every token id inside the vocabulary (the error names model.vocab_size).
 void check_inputs(const PackedBatch& b, const AttnSettings& a, const ModelDims& s);

@@ -245,6 +245,9 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
     kc::embedding_bwd(tokens_.data(), dx, G(layout_.embed), N, C, cs);
   }
   SB_CUDA_CHECK(cudaStreamSynchronize(cs));
+  size_t mem_free = 0, mem_total = 0;
+  SB_CUDA_CHECK(cudaMemGetInfo(&mem_free, &mem_total));
+  mem_peak_ = std::max(mem_peak_, mem_total - mem_free);
   for (int t = 0; t < N; ++t) {
     if (b.targets[t] < 0) continue;
     st.loss_sum += double(loss[t]);

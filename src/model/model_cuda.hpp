@@ -74,6 +74,10 @@ class ModelCuda {
   size_t size() const { return n_; }
   void zero_grads();
   cudaStream_t stream() const { return stream_; }
+  // High-water mark of the device memory in use (bytes: total - free of cudaMemGetInfo, so the
+  // whole device, read after every micro-batch). Our buffers only grow and the stream-ordered pool
+  // keeps what it freed, so the value after a micro-batch is its peak.
+  double peak_memory_bytes() const { return double(mem_peak_); }
 
  private:
   struct Layer;
@@ -86,7 +90,7 @@ class ModelCuda {
 
   ModelDims dims_;
   ParamLayout layout_;
-  size_t n_ = 0;
+  size_t n_ = 0, mem_peak_ = 0;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<kernels::cuda::Blas> blas_;
   DeviceArray<float> w32_, g32_;  // (n) master weights, gradients

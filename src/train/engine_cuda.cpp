@@ -138,6 +138,7 @@ class CudaEngine final : public Engine {
     return comm_.allreduce_max(ms / reps);
   }
   std::string device_name() override { return "cuda: " + gpu_name_ + " (" + std::to_string(comm_.size()) + " ranks)"; }
+  double peak_memory_bytes() override { return gpu_->peak_memory_bytes(); }
 
  private:
   const Comm& comm_;

@@ -86,6 +86,29 @@ TEST(Model, SparseWithEveryBlockKeptEqualsDense) {
   EXPECT_GT(std::abs(sp.loss_sum - dense), 1e-6);
 }
 
+// The MFU count (src/model/README.md) against a hand computation on the tiny shape:
+// per layer 2*16 + 4*4*16 + 2*2*4*16 + 16*4*4 + 3*24*16 = 1952; flop_params = 2*1952 + 16 + 23*16
+// = 4288. One 16-token document, blocks of 4, dense: 4 query blocks x 2 kv heads = 8 rows keeping
+// 2 * (1+2+3+4) = 20 blocks, pairs per query head = 16 * (20 - 8/2) / 2 = 128 (= 16^2 / 2), so
+// attention 3 * 4 * H*D * 128 = 24576 per layer. Total 6 * 4288 * 16 + 2 * 24576 = 460800.
+TEST(Model, TrainFlopsMatchAHandCount) {
+  ModelDims d = tiny_dims(true);
+  EXPECT_EQ(d.flop_params(), 4288);
+  Model<double> m(d);
+  m.init(1);
+  PackedBatch b = random_batch({16}, d.vocab, 2);
+  auto st = m.forward(b, settings(false, d.n_layers, 0));
+  ASSERT_EQ(st.gating[0].rows, 8);
+  ASSERT_EQ(st.gating[0].kept_blocks, 20);
+  EXPECT_DOUBLE_EQ(train_flops(d, 16, st.gating, 4), 460800.0);
+  // Sparse keeps fewer pairs, so fewer FLOPs; the linear part stays.
+  PackedBatch lb = random_batch({64}, d.vocab, 3);
+  auto sp = m.forward(lb, settings(true, d.n_layers, 0));
+  auto de = m.forward(lb, settings(false, d.n_layers, 0));
+  EXPECT_LT(train_flops(d, 64, sp.gating, 4), train_flops(d, 64, de.gating, 4));
+  EXPECT_GT(train_flops(d, 64, sp.gating, 4), 6.0 * 4288 * 64);
+}
+
 TEST(Model, HuggingFaceNamesAndShapes) {
   ModelDims d = tiny_dims(false);
   Model<float> m(d);
