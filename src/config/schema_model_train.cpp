@@ -18,6 +18,7 @@ std::vector<KeySpec> schema_model_train() {
       {"model.tie_embeddings", T::Bool, "true", 0, 0, {}, "LM head shares the embedding matrix"},
       {"model.max_position_embeddings", T::Int, "4096", 1, 1 << 30, {}, "context the weights are meant for: written to an exported HF config.json (convert), not enforced"},
       {"model.init_std", T::Float, "0.02", 1e-6, 1, {}, "normal init std (output projections / sqrt(2L))"},
+      {"model.lm_head_chunk", T::Int, "0", 0, 1 << 30, {}, "tokens per chunk of the fused LM head + cross-entropy: the (tokens x vocab) logits are never whole in memory (0 = all tokens at once)"},
       // [train]
       {"train.steps", T::Int, "40", 0, BIG, {}, "optimizer steps to run (total, across resumes)"},
       {"train.global_batch_tokens", T::Int, "8192", 1, BIG, {}, "tokens per step over all ranks (whole documents are drawn until this is reached)"},

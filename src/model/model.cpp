@@ -221,17 +221,14 @@ MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T los
   }
   std::vector<T> xf(size_t(N) * C), rstdf(N);  // (N, C), (N)
   k::rmsnorm_fwd(x.data(), W(layout_.norm), xf.data(), rstdf.data(), N, C, s.norm_eps);
-  std::vector<T> logits(size_t(N) * V);  // (N, V); becomes dlogits in place
-  k::linear_fwd(xf.data(), W(layout_.head), logits.data(), N, C, V);
-  if (argmax) {
-    argmax->assign(N, 0);
-    for (int t = 0; t < N; ++t) {
-      const T* row = logits.data() + size_t(t) * V;
-      (*argmax)[t] = int32_t(std::max_element(row, row + V) - row);
-    }
-  }
+  // LM head and loss, chunked (never the whole (N, V) logits); its backward runs here, fused:
+  // dxf (N, C) and the head's gradient.
   std::vector<uint8_t> correct(N, 0);
-  st.loss_sum = k::cross_entropy(logits.data(), b.targets.data(), logits.data(), N, V, loss_scale, correct.data());
+  std::vector<T> dxf(backward ? size_t(N) * C : 0);
+  if (argmax) argmax->assign(N, 0);
+  st.loss_sum = k::lm_head_loss(xf.data(), W(layout_.head), b.targets.data(), N, C, V, exec_.lm_head_chunk, loss_scale,
+                                backward ? dxf.data() : nullptr, backward ? G(layout_.head) : nullptr, correct.data(),
+                                argmax ? argmax->data() : nullptr);
   for (int t = 0; t < N; ++t) st.targets += b.targets[t] >= 0, st.correct += correct[t];
   if (!backward) {
     st.total_ms = ms_since(t_start);
@@ -239,8 +236,7 @@ MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T los
   }
 
   // ---- backward: the same path in reverse; dx is the gradient of the residual stream ----
-  std::vector<T> dxf(size_t(N) * C, T(0)), dx(size_t(N) * C, T(0));
-  k::linear_bwd(xf.data(), W(layout_.head), logits.data(), dxf.data(), G(layout_.head), N, C, V);
+  std::vector<T> dx(size_t(N) * C, T(0));
   k::rmsnorm_bwd(x.data(), W(layout_.norm), rstdf.data(), dxf.data(), dx.data(), G(layout_.norm), N, C);
   std::vector<T> dh(size_t(N) * F), dg(size_t(N) * F), du(size_t(N) * F), dxn(size_t(N) * C);
   std::vector<T> datt(size_t(N) * HD), dq(size_t(N) * HD), dk(size_t(N) * KD), dv(size_t(N) * KD);

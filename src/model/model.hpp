@@ -26,6 +26,14 @@ struct ModelDims {
   int64_t flop_params() const;
 };
 
+// How the model runs, not what it computes: memory-for-time choices that leave the loss and the
+// gradients unchanged (up to the order of floating-point sums). From model.lm_head_chunk and
+// train.recompute (src/model/README.md).
+struct ModelExec {
+  int lm_head_chunk = 0;   // tokens per LM head + cross-entropy chunk (0 = all tokens at once)
+  bool recompute = false;  // keep only each layer's input in the forward, recompute it in the backward
+};
+
 struct ParamInfo {
   std::string name;            // e.g. "model.layers.0.self_attn.q_proj.weight"
   std::vector<int64_t> shape;  // PyTorch (out, in)
@@ -115,6 +123,8 @@ class Model {
   const std::vector<T>& weights() const { return w_; }
   std::vector<T>& grads() { return g_; }
   void zero_grads();
+  const ModelExec& exec() const { return exec_; }
+  void set_exec(const ModelExec& e) { exec_ = e; }
 
  private:
   struct Layer;  // saved activations of one layer
@@ -126,6 +136,7 @@ class Model {
   ModelDims shape_;
   ParamLayout layout_;
   std::vector<T> w_, g_;  // flat parameters and gradients, in layout order
+  ModelExec exec_;
 };
 
 }  // namespace sb

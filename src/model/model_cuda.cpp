@@ -197,9 +197,23 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   }
   // x is the last layer's output (xs_top_)
   kc::rmsnorm_fwd(x, W(layout_.norm), xf_.resize(NC), rstdf_.resize(N), N, C, eps, cs);
-  kc::linear_fwd(bl, xf_.data(), W16(layout_.head), logits_.resize(size_t(N) * V), N, C, V);  // (N, V) fp32
-  kc::cross_entropy(logits_.data(), targets_.data(), loss_.resize(N), backward ? dlogits_.resize(size_t(N) * V) : nullptr,
-                    argmax_.resize(N), N, V, loss_scale, cs);
+  // LM head and loss in chunks of `rows` tokens, never the whole (N, V) logits: logits (rows, V)
+  // fp32 and dlogits (rows, V) bf16 are reused by every chunk, and the head's backward runs per
+  // chunk (fused): dxf (N, C) = dlogits W, the head's gradient += dlogits^T xf.
+  const int rows = exec_.lm_head_chunk > 0 ? std::min(exec_.lm_head_chunk, N) : N;
+  float* logits = logits_.resize(size_t(rows) * V);
+  bf16* dlogits = backward ? dlogits_.resize(size_t(rows) * V) : nullptr;
+  float* dxf = backward ? dxf_.resize(NC) : nullptr;
+  loss_.resize(N), argmax_.resize(N);
+  for (int t0 = 0; t0 < N; t0 += rows) {
+    const int n = std::min(rows, N - t0);
+    const bf16* xc = xf_.data() + size_t(t0) * C;
+    kc::linear_fwd(bl, xc, W16(layout_.head), logits, n, C, V);
+    kc::cross_entropy(logits, targets_.data() + t0, loss_.data() + t0, dlogits, argmax_.data() + t0, n, V, loss_scale,
+                      cs);
+    if (backward)
+      kc::linear_bwd(bl, xc, W16(layout_.head), dlogits, dxf + size_t(t0) * C, false, G(layout_.head), n, C, V);
+  }
   std::vector<float> loss(N);
   std::vector<int32_t> am(N);
   SB_CUDA_CHECK(cudaMemcpyAsync(loss.data(), loss_.data(), N * sizeof(float), cudaMemcpyDeviceToHost, cs));
@@ -211,8 +225,7 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
     float* dxn = dxn_.resize(NC);
     bf16* dx16 = dx16_.resize(NC);
     SB_CUDA_CHECK(cudaMemsetAsync(dx, 0, NC * sizeof(float), cs));
-    kc::linear_bwd(bl, xf_.data(), W16(layout_.head), dlogits_.data(), dxf_.resize(NC), false, G(layout_.head), N, C, V);
-    kc::rmsnorm_bwd(xs_top_.data(), W(layout_.norm), rstdf_.data(), dxf_.data(), dx, G(layout_.norm), N, C, cs);
+    kc::rmsnorm_bwd(xs_top_.data(), W(layout_.norm), rstdf_.data(), dxf, dx, G(layout_.norm), N, C, cs);
     bf16 *dh = dh_.resize(NF), *dg = dg_.resize(NF), *du = du_.resize(NF);
     bf16 *datt = datt_.resize(size_t(N) * HD), *dq = dq_.resize(size_t(N) * HD);
     bf16 *dk = dk_.resize(size_t(N) * KD), *dv = dv_.resize(size_t(N) * KD);

@@ -40,8 +40,9 @@ AttnSettings settings(bool sparse, int layers, int k) {
 
 // Central differences of the summed loss against the analytic gradient, on a random sample of
 // parameters of every tensor.
-void check_gradients(bool sparse, bool tied) {
+void check_gradients(bool sparse, bool tied, ModelExec exec = {}) {
   Model<double> m(tiny_dims(tied));
+  m.set_exec(exec);
   m.init(7);
   PackedBatch b = random_batch({13, 5, 21}, m.shape().vocab, 3);
   AttnSettings a = settings(sparse, m.shape().n_layers, 1);
@@ -71,6 +72,39 @@ void check_gradients(bool sparse, bool tied) {
 
 TEST(Model, GradientsMatchFiniteDifferencesDense) { check_gradients(false, true); }
 TEST(Model, GradientsMatchFiniteDifferencesSparseUntied) { check_gradients(true, false); }
+
+// The chunked LM head (5 tokens per chunk over 39, the last chunk partial) and recomputation.
+TEST(Model, GradientsMatchFiniteDifferencesChunkedHead) { check_gradients(true, true, ModelExec{5, false}); }
+
+// Chunked and whole LM head give the same loss, gradients and predictions, with masked targets
+// (the loss mask: -1 targets) inside and across chunks.
+TEST(Model, ChunkedLmHeadEqualsWhole) {
+  Model<double> m(tiny_dims(false));
+  m.init(3);
+  PackedBatch b = random_batch({13, 5, 21}, m.shape().vocab, 4);
+  for (int t : {0, 1, 2, 7, 20, 21, 22, 23, 24, 25}) b.targets[size_t(t)] = -1;
+  const AttnSettings a = settings(true, m.shape().n_layers, 1);
+  auto run = [&](int chunk, std::vector<int32_t>* am) {
+    m.set_exec(ModelExec{chunk, false});
+    m.zero_grads();
+    auto st = m.forward_backward(b, a, 0.03);
+    m.forward(b, a, am);
+    return std::pair{st, m.grads()};
+  };
+  std::vector<int32_t> am0, am;
+  auto [st0, g0] = run(0, &am0);
+  for (int chunk : {1, 5, 16, 39, 100}) {
+    auto [st, g] = run(chunk, &am);
+    EXPECT_EQ(st.targets, st0.targets);
+    EXPECT_EQ(st.correct, st0.correct);
+    EXPECT_NEAR(st.loss_sum, st0.loss_sum, 1e-12 * st0.loss_sum) << "chunk " << chunk;
+    EXPECT_EQ(am, am0) << "chunk " << chunk;
+    double worst = 0, norm = 0;
+    for (size_t i = 0; i < g.size(); ++i) worst = std::max(worst, std::abs(g[i] - g0[i])), norm = std::max(norm, std::abs(g0[i]));
+    EXPECT_LT(worst, 1e-12 * norm) << "chunk " << chunk;
+  }
+  EXPECT_EQ(st0.targets, 39 - 3 - 10);  // 3 document ends, 10 masked (7 of them inside documents)
+}
 
 TEST(Model, SparseWithEveryBlockKeptEqualsDense) {
   Model<double> m(tiny_dims(true));
