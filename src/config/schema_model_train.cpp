@@ -34,6 +34,7 @@ std::vector<KeySpec> schema_model_train() {
       {"train.seed", T::Int, "42", 0, BIG, {}, "seed of parameter init and of every random choice in training"},
       {"train.device", T::String, "cpu", 0, 0, {"cpu", "cuda"}, "where the model runs"},
       {"train.peak_tflops", T::Float, "0", 0, 1e9, {}, "peak TFLOP/s of one rank's device for mfu (0 = the device's: 989 on cuda (H200 dense bf16), mfu not reported on cpu)"},
+      {"train.recompute", T::String, "none", 0, 0, {"none", "layer"}, "activation recomputation: layer = keep only each decoder layer's input (and block selection) in the forward and recompute the layer in its backward (less memory, about one more forward)"},
       {"train.threads", T::Int, "1", 0, 1024, {}, "BLAS threads per rank (0 = library default)"},
       {"train.bucket_mb", T::Float, "4", 0.001, 4096, {}, "gradient all-reduce bucket size in MiB"},
       {"train.overlap_reduce", T::Bool, "true", 0, 0, {}, "cuda, NCCL: all-reduce each layer's gradients during the step's last backward pass"},

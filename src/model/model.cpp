@@ -169,6 +169,49 @@ MicroBatchStats Model<T>::forward(const PackedBatch& b, const AttnSettings& a, s
   return run(b, a, T(1), false, argmax);
 }
 
+// Forward of decoder layer l: x (N, C) in place from the layer's input to its output; A receives
+// what the backward needs. gate: select the blocks into A.sel (recomputation reuses them).
+template <class T>
+void Model<T>::layer_forward(int l, const PackedBatch& b, const AttnSettings& a, std::vector<T>& x, Layer& A,
+                             bool gate, MicroBatchStats& st) {
+  const ModelDims& s = shape_;
+  const int N = b.n(), C = s.d_model, H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, F = s.ffn_dim;
+  const int HD = H * D, KD = Hkv * D, nd = b.ndocs();
+  const k::AttnShape ashape{H, Hkv, D, a.block_size};
+  auto sized = [](std::vector<T>& v, size_t n) { v.assign(n, T(0)); return v.data(); };
+  std::vector<T> tmp(size_t(N) * C);  // (N, C) branch output before the residual add
+  const LayerParams& I = layout_.layers[size_t(l)];
+  A.x_in = x;
+  // attention block
+  k::rmsnorm_fwd(x.data(), W(I.ln1), sized(A.xn, size_t(N) * C), sized(A.rstd1, N), N, C, s.norm_eps);
+  k::linear_fwd(A.xn.data(), W(I.q), sized(A.q, size_t(N) * HD), N, C, HD);
+  k::linear_fwd(A.xn.data(), W(I.k), sized(A.kk, size_t(N) * KD), N, C, KD);
+  k::linear_fwd(A.xn.data(), W(I.v), sized(A.v, size_t(N) * KD), N, C, KD);
+  k::rope_fwd(A.q.data(), b.pos.data(), N, H, D, s.rope_theta);
+  k::rope_fwd(A.kk.data(), b.pos.data(), N, Hkv, D, s.rope_theta);
+  if (gate) {
+    auto tg = Clock::now();
+    st.gating[l] = a.sparse ? k::gate_blocks(A.q.data(), A.kk.data(), b.cu_seqlens.data(), nd, ashape,
+                                             k::GatingParams{a.k[l], a.local_blocks, a.theta}, A.sel)
+                            : k::select_all_causal(b.cu_seqlens.data(), nd, ashape, A.sel);
+    st.gating_ms += ms_since(tg);
+  }
+  auto ta = Clock::now();
+  k::block_attention_fwd(A.q.data(), A.kk.data(), A.v.data(), b.cu_seqlens.data(), nd, ashape, A.sel,
+                         sized(A.att, size_t(N) * HD), sized(A.lse, size_t(N) * H));
+  st.attn_ms += ms_since(ta);
+  k::linear_fwd(A.att.data(), W(I.o), tmp.data(), N, HD, C);
+  for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
+  A.x_mid = x;
+  // MLP block
+  k::rmsnorm_fwd(x.data(), W(I.ln2), sized(A.xn2, size_t(N) * C), sized(A.rstd2, N), N, C, s.norm_eps);
+  k::linear_fwd(A.xn2.data(), W(I.gate), sized(A.gate, size_t(N) * F), N, C, F);
+  k::linear_fwd(A.xn2.data(), W(I.up), sized(A.up, size_t(N) * F), N, C, F);
+  k::swiglu_fwd(A.gate.data(), A.up.data(), sized(A.h, size_t(N) * F), size_t(N) * F);
+  k::linear_fwd(A.h.data(), W(I.down), tmp.data(), N, F, C);
+  for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
+}
+
 template <class T>
 MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T loss_scale, bool backward,
                               std::vector<int32_t>* argmax) {
@@ -181,43 +224,19 @@ MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T los
   const k::AttnShape ashape{H, Hkv, D, a.block_size};
   MicroBatchStats st;
   st.gating.resize(L);
-  auto sized = [](std::vector<T>& v, size_t n) { v.assign(n, T(0)); return v.data(); };
 
   std::vector<T> x(size_t(N) * C);  // (N, C) residual stream
   k::embedding_fwd(b.tokens.data(), W(layout_.embed), x.data(), N, C);
 
   std::vector<Layer> acts(L);
-  std::vector<T> tmp(size_t(N) * C);  // (N, C) branch output before the residual add
   for (int l = 0; l < L; ++l) {
-    Layer& A = acts[l];
-    const LayerParams& I = layout_.layers[size_t(l)];
-    A.x_in = x;
-    // attention block
-    k::rmsnorm_fwd(x.data(), W(I.ln1), sized(A.xn, size_t(N) * C), sized(A.rstd1, N), N, C, s.norm_eps);
-    k::linear_fwd(A.xn.data(), W(I.q), sized(A.q, size_t(N) * HD), N, C, HD);
-    k::linear_fwd(A.xn.data(), W(I.k), sized(A.kk, size_t(N) * KD), N, C, KD);
-    k::linear_fwd(A.xn.data(), W(I.v), sized(A.v, size_t(N) * KD), N, C, KD);
-    k::rope_fwd(A.q.data(), b.pos.data(), N, H, D, s.rope_theta);
-    k::rope_fwd(A.kk.data(), b.pos.data(), N, Hkv, D, s.rope_theta);
-    auto tg = Clock::now();
-    st.gating[l] = a.sparse ? k::gate_blocks(A.q.data(), A.kk.data(), b.cu_seqlens.data(), nd, ashape,
-                                             k::GatingParams{a.k[l], a.local_blocks, a.theta}, A.sel)
-                            : k::select_all_causal(b.cu_seqlens.data(), nd, ashape, A.sel);
-    st.gating_ms += ms_since(tg);
-    auto ta = Clock::now();
-    k::block_attention_fwd(A.q.data(), A.kk.data(), A.v.data(), b.cu_seqlens.data(), nd, ashape, A.sel,
-                           sized(A.att, size_t(N) * HD), sized(A.lse, size_t(N) * H));
-    st.attn_ms += ms_since(ta);
-    k::linear_fwd(A.att.data(), W(I.o), tmp.data(), N, HD, C);
-    for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
-    A.x_mid = x;
-    // MLP block
-    k::rmsnorm_fwd(x.data(), W(I.ln2), sized(A.xn2, size_t(N) * C), sized(A.rstd2, N), N, C, s.norm_eps);
-    k::linear_fwd(A.xn2.data(), W(I.gate), sized(A.gate, size_t(N) * F), N, C, F);
-    k::linear_fwd(A.xn2.data(), W(I.up), sized(A.up, size_t(N) * F), N, C, F);
-    k::swiglu_fwd(A.gate.data(), A.up.data(), sized(A.h, size_t(N) * F), size_t(N) * F);
-    k::linear_fwd(A.h.data(), W(I.down), tmp.data(), N, F, C);
-    for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
+    layer_forward(l, b, a, x, acts[l], true, st);
+    if (exec_.recompute) {  // keep the layer's input and block selection; the backward recomputes the rest
+      Layer keep;
+      keep.x_in = std::move(acts[l].x_in);
+      keep.sel = std::move(acts[l].sel);
+      acts[l] = std::move(keep);
+    }
   }
   std::vector<T> xf(size_t(N) * C), rstdf(N);  // (N, C), (N)
   k::rmsnorm_fwd(x.data(), W(layout_.norm), xf.data(), rstdf.data(), N, C, s.norm_eps);
@@ -242,6 +261,10 @@ MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T los
   std::vector<T> datt(size_t(N) * HD), dq(size_t(N) * HD), dk(size_t(N) * KD), dv(size_t(N) * KD);
   for (int l = L - 1; l >= 0; --l) {
     Layer& A = acts[l];
+    if (exec_.recompute) {  // the layer's activations again, from its input and selection
+      std::vector<T> xr = A.x_in;
+      layer_forward(l, b, a, xr, A, false, st);
+    }
     const LayerParams& I = layout_.layers[size_t(l)];
     // MLP block: x_out = x_mid + down(swiglu(gate(xn2), up(xn2)))
     std::fill(dh.begin(), dh.end(), T(0));

@@ -130,6 +130,8 @@ class Model {
   struct Layer;  // saved activations of one layer
   MicroBatchStats run(const PackedBatch& b, const AttnSettings& a, T loss_scale, bool backward,
                       std::vector<int32_t>* argmax);
+  void layer_forward(int l, const PackedBatch& b, const AttnSettings& a, std::vector<T>& x, Layer& A, bool gate,
+                     MicroBatchStats& st);
   T* W(size_t idx) { return w_.data() + layout_.params[idx].offset; }
   T* G(size_t idx) { return g_.data() + layout_.params[idx].offset; }
 

@@ -36,7 +36,8 @@ template class DeviceArray<kc::bf16>;
 template class DeviceArray<int32_t>;
 template class DeviceArray<unsigned char>;
 
-// Activations of one layer saved for the backward pass (as Model<T>::Layer).
+// Activations of one layer saved for the backward pass (as Model<T>::Layer). Under
+// train.recompute a layer keeps only x_in and its selection; the rest lives in the one work_ layer.
 struct ModelCuda::Layer {
   DeviceArray<float> x_in, rstd1;      // (N, C), (N) residual stream entering the layer
   DeviceArray<kc::bf16> xn, q, k, v;   // (N, C), (N, H*D), (N, Hkv*D), (N, Hkv*D) after RoPE
@@ -97,10 +98,12 @@ ModelCuda::ModelCuda(const ModelDims& dims, const ParamLayout& layout)
   w32_.resize(n_), g32_.resize(n_), w16_.resize(n_);
   zero_grads();
   for (int l = 0; l < dims_.n_layers; ++l) layers_.push_back(std::make_unique<Layer>());
+  work_ = std::make_unique<Layer>();
 }
 
 ModelCuda::~ModelCuda() {
   layers_.clear();
+  work_.reset();
   blas_.reset();
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -126,13 +129,72 @@ static void to_device(DeviceArray<T>& d, const std::vector<T>& h, cudaStream_t s
   SB_CUDA_CHECK(cudaMemcpyAsync(d.data(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice, s));
 }
 
+// Forward of decoder layer l from its input layers_[l]->x_in (N, C) to x_out (N, C), the next
+// layer's input (nullptr: not needed, as when recomputing for the backward). The activations the
+// backward reads go to A: layers_[l] itself, or the one shared work_ layer under train.recompute.
+// gate: select the blocks into layers_[l] (recomputation reuses them: no gating, no host sync).
+void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a, Layer& A, float* x_out, bool gate,
+                              MicroBatchStats& st, Timers& timers) {
+  const ModelDims& s = dims_;
+  const int N = b.n(), C = s.d_model, H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, F = s.ffn_dim;
+  const int HD = H * D, KD = Hkv * D, nd = b.ndocs();
+  const size_t NC = size_t(N) * C, NF = size_t(N) * F;
+  const kernels::AttnShape ashape{H, Hkv, D, a.block_size};
+  const float eps = float(s.norm_eps);
+  cudaStream_t cs = stream_;
+  kc::Blas& bl = *blas_;
+  Layer& K = *layers_[l];  // what stays between forward and backward: x_in, the selection
+  const float* x = K.x_in.data();
+  const LayerParams& I = layout_.layers[size_t(l)];
+  // attention block
+  kc::rmsnorm_fwd(x, W(I.ln1), A.xn.resize(NC), A.rstd1.resize(N), N, C, eps, cs);
+  kc::linear_fwd(bl, A.xn.data(), W16(I.q), A.q.resize(size_t(N) * HD), N, C, HD);
+  kc::linear_fwd(bl, A.xn.data(), W16(I.k), A.k.resize(size_t(N) * KD), N, C, KD);
+  kc::linear_fwd(bl, A.xn.data(), W16(I.v), A.v.resize(size_t(N) * KD), N, C, KD);
+  kc::rope_fwd(A.q.data(), pos_.data(), N, H, D, s.rope_theta, cs);
+  kc::rope_fwd(A.k.data(), pos_.data(), N, Hkv, D, s.rope_theta, cs);
+  // Gating decides on the device and builds the CSR on the host (it synchronises), so its wall
+  // time is its cost on the critical path.
+  // Dense attention keeps every causal block in every layer: one selection per micro-batch.
+  if (gate && !a.sparse && l > 0) {
+    K.selp = layers_[0]->selp;
+    st.gating[l] = st.gating[0];
+  } else if (gate) {
+    SB_CUDA_CHECK(cudaStreamSynchronize(cs));
+    const auto tg = Clock::now();
+    kernels::BlockSelection sel;
+    st.gating[l] = a.sparse ? kc::gate_blocks(A.q.data(), A.k.data(), b.cu_seqlens.data(), nd, ashape,
+                                              kernels::GatingParams{a.k[l], a.local_blocks, a.theta}, sel, cs)
+                            : kernels::select_all_causal(b.cu_seqlens.data(), nd, ashape, sel);
+    K.sel.upload(sel, b.cu_seqlens.data(), nd, ashape, cs);
+    K.selp = &K.sel;
+    st.gating_ms += ms_since(tg);
+  }
+  const size_t ta = timers.start();
+  kc::block_attention_fwd(A.q.data(), A.k.data(), A.v.data(), *K.selp, ashape, A.att.resize(size_t(N) * HD),
+                          A.lse.resize(size_t(N) * H), cs);
+  timers.stop(ta);
+  // x_mid = x_in + o(att): the GEMM adds into a copy of the stream
+  float* xm = A.x_mid.resize(NC);
+  SB_CUDA_CHECK(cudaMemcpyAsync(xm, x, NC * sizeof(float), cudaMemcpyDeviceToDevice, cs));
+  kc::gemm(bl, false, true, N, C, HD, 1.f, A.att.data(), HD, W16(I.o), HD, 1.f, xm, C);
+  // MLP block
+  kc::rmsnorm_fwd(xm, W(I.ln2), A.xn2.resize(NC), A.rstd2.resize(N), N, C, eps, cs);
+  kc::linear_fwd(bl, A.xn2.data(), W16(I.gate), A.gate.resize(NF), N, C, F);
+  kc::linear_fwd(bl, A.xn2.data(), W16(I.up), A.up.resize(NF), N, C, F);
+  kc::swiglu_fwd(A.gate.data(), A.up.data(), A.h.resize(NF), NF, cs);
+  if (!x_out) return;
+  SB_CUDA_CHECK(cudaMemcpyAsync(x_out, xm, NC * sizeof(float), cudaMemcpyDeviceToDevice, cs));
+  kc::gemm(bl, false, true, N, C, F, 1.f, A.h.data(), F, W16(I.down), F, 1.f, x_out, C);
+}
+
 MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool backward,
                                std::vector<int32_t>* argmax, const std::function<void(int)>& layer_done) {
   const auto t_start = Clock::now();
   const ModelDims& s = dims_;
   const int N = b.n(), C = s.d_model, H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, F = s.ffn_dim,
             V = s.vocab, L = s.n_layers;
-  const int HD = H * D, KD = Hkv * D, nd = b.ndocs();
+  const int HD = H * D, KD = Hkv * D;
   const size_t NC = size_t(N) * C, NF = size_t(N) * F;
   check_inputs(b, a, s);
   MicroBatchStats st;
@@ -151,48 +213,8 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   float* x = layers_.empty() ? xs_top_.resize(NC) : layers_[0]->x_in.resize(NC);  // (N, C)
   kc::embedding_fwd(tokens_.data(), W(layout_.embed), x, N, C, cs);
   for (int l = 0; l < L; ++l) {
-    Layer& A = *layers_[l];
-    const LayerParams& I = layout_.layers[size_t(l)];
-    // attention block
-    kc::rmsnorm_fwd(x, W(I.ln1), A.xn.resize(NC), A.rstd1.resize(N), N, C, eps, cs);
-    kc::linear_fwd(bl, A.xn.data(), W16(I.q), A.q.resize(size_t(N) * HD), N, C, HD);
-    kc::linear_fwd(bl, A.xn.data(), W16(I.k), A.k.resize(size_t(N) * KD), N, C, KD);
-    kc::linear_fwd(bl, A.xn.data(), W16(I.v), A.v.resize(size_t(N) * KD), N, C, KD);
-    kc::rope_fwd(A.q.data(), pos_.data(), N, H, D, s.rope_theta, cs);
-    kc::rope_fwd(A.k.data(), pos_.data(), N, Hkv, D, s.rope_theta, cs);
-    // Gating decides on the device and builds the CSR on the host (it synchronises), so its wall
-    // time is its cost on the critical path.
-    // Dense attention keeps every causal block in every layer: one selection per micro-batch.
-    if (!a.sparse && l > 0) {
-      A.selp = layers_[0]->selp;
-      st.gating[l] = st.gating[0];
-    } else {
-      SB_CUDA_CHECK(cudaStreamSynchronize(cs));
-      const auto tg = Clock::now();
-      kernels::BlockSelection sel;
-      st.gating[l] = a.sparse ? kc::gate_blocks(A.q.data(), A.k.data(), b.cu_seqlens.data(), nd, ashape,
-                                                kernels::GatingParams{a.k[l], a.local_blocks, a.theta}, sel, cs)
-                              : kernels::select_all_causal(b.cu_seqlens.data(), nd, ashape, sel);
-      A.sel.upload(sel, b.cu_seqlens.data(), nd, ashape, cs);
-      A.selp = &A.sel;
-      st.gating_ms += ms_since(tg);
-    }
-    const size_t ta = timers.start();
-    kc::block_attention_fwd(A.q.data(), A.k.data(), A.v.data(), *A.selp, ashape, A.att.resize(size_t(N) * HD),
-                            A.lse.resize(size_t(N) * H), cs);
-    timers.stop(ta);
-    // x_mid = x_in + o(att): the GEMM adds into a copy of the stream
-    float* xm = A.x_mid.resize(NC);
-    SB_CUDA_CHECK(cudaMemcpyAsync(xm, x, NC * sizeof(float), cudaMemcpyDeviceToDevice, cs));
-    kc::gemm(bl, false, true, N, C, HD, 1.f, A.att.data(), HD, W16(I.o), HD, 1.f, xm, C);
-    // MLP block
-    kc::rmsnorm_fwd(xm, W(I.ln2), A.xn2.resize(NC), A.rstd2.resize(N), N, C, eps, cs);
-    kc::linear_fwd(bl, A.xn2.data(), W16(I.gate), A.gate.resize(NF), N, C, F);
-    kc::linear_fwd(bl, A.xn2.data(), W16(I.up), A.up.resize(NF), N, C, F);
-    kc::swiglu_fwd(A.gate.data(), A.up.data(), A.h.resize(NF), NF, cs);
     float* xo = l + 1 < L ? layers_[l + 1]->x_in.resize(NC) : xs_top_.resize(NC);  // the next layer's input
-    SB_CUDA_CHECK(cudaMemcpyAsync(xo, xm, NC * sizeof(float), cudaMemcpyDeviceToDevice, cs));
-    kc::gemm(bl, false, true, N, C, F, 1.f, A.h.data(), F, W16(I.down), F, 1.f, xo, C);
+    layer_forward(l, b, a, exec_.recompute ? *work_ : *layers_[l], xo, true, st, timers);
     x = xo;
   }
   // x is the last layer's output (xs_top_)
@@ -231,7 +253,9 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
     bf16 *dk = dk_.resize(size_t(N) * KD), *dv = dv_.resize(size_t(N) * KD);
     void* ws = attn_ws_.resize(kc::block_attention_bwd_workspace(N, ashape));
     for (int l = L - 1; l >= 0; --l) {
-      Layer& A = *layers_[l];
+      Layer& K = *layers_[l];  // x_in and the selection
+      Layer& A = exec_.recompute ? *work_ : K;
+      if (exec_.recompute) layer_forward(l, b, a, A, nullptr, false, st, timers);  // the activations again
       const LayerParams& I = layout_.layers[size_t(l)];
       // MLP block: x_out = x_mid + down(swiglu(gate(xn2), up(xn2)))
       kc::to_bf16(dx, dx16, NC, cs);
@@ -244,7 +268,7 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
       kc::to_bf16(dx, dx16, NC, cs);
       kc::linear_bwd(bl, A.att.data(), W16(I.o), dx16, datt, false, G(I.o), N, HD, C);
       const size_t ta = timers.start();
-      kc::block_attention_bwd(A.q.data(), A.k.data(), A.v.data(), A.att.data(), A.lse.data(), datt, *A.selp, ashape,
+      kc::block_attention_bwd(A.q.data(), A.k.data(), A.v.data(), A.att.data(), A.lse.data(), datt, *K.selp, ashape,
                               dq, dk, dv, ws, cs);
       timers.stop(ta);
       kc::rope_bwd(dq, pos_.data(), N, H, D, s.rope_theta, cs);
@@ -252,7 +276,7 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
       kc::linear_bwd(bl, A.xn.data(), W16(I.q), dq, dxn, false, G(I.q), N, C, HD);
       kc::linear_bwd(bl, A.xn.data(), W16(I.k), dk, dxn, true, G(I.k), N, C, KD);
       kc::linear_bwd(bl, A.xn.data(), W16(I.v), dv, dxn, true, G(I.v), N, C, KD);
-      kc::rmsnorm_bwd(A.x_in.data(), W(I.ln1), A.rstd1.data(), dxn, dx, G(I.ln1), N, C, cs);
+      kc::rmsnorm_bwd(K.x_in.data(), W(I.ln1), A.rstd1.data(), dxn, dx, G(I.ln1), N, C, cs);
       if (layer_done) layer_done(l);
     }
     kc::embedding_bwd(tokens_.data(), dx, G(layout_.embed), N, C, cs);

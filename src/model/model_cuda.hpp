@@ -87,6 +87,8 @@ class ModelCuda {
   struct Timers;
   MicroBatchStats run(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool backward,
                       std::vector<int32_t>* argmax, const std::function<void(int)>& layer_done = {});
+  void layer_forward(int l, const PackedBatch& b, const AttnSettings& a, Layer& A, float* x_out, bool gate,
+                     MicroBatchStats& st, Timers& timers);
   float* W(size_t i) { return w32_.data() + layout_.params[i].offset; }
   bf16* W16(size_t i) { return w16_.data() + layout_.params[i].offset; }
   float* G(size_t i) { return g32_.data() + layout_.params[i].offset; }
@@ -100,6 +102,7 @@ class ModelCuda {
   DeviceArray<float> w32_, g32_;  // (n) master weights, gradients
   DeviceArray<bf16> w16_;         // (n) the copy the GEMMs read
   std::vector<std::unique_ptr<Layer>> layers_;  // saved activations, kept between micro-batches
+  std::unique_ptr<Layer> work_;                 // train.recompute: the activations of the layer at hand
   // per micro-batch: inputs, final norm, one chunk of logits (model.lm_head_chunk) and scratch
   DeviceArray<int32_t> tokens_, targets_, pos_, argmax_;
   DeviceArray<float> xs_top_, rstdf_, logits_, loss_, dxf_, dx_, dxn_;

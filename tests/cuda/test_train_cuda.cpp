@@ -234,6 +234,14 @@ TEST(ModelCuda, ChunkedLmHeadMatchesDoubleReference) {
   check_one_micro_batch({true, true, sb::ModelExec{100, false}});
 }
 
+// train.recompute = "layer" (sparse, untied; with a chunked head too) against the reference that
+// keeps every activation.
+TEST(ModelCuda, LayerRecomputationMatchesDoubleReference) {
+  if (!have_gpu()) GTEST_SKIP();
+  check_one_micro_batch({false, true, sb::ModelExec{0, true}});
+  check_one_micro_batch({true, false, sb::ModelExec{128, true}});
+}
+
 TEST(ModelCuda, ForwardMatchesDoubleReference) {
   if (!have_gpu()) GTEST_SKIP();
   check_forward();

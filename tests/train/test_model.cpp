@@ -106,6 +106,35 @@ TEST(Model, ChunkedLmHeadEqualsWhole) {
   EXPECT_EQ(st0.targets, 39 - 3 - 10);  // 3 document ends, 10 masked (7 of them inside documents)
 }
 
+TEST(Model, GradientsMatchFiniteDifferencesRecomputeUntied) { check_gradients(false, false, ModelExec{0, true}); }
+
+// train.recompute = "layer": the same loss, statistics and gradients, bit for bit (the same kernels
+// on the same inputs), sparse and dense, together with the chunked head.
+TEST(Model, LayerRecomputationEqualsStoredActivations) {
+  for (bool sparse : {true, false}) {
+    Model<double> m(tiny_dims(true));
+    m.init(13);
+    PackedBatch b = random_batch({30, 7, 19}, m.shape().vocab, 6);
+    const AttnSettings a = settings(sparse, m.shape().n_layers, 1);
+    auto run = [&](ModelExec e) {
+      m.set_exec(e);
+      m.zero_grads();
+      auto st = m.forward_backward(b, a, 0.05);
+      return std::pair{st, m.grads()};
+    };
+    auto [s0, g0] = run({0, false});
+    auto [s1, g1] = run({0, true});
+    auto [s2, g2] = run({8, true});
+    EXPECT_EQ(s1.loss_sum, s0.loss_sum);
+    EXPECT_EQ(s1.gating[1].kept_blocks, s0.gating[1].kept_blocks);
+    EXPECT_TRUE(g1 == g0) << "recomputed gradients differ, sparse " << sparse;
+    EXPECT_NEAR(s2.loss_sum, s0.loss_sum, 1e-12 * s0.loss_sum);
+    double worst = 0;
+    for (size_t i = 0; i < g0.size(); ++i) worst = std::max(worst, std::abs(g2[i] - g0[i]));
+    EXPECT_LT(worst, 1e-12);
+  }
+}
+
 TEST(Model, SparseWithEveryBlockKeptEqualsDense) {
   Model<double> m(tiny_dims(true));
   m.init(5);

@@ -42,8 +42,11 @@ class TrainCli : public ::testing::Test {
 TEST_F(TrainCli, OneAndTwoRanksGiveTheSameLossesAndTheLossFalls) {
   Dir a("np1"), b("np2");
   auto one = train(a.path, 1, " --set train.steps=12 --set balance.batching=tokens", "run");
-  // Two ranks also run the chunked LM head; a peak for mfu (the CPU reports none without it).
-  auto two = train(b.path, 2, " --set train.steps=12 --set balance.batching=tokens --set train.peak_tflops=0.001 --set model.lm_head_chunk=7", "run");
+  // Two ranks also run the chunked LM head and layer recomputation; a peak for mfu (the CPU reports none without it).
+  auto two = train(b.path, 2,
+                   " --set train.steps=12 --set balance.batching=tokens --set train.peak_tflops=0.001"
+                   " --set model.lm_head_chunk=7 --set train.recompute=layer",
+                   "run");
   ASSERT_EQ(one["losses"].size(), 12u);
   ASSERT_EQ(two["losses"].size(), 12u);
   for (size_t i = 0; i < 12; ++i)
