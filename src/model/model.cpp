@@ -33,7 +33,8 @@ int64_t ModelDims::flop_params() const {
   return n_layers * per_layer + C + V * C;
 }
 
-double train_flops(const ModelDims& s, int64_t tokens, const std::vector<kernels::GatingStats>& gating, int block_size) {
+double train_flops(const ModelDims& s, int64_t tokens, const std::vector<kernels::GatingStats>& gating,
+                   int block_size) {
   double f = 6.0 * double(s.flop_params()) * double(tokens);
   const double bs2 = double(block_size) * block_size;
   for (const auto& g : gating) {

@@ -95,7 +95,8 @@ struct PackedBatch {
 // 3 x the forward attention's 4 * H * D FLOPs per query-key pair, pairs per query head =
 // block_size^2 * (kept blocks - rows / 2) / n_kv_heads (the diagonal block counted as half), the
 // formula of bench/torch_model_ref.py. Recomputation (train.recompute) is not counted.
-double train_flops(const ModelDims& s, int64_t tokens, const std::vector<kernels::GatingStats>& gating, int block_size);
+double train_flops(const ModelDims& s, int64_t tokens, const std::vector<kernels::GatingStats>& gating,
+                   int block_size);
 
 // One budget per layer, every token id inside the vocabulary (the error names model.vocab_size).
 void check_inputs(const PackedBatch& b, const AttnSettings& a, const ModelDims& s);

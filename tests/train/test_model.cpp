@@ -100,7 +100,8 @@ TEST(Model, ChunkedLmHeadEqualsWhole) {
     EXPECT_NEAR(st.loss_sum, st0.loss_sum, 1e-12 * st0.loss_sum) << "chunk " << chunk;
     EXPECT_EQ(am, am0) << "chunk " << chunk;
     double worst = 0, norm = 0;
-    for (size_t i = 0; i < g.size(); ++i) worst = std::max(worst, std::abs(g[i] - g0[i])), norm = std::max(norm, std::abs(g0[i]));
+    for (size_t i = 0; i < g.size(); ++i)
+      worst = std::max(worst, std::abs(g[i] - g0[i])), norm = std::max(norm, std::abs(g0[i]));
     EXPECT_LT(worst, 1e-12 * norm) << "chunk " << chunk;
   }
   EXPECT_EQ(st0.targets, 39 - 3 - 10);  // 3 document ends, 10 masked (7 of them inside documents)
