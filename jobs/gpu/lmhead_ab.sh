@@ -54,10 +54,4 @@ PY
     done
   done
 done
-python3 - "$CSV" <<'PY'
-import csv, sys
-r = list(csv.reader(open(sys.argv[1])))
-w = [max(len(x[i]) for x in r) for i in range(len(r[0]))]
-for x in r:
-    print("  ".join(c.ljust(w[i]) for i, c in enumerate(x)))
-PY
+python3 -c "import csv, sys; [print('  '.join(f'{c:<12}' for c in r)) for r in csv.reader(open(sys.argv[1]))]" "$CSV"
