@@ -18,7 +18,8 @@ static h5::Id step_type() {
   F(lr, H5T_NATIVE_DOUBLE); F(tokens, H5T_NATIVE_INT64); F(makespan_ms, H5T_NATIVE_DOUBLE);
   F(tokens_per_s, H5T_NATIVE_DOUBLE); F(imbalance, H5T_NATIVE_DOUBLE); F(bubble, H5T_NATIVE_DOUBLE);
   F(density, H5T_NATIVE_DOUBLE); F(recall, H5T_NATIVE_DOUBLE); F(plan_ms, H5T_NATIVE_DOUBLE);
-  F(pred_error, H5T_NATIVE_DOUBLE); F(skipped, H5T_NATIVE_INT32);
+  F(pred_error, H5T_NATIVE_DOUBLE); F(skipped, H5T_NATIVE_INT32); F(mfu, H5T_NATIVE_DOUBLE);
+  F(peak_mem_gib, H5T_NATIVE_DOUBLE);
 #undef F
   return t;
 }

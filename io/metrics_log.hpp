@@ -28,6 +28,8 @@ struct StepRow {
   double plan_ms;        // plan + predict + exchange + tune on rank 0
   double pred_error;     // mean |predicted - measured| / measured over ranks' compute
   int32_t skipped;       // 1 when the step was skipped for a non-finite loss/gradient
+  double mfu;            // model FLOPs / (makespan * ranks * peak FLOP/s); 0 when no peak is known
+  double peak_mem_gib;   // largest device memory high-water over ranks (GiB; 0 on the CPU)
 };
 
 struct RankRow {

@@ -61,6 +61,16 @@ void embedding_bwd(const int32_t* ids, const T* dout, T* dtable, int N, int C);
 template <class T>
 double cross_entropy(const T* logits, const int32_t* targets, T* dlogits, int N, int V, T scale,
                      uint8_t* correct = nullptr);
+// LM head + cross-entropy, chunked and fused: the (N, V) logits are never whole in memory. For
+// each chunk of `chunk` tokens (0 = all N at once): logits = x @ W^T (gemm) into one chunk buffer,
+// the loss and, in place, dlogits = scale * (softmax - onehot) (cross_entropy above: untargeted
+// rows get 0), then dx = dlogits @ W and dW += dlogits^T @ x; the buffer is reused by the next
+// chunk. x (N,C) the final norm's output; W (V,C); targets (N) (-1 = not trained). Returns the
+// summed loss over targeted rows. With dx (N,C, overwritten) and dW (V,C, accumulated) both
+// nullptr it is the forward only. correct, argmax (N) optional: argmax == target, greedy token.
+template <class T>
+double lm_head_loss(const T* x, const T* W, const int32_t* targets, int N, int C, int V, int chunk, T scale, T* dx,
+                    T* dW, uint8_t* correct = nullptr, int32_t* argmax = nullptr);
 
 // AdamW with decoupled weight decay and bias correction; step counts from 1.
 void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,

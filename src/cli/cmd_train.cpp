@@ -75,10 +75,14 @@ static int run_train(const Args& args) {
     if (r.last_step < r.first_step)  // resumed at or past train.steps
       std::printf("done: nothing to do: the checkpoint is at step %lld and train.steps = %lld (raise train.steps to go on)\n",
                   static_cast<long long>(r.first_step - 1), static_cast<long long>(cfg.i("train.steps")));
-    else
-      std::printf("done: steps %lld..%lld, loss %.4f -> %.4f, %.0f tok/s, mean imbalance %.3f\n",
+    else {
+      std::printf("done: steps %lld..%lld, loss %.4f -> %.4f, %.0f tok/s, mean imbalance %.3f",
                   static_cast<long long>(r.first_step), static_cast<long long>(r.last_step), r.first_loss, r.last_loss,
                   r.tokens_per_s, r.mean_imbalance);
+      if (r.mfu > 0) std::printf(", mfu %.1f%%", 100 * r.mfu);  // a peak is known (train.peak_tflops or cuda)
+      if (r.peak_mem_gib > 0) std::printf(", peak device memory %.2f GiB", r.peak_mem_gib);
+      std::printf("\n");
+    }
     std::printf("checkpoint: %s\nmetrics log: %s\ninspect them: sparsebalance inspect %s ; sparsebalance inspect %s\n",
                 r.checkpoint.c_str(), r.log.c_str(), r.checkpoint.c_str(), r.log.c_str());
     if (args.has("summary")) {
@@ -96,6 +100,8 @@ static int run_train(const Args& args) {
                           {"mean_density", r.mean_density},
                           {"mean_recall", r.mean_recall},
                           {"mean_pred_error", r.mean_pred_error},
+                          {"mfu", r.mfu},
+                          {"peak_mem_gib", r.peak_mem_gib},
                           {"budgets_above_k0", r.budgets_above_k0},
                           {"budgets_below_k0", r.budgets_below_k0},
                           {"ranks", comm.size()},

@@ -19,6 +19,7 @@ std::vector<KeySpec> schema_model_train() {
       {"model.qkv_bias", T::Bool, "false", 0, 0, {}, "q/k/v projections carry biases (Qwen2); convert and --init-from set it from the HF config"},
       {"model.max_position_embeddings", T::Int, "4096", 1, 1 << 30, {}, "context the weights are meant for: written to an exported HF config.json (convert), not enforced"},
       {"model.init_std", T::Float, "0.02", 1e-6, 1, {}, "normal init std (output projections / sqrt(2L))"},
+      {"model.lm_head_chunk", T::Int, "0", 0, 1 << 30, {}, "tokens per chunk of the fused LM head + cross-entropy: the (tokens x vocab) logits are never whole in memory (0 = all tokens at once)"},
       // [train]
       {"train.steps", T::Int, "40", 0, BIG, {}, "optimizer steps to run (total, across resumes)"},
       {"train.global_batch_tokens", T::Int, "8192", 1, BIG, {}, "tokens per step over all ranks (whole documents are drawn until this is reached)"},
@@ -33,6 +34,8 @@ std::vector<KeySpec> schema_model_train() {
       {"train.grad_clip", T::Float, "1.0", 0, 1e9, {}, "clip the global gradient norm to this (0 = off)"},
       {"train.seed", T::Int, "42", 0, BIG, {}, "seed of parameter init and of every random choice in training"},
       {"train.device", T::String, "cpu", 0, 0, {"cpu", "cuda"}, "where the model runs"},
+      {"train.peak_tflops", T::Float, "0", 0, 1e9, {}, "peak TFLOP/s of one rank's device for mfu (0 = the device's: 989 on cuda (H200 dense bf16), mfu not reported on cpu)"},
+      {"train.recompute", T::String, "none", 0, 0, {"none", "layer"}, "activation recomputation: layer = keep only each decoder layer's input (and block selection) in the forward and recompute the layer in its backward (less memory, about one more forward)"},
       {"train.threads", T::Int, "1", 0, 1024, {}, "BLAS threads per rank (0 = library default)"},
       {"train.bucket_mb", T::Float, "4", 0.001, 4096, {}, "gradient all-reduce bucket size in MiB"},
       {"train.zero", T::Int, "0", 0, 1, {}, "ZeRO-1: 1 shards the AdamW moments over the ranks (gradients reduce-scattered, weights all-gathered; checkpoints written collectively); cpu only"},

@@ -27,6 +27,23 @@ int64_t ModelDims::num_params() const {
   return V * C + n_layers * per_layer + C + (tied ? 0 : V * C);
 }
 
+int64_t ModelDims::flop_params() const {
+  int64_t C = d_model, H = n_heads, Hkv = n_kv_heads, D = head_dim, F = ffn_dim, V = vocab;
+  int64_t per_layer = 2 * C + H * D * C + 2 * Hkv * D * C + C * H * D + 3 * F * C;
+  return n_layers * per_layer + C + V * C;
+}
+
+double train_flops(const ModelDims& s, int64_t tokens, const std::vector<kernels::GatingStats>& gating,
+                   int block_size) {
+  double f = 6.0 * double(s.flop_params()) * double(tokens);
+  const double bs2 = double(block_size) * block_size;
+  for (const auto& g : gating) {
+    const double pairs = bs2 * (g.kept_blocks - 0.5 * g.rows) / s.n_kv_heads;  // per query head
+    f += 3.0 * 4.0 * s.n_heads * s.head_dim * std::max(0.0, pairs);
+  }
+  return f;
+}
+
 ParamLayout::ParamLayout(const ModelDims& s) {
   const int64_t C = s.d_model, HD = int64_t(s.n_heads) * s.head_dim, KD = int64_t(s.n_kv_heads) * s.head_dim;
   auto add = [&](std::string name, std::vector<int64_t> shape, bool decay) {
@@ -158,6 +175,54 @@ MicroBatchStats Model<T>::forward(const PackedBatch& b, const AttnSettings& a, s
   return run(b, a, T(1), false, argmax);
 }
 
+// Forward of decoder layer l: x (N, C) in place from the layer's input to its output; A receives
+// what the backward needs. gate: select the blocks into A.sel (recomputation reuses them).
+template <class T>
+void Model<T>::layer_forward(int l, const PackedBatch& b, const AttnSettings& a, std::vector<T>& x, Layer& A,
+                             bool gate, MicroBatchStats& st) {
+  const ModelDims& s = shape_;
+  const int N = b.n(), C = s.d_model, H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, F = s.ffn_dim;
+  const int HD = H * D, KD = Hkv * D, nd = b.ndocs();
+  const k::AttnShape ashape{H, Hkv, D, a.block_size};
+  auto sized = [](std::vector<T>& v, size_t n) { v.assign(n, T(0)); return v.data(); };
+  std::vector<T> tmp(size_t(N) * C);  // (N, C) branch output before the residual add
+  const LayerParams& I = layout_.layers[size_t(l)];
+  A.x_in = x;
+  // attention block
+  k::rmsnorm_fwd(x.data(), W(I.ln1), sized(A.xn, size_t(N) * C), sized(A.rstd1, N), N, C, s.norm_eps);
+  k::linear_fwd(A.xn.data(), W(I.q), sized(A.q, size_t(N) * HD), N, C, HD);
+  k::linear_fwd(A.xn.data(), W(I.k), sized(A.kk, size_t(N) * KD), N, C, KD);
+  k::linear_fwd(A.xn.data(), W(I.v), sized(A.v, size_t(N) * KD), N, C, KD);
+  if (s.qkv_bias) {  // the q/k/v biases, when the model has them, go in before RoPE as in Qwen2
+    k::bias_add_fwd(A.q.data(), W(I.q_bias), N, HD);
+    k::bias_add_fwd(A.kk.data(), W(I.k_bias), N, KD);
+    k::bias_add_fwd(A.v.data(), W(I.v_bias), N, KD);
+  }
+  k::rope_fwd(A.q.data(), b.pos.data(), N, H, D, s.rope_theta);
+  k::rope_fwd(A.kk.data(), b.pos.data(), N, Hkv, D, s.rope_theta);
+  if (gate) {
+    auto tg = Clock::now();
+    st.gating[l] = a.sparse ? k::gate_blocks(A.q.data(), A.kk.data(), b.cu_seqlens.data(), nd, ashape,
+                                             k::GatingParams{a.k[l], a.local_blocks, a.theta}, A.sel)
+                            : k::select_all_causal(b.cu_seqlens.data(), nd, ashape, A.sel);
+    st.gating_ms += ms_since(tg);
+  }
+  auto ta = Clock::now();
+  k::block_attention_fwd(A.q.data(), A.kk.data(), A.v.data(), b.cu_seqlens.data(), nd, ashape, A.sel,
+                         sized(A.att, size_t(N) * HD), sized(A.lse, size_t(N) * H));
+  st.attn_ms += ms_since(ta);
+  k::linear_fwd(A.att.data(), W(I.o), tmp.data(), N, HD, C);
+  for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
+  A.x_mid = x;
+  // MLP block
+  k::rmsnorm_fwd(x.data(), W(I.ln2), sized(A.xn2, size_t(N) * C), sized(A.rstd2, N), N, C, s.norm_eps);
+  k::linear_fwd(A.xn2.data(), W(I.gate), sized(A.gate, size_t(N) * F), N, C, F);
+  k::linear_fwd(A.xn2.data(), W(I.up), sized(A.up, size_t(N) * F), N, C, F);
+  k::swiglu_fwd(A.gate.data(), A.up.data(), sized(A.h, size_t(N) * F), size_t(N) * F);
+  k::linear_fwd(A.h.data(), W(I.down), tmp.data(), N, F, C);
+  for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
+}
+
 template <class T>
 MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T loss_scale, bool backward,
                               std::vector<int32_t>* argmax) {
@@ -170,62 +235,30 @@ MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T los
   const k::AttnShape ashape{H, Hkv, D, a.block_size};
   MicroBatchStats st;
   st.gating.resize(L);
-  auto sized = [](std::vector<T>& v, size_t n) { v.assign(n, T(0)); return v.data(); };
 
   std::vector<T> x(size_t(N) * C);  // (N, C) residual stream
   k::embedding_fwd(b.tokens.data(), W(layout_.embed), x.data(), N, C);
 
   std::vector<Layer> acts(L);
-  std::vector<T> tmp(size_t(N) * C);  // (N, C) branch output before the residual add
   for (int l = 0; l < L; ++l) {
-    Layer& A = acts[l];
-    const LayerParams& I = layout_.layers[size_t(l)];
-    A.x_in = x;
-    // attention block (q/k/v biases, when the model has them, go in before RoPE as in Qwen2)
-    k::rmsnorm_fwd(x.data(), W(I.ln1), sized(A.xn, size_t(N) * C), sized(A.rstd1, N), N, C, s.norm_eps);
-    k::linear_fwd(A.xn.data(), W(I.q), sized(A.q, size_t(N) * HD), N, C, HD);
-    k::linear_fwd(A.xn.data(), W(I.k), sized(A.kk, size_t(N) * KD), N, C, KD);
-    k::linear_fwd(A.xn.data(), W(I.v), sized(A.v, size_t(N) * KD), N, C, KD);
-    if (s.qkv_bias) {
-      k::bias_add_fwd(A.q.data(), W(I.q_bias), N, HD);
-      k::bias_add_fwd(A.kk.data(), W(I.k_bias), N, KD);
-      k::bias_add_fwd(A.v.data(), W(I.v_bias), N, KD);
+    layer_forward(l, b, a, x, acts[l], true, st);
+    if (exec_.recompute) {  // keep the layer's input and block selection; the backward recomputes the rest
+      Layer keep;
+      keep.x_in = std::move(acts[l].x_in);
+      keep.sel = std::move(acts[l].sel);
+      acts[l] = std::move(keep);
     }
-    k::rope_fwd(A.q.data(), b.pos.data(), N, H, D, s.rope_theta);
-    k::rope_fwd(A.kk.data(), b.pos.data(), N, Hkv, D, s.rope_theta);
-    auto tg = Clock::now();
-    st.gating[l] = a.sparse ? k::gate_blocks(A.q.data(), A.kk.data(), b.cu_seqlens.data(), nd, ashape,
-                                             k::GatingParams{a.k[l], a.local_blocks, a.theta}, A.sel)
-                            : k::select_all_causal(b.cu_seqlens.data(), nd, ashape, A.sel);
-    st.gating_ms += ms_since(tg);
-    auto ta = Clock::now();
-    k::block_attention_fwd(A.q.data(), A.kk.data(), A.v.data(), b.cu_seqlens.data(), nd, ashape, A.sel,
-                           sized(A.att, size_t(N) * HD), sized(A.lse, size_t(N) * H));
-    st.attn_ms += ms_since(ta);
-    k::linear_fwd(A.att.data(), W(I.o), tmp.data(), N, HD, C);
-    for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
-    A.x_mid = x;
-    // MLP block
-    k::rmsnorm_fwd(x.data(), W(I.ln2), sized(A.xn2, size_t(N) * C), sized(A.rstd2, N), N, C, s.norm_eps);
-    k::linear_fwd(A.xn2.data(), W(I.gate), sized(A.gate, size_t(N) * F), N, C, F);
-    k::linear_fwd(A.xn2.data(), W(I.up), sized(A.up, size_t(N) * F), N, C, F);
-    k::swiglu_fwd(A.gate.data(), A.up.data(), sized(A.h, size_t(N) * F), size_t(N) * F);
-    k::linear_fwd(A.h.data(), W(I.down), tmp.data(), N, F, C);
-    for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
   }
   std::vector<T> xf(size_t(N) * C), rstdf(N);  // (N, C), (N)
   k::rmsnorm_fwd(x.data(), W(layout_.norm), xf.data(), rstdf.data(), N, C, s.norm_eps);
-  std::vector<T> logits(size_t(N) * V);  // (N, V); becomes dlogits in place
-  k::linear_fwd(xf.data(), W(layout_.head), logits.data(), N, C, V);
-  if (argmax) {
-    argmax->assign(N, 0);
-    for (int t = 0; t < N; ++t) {
-      const T* row = logits.data() + size_t(t) * V;
-      (*argmax)[t] = int32_t(std::max_element(row, row + V) - row);
-    }
-  }
+  // LM head and loss, chunked (never the whole (N, V) logits); its backward runs here, fused:
+  // dxf (N, C) and the head's gradient.
   std::vector<uint8_t> correct(N, 0);
-  st.loss_sum = k::cross_entropy(logits.data(), b.targets.data(), logits.data(), N, V, loss_scale, correct.data());
+  std::vector<T> dxf(backward ? size_t(N) * C : 0);
+  if (argmax) argmax->assign(N, 0);
+  st.loss_sum = k::lm_head_loss(xf.data(), W(layout_.head), b.targets.data(), N, C, V, exec_.lm_head_chunk, loss_scale,
+                                backward ? dxf.data() : nullptr, backward ? G(layout_.head) : nullptr, correct.data(),
+                                argmax ? argmax->data() : nullptr);
   for (int t = 0; t < N; ++t) st.targets += b.targets[t] >= 0, st.correct += correct[t];
   if (!backward) {
     st.total_ms = ms_since(t_start);
@@ -233,13 +266,16 @@ MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T los
   }
 
   // ---- backward: the same path in reverse; dx is the gradient of the residual stream ----
-  std::vector<T> dxf(size_t(N) * C, T(0)), dx(size_t(N) * C, T(0));
-  k::linear_bwd(xf.data(), W(layout_.head), logits.data(), dxf.data(), G(layout_.head), N, C, V);
+  std::vector<T> dx(size_t(N) * C, T(0));
   k::rmsnorm_bwd(x.data(), W(layout_.norm), rstdf.data(), dxf.data(), dx.data(), G(layout_.norm), N, C);
   std::vector<T> dh(size_t(N) * F), dg(size_t(N) * F), du(size_t(N) * F), dxn(size_t(N) * C);
   std::vector<T> datt(size_t(N) * HD), dq(size_t(N) * HD), dk(size_t(N) * KD), dv(size_t(N) * KD);
   for (int l = L - 1; l >= 0; --l) {
     Layer& A = acts[l];
+    if (exec_.recompute) {  // the layer's activations again, from its input and selection
+      std::vector<T> xr = A.x_in;
+      layer_forward(l, b, a, xr, A, false, st);
+    }
     const LayerParams& I = layout_.layers[size_t(l)];
     // MLP block: x_out = x_mid + down(swiglu(gate(xn2), up(xn2)))
     std::fill(dh.begin(), dh.end(), T(0));

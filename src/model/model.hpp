@@ -24,6 +24,17 @@ struct ModelDims {
   double rope_theta = 10000, norm_eps = 1e-5, init_std = 0.02;
   // Filled from [model] by model_dims() (src/train/settings.hpp).
   int64_t num_params() const;
+  // The parameters every token multiplies (the MFU count, src/model/README.md): the decoder
+  // layers, the final norm and the LM head (V x C once, tied or not); not the embedding lookup.
+  int64_t flop_params() const;
+};
+
+// How the model runs, not what it computes: memory-for-time choices that leave the loss and the
+// gradients unchanged (up to the order of floating-point sums). From model.lm_head_chunk and
+// train.recompute (src/model/README.md).
+struct ModelExec {
+  int lm_head_chunk = 0;   // tokens per LM head + cross-entropy chunk (0 = all tokens at once)
+  bool recompute = false;  // keep only each layer's input in the forward, recompute it in the backward
 };
 
 struct ParamInfo {
@@ -85,6 +96,14 @@ struct PackedBatch {
   void add(const std::vector<uint32_t>& seq);
 };
 
+// Model FLOPs of one forward + backward over `tokens` tokens whose layers' gating reported
+// `gating` (one per layer, blocks of `block_size`): 6 * flop_params() * tokens plus, per layer,
+// 3 x the forward attention's 4 * H * D FLOPs per query-key pair, pairs per query head =
+// block_size^2 * (kept blocks - rows / 2) / n_kv_heads (the diagonal block counted as half), the
+// formula of bench/torch_model_ref.py. Recomputation (train.recompute) is not counted.
+double train_flops(const ModelDims& s, int64_t tokens, const std::vector<kernels::GatingStats>& gating,
+                   int block_size);
+
 // One budget per layer, every token id inside the vocabulary (the error names model.vocab_size).
 void check_inputs(const PackedBatch& b, const AttnSettings& a, const ModelDims& s);
 
@@ -111,17 +130,22 @@ class Model {
   const std::vector<T>& weights() const { return w_; }
   std::vector<T>& grads() { return g_; }
   void zero_grads();
+  const ModelExec& exec() const { return exec_; }
+  void set_exec(const ModelExec& e) { exec_ = e; }
 
  private:
   struct Layer;  // saved activations of one layer
   MicroBatchStats run(const PackedBatch& b, const AttnSettings& a, T loss_scale, bool backward,
                       std::vector<int32_t>* argmax);
+  void layer_forward(int l, const PackedBatch& b, const AttnSettings& a, std::vector<T>& x, Layer& A, bool gate,
+                     MicroBatchStats& st);
   T* W(size_t idx) { return w_.data() + layout_.params[idx].offset; }
   T* G(size_t idx) { return g_.data() + layout_.params[idx].offset; }
 
   ModelDims shape_;
   ParamLayout layout_;
   std::vector<T> w_, g_;  // flat parameters and gradients, in layout order
+  ModelExec exec_;
 };
 
 }  // namespace sb

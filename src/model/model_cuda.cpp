@@ -36,7 +36,8 @@ template class DeviceArray<kc::bf16>;
 template class DeviceArray<int32_t>;
 template class DeviceArray<unsigned char>;
 
-// Activations of one layer saved for the backward pass (as Model<T>::Layer).
+// Activations of one layer saved for the backward pass (as Model<T>::Layer). Under
+// train.recompute a layer keeps only x_in and its selection; the rest lives in the one work_ layer.
 struct ModelCuda::Layer {
   DeviceArray<float> x_in, rstd1;      // (N, C), (N) residual stream entering the layer
   DeviceArray<kc::bf16> xn, q, k, v;   // (N, C), (N, H*D), (N, Hkv*D), (N, Hkv*D) after RoPE
@@ -98,10 +99,12 @@ ModelCuda::ModelCuda(const ModelDims& dims, const ParamLayout& layout)
   w32_.resize(n_), g32_.resize(n_), w16_.resize(n_);
   zero_grads();
   for (int l = 0; l < dims_.n_layers; ++l) layers_.push_back(std::make_unique<Layer>());
+  work_ = std::make_unique<Layer>();
 }
 
 ModelCuda::~ModelCuda() {
   layers_.clear();
+  work_.reset();
   blas_.reset();
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -127,13 +130,94 @@ static void to_device(DeviceArray<T>& d, const std::vector<T>& h, cudaStream_t s
   SB_CUDA_CHECK(cudaMemcpyAsync(d.data(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice, s));
 }
 
+// Forward of decoder layer l from its input layers_[l]->x_in (N, C) to x_out (N, C), the next
+// layer's input (nullptr: not needed, as when recomputing for the backward). The activations the
+// backward reads go to A: layers_[l] itself, or the one shared work_ layer under train.recompute.
+// gate: select the blocks into layers_[l] (recomputation reuses them: no gating, no host sync).
+void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a, Layer& A, float* x_out, bool gate,
+                              bool dev_sel, MicroBatchStats& st, Timers& timers, Timers& gtimers) {
+  const ModelDims& s = dims_;
+  const int N = b.n(), C = s.d_model, H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, F = s.ffn_dim;
+  const int HD = H * D, KD = Hkv * D, nd = b.ndocs();
+  const size_t NC = size_t(N) * C, NF = size_t(N) * F;
+  const kernels::AttnShape ashape{H, Hkv, D, a.block_size};
+  const float eps = float(s.norm_eps);
+  cudaStream_t cs = stream_;
+  kc::Blas& bl = *blas_;
+  Layer& K = *layers_[l];  // what stays between forward and backward: x_in, the selection
+  const float* x = K.x_in.data();
+  const LayerParams& I = layout_.layers[size_t(l)];
+  PhaseClock& ph = phases_;
+  using P = Phase;
+  // attention block
+  ph.mark(P::elementwise, cs);
+  kc::rmsnorm_fwd(x, W(I.ln1), A.xn.resize(NC), A.rstd1.resize(N), N, C, eps, cs);
+  ph.mark(P::gemm, cs);
+  kc::linear_fwd(bl, A.xn.data(), W16(I.q), A.q.resize(size_t(N) * HD), N, C, HD);
+  kc::linear_fwd(bl, A.xn.data(), W16(I.k), A.k.resize(size_t(N) * KD), N, C, KD);
+  kc::linear_fwd(bl, A.xn.data(), W16(I.v), A.v.resize(size_t(N) * KD), N, C, KD);
+  ph.mark(P::elementwise, cs);
+  if (s.qkv_bias) {  // Qwen2: before RoPE, from the fp32 master biases
+    kc::bias_add_fwd(A.q.data(), W(I.q_bias), N, HD, cs);
+    kc::bias_add_fwd(A.k.data(), W(I.k_bias), N, KD, cs);
+    kc::bias_add_fwd(A.v.data(), W(I.v_bias), N, KD, cs);
+  }
+  kc::rope_fwd(A.q.data(), pos_.data(), N, H, D, s.rope_theta, cs);
+  kc::rope_fwd(A.k.data(), pos_.data(), N, Hkv, D, s.rope_theta, cs);
+  // Host path: gating decides on the device and builds the CSR on the host (it synchronises), so
+  // its wall time is its cost on the critical path.
+  // Dense attention keeps every causal block in every layer: one selection per micro-batch.
+  ph.mark(P::gating, cs);
+  if (gate && !a.sparse && l > 0) {
+    K.selp = layers_[0]->selp;
+    st.gating[l] = st.gating[0];
+  } else if (gate && dev_sel) {
+    const size_t tg = gtimers.start();
+    gating_->select(A.q.data(), A.k.data(), l, K.sel, cs);
+    gtimers.stop(tg);
+    K.selp = &K.sel;
+  } else if (gate) {
+    SB_CUDA_CHECK(cudaStreamSynchronize(cs));
+    const auto tg = Clock::now();
+    kernels::BlockSelection sel;
+    st.gating[l] = a.sparse ? kc::gate_blocks(A.q.data(), A.k.data(), b.cu_seqlens.data(), nd, ashape,
+                                              kernels::GatingParams{a.k[l], a.local_blocks, a.theta}, sel, cs)
+                            : kernels::select_all_causal(b.cu_seqlens.data(), nd, ashape, sel);
+    K.sel.upload(sel, b.cu_seqlens.data(), nd, ashape, cs);
+    K.selp = &K.sel;
+    st.gating_ms += ms_since(tg);
+  }
+  ph.mark(P::attn_fwd, cs);
+  const size_t ta = timers.start();
+  kc::block_attention_fwd(A.q.data(), A.k.data(), A.v.data(), *K.selp, ashape, A.att.resize(size_t(N) * HD),
+                          A.lse.resize(size_t(N) * H), cs);
+  timers.stop(ta);
+  // x_mid = x_in + o(att): the GEMM adds into a copy of the stream
+  ph.mark(P::gemm, cs);
+  float* xm = A.x_mid.resize(NC);
+  SB_CUDA_CHECK(cudaMemcpyAsync(xm, x, NC * sizeof(float), cudaMemcpyDeviceToDevice, cs));
+  kc::gemm(bl, false, true, N, C, HD, 1.f, A.att.data(), HD, W16(I.o), HD, 1.f, xm, C);
+  // MLP block
+  ph.mark(P::elementwise, cs);
+  kc::rmsnorm_fwd(xm, W(I.ln2), A.xn2.resize(NC), A.rstd2.resize(N), N, C, eps, cs);
+  ph.mark(P::gemm, cs);
+  kc::linear_fwd(bl, A.xn2.data(), W16(I.gate), A.gate.resize(NF), N, C, F);
+  kc::linear_fwd(bl, A.xn2.data(), W16(I.up), A.up.resize(NF), N, C, F);
+  ph.mark(P::elementwise, cs);
+  kc::swiglu_fwd(A.gate.data(), A.up.data(), A.h.resize(NF), NF, cs);
+  ph.mark(P::gemm, cs);
+  if (!x_out) return;
+  SB_CUDA_CHECK(cudaMemcpyAsync(x_out, xm, NC * sizeof(float), cudaMemcpyDeviceToDevice, cs));
+  kc::gemm(bl, false, true, N, C, F, 1.f, A.h.data(), F, W16(I.down), F, 1.f, x_out, C);
+}
+
 MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool backward,
                                std::vector<int32_t>* argmax, const std::function<void(int)>& layer_done) {
   const auto t_start = Clock::now();
   const ModelDims& s = dims_;
   const int N = b.n(), C = s.d_model, H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, F = s.ffn_dim,
             V = s.vocab, L = s.n_layers;
-  const int HD = H * D, KD = Hkv * D, nd = b.ndocs();
+  const int HD = H * D, KD = Hkv * D;
   const size_t NC = size_t(N) * C, NF = size_t(N) * F;
   check_inputs(b, a, s);
   MicroBatchStats st;
@@ -150,7 +234,7 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   // no host round trip per layer. SB_SELECT=host keeps the host-built lists (one sync per layer).
   const bool dev_sel = a.sparse && kc::device_selection_enabled();
   if (dev_sel) {
-    gating_->prepare(b.cu_seqlens.data(), nd, ashape, a.k, a.local_blocks, a.theta, cs);
+    gating_->prepare(b.cu_seqlens.data(), b.ndocs(), ashape, a.k, a.local_blocks, a.theta, cs);
     for (auto& A : layers_) gating_->reserve(A->sel);
   }
   ph.mark(P::elementwise, cs);
@@ -162,77 +246,31 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   float* x = layers_.empty() ? xs_top_.resize(NC) : layers_[0]->x_in.resize(NC);  // (N, C)
   kc::embedding_fwd(tokens_.data(), W(layout_.embed), x, N, C, cs);
   for (int l = 0; l < L; ++l) {
-    Layer& A = *layers_[l];
-    const LayerParams& I = layout_.layers[size_t(l)];
-    // attention block
-    ph.mark(P::elementwise, cs);
-    kc::rmsnorm_fwd(x, W(I.ln1), A.xn.resize(NC), A.rstd1.resize(N), N, C, eps, cs);
-    ph.mark(P::gemm, cs);
-    kc::linear_fwd(bl, A.xn.data(), W16(I.q), A.q.resize(size_t(N) * HD), N, C, HD);
-    kc::linear_fwd(bl, A.xn.data(), W16(I.k), A.k.resize(size_t(N) * KD), N, C, KD);
-    kc::linear_fwd(bl, A.xn.data(), W16(I.v), A.v.resize(size_t(N) * KD), N, C, KD);
-    ph.mark(P::elementwise, cs);
-    if (s.qkv_bias) {  // Qwen2: before RoPE, from the fp32 master biases
-      kc::bias_add_fwd(A.q.data(), W(I.q_bias), N, HD, cs);
-      kc::bias_add_fwd(A.k.data(), W(I.k_bias), N, KD, cs);
-      kc::bias_add_fwd(A.v.data(), W(I.v_bias), N, KD, cs);
-    }
-    kc::rope_fwd(A.q.data(), pos_.data(), N, H, D, s.rope_theta, cs);
-    kc::rope_fwd(A.k.data(), pos_.data(), N, Hkv, D, s.rope_theta, cs);
-    // Host path: gating decides on the device and builds the CSR on the host (it synchronises), so
-    // its wall time is its cost on the critical path.
-    // Dense attention keeps every causal block in every layer: one selection per micro-batch.
-    ph.mark(P::gating, cs);
-    if (!a.sparse && l > 0) {
-      A.selp = layers_[0]->selp;
-      st.gating[l] = st.gating[0];
-    } else if (dev_sel) {
-      const size_t tg = gtimers.start();
-      gating_->select(A.q.data(), A.k.data(), l, A.sel, cs);
-      gtimers.stop(tg);
-      A.selp = &A.sel;
-    } else {
-      SB_CUDA_CHECK(cudaStreamSynchronize(cs));
-      const auto tg = Clock::now();
-      kernels::BlockSelection sel;
-      st.gating[l] = a.sparse ? kc::gate_blocks(A.q.data(), A.k.data(), b.cu_seqlens.data(), nd, ashape,
-                                                kernels::GatingParams{a.k[l], a.local_blocks, a.theta}, sel, cs)
-                              : kernels::select_all_causal(b.cu_seqlens.data(), nd, ashape, sel);
-      A.sel.upload(sel, b.cu_seqlens.data(), nd, ashape, cs);
-      A.selp = &A.sel;
-      st.gating_ms += ms_since(tg);
-    }
-    ph.mark(P::attn_fwd, cs);
-    const size_t ta = timers.start();
-    kc::block_attention_fwd(A.q.data(), A.k.data(), A.v.data(), *A.selp, ashape, A.att.resize(size_t(N) * HD),
-                            A.lse.resize(size_t(N) * H), cs);
-    timers.stop(ta);
-    // x_mid = x_in + o(att): the GEMM adds into a copy of the stream
-    ph.mark(P::gemm, cs);
-    float* xm = A.x_mid.resize(NC);
-    SB_CUDA_CHECK(cudaMemcpyAsync(xm, x, NC * sizeof(float), cudaMemcpyDeviceToDevice, cs));
-    kc::gemm(bl, false, true, N, C, HD, 1.f, A.att.data(), HD, W16(I.o), HD, 1.f, xm, C);
-    // MLP block
-    ph.mark(P::elementwise, cs);
-    kc::rmsnorm_fwd(xm, W(I.ln2), A.xn2.resize(NC), A.rstd2.resize(N), N, C, eps, cs);
-    ph.mark(P::gemm, cs);
-    kc::linear_fwd(bl, A.xn2.data(), W16(I.gate), A.gate.resize(NF), N, C, F);
-    kc::linear_fwd(bl, A.xn2.data(), W16(I.up), A.up.resize(NF), N, C, F);
-    ph.mark(P::elementwise, cs);
-    kc::swiglu_fwd(A.gate.data(), A.up.data(), A.h.resize(NF), NF, cs);
-    ph.mark(P::gemm, cs);
     float* xo = l + 1 < L ? layers_[l + 1]->x_in.resize(NC) : xs_top_.resize(NC);  // the next layer's input
-    SB_CUDA_CHECK(cudaMemcpyAsync(xo, xm, NC * sizeof(float), cudaMemcpyDeviceToDevice, cs));
-    kc::gemm(bl, false, true, N, C, F, 1.f, A.h.data(), F, W16(I.down), F, 1.f, xo, C);
+    layer_forward(l, b, a, exec_.recompute ? *work_ : *layers_[l], xo, true, dev_sel, st, timers, gtimers);
     x = xo;
   }
   // x is the last layer's output (xs_top_)
   if (dev_sel) gating_->fetch_stats(cs);
   ph.mark(P::head_loss, cs);
   kc::rmsnorm_fwd(x, W(layout_.norm), xf_.resize(NC), rstdf_.resize(N), N, C, eps, cs);
-  kc::linear_fwd(bl, xf_.data(), W16(layout_.head), logits_.resize(size_t(N) * V), N, C, V);  // (N, V) fp32
-  kc::cross_entropy(logits_.data(), targets_.data(), loss_.resize(N), backward ? dlogits_.resize(size_t(N) * V) : nullptr,
-                    argmax_.resize(N), N, V, loss_scale, cs);
+  // LM head and loss in chunks of `rows` tokens, never the whole (N, V) logits: logits (rows, V)
+  // fp32 and dlogits (rows, V) bf16 are reused by every chunk, and the head's backward runs per
+  // chunk (fused): dxf (N, C) = dlogits W, the head's gradient += dlogits^T xf.
+  const int rows = exec_.lm_head_chunk > 0 ? std::min(exec_.lm_head_chunk, N) : N;
+  float* logits = logits_.resize(size_t(rows) * V);
+  bf16* dlogits = backward ? dlogits_.resize(size_t(rows) * V) : nullptr;
+  float* dxf = backward ? dxf_.resize(NC) : nullptr;
+  loss_.resize(N), argmax_.resize(N);
+  for (int t0 = 0; t0 < N; t0 += rows) {
+    const int n = std::min(rows, N - t0);
+    const bf16* xc = xf_.data() + size_t(t0) * C;
+    kc::linear_fwd(bl, xc, W16(layout_.head), logits, n, C, V);
+    kc::cross_entropy(logits, targets_.data() + t0, loss_.data() + t0, dlogits, argmax_.data() + t0, n, V, loss_scale,
+                      cs);
+    if (backward)
+      kc::linear_bwd(bl, xc, W16(layout_.head), dlogits, dxf + size_t(t0) * C, false, G(layout_.head), n, C, V);
+  }
   std::vector<float> loss(N);
   std::vector<int32_t> am(N);
   SB_CUDA_CHECK(cudaMemcpyAsync(loss.data(), loss_.data(), N * sizeof(float), cudaMemcpyDeviceToHost, cs));
@@ -245,14 +283,15 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
     bf16* dx16 = dx16_.resize(NC);
     SB_CUDA_CHECK(cudaMemsetAsync(dx, 0, NC * sizeof(float), cs));
     ph.mark(P::head_loss, cs);
-    kc::linear_bwd(bl, xf_.data(), W16(layout_.head), dlogits_.data(), dxf_.resize(NC), false, G(layout_.head), N, C, V);
-    kc::rmsnorm_bwd(xs_top_.data(), W(layout_.norm), rstdf_.data(), dxf_.data(), dx, G(layout_.norm), N, C, cs);
+    kc::rmsnorm_bwd(xs_top_.data(), W(layout_.norm), rstdf_.data(), dxf, dx, G(layout_.norm), N, C, cs);
     bf16 *dh = dh_.resize(NF), *dg = dg_.resize(NF), *du = du_.resize(NF);
     bf16 *datt = datt_.resize(size_t(N) * HD), *dq = dq_.resize(size_t(N) * HD);
     bf16 *dk = dk_.resize(size_t(N) * KD), *dv = dv_.resize(size_t(N) * KD);
     void* ws = attn_ws_.resize(kc::block_attention_bwd_workspace(N, ashape));
     for (int l = L - 1; l >= 0; --l) {
-      Layer& A = *layers_[l];
+      Layer& K = *layers_[l];  // x_in and the selection
+      Layer& A = exec_.recompute ? *work_ : K;
+      if (exec_.recompute) layer_forward(l, b, a, A, nullptr, false, dev_sel, st, timers, gtimers);  // the activations again
       const LayerParams& I = layout_.layers[size_t(l)];
       // MLP block: x_out = x_mid + down(swiglu(gate(xn2), up(xn2)))
       ph.mark(P::elementwise, cs);
@@ -272,7 +311,7 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
       kc::linear_bwd(bl, A.att.data(), W16(I.o), dx16, datt, false, G(I.o), N, HD, C);
       ph.mark(P::attn_bwd, cs);
       const size_t ta = timers.start();
-      kc::block_attention_bwd(A.q.data(), A.k.data(), A.v.data(), A.att.data(), A.lse.data(), datt, *A.selp, ashape,
+      kc::block_attention_bwd(A.q.data(), A.k.data(), A.v.data(), A.att.data(), A.lse.data(), datt, *K.selp, ashape,
                               dq, dk, dv, ws, cs);
       timers.stop(ta);
       ph.mark(P::elementwise, cs);
@@ -288,7 +327,7 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
       kc::linear_bwd(bl, A.xn.data(), W16(I.k), dk, dxn, true, G(I.k), N, C, KD);
       kc::linear_bwd(bl, A.xn.data(), W16(I.v), dv, dxn, true, G(I.v), N, C, KD);
       ph.mark(P::elementwise, cs);
-      kc::rmsnorm_bwd(A.x_in.data(), W(I.ln1), A.rstd1.data(), dxn, dx, G(I.ln1), N, C, cs);
+      kc::rmsnorm_bwd(K.x_in.data(), W(I.ln1), A.rstd1.data(), dxn, dx, G(I.ln1), N, C, cs);
       if (layer_done) layer_done(l);
     }
     ph.mark(P::elementwise, cs);
@@ -301,6 +340,9 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
     for (int l = 0; l < L; ++l) st.gating[l] = gating_->stats(l);
     st.gating_ms = gtimers.total_ms();
   }
+  size_t mem_free = 0, mem_total = 0;
+  SB_CUDA_CHECK(cudaMemGetInfo(&mem_free, &mem_total));
+  mem_peak_ = std::max(mem_peak_, mem_total - mem_free);
   for (int t = 0; t < N; ++t) {
     if (b.targets[t] < 0) continue;
     st.loss_sum += double(loss[t]);

@@ -74,29 +74,40 @@ class ModelCuda {
   std::pair<size_t, size_t> layer_range(int l) const { return layout_.layer_range(l); }
   size_t size() const { return n_; }
   void zero_grads();
+  // Memory-for-time choices (ModelExec, model.hpp): the LM head's chunk, layer recomputation.
+  const ModelExec& exec() const { return exec_; }
+  void set_exec(const ModelExec& e) { exec_ = e; }
   cudaStream_t stream() const { return stream_; }
   // Per-phase GPU times (SB_PHASE_TIMES=1): run() marks its phases and collects them at its end;
   // the engine adds the optimizer and all-reduce and reads the totals.
   PhaseClock& phases() { return phases_; }
+  // High-water mark of the device memory in use (bytes: total - free of cudaMemGetInfo, so the
+  // whole device, read after every micro-batch). Our buffers only grow and the stream-ordered pool
+  // keeps what it freed, so the value after a micro-batch is its peak.
+  double peak_memory_bytes() const { return double(mem_peak_); }
 
  private:
   struct Layer;
   struct Timers;
   MicroBatchStats run(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool backward,
                       std::vector<int32_t>* argmax, const std::function<void(int)>& layer_done = {});
+  void layer_forward(int l, const PackedBatch& b, const AttnSettings& a, Layer& A, float* x_out, bool gate,
+                     bool dev_sel, MicroBatchStats& st, Timers& timers, Timers& gtimers);
   float* W(size_t i) { return w32_.data() + layout_.params[i].offset; }
   bf16* W16(size_t i) { return w16_.data() + layout_.params[i].offset; }
   float* G(size_t i) { return g32_.data() + layout_.params[i].offset; }
 
   ModelDims dims_;
   ParamLayout layout_;
-  size_t n_ = 0;
+  ModelExec exec_;
+  size_t n_ = 0, mem_peak_ = 0;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<kernels::cuda::Blas> blas_;
   DeviceArray<float> w32_, g32_;  // (n) master weights, gradients
   DeviceArray<bf16> w16_;         // (n) the copy the GEMMs read
   std::vector<std::unique_ptr<Layer>> layers_;  // saved activations, kept between micro-batches
-  // per micro-batch: inputs, final norm, logits and scratch
+  std::unique_ptr<Layer> work_;                 // train.recompute: the activations of the layer at hand
+  // per micro-batch: inputs, final norm, one chunk of logits (model.lm_head_chunk) and scratch
   DeviceArray<int32_t> tokens_, targets_, pos_, argmax_;
   DeviceArray<float> xs_top_, rstdf_, logits_, loss_, dxf_, dx_, dxn_;
   DeviceArray<bf16> xf_, dlogits_, dx16_, dh_, dg_, du_, datt_, dq_, dk_, dv_;

@@ -90,6 +90,7 @@ std::string cpu_device_name(const Comm& comm) {
 
 std::unique_ptr<Engine> make_engine(const Settings& s, const Comm& comm, Model<float>& model, AdamW& opt) {
   const std::string& dev = s.train.device;
+  model.set_exec(s.train.exec);  // the CPU model runs it; the CUDA engine passes it to its model
   if (dev == "cpu") return std::make_unique<CpuEngine>(s.train, comm, model, opt);
   if (dev == "cuda" && s.train.zero)  // ZeRO-1 over NCCL is not built yet (io/README.md)
     throw Error("train.zero = 1 with train.device = \"cuda\": the sharded optimizer runs on the CPU engine only; "

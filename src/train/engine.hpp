@@ -42,6 +42,8 @@ class Engine {
   virtual double allreduce_ms(size_t n, int reps) = 0;
   // What runs it, for the latency profile: "cpu: <model> (<n> ranks)" or "cuda: <GPU> (<n> ranks)".
   virtual std::string device_name() = 0;
+  // High-water mark of this rank's device memory in use (bytes), 0 where not measured (the CPU).
+  virtual double peak_memory_bytes() { return 0; }
 };
 
 // By train.device: "cpu" or "cuda" (one GPU per rank, chosen by node-local rank). The engine keeps

@@ -47,6 +47,7 @@ class CudaEngine final : public Engine {
     bool shared = false;
     const int dev = choose_device(s.attention, comm, model.shape(), &shared);
     gpu_ = std::make_unique<ModelCuda>(model.shape(), model.layout());
+    gpu_->set_exec(s.train.exec);
     m_.resize(gpu_->size()), v_.resize(gpu_->size());
     const size_t bucket = size_t(s.train.bucket_mb * 1024 * 1024);
     if (shared) {
@@ -146,6 +147,7 @@ class CudaEngine final : public Engine {
     return comm_.allreduce_max(ms / reps);
   }
   std::string device_name() override { return "cuda: " + gpu_name_ + " (" + std::to_string(comm_.size()) + " ranks)"; }
+  double peak_memory_bytes() override { return gpu_->peak_memory_bytes(); }
 
  private:
   const Comm& comm_;

@@ -104,6 +104,10 @@ Settings from_config(const Config& cfg, int64_t data_vocab) {
   t.sync_check_every = cfg.i("train.sync_check_every");
   t.inject_nan_step = cfg.i("train.inject_nan_step");
   t.inject_nan_count = cfg.i("train.inject_nan_count");
+  t.exec.lm_head_chunk = int(cfg.i("model.lm_head_chunk"));
+  t.exec.recompute = cfg.s("train.recompute") == "layer";
+  // H200 (= H100 SXM) dense bf16 tensor-core peak, as bench/torch_model_ref.py.
+  t.peak_tflops = cfg.f("train.peak_tflops") > 0 ? cfg.f("train.peak_tflops") : t.device == "cuda" ? 989.0 : 0.0;
 
   s.data = {cfg.s("data.path"), uint64_t(cfg.i("data.seed")), cfg.f("data.val_fraction"),
             cfg.s("data.long_docs") == "reject"};

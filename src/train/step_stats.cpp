@@ -9,7 +9,7 @@ namespace sb {
 
 static constexpr size_t kRankDoubles = sizeof(RankStats) / sizeof(double);
 static constexpr size_t kLayerDoubles = sizeof(LayerStats) / sizeof(double);
-static_assert(std::is_trivially_copyable_v<RankStats> && sizeof(RankStats) == 24 * sizeof(double));
+static_assert(std::is_trivially_copyable_v<RankStats> && sizeof(RankStats) == 26 * sizeof(double));
 static_assert(std::is_trivially_copyable_v<LayerStats> && sizeof(LayerStats) == 4 * sizeof(double));
 
 RankStats& RankStats::operator+=(const RankStats& o) {
@@ -42,9 +42,12 @@ RankStats StepStats::sum() const {
   return s;
 }
 
-void StepStats::add_micro_batch(int me, const MicroBatch& mb, const AttnSettings& a, const MicroBatchStats& ms,
-                                const PartTimes& pred, const LatencyModel& lm, int k0, int n_kv_heads) {
+void StepStats::add_micro_batch(int me, const MicroBatch& mb, int64_t tokens, const AttnSettings& a,
+                                const MicroBatchStats& ms, const PartTimes& pred, const LatencyModel& lm, int k0,
+                                const ModelDims& dims) {
+  const int n_kv_heads = dims.n_kv_heads;
   RankStats& my = ranks[size_t(me)];
+  my.flops += train_flops(dims, tokens, ms.gating, a.block_size);
   my.pred_attn += pred.attention, my.pred_gating += pred.gating, my.pred_linear += pred.linear;
   my.attn_ms += ms.attn_ms, my.gating_ms += ms.gating_ms;
   loss_sum += ms.loss_sum, correct += double(ms.correct);
@@ -84,7 +87,7 @@ std::vector<RankRow> StepStats::rank_rows(int64_t step) const {
   return out;
 }
 
-void StepStats::fill(StepRow& row, int64_t tokens) const {
+void StepStats::fill(StepRow& row, int64_t tokens, double peak_flops) const {
   const int R = int(ranks.size());
   const RankStats s = sum();
   double max_compute = 0, max_step = 0, pred_err = 0;
@@ -100,6 +103,9 @@ void StepStats::fill(StepRow& row, int64_t tokens) const {
   row.density = s.causal > 0 ? s.kept / s.causal : 1;
   row.recall = s.rows > 0 ? s.recall_sum / s.rows : 1;
   row.pred_error = pred_err;
+  row.mfu = peak_flops > 0 && max_step > 0 ? s.flops / (max_step / 1000.0) / (R * peak_flops) : 0;
+  row.peak_mem_gib = 0;
+  for (const RankStats& x : ranks) row.peak_mem_gib = std::max(row.peak_mem_gib, x.mem_peak / double(1ull << 30));
 }
 
 }  // namespace sb

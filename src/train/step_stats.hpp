@@ -23,6 +23,7 @@ struct RankStats {
   double cand_pred, cand_meas;                          // blocks the budget allowed vs that survived theta
   double above, below;                                  // items tuned above / below k0
   double step_ms, stop;                                 // stop: 1 when this rank was asked to stop
+  double flops, mem_peak;                               // model FLOPs (train_flops), device memory high-water (bytes)
   RankStats& operator+=(const RankStats& o);
 };
 
@@ -36,18 +37,19 @@ struct StepStats {
   double loss_sum = 0, correct = 0;  // summed over ranks
   std::vector<LayerStats> layers;  // [layer]
   StepStats(int n_ranks, int n_layers);
-  // compute: one micro-batch of rank `me`, run at a.k (k0: the default budget), with what the
-  // latency model predicted for it.
-  void add_micro_batch(int me, const MicroBatch& mb, const AttnSettings& a, const MicroBatchStats& ms,
-                       const PartTimes& pred, const LatencyModel& lm, int k0, int n_kv_heads);
+  // compute: one micro-batch of rank `me` (`tokens` tokens), run at a.k (k0: the default budget),
+  // with what the latency model predicted for it.
+  void add_micro_batch(int me, const MicroBatch& mb, int64_t tokens, const AttnSettings& a, const MicroBatchStats& ms,
+                       const PartTimes& pred, const LatencyModel& lm, int k0, const ModelDims& dims);
   // In place, one collective. The wire layout (ranks, loss_sum, correct, layers) is fixed, so each
   // sum is formed in the same order whatever else changes.
   void allreduce(const Comm& comm);
   RankStats sum() const;  // over ranks, in rank order
   // record (after the all-reduce): every rank's row, and the step row's timing and gating fields
-  // (makespan, tokens/s, imbalance, bubble, density, recall, prediction error).
+  // (makespan, tokens/s, imbalance, bubble, density, recall, prediction error, mfu against
+  // `peak_flops` per rank in FLOP/s (0: unknown, mfu 0), peak memory).
   std::vector<RankRow> rank_rows(int64_t step) const;
-  void fill(StepRow& row, int64_t tokens) const;
+  void fill(StepRow& row, int64_t tokens, double peak_flops = 0) const;
 
  private:
   std::vector<double> wire_;

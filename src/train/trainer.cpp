@@ -221,9 +221,10 @@ void Trainer::compute(StepState& st) {
     const AttnSettings a = set_.attention.for_budgets(std::move(st.tuned.k[m]));
     MicroBatchStats ms = engine_->forward_backward(b, a, loss_scale, m + 1 == st.mine.size());
     my.tokens += double(b.n());
-    st.stats.add_micro_batch(me, mb, a, ms, lm_.micro_batch_parts(mb, a.k), lm_, set_.balance.dst.k0, dims_.n_kv_heads);
+    st.stats.add_micro_batch(me, mb, b.n(), a, ms, lm_.micro_batch_parts(mb, a.k), lm_, set_.balance.dst.k0, dims_);
   }
   my.compute_ms = ms_since(t_compute);
+  my.mem_peak = engine_->peak_memory_bytes();
   my.predicted_ms = st.tuned.my_predicted_ms;
   my.micro_batches = double(st.mine.size());
   if (my.budget_n == 0) my.budget_min = my.budget_max = 0;
@@ -301,7 +302,7 @@ Trainer::StepOut Trainer::record(StepState& st) {
   out.ranks = st.stats.rank_rows(st.s);
   StepRow& row = out.row;
   row.step = st.s, row.loss = st.loss, row.grad_norm = st.gnorm, row.lr = st.lr, row.tokens = st.gb.tokens;
-  st.stats.fill(row, st.gb.tokens);
+  st.stats.fill(row, st.gb.tokens, set_.train.peak_tflops * 1e12);
   row.plan_ms = st.plan_ms;
   row.skipped = st.finite ? 0 : 1;
   const RankStats sum = st.stats.sum();

@@ -3,6 +3,7 @@
 //   Model<double> on the same weights rounded to bf16: loss and every parameter's gradient (also with
 //   random q/k/v biases, bias.cu).
 // - Forward only (eval): loss and greedy predictions against Model<double>; gradients untouched.
+// - The same with the chunked LM head (model.lm_head_chunk) and layer recomputation (train.recompute).
 // - 20 steps of `train` on the GPU against the same run on the CPU: the losses agree to bf16
 //   tolerance at every step, and ranks stay bit-identical (train.sync_check_every = 1). At 2 ranks
 //   on one GPU the gradients go through host memory (NCCL takes one GPU per rank). Then `eval` of
@@ -47,6 +48,7 @@ struct BatchCase {
   bool tied;
   bool sparse;  // through the gating path, with every causal block in reach (k and theta large)
   bool qkv_bias = false;  // Qwen2's q/k/v biases (bias.cu), set to random values
+  sb::ModelExec exec = {};  // the GPU model's LM head chunk and recomputation (the reference: whole, none)
 };
 
 void check_one_micro_batch(BatchCase c) {
@@ -75,6 +77,7 @@ void check_one_micro_batch(BatchCase c) {
   const double scale = 1.0 / 500;
 
   sb::ModelCuda gpu(d, host.layout());
+  gpu.set_exec(c.exec);
   gpu.upload_weights(host.weights());
   gpu.zero_grads();
   sb::MicroBatchStats sg = gpu.forward_backward(b, a, float(scale));
@@ -84,8 +87,8 @@ void check_one_micro_batch(BatchCase c) {
 
   EXPECT_EQ(sg.targets, sr.targets);
   const double loss_err = std::abs(sg.loss_sum - sr.loss_sum) / sr.loss_sum;
-  std::printf("tied=%d sparse=%d qkv_bias=%d loss gpu %.6f ref %.6f rel %.2e\n", c.tied, c.sparse, c.qkv_bias,
-              sg.loss_sum, sr.loss_sum, loss_err);
+  std::printf("tied=%d sparse=%d qkv_bias=%d lm_head_chunk=%d recompute=%d loss gpu %.6f ref %.6f rel %.2e\n", c.tied,
+              c.sparse, c.qkv_bias, c.exec.lm_head_chunk, int(c.exec.recompute), sg.loss_sum, sr.loss_sum, loss_err);
   EXPECT_LT(loss_err, 5e-3);
   for (int l = 0; l < d.n_layers; ++l) EXPECT_EQ(sg.gating[l].kept_blocks, sr.gating[l].kept_blocks);
   double worst = 0;
@@ -104,7 +107,7 @@ void check_one_micro_batch(BatchCase c) {
 }
 
 // Forward only: loss and argmax against the double reference; the gradients stay as they were.
-void check_forward() {
+void check_forward(sb::ModelExec exec = {}) {
   sb::ModelDims d;
   d.n_layers = 2, d.d_model = 256, d.n_heads = 2, d.n_kv_heads = 1, d.head_dim = 128, d.ffn_dim = 384;
   d.vocab = 500, d.tied = false;
@@ -123,6 +126,7 @@ void check_forward() {
   sb::AttnSettings a;
   a.sparse = true, a.block_size = 128, a.local_blocks = 1, a.theta = 1e9, a.k = {64, 64};
   sb::ModelCuda gpu(d, host.layout());
+  gpu.set_exec(exec);
   gpu.upload_weights(host.weights());
   gpu.zero_grads();
   gpu.forward_backward(b, a, 1e-3f);  // gradients now hold something the forward must leave alone
@@ -240,9 +244,30 @@ TEST(ModelCuda, QkvBiasMatchesDoubleReference) {
   check_one_micro_batch({true, true, true});
 }
 
+// The chunked, fused LM head (100 tokens per chunk over 503, the last one partial; tied, so the
+// head's gradient chunks add into the embedding's) against the same whole-head reference.
+TEST(ModelCuda, ChunkedLmHeadMatchesDoubleReference) {
+  if (!have_gpu()) GTEST_SKIP();
+  check_one_micro_batch({true, true, false, sb::ModelExec{100, false}});
+}
+
+// train.recompute = "layer" (sparse, untied; with a chunked head too) against the reference that
+// keeps every activation.
+TEST(ModelCuda, LayerRecomputationMatchesDoubleReference) {
+  if (!have_gpu()) GTEST_SKIP();
+  check_one_micro_batch({false, true, false, sb::ModelExec{0, true}});
+  check_one_micro_batch({true, false, false, sb::ModelExec{128, true}});
+}
+
 TEST(ModelCuda, ForwardMatchesDoubleReference) {
   if (!have_gpu()) GTEST_SKIP();
   check_forward();
+}
+
+// Eval through the chunked head: losses and greedy predictions of every chunk (256 tokens over 997).
+TEST(ModelCuda, ForwardChunkedLmHeadMatchesDoubleReference) {
+  if (!have_gpu()) GTEST_SKIP();
+  check_forward(sb::ModelExec{256, false});
 }
 
 TEST(TrainCuda, DenseLossesMatchCpuOver20StepsThenEvalAndProfile) {

@@ -41,8 +41,9 @@ AttnSettings settings(bool sparse, int layers, int k) {
 
 // Central differences of the summed loss against the analytic gradient, on a random sample of
 // parameters of every tensor.
-void check_gradients(bool sparse, bool tied, bool qkv_bias = false) {
+void check_gradients(bool sparse, bool tied, bool qkv_bias = false, ModelExec exec = {}) {
   Model<double> m(tiny_dims(tied, qkv_bias));
+  m.set_exec(exec);
   m.init(7);
   std::mt19937_64 brng(5);
   for (const auto& p : m.params())  // biases start at 0: give them values so they matter
@@ -109,6 +110,69 @@ TEST(Model, QkvBiasNamesShapesAndEffect) {
   EXPECT_GT(std::abs(m.forward(b, a).loss_sum - plain.forward(b, a).loss_sum), 1e-6);
 }
 
+// The chunked LM head (5 tokens per chunk over 39, the last chunk partial) and recomputation.
+TEST(Model, GradientsMatchFiniteDifferencesChunkedHead) { check_gradients(true, true, false, ModelExec{5, false}); }
+
+// Chunked and whole LM head give the same loss, gradients and predictions, with masked targets
+// (the loss mask: -1 targets) inside and across chunks.
+TEST(Model, ChunkedLmHeadEqualsWhole) {
+  Model<double> m(tiny_dims(false));
+  m.init(3);
+  PackedBatch b = random_batch({13, 5, 21}, m.shape().vocab, 4);
+  for (int t : {0, 1, 2, 7, 20, 21, 22, 23, 24, 25}) b.targets[size_t(t)] = -1;
+  const AttnSettings a = settings(true, m.shape().n_layers, 1);
+  auto run = [&](int chunk, std::vector<int32_t>* am) {
+    m.set_exec(ModelExec{chunk, false});
+    m.zero_grads();
+    auto st = m.forward_backward(b, a, 0.03);
+    m.forward(b, a, am);
+    return std::pair{st, m.grads()};
+  };
+  std::vector<int32_t> am0, am;
+  auto [st0, g0] = run(0, &am0);
+  for (int chunk : {1, 5, 16, 39, 100}) {
+    auto [st, g] = run(chunk, &am);
+    EXPECT_EQ(st.targets, st0.targets);
+    EXPECT_EQ(st.correct, st0.correct);
+    EXPECT_NEAR(st.loss_sum, st0.loss_sum, 1e-12 * st0.loss_sum) << "chunk " << chunk;
+    EXPECT_EQ(am, am0) << "chunk " << chunk;
+    double worst = 0, norm = 0;
+    for (size_t i = 0; i < g.size(); ++i)
+      worst = std::max(worst, std::abs(g[i] - g0[i])), norm = std::max(norm, std::abs(g0[i]));
+    EXPECT_LT(worst, 1e-12 * norm) << "chunk " << chunk;
+  }
+  EXPECT_EQ(st0.targets, 39 - 3 - 10);  // 3 document ends, 10 masked (7 of them inside documents)
+}
+
+TEST(Model, GradientsMatchFiniteDifferencesRecomputeUntied) { check_gradients(false, false, false, ModelExec{0, true}); }
+
+// train.recompute = "layer": the same loss, statistics and gradients, bit for bit (the same kernels
+// on the same inputs), sparse and dense, together with the chunked head.
+TEST(Model, LayerRecomputationEqualsStoredActivations) {
+  for (bool sparse : {true, false}) {
+    Model<double> m(tiny_dims(true));
+    m.init(13);
+    PackedBatch b = random_batch({30, 7, 19}, m.shape().vocab, 6);
+    const AttnSettings a = settings(sparse, m.shape().n_layers, 1);
+    auto run = [&](ModelExec e) {
+      m.set_exec(e);
+      m.zero_grads();
+      auto st = m.forward_backward(b, a, 0.05);
+      return std::pair{st, m.grads()};
+    };
+    auto [s0, g0] = run({0, false});
+    auto [s1, g1] = run({0, true});
+    auto [s2, g2] = run({8, true});
+    EXPECT_EQ(s1.loss_sum, s0.loss_sum);
+    EXPECT_EQ(s1.gating[1].kept_blocks, s0.gating[1].kept_blocks);
+    EXPECT_TRUE(g1 == g0) << "recomputed gradients differ, sparse " << sparse;
+    EXPECT_NEAR(s2.loss_sum, s0.loss_sum, 1e-12 * s0.loss_sum);
+    double worst = 0;
+    for (size_t i = 0; i < g0.size(); ++i) worst = std::max(worst, std::abs(g2[i] - g0[i]));
+    EXPECT_LT(worst, 1e-12);
+  }
+}
+
 TEST(Model, SparseWithEveryBlockKeptEqualsDense) {
   Model<double> m(tiny_dims(true));
   m.init(5);
@@ -121,6 +185,29 @@ TEST(Model, SparseWithEveryBlockKeptEqualsDense) {
   auto sp = m.forward(b, settings(true, 2, 0));
   EXPECT_LT(sp.gating[0].density(), 0.9);
   EXPECT_GT(std::abs(sp.loss_sum - dense), 1e-6);
+}
+
+// The MFU count (src/model/README.md) against a hand computation on the tiny shape:
+// per layer 2*16 + 4*4*16 + 2*2*4*16 + 16*4*4 + 3*24*16 = 1952; flop_params = 2*1952 + 16 + 23*16
+// = 4288. One 16-token document, blocks of 4, dense: 4 query blocks x 2 kv heads = 8 rows keeping
+// 2 * (1+2+3+4) = 20 blocks, pairs per query head = 16 * (20 - 8/2) / 2 = 128 (= 16^2 / 2), so
+// attention 3 * 4 * H*D * 128 = 24576 per layer. Total 6 * 4288 * 16 + 2 * 24576 = 460800.
+TEST(Model, TrainFlopsMatchAHandCount) {
+  ModelDims d = tiny_dims(true);
+  EXPECT_EQ(d.flop_params(), 4288);
+  Model<double> m(d);
+  m.init(1);
+  PackedBatch b = random_batch({16}, d.vocab, 2);
+  auto st = m.forward(b, settings(false, d.n_layers, 0));
+  ASSERT_EQ(st.gating[0].rows, 8);
+  ASSERT_EQ(st.gating[0].kept_blocks, 20);
+  EXPECT_DOUBLE_EQ(train_flops(d, 16, st.gating, 4), 460800.0);
+  // Sparse keeps fewer pairs, so fewer FLOPs; the linear part stays.
+  PackedBatch lb = random_batch({64}, d.vocab, 3);
+  auto sp = m.forward(lb, settings(true, d.n_layers, 0));
+  auto de = m.forward(lb, settings(false, d.n_layers, 0));
+  EXPECT_LT(train_flops(d, 64, sp.gating, 4), train_flops(d, 64, de.gating, 4));
+  EXPECT_GT(train_flops(d, 64, sp.gating, 4), 6.0 * 4288 * 64);
 }
 
 TEST(Model, HuggingFaceNamesAndShapes) {

@@ -42,7 +42,11 @@ class TrainCli : public ::testing::Test {
 TEST_F(TrainCli, OneAndTwoRanksGiveTheSameLossesAndTheLossFalls) {
   Dir a("np1"), b("np2");
   auto one = train(a.path, 1, " --set train.steps=12 --set balance.batching=tokens", "run");
-  auto two = train(b.path, 2, " --set train.steps=12 --set balance.batching=tokens", "run");
+  // Two ranks also run the chunked LM head and layer recomputation; a peak for mfu (the CPU reports none without it).
+  auto two = train(b.path, 2,
+                   " --set train.steps=12 --set balance.batching=tokens --set train.peak_tflops=0.001"
+                   " --set model.lm_head_chunk=7 --set train.recompute=layer",
+                   "run");
   ASSERT_EQ(one["losses"].size(), 12u);
   ASSERT_EQ(two["losses"].size(), 12u);
   for (size_t i = 0; i < 12; ++i)
@@ -51,6 +55,9 @@ TEST_F(TrainCli, OneAndTwoRanksGiveTheSameLossesAndTheLossFalls) {
   EXPECT_EQ(two["ranks"], 2);
   for (const char* key : {"steps", "first_loss", "last_loss", "tokens_per_s", "mean_imbalance", "checkpoint", "log"})
     EXPECT_TRUE(two.contains(key)) << key;
+  EXPECT_EQ(one["mfu"].get<double>(), 0.0);  // no peak known on the CPU
+  EXPECT_GT(two["mfu"].get<double>(), 0.0);
+  EXPECT_EQ(two["peak_mem_gib"].get<double>(), 0.0);
 }
 
 TEST_F(TrainCli, ResumeIsBitExactAtOneAndTwoRanks) {
