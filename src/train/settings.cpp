@@ -104,7 +104,7 @@ Settings from_config(const Config& cfg, int64_t data_vocab) {
   t.inject_nan_count = cfg.i("train.inject_nan_count");
 
   s.data = {cfg.s("data.path"), uint64_t(cfg.i("data.seed")), cfg.f("data.val_fraction"),
-            cfg.s("data.long_docs") == "reject"};
+            cfg.s("data.long_docs") == "reject", cfg.s("data.long_docs") == "shard"};
   s.checkpoint = {cfg.s("checkpoint.dir"), cfg.i("checkpoint.every"), cfg.i("checkpoint.keep"),
                   cfg.s("checkpoint.on_error") == "stop"};
   s.log = {cfg.s("log.path"), cfg.i("log.every"), cfg.b("log.progress")};

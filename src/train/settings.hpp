@@ -21,7 +21,8 @@ struct DataSettings {
   std::string path;
   uint64_t seed = 0;
   double val_fraction = 0;
-  bool reject_long = false;  // data.long_docs = "reject" (else windows)
+  bool reject_long = false;  // data.long_docs = "reject"
+  bool shard_long = false;   // data.long_docs = "shard" (neither: windows)
 };
 
 // [attention]: the run's attention, from which each micro-batch's AttnSettings is built with

@@ -4,7 +4,9 @@
 // says when to shard and what it costs.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -23,11 +25,30 @@ using Piece = std::pair<int32_t, int32_t>;  // [begin, end) tokens of the docume
 std::vector<double> block_costs(int64_t len, int block_size, bool sparse, int k, int local_blocks,
                                 double token_cost);
 
+// The linear layers' flops per token in units of one kept key block of one query block (all heads):
+// block_costs's token_cost for this model.
+double token_cost(const ModelDims& d, int block_size);
+
 // The pieces of each of G members: the document's blocks cut into 2G contiguous chunks of equal
 // predicted work (`costs`, one per block), member r taking chunks r and 2G-1-r (adjacent chunks of
 // one member merge). With equal costs this is Megatron's zigzag; with sparse costs the early
 // chunks, whose rows keep fewer blocks, grow longer. Every piece is block-aligned.
 std::vector<std::vector<Piece>> split_document(int64_t len, int G, int block_size, std::span<const double> costs);
+
+// data.long_docs = "shard": where each document longer than `cap` goes. A document of L tokens is
+// sharded over G = ceil(L / cap) consecutive ranks (so no rank holds more than about `cap` of its
+// tokens); groups are laid out first-fit in rounds, a round being one more micro-batch on its
+// groups' ranks, after the step's planned micro-batches.
+struct ShardedDoc {
+  uint64_t doc = 0, len = 0;
+  int round = 0, first = 0;                 // ranks [first, first + pieces.size())
+  std::vector<std::vector<Piece>> pieces;   // per member, split_document's
+};
+// Moves the documents longer than `cap` out of `docs` (in data order) into the result. `costs`
+// gives split_document its block costs for a length. An error, naming data.long_docs and
+// train.micro_batch_tokens, when a document needs more ranks than `world`.
+std::vector<ShardedDoc> take_long_docs(std::vector<std::pair<uint64_t, uint64_t>>& docs, int64_t cap, int world,
+                                       int block_size, const std::function<std::vector<double>(int64_t)>& costs);
 
 // The groups of this rank's sharded documents and the MPI exchange of their rows. One instance
 // lives as long as the DocShards that name its groups.
@@ -38,8 +59,8 @@ class ShardGroups {
   ShardGroups& operator=(const ShardGroups&) = delete;
   // Collective over every rank of the world: a group of the world ranks [first, first + pieces.size())
   // computing one document; member r holds pieces[r]. Returns this rank's DocShard (group set,
-  // pieces its own), or one without pieces when this rank is not a member.
-  DocShard add(int first, int32_t doc_len, std::vector<std::vector<Piece>> pieces);
+  // pieces its own, perhaps none), nothing when this rank is not a member.
+  std::optional<DocShard> add(int first, int32_t doc_len, std::vector<std::vector<Piece>> pieces);
   void clear() { groups_.clear(); }
   // The functions the model calls; they reference this object.
   const ShardExchange<float>& exchange_f32() const { return ex32_; }

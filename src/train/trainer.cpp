@@ -38,7 +38,9 @@ struct Trainer::StepState {
   GlobalBatch gb;                  // plan
   std::vector<Segment> segs;
   int64_t targets = 0;             // over the global batch
-  std::vector<MicroBatch> mine;    // this rank's micro-batches
+  std::vector<MicroBatch> mine;    // this rank's micro-batches: the plan's, then its sharded documents'
+  std::vector<DocShard> shards;    // mine[planned + i] is this rank's part of shards[i] (data.long_docs = "shard")
+  size_t planned = 0;
   std::vector<double> summary;     // predict: this rank's packed RankSummary
   TuneResult tuned;                // tune: per micro-batch budgets, consumed by compute
   double plan_ms = 0;              // plan to tune
@@ -63,6 +65,10 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
       stop_at_(stop_at) {
   if (!set_.balance.profile.empty()) lm_ = LatencyModel::load_file(set_.balance.profile, &lm_.shape());
   lm_.set_ema(set_.balance.ema);
+  if (set_.data.shard_long && set_.train.device != "cpu")
+    throw Error("data.long_docs = \"shard\" runs on train.device = \"cpu\" only so far (the GPU exchange is not "
+                "built); use data.long_docs = \"window\" on GPUs");
+  engine_->shard_exchange = &shard_groups_.exchange_f32();
   if (!set_.attention.sparse && set_.balance.dst.tuning == Tuning::Dst)
     throw Error("balance.tuning = \"dst\" needs attention.mode = \"sparse\" (dense attention has no budget to tune)");
 
@@ -156,8 +162,18 @@ void Trainer::plan(StepState& st) {
   const int R = comm_.size(), me = comm_.rank();
   const int64_t cap = set_.train.micro_batch_tokens;
   st.gb = draw_global_batch(ds_, set_.data.seed, set_.data.val_fraction, set_.train.global_batch_tokens, cur_, order_);
-  st.segs = make_segments(st.gb.docs, cap, set_.data.reject_long);
-  const int M = int(std::max<int64_t>(1, (st.gb.tokens + int64_t(R) * cap - 1) / (int64_t(R) * cap)));
+  std::vector<std::pair<uint64_t, uint64_t>> docs = st.gb.docs;
+  const std::vector<ShardedDoc> sharded = set_.data.shard_long ? take_long_docs(docs, cap, R, set_.attention.block_size,
+                                                                                [&](int64_t len) {
+                                                                                  const AttentionSettings& at = set_.attention;
+                                                                                  return block_costs(len, at.block_size, at.sparse, at.k, at.local_blocks,
+                                                                                                     token_cost(dims_, at.block_size));
+                                                                                })
+                                                               : std::vector<ShardedDoc>{};
+  st.segs = make_segments(docs, cap, set_.data.reject_long);
+  int64_t tokens = 0;
+  for (const auto& d : docs) tokens += int64_t(d.second);
+  const int M = int(std::max<int64_t>(1, (tokens + int64_t(R) * cap - 1) / (int64_t(R) * cap)));
   // One plan over all ranks, or (balance.group_ranks) only this rank's group's plan: the same
   // micro-batches as the whole two-level plan would give this rank, at a fraction of the cost.
   const BalanceSettings& b = set_.balance;
@@ -168,7 +184,19 @@ void Trainer::plan(StepState& st) {
     Plan p = make_plan(st.segs, R, M, cap, b.batching, lm_, b.dst.k0, b.plan);
     st.mine = std::move(p.ranks[size_t(me)]);
   }
-  st.targets = count_targets(ds_, st.segs);
+  st.planned = st.mine.size();
+  shard_groups_.clear();
+  std::vector<Segment> whole;  // the sharded documents, for the target count
+  for (const ShardedDoc& d : sharded) {  // every rank in the same order: the groups are made collectively
+    whole.push_back({d.doc, 0, d.len});
+    std::optional<DocShard> sh = shard_groups_.add(d.first, int32_t(d.len), d.pieces);
+    if (!sh) continue;
+    MicroBatch mb;
+    for (auto [b, e] : sh->pieces) mb.segs.push_back({d.doc, uint64_t(b), uint64_t(e - b)}), mb.tokens += e - b;
+    st.mine.push_back(std::move(mb));
+    st.shards.push_back(std::move(*sh));
+  }
+  st.targets = count_targets(ds_, st.segs) + count_targets(ds_, whole);
 }
 
 // ---- predict: this rank's items (micro-batch x layer) at every allowed budget, summarized
@@ -205,7 +233,7 @@ void Trainer::compute(StepState& st) {
   const auto t_compute = Clock::now();
   for (size_t m = 0; m < st.mine.size(); ++m) {
     const MicroBatch& mb = st.mine[m];
-    PackedBatch b = pack_micro_batch(ds_, mb);
+    PackedBatch b = m < st.planned ? pack_micro_batch(ds_, mb) : pack_shard(ds_, mb, st.shards[m - st.planned]);
     const AttnSettings a = set_.attention.for_budgets(std::move(st.tuned.k[m]));
     MicroBatchStats ms = engine_->forward_backward(b, a, loss_scale, m + 1 == st.mine.size());
     my.tokens += double(b.n());

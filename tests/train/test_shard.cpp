@@ -1,7 +1,8 @@
 // Context parallelism (issue 21) on 1, 2 and 4 real MPI ranks: one document of G micro-batches
 // sharded over the G = world ranks, each rank also holding a short document of its own, gives the
 // loss, the gradients and the gating statistics of one rank holding everything in one micro-batch:
-// dense and sparse attention, GQA and one kv head, float32 and float64.
+// dense and sparse attention, GQA and one kv head, float32 and float64. Then the trainer with
+// data.long_docs = "shard": the same loss as whole documents, bit-exact resume, the rank error.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -10,8 +11,12 @@
 #include <numeric>
 #include <random>
 
+#include "base/hash.hpp"
+#include "io/checkpoint.hpp"
 #include "src/comm/comm.hpp"
 #include "src/train/shard.hpp"
+#include "src/train/trainer.hpp"
+#include "train_test_util.hpp"
 
 namespace {
 
@@ -62,7 +67,7 @@ void check_case(const Case& c, double tol) {
   // This rank's micro-batch: its short document, then its pieces of the long one.
   sb::ShardGroups groups(comm);
   const auto costs = sb::block_costs(L, kBlock, c.sparse, 2, a.local_blocks, 0.1);
-  sb::DocShard sh = groups.add(0, L, sb::split_document(L, G, kBlock, costs));
+  sb::DocShard sh = groups.add(0, L, sb::split_document(L, G, kBlock, costs)).value();
   sb::PackedBatch mine;
   mine.add(random_doc(size_t(10 + 7 * me), 100 + uint64_t(me)));
   for (auto [b, e] : sh.pieces)
@@ -163,3 +168,84 @@ TEST(Shard, TooFewRanksSaysHowManyAreNeeded) {
 }
 
 }  // namespace
+
+// ---- data.long_docs = "shard" in the trainer (the tiny corpus: documents up to 1,024 tokens)
+
+namespace trainer {
+
+using namespace sbtest;
+
+// The deterministic policies (plans independent of measured times).
+std::string flags(int cap) {
+  return " --set balance.batching=tokens --set balance.tuning=fixed --set balance.self_profile=false"
+         " --set train.micro_batch_tokens=" + std::to_string(cap);
+}
+
+uint64_t weights_hash(const sb::Trainer& t) {
+  const auto& w = t.model().weights();
+  return sb::fnv1a(w.data(), w.size() * sizeof(float));
+}
+
+// One micro-batch of 1,024 tokens holds every document whole; sharding the long ones over ranks of
+// 1024 / ranks tokens each trains the same documents with the same math: the losses agree to float
+// rounding (the first, at the initial weights, to 1e-5), and the sharded run resumes bit-exactly.
+TEST(ShardTrain, LongDocumentsShardedTrainAsWholeAndResumeBitExact) {
+  sb::Comm comm;
+  const int R = comm.size();
+  if (R == 1) GTEST_SKIP() << "sharding needs 2 ranks or more (the error is checked below)";
+  const std::string dir = scratch(comm, "shard");
+  const int cap = 1024 / R;
+  sb::Config whole = tiny_config(dir, flags(1024) + " --set train.steps=4 --set log.path=" + dir + "/whole.h5");
+  sb::Trainer tw(whole, comm, "", 0);
+  const sb::TrainResult rw = tw.run();
+  const std::string base = flags(cap) + " --set data.long_docs=shard --set train.steps=4 --set checkpoint.every=2";
+  sb::Config one = tiny_config(dir, base + " --set log.path=" + dir + "/one.h5 --set checkpoint.dir=" + dir + "/c1");
+  sb::Trainer t1(one, comm, "", 0);
+  const sb::TrainResult r1 = t1.run();
+  {  // the case is not vacuous: the steps' global batches have documents to shard
+    const sb::Settings& set = t1.settings();
+    sb::Dataset ds = sb::Dataset::open(set.data.path);
+    sb::DataCursor cur;
+    std::vector<uint64_t> order;
+    int64_t long_docs = 0;
+    for (int s = 0; s < 4; ++s)
+      for (auto [doc, len] :
+           sb::draw_global_batch(ds, set.data.seed, set.data.val_fraction, set.train.global_batch_tokens, cur, order).docs)
+        long_docs += int64_t(len) > cap;
+    EXPECT_GT(long_docs, 0);
+  }
+  EXPECT_NEAR(r1.first_loss, rw.first_loss, 1e-5 * rw.first_loss);
+  ASSERT_EQ(r1.losses.size(), rw.losses.size());
+  for (size_t i = 0; i < rw.losses.size(); ++i) EXPECT_NEAR(r1.losses[i], rw.losses[i], 1e-4 * rw.losses[i]) << "step " << i + 1;
+  EXPECT_EQ(r1.last_step, 4);
+  EXPECT_TRUE(comm.all_equal(weights_hash(t1)));
+
+  const std::string c2 = dir + "/c2";
+  sb::Config two = tiny_config(dir, base + " --set log.path=" + dir + "/two.h5 --set checkpoint.dir=" + c2);
+  {
+    sb::Trainer a(two, comm, "", 2);
+    a.run();
+  }
+  sb::Trainer b(two, comm, sb::checkpoint_path(c2, 2), 0);
+  const sb::TrainResult rb = b.run();
+  EXPECT_EQ(rb.last_step, 4);
+  EXPECT_EQ(weights_hash(b), weights_hash(t1));
+}
+
+TEST(ShardTrain, TooFewRanksNamesHowManyAreNeeded) {
+  sb::Comm comm;
+  const std::string dir = scratch(comm, "shard_few");
+  // 32 tokens per rank: a document of more than 128 tokens needs more than 4 ranks.
+  sb::Config cfg = tiny_config(dir, flags(32) + " --set data.long_docs=shard --set train.steps=1");
+  try {
+    sb::Trainer t(cfg, comm, "", 0);
+    t.run();
+    FAIL() << "no error";
+  } catch (const std::exception& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("ranks, and the run has " + std::to_string(comm.size())), std::string::npos) << m;
+    EXPECT_NE(m.find("data.long_docs"), std::string::npos) << m;
+  }
+}
+
+}  // namespace trainer
