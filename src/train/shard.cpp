@@ -55,35 +55,6 @@ std::vector<std::vector<Piece>> split_document(int64_t len, int G, int block_siz
   return out;
 }
 
-std::vector<ShardedDoc> take_long_docs(std::vector<std::pair<uint64_t, uint64_t>>& docs, int64_t cap, int world,
-                                       int block_size, const std::function<std::vector<double>(int64_t)>& costs) {
-  std::vector<ShardedDoc> out;
-  std::vector<int> next_free;  // per round: its first rank not in a group yet
-  size_t kept = 0;
-  for (const auto& [doc, len] : docs) {
-    if (int64_t(len) <= cap) {
-      docs[kept++] = {doc, len};
-      continue;
-    }
-    const int64_t G = (int64_t(len) + cap - 1) / cap;
-    if (G > world)
-      throw Error("document " + std::to_string(doc) + " has " + std::to_string(len) + " tokens: sharded at most " +
-                  std::to_string(cap) + " tokens per rank (train.micro_batch_tokens) it needs " + std::to_string(G) +
-                  " ranks, and the run has " + std::to_string(world) + " (data.long_docs = \"shard\"); run on " +
-                  std::to_string(G) + " ranks or more, or raise train.micro_batch_tokens");
-    size_t round = 0;
-    while (round < next_free.size() && next_free[round] + G > world) ++round;
-    if (round == next_free.size()) next_free.push_back(0);
-    ShardedDoc d{doc, len, int(round), next_free[round], {}};
-    d.pieces = split_document(int64_t(len), int(G), block_size, costs(int64_t(len)));
-    next_free[round] += int(G);
-    out.push_back(std::move(d));
-  }
-  docs.resize(kept);
-  std::stable_sort(out.begin(), out.end(), [](const ShardedDoc& a, const ShardedDoc& b) { return a.round < b.round; });
-  return out;
-}
-
 std::optional<DocShard> ShardGroups::add(int first, int32_t doc_len, std::vector<std::vector<Piece>> pieces) {
   const int me = world_.rank(), G = int(pieces.size());
   if (first < 0 || first + G > world_.size())

@@ -35,21 +35,6 @@ double token_cost(const ModelDims& d, int block_size);
 // chunks, whose rows keep fewer blocks, grow longer. Every piece is block-aligned.
 std::vector<std::vector<Piece>> split_document(int64_t len, int G, int block_size, std::span<const double> costs);
 
-// data.long_docs = "shard": where each document longer than `cap` goes. A document of L tokens is
-// sharded over G = ceil(L / cap) consecutive ranks (so no rank holds more than about `cap` of its
-// tokens); groups are laid out first-fit in rounds, a round being one more micro-batch on its
-// groups' ranks, after the step's planned micro-batches.
-struct ShardedDoc {
-  uint64_t doc = 0, len = 0;
-  int round = 0, first = 0;                 // ranks [first, first + pieces.size())
-  std::vector<std::vector<Piece>> pieces;   // per member, split_document's
-};
-// Moves the documents longer than `cap` out of `docs` (in data order) into the result. `costs`
-// gives split_document its block costs for a length. An error, naming data.long_docs and
-// train.micro_batch_tokens, when a document needs more ranks than `world`.
-std::vector<ShardedDoc> take_long_docs(std::vector<std::pair<uint64_t, uint64_t>>& docs, int64_t cap, int world,
-                                       int block_size, const std::function<std::vector<double>(int64_t)>& costs);
-
 // The groups of this rank's sharded documents and the MPI exchange of their rows. One instance
 // lives as long as the DocShards that name its groups.
 class ShardGroups {

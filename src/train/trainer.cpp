@@ -162,34 +162,37 @@ void Trainer::plan(StepState& st) {
   const int R = comm_.size(), me = comm_.rank();
   const int64_t cap = set_.train.micro_batch_tokens;
   st.gb = draw_global_batch(ds_, set_.data.seed, set_.data.val_fraction, set_.train.global_batch_tokens, cur_, order_);
+  const BalanceSettings& b = set_.balance;
+  // data.long_docs = "shard": the long documents' groups first, their load the plan's preload.
   std::vector<std::pair<uint64_t, uint64_t>> docs = st.gb.docs;
-  const std::vector<ShardedDoc> sharded = set_.data.shard_long ? take_long_docs(docs, cap, R, set_.attention.block_size,
-                                                                                [&](int64_t len) {
-                                                                                  const AttentionSettings& at = set_.attention;
-                                                                                  return block_costs(len, at.block_size, at.sparse, at.k, at.local_blocks,
-                                                                                                     token_cost(dims_, at.block_size));
-                                                                                })
-                                                               : std::vector<ShardedDoc>{};
+  std::vector<double> preload;
+  const double kv_bytes = 4.0 * dims_.n_kv_heads * dims_.head_dim;
+  const std::vector<ShardGroup> sharded =
+      set_.data.shard_long ? place_long_docs(docs, cap, R, b.batching, lm_, b.dst.k0, kv_bytes, preload)
+                           : std::vector<ShardGroup>{};
   st.segs = make_segments(docs, cap, set_.data.reject_long);
   int64_t tokens = 0;
   for (const auto& d : docs) tokens += int64_t(d.second);
   const int M = int(std::max<int64_t>(1, (tokens + int64_t(R) * cap - 1) / (int64_t(R) * cap)));
   // One plan over all ranks, or (balance.group_ranks) only this rank's group's plan: the same
   // micro-batches as the whole two-level plan would give this rank, at a fraction of the cost.
-  const BalanceSettings& b = set_.balance;
   if (b.plan.group_ranks > 0 && b.plan.group_ranks < R && b.batching != Batching::Sequential) {
     GroupPlan gp = make_group_plan(st.segs, R, M, cap, b.batching, lm_, b.dst.k0, b.plan, me);
     st.mine = std::move(gp.ranks[size_t(me - gp.first_rank)]);
   } else {
-    Plan p = make_plan(st.segs, R, M, cap, b.batching, lm_, b.dst.k0, b.plan);
+    Plan p = make_plan(st.segs, R, M, cap, b.batching, lm_, b.dst.k0, b.plan, preload);
     st.mine = std::move(p.ranks[size_t(me)]);
   }
   st.planned = st.mine.size();
   shard_groups_.clear();
   std::vector<Segment> whole;  // the sharded documents, for the target count
-  for (const ShardedDoc& d : sharded) {  // every rank in the same order: the groups are made collectively
+  const AttentionSettings& at = set_.attention;
+  for (const ShardGroup& d : sharded) {  // every rank in the same order: the groups are made collectively
     whole.push_back({d.doc, 0, d.len});
-    std::optional<DocShard> sh = shard_groups_.add(d.first, int32_t(d.len), d.pieces);
+    const auto costs = block_costs(int64_t(d.len), at.block_size, at.sparse, at.k, at.local_blocks,
+                                   token_cost(dims_, at.block_size));
+    std::optional<DocShard> sh =
+        shard_groups_.add(d.first, int32_t(d.len), split_document(int64_t(d.len), d.ranks, at.block_size, costs));
     if (!sh) continue;
     MicroBatch mb;
     for (auto [b, e] : sh->pieces) mb.segs.push_back({d.doc, uint64_t(b), uint64_t(e - b)}), mb.tokens += e - b;
