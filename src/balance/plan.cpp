@@ -469,23 +469,45 @@ double shard_exchange_ms(const LatencyModel& lm, int64_t len, double kv_bytes_pe
   return lm.shape().n_layers * 3.0 * lm.allreduce_ms(double(len) * kv_bytes_per_token);
 }
 
+namespace {
+// A whole document's cost in `batching`'s units, and a member's exchange in them (0 for tokens).
+double whole_cost(Batching batching, const LatencyModel& lm, int64_t len, int k0) {
+  if (batching == Batching::Tokens || batching == Batching::Sequential) return double(len);
+  return batching == Batching::Quadratic ? lm.dense_segment_cost(len) : lm.segment_cost(len, k0);
+}
+double exchange_cost(Batching batching, const LatencyModel& lm, int64_t len, double kv_bytes_per_token) {
+  if (batching == Batching::Tokens || batching == Batching::Sequential) return 0;
+  return shard_exchange_ms(lm, len, kv_bytes_per_token);
+}
+}  // namespace
+
 double shard_cost(Batching batching, const LatencyModel& lm, int64_t len, int G, int k0, double kv_bytes_per_token) {
-  if (batching == Batching::Tokens || batching == Batching::Sequential) return double(len) / G;
-  const double work = batching == Batching::Quadratic ? lm.dense_segment_cost(len) : lm.segment_cost(len, k0);
-  return work / G + shard_exchange_ms(lm, len, kv_bytes_per_token);
+  return whole_cost(batching, lm, len, k0) / G + exchange_cost(batching, lm, len, kv_bytes_per_token);
 }
 
 std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t>>& docs, int64_t capacity, int ranks,
                                         Batching batching, const LatencyModel& lm, int k0, double kv_bytes_per_token,
-                                        std::vector<double>& load) {
+                                        bool shard_fitting, std::vector<double>& load) {
   std::vector<ShardGroup> out;
+  double total = 0;
+  for (const auto& d : docs) total += whole_cost(batching, lm, int64_t(d.second), k0);
+  const double fair = total / ranks;
   size_t kept = 0;
   for (const auto& [doc, len] : docs) {
-    if (int64_t(len) <= capacity) {
+    const double W = whole_cost(batching, lm, int64_t(len), k0), X = exchange_cost(batching, lm, int64_t(len), kv_bytes_per_token);
+    const bool long_doc = int64_t(len) > capacity;
+    if (!long_doc && !(shard_fitting && W > fair)) {
       docs[kept++] = {doc, len};
       continue;
     }
-    const int64_t G = (int64_t(len) + capacity - 1) / capacity;
+    int64_t G = (int64_t(len) + capacity - 1) / capacity;
+    // Enough members that one's part, exchange included, is within the fair share (at most all ranks).
+    const int64_t by_cost = fair > X ? int64_t(std::ceil(W / (fair - X) - 1e-9)) : int64_t(ranks);
+    if (G <= ranks) G = std::max(G, std::min<int64_t>(by_cost, ranks));
+    if (G < 2 && !long_doc) {  // a fitting document not worth sharding after all
+      docs[kept++] = {doc, len};
+      continue;
+    }
     if (G > ranks)
       throw Error("document " + std::to_string(doc) + " has " + std::to_string(len) + " tokens: sharded at most " +
                   std::to_string(capacity) + " tokens per rank (train.micro_batch_tokens) it needs " +

@@ -43,6 +43,7 @@ struct BalanceSettings {
   DstParams dst;             // k0 = attention.k, n_layers = model.n_layers
   std::string profile;       // latency profile file ("" = analytic or self-profile)
   bool self_profile = true;
+  bool shard_docs = false;   // balance.shard_docs: costly documents that fit are sharded too
   double ema = 0.3, recall_alpha = 0.5;
 };
 

@@ -65,6 +65,8 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
       stop_at_(stop_at) {
   if (!set_.balance.profile.empty()) lm_ = LatencyModel::load_file(set_.balance.profile, &lm_.shape());
   lm_.set_ema(set_.balance.ema);
+  if (set_.balance.shard_docs && !set_.data.shard_long)
+    throw Error("balance.shard_docs = true needs data.long_docs = \"shard\" (documents are sharded by the same machinery)");
   if (set_.data.shard_long && set_.train.device != "cpu")
     throw Error("data.long_docs = \"shard\" runs on train.device = \"cpu\" only so far (the GPU exchange is not "
                 "built); use data.long_docs = \"window\" on GPUs");
@@ -168,7 +170,7 @@ void Trainer::plan(StepState& st) {
   std::vector<double> preload;
   const double kv_bytes = 4.0 * dims_.n_kv_heads * dims_.head_dim;
   const std::vector<ShardGroup> sharded =
-      set_.data.shard_long ? place_long_docs(docs, cap, R, b.batching, lm_, b.dst.k0, kv_bytes, preload)
+      set_.data.shard_long ? place_long_docs(docs, cap, R, b.batching, lm_, b.dst.k0, kv_bytes, b.shard_docs, preload)
                            : std::vector<ShardGroup>{};
   st.segs = make_segments(docs, cap, set_.data.reject_long);
   int64_t tokens = 0;
