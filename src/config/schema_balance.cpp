@@ -18,7 +18,7 @@ std::vector<KeySpec> schema_balance() {
       {"balance.swap_rounds", T::Int, "64", 0, 1 << 20, {}, "SAB: improving moves/swaps between the most and least loaded ranks"},
       {"balance.recall_alpha", T::Float, "0.5", 0.01, 5, {}, "initial recall exponent: recall = kept_fraction^alpha per layer, learned online"},
       {"balance.group_ranks", T::Int, "0", 0, 1 << 20, {}, "two-level SAB plan (tokens/quadratic/sparse): the batch is cut into cost-balanced runs, one per group of this many consecutive ranks, and each rank plans only its group's run (0 = one plan over all ranks; for thousands of ranks). In simulate, plan_ms then counts one rank's group plan"},
-      {"balance.shard_docs", T::Bool, "false", 0, 0, {}, "with data.long_docs = \"shard\": also shard a document that fits one micro-batch when its predicted cost is above the fair share (all documents' cost / ranks), over enough ranks that each part is within it; long documents get such groups anyway (src/train/README.md, 'Sharded documents')"},
+      {"balance.shard_docs", T::Bool, "false", 0, 0, {}, "with data.long_docs = \"shard\": also shard a document that fits one micro-batch when its predicted cost is above the fair share (all documents' cost / ranks), over enough ranks that each part is within it; long documents get such groups anyway (src/balance/README.md, 'Sharded documents')"},
       {"balance.curve_points", T::Int, "32", 2, 4096, {}, "samples of each rank's recall/time curve exchanged for balance.target = recall"},
       // [simulate] the balancer on a modelled cluster (no model run)
       {"simulate.ranks", T::Int, "8", 1, 1 << 20, {}, "modelled ranks"},
