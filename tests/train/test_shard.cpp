@@ -195,10 +195,10 @@ TEST(ShardTrain, LongDocumentsShardedTrainAsWholeAndResumeBitExact) {
   if (R == 1) GTEST_SKIP() << "sharding needs 2 ranks or more (the error is checked below)";
   const std::string dir = scratch(comm, "shard");
   const int cap = 1024 / R;
-  sb::Config whole = tiny_config(dir, flags(1024) + " --set train.steps=4 --set log.path=" + dir + "/whole.h5");
+  sb::Config whole = tiny_config(dir, flags(1024) + " --set train.steps=3 --set log.path=" + dir + "/whole.h5");
   sb::Trainer tw(whole, comm, "", 0);
   const sb::TrainResult rw = tw.run();
-  const std::string base = flags(cap) + " --set data.long_docs=shard --set train.steps=4 --set checkpoint.every=2";
+  const std::string base = flags(cap) + " --set data.long_docs=shard --set train.steps=3 --set checkpoint.every=2";
   sb::Config one = tiny_config(dir, base + " --set log.path=" + dir + "/one.h5 --set checkpoint.dir=" + dir + "/c1");
   sb::Trainer t1(one, comm, "", 0);
   const sb::TrainResult r1 = t1.run();
@@ -208,7 +208,7 @@ TEST(ShardTrain, LongDocumentsShardedTrainAsWholeAndResumeBitExact) {
     sb::DataCursor cur;
     std::vector<uint64_t> order;
     int64_t long_docs = 0;
-    for (int s = 0; s < 4; ++s)
+    for (int s = 0; s < 3; ++s)
       for (auto [doc, len] :
            sb::draw_global_batch(ds, set.data.seed, set.data.val_fraction, set.train.global_batch_tokens, cur, order).docs)
         long_docs += int64_t(len) > cap;
@@ -217,8 +217,16 @@ TEST(ShardTrain, LongDocumentsShardedTrainAsWholeAndResumeBitExact) {
   EXPECT_NEAR(r1.first_loss, rw.first_loss, 1e-5 * rw.first_loss);
   ASSERT_EQ(r1.losses.size(), rw.losses.size());
   for (size_t i = 0; i < rw.losses.size(); ++i) EXPECT_NEAR(r1.losses[i], rw.losses[i], 1e-4 * rw.losses[i]) << "step " << i + 1;
-  EXPECT_EQ(r1.last_step, 4);
+  EXPECT_EQ(r1.last_step, 3);
   EXPECT_TRUE(comm.all_equal(weights_hash(t1)));
+
+  // balance.shard_docs: at 4 ranks (fair share 512 tokens) documents that fit 1,024 are sharded too.
+  sb::Config fit = tiny_config(dir, flags(1024) + " --set data.long_docs=shard --set balance.shard_docs=true"
+                                    " --set train.steps=3 --set log.path=" + dir + "/fit.h5 --set checkpoint.dir=" + dir + "/c3");
+  sb::Trainer tf(fit, comm, "", 0);
+  const sb::TrainResult rf = tf.run();
+  ASSERT_EQ(rf.losses.size(), rw.losses.size());
+  for (size_t i = 0; i < rw.losses.size(); ++i) EXPECT_NEAR(rf.losses[i], rw.losses[i], 1e-4 * rw.losses[i]) << "step " << i + 1;
 
   const std::string c2 = dir + "/c2";
   sb::Config two = tiny_config(dir, base + " --set log.path=" + dir + "/two.h5 --set checkpoint.dir=" + c2);
@@ -228,7 +236,7 @@ TEST(ShardTrain, LongDocumentsShardedTrainAsWholeAndResumeBitExact) {
   }
   sb::Trainer b(two, comm, sb::checkpoint_path(c2, 2), 0);
   const sb::TrainResult rb = b.run();
-  EXPECT_EQ(rb.last_step, 4);
+  EXPECT_EQ(rb.last_step, 3);
   EXPECT_EQ(weights_hash(b), weights_hash(t1));
 }
 
