@@ -212,7 +212,7 @@ MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T los
     auto ta = Clock::now();
     k::block_attention_fwd(A.q.data(), A.kk.data(), A.v.data(), b.cu_seqlens.data(), nd, ashape, A.sel,
                            sized(A.att, size_t(N) * HD), sized(A.lse, size_t(N) * H));
-    A.shard_sel.resize(b.shards.size());
+    A.shard_sel.resize(b.shards.size());  // a shard's gating, attention and exchange count as attention
     for (size_t i = 0, at = size_t(n_seq); i < b.shards.size(); at += size_t(b.shards[i++].local_tokens()))
       add_stats(st.gating[l], shard_attention_fwd(b.shards[i], *ex, A.q.data() + at * HD, A.kk.data() + at * KD,
                                                   A.v.data() + at * KD, ashape, a.sparse,

@@ -242,7 +242,18 @@ void Trainer::compute(StepState& st) {
     const AttnSettings a = set_.attention.for_budgets(std::move(st.tuned.k[m]));
     MicroBatchStats ms = engine_->forward_backward(b, a, loss_scale, m + 1 == st.mine.size());
     my.tokens += double(b.n());
-    st.stats.add_micro_batch(me, mb, a, ms, lm_.micro_batch_parts(mb, a.k), lm_, set_.balance.dst.k0, dims_.n_kv_heads);
+    if (m < st.planned) {
+      st.stats.add_micro_batch(me, mb, a, ms, lm_.micro_batch_parts(mb, a.k), lm_, set_.balance.dst.k0, dims_.n_kv_heads);
+    } else {  // a sharded part: predicted as its share of the whole document, gating (done whole) as attention
+      const DocShard& sh = st.shards[m - st.planned];
+      const MicroBatch whole{{Segment{mb.segs.front().doc, 0, uint64_t(sh.doc_len)}}, sh.doc_len};
+      const PartTimes p = lm_.micro_batch_parts(whole, a.k);
+      const double share = double(b.n()) / double(sh.doc_len);
+      AttnSettings no_cand = a;  // the candidate-density check assumes whole segments: not for a part
+      no_cand.sparse = false;
+      st.stats.add_micro_batch(me, mb, no_cand, ms, PartTimes{p.attention * share + p.gating, 0, p.linear * share},
+                               lm_, set_.balance.dst.k0, dims_.n_kv_heads);
+    }
   }
   my.compute_ms = ms_since(t_compute);
   my.predicted_ms = st.tuned.my_predicted_ms;
