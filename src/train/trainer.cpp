@@ -246,7 +246,7 @@ void Trainer::compute(StepState& st) {
       st.stats.add_micro_batch(me, mb, a, ms, lm_.micro_batch_parts(mb, a.k), lm_, set_.balance.dst.k0, dims_.n_kv_heads);
     } else {  // a sharded part: predicted as its share of the whole document, gating (done whole) as attention
       const DocShard& sh = st.shards[m - st.planned];
-      const MicroBatch whole{{Segment{mb.segs.front().doc, 0, uint64_t(sh.doc_len)}}, sh.doc_len};
+      const MicroBatch whole{{Segment{0, 0, uint64_t(sh.doc_len)}}, sh.doc_len};  // (costs ignore the id)
       const PartTimes p = lm_.micro_batch_parts(whole, a.k);
       const double share = double(b.n()) / double(sh.doc_len);
       AttnSettings no_cand = a;  // the candidate-density check assumes whole segments: not for a part
