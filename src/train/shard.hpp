@@ -1,6 +1,6 @@
 // Context parallelism (data.long_docs = "shard", issue 21): how a document is split over a group of
 // ranks, and the exchange of its rows within the group (MPI, through src/comm's Group) that the
-// model is handed (ShardExchange in src/model/model.hpp). The README section "Sharded documents"
+// model is handed (ShardExchange in src/model/model.hpp). src/balance/README.md, "Sharded documents",
 // says when to shard and what it costs.
 #pragma once
 #include <cstdint>
