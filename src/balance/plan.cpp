@@ -303,7 +303,7 @@ void improve(Packer& pk, std::span<const Segment> segs, const std::vector<double
 
 // The one-level plan (LPT over all `ranks`, then swaps for sparse); inputs already validated.
 Plan flat_plan(std::span<const Segment> segs, int ranks, int micro_batches_per_rank, int64_t capacity, Batching batching,
-               const LatencyModel& lm, int k0, const PlanOptions& opt) {
+               const LatencyModel& lm, int k0, const PlanOptions& opt, std::span<const double> preload = {}) {
   if (batching == Batching::Sequential) return sequential_plan(segs, ranks, capacity);
 
   std::vector<Item> order = lpt_order(segs, capacity, batching, lm, k0);
@@ -313,12 +313,16 @@ Plan flat_plan(std::span<const Segment> segs, int ranks, int micro_batches_per_r
     for (const auto& it : order) cost[it.idx] = it.cost;
   }
   Packer pk(ranks, micro_batches_per_rank, capacity, segs.size());
+  if (!preload.empty()) pk.load.assign(preload.begin(), preload.end());
   // Min-heap of (load, rank) over ranks that may have room. A rank without room for the current
   // segment waits in `aside` (max-heap by its largest free space) until a segment fits it again:
   // each rank is set aside at most once per placement it receives, so LPT stays O(n log R).
   RankHeap heap;
   heap.h.reserve(size_t(ranks));
-  for (int r = 0; r < ranks; ++r) heap.h.push_back({0.0, r});  // already a heap (equal loads, ranks ascending)
+  if (preload.empty())
+    for (int r = 0; r < ranks; ++r) heap.h.push_back({0.0, r});  // already a heap (equal loads, ranks ascending)
+  else
+    for (int r = 0; r < ranks; ++r) heap.push(pk.load[size_t(r)], r);
   std::priority_queue<std::tuple<int64_t, int, int>> aside;  // (max_free, rank, version)
   std::vector<int> version(size_t(ranks), 0);
   for (const Item& item : order) {
@@ -440,11 +444,13 @@ std::vector<size_t> group_runs(std::span<const Segment> segs, int ranks, int64_t
 }  // namespace
 
 Plan make_plan(std::span<const Segment> segs, int ranks, int micro_batches_per_rank, int64_t capacity, Batching batching,
-               const LatencyModel& lm, int k0, const PlanOptions& opt) {
+               const LatencyModel& lm, int k0, const PlanOptions& opt, std::span<const double> preload) {
   validate_sizes(segs.size(), ranks, micro_batches_per_rank, opt);
+  if (!preload.empty() && int64_t(preload.size()) != ranks)
+    throw Error("make_plan: " + std::to_string(preload.size()) + " preloads for " + std::to_string(ranks) + " ranks");
   if (!two_level(ranks, batching, opt)) {
     validate_lengths(segs, capacity);
-    return flat_plan(segs, ranks, micro_batches_per_rank, capacity, batching, lm, k0, opt);
+    return flat_plan(segs, ranks, micro_batches_per_rank, capacity, batching, lm, k0, opt, preload);
   }
   const int g = opt.group_ranks;
   auto bounds = group_runs(segs, ranks, capacity, batching, lm, k0, g, (ranks + g - 1) / g - 1);
@@ -456,6 +462,80 @@ Plan make_plan(std::span<const Segment> segs, int ranks, int micro_batches_per_r
     for (int r = 0; r < n; ++r) p.ranks[size_t(first + r)] = std::move(gp.ranks[size_t(r)]);
   }
   return p;
+}
+
+double shard_exchange_ms(const LatencyModel& lm, int64_t len, double kv_bytes_per_token) {
+  // 6 collectives of len x kv bytes per layer; an all-reduce of B bytes moves about what two of them do.
+  return lm.shape().n_layers * 3.0 * lm.allreduce_ms(double(len) * kv_bytes_per_token);
+}
+
+namespace {
+// A whole document's cost in `batching`'s units, and a member's exchange in them (0 for tokens).
+double whole_cost(Batching batching, const LatencyModel& lm, int64_t len, int k0) {
+  if (batching == Batching::Tokens || batching == Batching::Sequential) return double(len);
+  return batching == Batching::Quadratic ? lm.dense_segment_cost(len) : lm.segment_cost(len, k0);
+}
+double exchange_cost(Batching batching, const LatencyModel& lm, int64_t len, double kv_bytes_per_token) {
+  if (batching == Batching::Tokens || batching == Batching::Sequential) return 0;
+  return shard_exchange_ms(lm, len, kv_bytes_per_token);
+}
+}  // namespace
+
+double shard_cost(Batching batching, const LatencyModel& lm, int64_t len, int G, int k0, double kv_bytes_per_token) {
+  return whole_cost(batching, lm, len, k0) / G + exchange_cost(batching, lm, len, kv_bytes_per_token);
+}
+
+std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t>>& docs, int64_t capacity, int ranks,
+                                        Batching batching, const LatencyModel& lm, int k0, double kv_bytes_per_token,
+                                        bool shard_fitting, std::vector<double>& load) {
+  std::vector<ShardGroup> out;
+  double total = 0;
+  for (const auto& d : docs) total += whole_cost(batching, lm, int64_t(d.second), k0);
+  const double fair = total / ranks;
+  size_t kept = 0;
+  for (const auto& [doc, len] : docs) {
+    const double W = whole_cost(batching, lm, int64_t(len), k0), X = exchange_cost(batching, lm, int64_t(len), kv_bytes_per_token);
+    const bool long_doc = int64_t(len) > capacity;
+    if (!long_doc && !(shard_fitting && W > fair)) {
+      docs[kept++] = {doc, len};
+      continue;
+    }
+    int64_t G = (int64_t(len) + capacity - 1) / capacity;
+    // Enough members that one's part, exchange included, is within the fair share (at most all ranks).
+    const int64_t by_cost = fair > X ? int64_t(std::ceil(W / (fair - X) - 1e-9)) : int64_t(ranks);
+    if (G <= ranks) G = std::max(G, std::min<int64_t>(by_cost, ranks));
+    if (G < 2 && !long_doc) {  // a fitting document not worth sharding after all
+      docs[kept++] = {doc, len};
+      continue;
+    }
+    if (G > ranks)
+      throw Error("document " + std::to_string(doc) + " has " + std::to_string(len) + " tokens: sharded at most " +
+                  std::to_string(capacity) + " tokens per rank (train.micro_batch_tokens) it needs " +
+                  std::to_string(G) + " ranks, and the run has " + std::to_string(ranks) +
+                  " (data.long_docs = \"shard\"); run on " + std::to_string(G) +
+                  " ranks or more, or raise train.micro_batch_tokens");
+    out.push_back({doc, len, 0, int(G)});
+  }
+  docs.resize(kept);
+  load.resize(size_t(ranks), 0.0);
+  std::vector<double> cost(out.size());
+  for (size_t i = 0; i < out.size(); ++i)
+    cost[i] = shard_cost(batching, lm, int64_t(out[i].len), out[i].ranks, k0, kv_bytes_per_token);
+  std::vector<size_t> order(out.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return cost[a] * out[a].ranks > cost[b] * out[b].ranks; });
+  std::vector<ShardGroup> placed;
+  for (size_t i : order) {
+    ShardGroup g = out[i];
+    double best = 1e300;
+    for (int s = 0; s + g.ranks <= ranks; ++s) {  // the window whose busiest rank is least busy
+      const double mx = *std::max_element(load.begin() + s, load.begin() + s + g.ranks);
+      if (mx < best) best = mx, g.first = s;
+    }
+    for (int r = g.first; r < g.first + g.ranks; ++r) load[size_t(r)] += cost[i];
+    placed.push_back(g);
+  }
+  return placed;
 }
 
 GroupPlan make_group_plan(std::span<const Segment> segs, int ranks, int micro_batches_per_rank, int64_t capacity, Batching batching,

@@ -48,8 +48,41 @@ struct PlanOptions {
 // LPT gives each segment, costliest first (ties: lower index), to the least-loaded rank (ties:
 // lower rank) with room, into its fullest micro-batch that fits; when no rank has room it opens
 // an extra micro-batch on the least-loaded rank. Segments longer than `capacity` are an error.
+// `preload` (empty, or one per rank): cost already on each rank before the plan (its parts of
+// sharded documents, in the batching's cost units: shard_cost), which LPT and the swaps balance
+// around. The one-level plan only (a two-level plan ignores it).
 Plan make_plan(std::span<const Segment> segs, int ranks, int micro_batches_per_rank, int64_t capacity, Batching batching,
-               const LatencyModel& lm, int k0, const PlanOptions& opt = {});
+               const LatencyModel& lm, int k0, const PlanOptions& opt = {}, std::span<const double> preload = {});
+
+// ---- sharded documents (data.long_docs = "shard", src/train/shard.hpp)
+
+// A document trained whole by `ranks` consecutive ranks from `first`, each with a part of it.
+struct ShardGroup {
+  uint64_t doc = 0, len = 0;
+  int first = 0, ranks = 0;
+};
+// One member's cost of a document of `len` tokens sharded over G ranks, in `batching`'s units
+// (tokens: len / G; quadratic and sparse: the document's predicted ms / G, the split being balanced
+// by work, plus the exchange, sparse_exchange_ms).
+double shard_cost(Batching batching, const LatencyModel& lm, int64_t len, int G, int k0, double kv_bytes_per_token);
+// The K/V exchange of one member per step: per layer an all-gather of K and of V in the forward,
+// again in the backward, and a reduce-scatter of dK and of dV, each moving len x kv_bytes_per_token
+// bytes (the latency model's all-reduce of those bytes counts as two such collectives).
+double shard_exchange_ms(const LatencyModel& lm, int64_t len, double kv_bytes_per_token);
+// Moves the documents to shard out of `docs` (data order kept for the rest) into groups of
+// consecutive ranks, costliest first, each onto the window of ranks with the least load so far
+// (ties: the lowest first rank). A document longer than `capacity` is sharded over at least
+// ceil(len / capacity) ranks (memory), and over more, up to `ranks`, when one member's part would
+// still cost more than the fair share (all documents' cost / ranks, in `batching`'s units): the
+// whole-document bound is what sharding removes. With `shard_fitting` (balance.shard_docs) a
+// document that fits one micro-batch but costs more than the fair share is sharded too. `load`
+// (one per rank, zeros to start) gets every member's shard_cost. Groups come back in placement
+// order, the order in which every member runs them (the lowest pending group's members are all at
+// it: no deadlock). An sb::Error naming data.long_docs and train.micro_batch_tokens when a document
+// needs more than `ranks`.
+std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t>>& docs, int64_t capacity, int ranks,
+                                        Batching batching, const LatencyModel& lm, int k0, double kv_bytes_per_token,
+                                        bool shard_fitting, std::vector<double>& load);
 
 // The ranks of make_plan's plan that share `rank`'s group (opt.group_ranks), exactly as make_plan
 // makes them: ranks[i] is rank first_rank + i. With one group (group_ranks = 0, >= ranks, or

@@ -60,7 +60,30 @@ SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallMod
       if (tokens + double(len) > target_tokens && !docs.empty()) break;
       docs.push_back({uint64_t(step) << 40 | id, len}), tokens += double(len);
     }
-    auto segs = make_segments(docs, cfg.capacity, cfg.reject_long);
+    double sum_whole = 0, max_whole = 0;  // the bounds of whole documents, and of tokens
+    for (const auto& [id, len] : docs) {
+      const double c = lm.segment_cost(int64_t(len), out.k_lo);
+      sum_whole += c, max_whole = std::max(max_whole, c);
+    }
+    out.token_bound += sum_whole / R / cfg.steps;
+    out.whole_doc_bound += std::max(sum_whole / R, max_whole) / cfg.steps;
+    // Sharding: the long documents leave the plan; their groups are placed per batching below.
+    std::vector<std::pair<uint64_t, uint64_t>> short_docs = docs;
+    double shard_sum_lo = 0, shard_max_lo = 0, shard_sum_k0 = 0, shard_max_k0 = 0;
+    if (cfg.shard_long) {
+      std::vector<double> ignored;
+      for (const ShardGroup& g : place_long_docs(short_docs, cfg.capacity, R, Batching::Tokens, lm, cfg.dst.k0,
+                                                 cfg.kv_bytes_per_token, cfg.shard_docs, ignored)) {
+        const double lo = lm.segment_cost(int64_t(g.len), out.k_lo) / g.ranks +
+                          shard_exchange_ms(lm, int64_t(g.len), cfg.kv_bytes_per_token);
+        const double at_k0 = lm.segment_cost(int64_t(g.len), cfg.dst.k0) / g.ranks +
+                             shard_exchange_ms(lm, int64_t(g.len), cfg.kv_bytes_per_token);
+        shard_sum_lo += lo * g.ranks, shard_max_lo = std::max(shard_max_lo, lo);
+        shard_sum_k0 += at_k0 * g.ranks, shard_max_k0 = std::max(shard_max_k0, at_k0);
+        out.sharded_per_step += 1.0 / cfg.steps;
+      }
+    }
+    auto segs = make_segments(short_docs, cfg.capacity, cfg.reject_long);
     out.docs_per_step += double(docs.size()) / cfg.steps;
     out.segments_per_step += double(segs.size()) / cfg.steps;
     out.tokens_per_step += tokens / cfg.steps;
@@ -69,13 +92,24 @@ SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallMod
       double c = lm.segment_cost(int64_t(s.len), out.k_lo), c0 = lm.segment_cost(int64_t(s.len), cfg.dst.k0);
       sum_lo += c, max_lo = std::max(max_lo, c), sum_k0 += c0, max_k0 = std::max(max_k0, c0);
     }
-    double lb = std::max(sum_lo / R, max_lo);
+    double lb = std::max((sum_lo + shard_sum_lo) / R, std::max(max_lo, shard_max_lo));
     out.lower_bound += lb / cfg.steps;
-    out.lower_bound_k0 += std::max(sum_k0 / R, max_k0) / cfg.steps;
+    out.lower_bound_k0 += std::max((sum_k0 + shard_sum_k0) / R, std::max(max_k0, shard_max_k0)) / cfg.steps;
 
     for (int bi = 0; bi < 4; ++bi) {
       double t0 = now_ms();
-      Plan plan = make_plan(segs, R, cfg.micro_batches, cfg.capacity, batchings[bi], lm, cfg.dst.k0, cfg.plan);
+      // The sharded documents' groups, placed in this batching's cost units, are the plan's preload.
+      std::vector<double> preload, shard_t(size_t(R), 0.0);  // shard_t: their true time per rank
+      if (cfg.shard_long) {
+        std::vector<std::pair<uint64_t, uint64_t>> rest = docs;
+        for (const ShardGroup& g : place_long_docs(rest, cfg.capacity, R, batchings[bi], lm, cfg.dst.k0,
+                                                   cfg.kv_bytes_per_token, cfg.shard_docs, preload)) {
+          const double ms = lm.segment_cost(int64_t(g.len), cfg.dst.k0) / g.ranks +
+                            shard_exchange_ms(lm, int64_t(g.len), cfg.kv_bytes_per_token);
+          for (int r = g.first; r < g.first + g.ranks; ++r) shard_t[size_t(r)] += ms;
+        }
+      }
+      Plan plan = make_plan(segs, R, cfg.micro_batches, cfg.capacity, batchings[bi], lm, cfg.dst.k0, cfg.plan, preload);
       double plan_ms = now_ms() - t0;
       if (cfg.plan.group_ranks > 0 && cfg.plan.group_ranks < R && batchings[bi] != Batching::Sequential) {
         // Two-level plan: one real rank computes only its group's part (tested equal to the plan's).
@@ -117,7 +151,7 @@ SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallMod
         double tune_ms = (now_ms() - t3) / R;
         // Score: the latency model is the truth (optionally with per-micro-batch noise).
         uint64_t noise_state = splitmix(cfg.seed ^ splitmix(uint64_t(step) * 8 + uint64_t(bi * 2 + ti)));
-        std::vector<double> t(static_cast<size_t>(R), 0.0);
+        std::vector<double> t = shard_t;  // sharded documents at k0 (DST tunes the planned micro-batches only)
         double rec = 0, weight = 0, planned_max = 0, planned_sum = 0;
         for (int r = 0; r < R; ++r) {
           const auto& it = items[size_t(r)];

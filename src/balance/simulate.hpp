@@ -22,6 +22,9 @@ struct SimConfig {
   int64_t capacity = 65536;      // tokens per micro-batch
   int64_t max_len = 65536;       // longest document of the preset
   bool reject_long = false;      // documents over capacity: windows (false) or error
+  bool shard_long = false;       // documents over capacity: sharded over ceil(len / capacity) ranks or more (place_long_docs)
+  bool shard_docs = false;       // balance.shard_docs: costly documents that fit are sharded too
+  double kv_bytes_per_token = 2048;  // K (or V) bytes of one token, all kv heads: the shard exchange's volume
   double noise = 0;              // true time = model x (1 + noise*(2u-1)) per micro-batch
   DstParams dst;                 // target, bounds, k0, n_layers (tuning is set per policy)
   PlanOptions plan;
@@ -38,7 +41,11 @@ struct PolicyResult {
 
 struct SimResult {
   std::vector<PolicyResult> policies;
-  double lower_bound = 0;     // mean over steps: max(sum seg cost at k_lo / ranks, largest seg cost at k_lo)
+  double lower_bound = 0;     // mean over steps: max(sum seg cost at k_lo / ranks, largest seg cost at k_lo);
+                              // sharding: a sharded document counts as its members' parts (with the exchange)
+  double token_bound = 0;     // mean over steps: sum of whole-document costs at k_lo / ranks (total work / ranks)
+  double whole_doc_bound = 0; // max(token_bound, costliest whole document at k_lo): no plan of whole documents beats it
+  double sharded_per_step = 0;  // documents sharded per step (shard_long)
   double lower_bound_k0 = 0;  // the same at k0 (floor for fixed budgets)
   int k_lo = 0;               // lowest allowed budget max(k_min, floor(k0 (1 - max_change)))
   double attention_share = 0; // attention / total of one micro-batch of one max_len document at k0

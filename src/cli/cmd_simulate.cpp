@@ -49,7 +49,9 @@ int run_simulate(const Args& args) {
                 (long long)sc.max_len);
     if (sc.plan.group_ranks > 0 && sc.plan.group_ranks < sc.ranks)
       std::printf("two-level plan: groups of %d ranks (sequential stays one-level); plan_ms counts one rank's group plan\n", sc.plan.group_ranks);
-    std::printf("per step: %.0f documents, %.0f segments, %.3g tokens\n\n", res.docs_per_step, res.segments_per_step, res.tokens_per_step);
+    std::printf("per step: %.0f documents, %.0f segments, %.3g tokens", res.docs_per_step, res.segments_per_step, res.tokens_per_step);
+    if (sc.shard_long) std::printf(", %.1f documents sharded", res.sharded_per_step);
+    std::printf("\n\n");
     std::printf("%-22s %12s %9s %7s %8s %8s %8s %10s\n", "policy", "makespan_ms", "imbal", "bubble", "recall", "speedup", "vs_LB", "plan_ms");
     for (const auto& p : res.policies)
       std::printf("%-22s %12.1f %9.4f %7.4f %8.5f %8.3f %8.4f %10.3f\n", p.name.c_str(), p.makespan, p.imbalance, p.bubble,
@@ -57,6 +59,8 @@ int run_simulate(const Args& args) {
     std::printf("\nlower bound %.1f ms (budgets at k_lo = %d; at k0: %.1f ms). plan_ms = make_plan + T* + one rank's own\n"
                 "items/summary/tuning, i.e. what each real rank pays per step (the other ranks' tuning is simulation overhead).\n",
                 res.lower_bound, res.k_lo, res.lower_bound_k0);
+    std::printf("token-level bound %.1f ms (total work / ranks), whole-document bound %.1f ms (no plan of whole documents "
+                "beats it)\n", res.token_bound, res.whole_doc_bound);
   }
   if (args.has("summary") && comm.root()) {
     nlohmann::json j;
@@ -65,6 +69,8 @@ int run_simulate(const Args& args) {
                                {"recall", p.recall}, {"speedup", p.speedup}, {"plan_ms", p.plan_ms},
                                {"make_plan_ms", p.make_plan_ms}, {"vs_lower_bound", p.gap_lb}};
     j["lower_bound"] = res.lower_bound, j["lower_bound_k0"] = res.lower_bound_k0, j["k_lo"] = res.k_lo;
+    j["token_bound"] = res.token_bound, j["whole_doc_bound"] = res.whole_doc_bound;
+    j["sharded_per_step"] = res.sharded_per_step;
     j["ranks"] = sc.ranks, j["micro_batches"] = sc.micro_batches, j["preset"] = preset_name(sc.preset), j["steps"] = sc.steps;
     j["seed"] = sc.seed, j["target"] = target_name(sc.dst.target), j["attention_share"] = res.attention_share;
     j["docs_per_step"] = res.docs_per_step, j["segments_per_step"] = res.segments_per_step;

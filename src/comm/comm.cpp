@@ -79,6 +79,59 @@ void Comm::broadcast(std::span<unsigned char> bytes, int root) const {
   }
 }
 
+Group::Group(const Comm&, int color, int key) {
+  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color < 0 ? MPI_UNDEFINED : color, key, &comm_));
+  if (comm_ == MPI_COMM_NULL) return;
+  MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  MPI_CHECK(MPI_Comm_size(comm_, &size_));
+}
+
+Group::~Group() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+}
+
+Group::Group(Group&& o) noexcept : comm_(o.comm_), rank_(o.rank_), size_(o.size_) { o.comm_ = MPI_COMM_NULL; }
+
+// Counts and their displacements, checked against the buffers (a mismatch is a bug upstairs).
+static std::vector<int> displacements(std::span<const int> counts, int size, size_t whole, size_t part, int rank,
+                                      const char* what) {
+  std::vector<int> displ(size_t(size) + 1, 0);
+  if (int(counts.size()) != size) throw Error(std::string(what) + ": one count per group member expected");
+  for (int r = 0; r < size; ++r) displ[size_t(r) + 1] = displ[size_t(r)] + counts[size_t(r)];
+  if (size_t(displ.back()) != whole || size_t(counts[size_t(rank)]) != part)
+    throw Error(std::string(what) + ": buffer sizes differ from the counts (" + std::to_string(whole) + " vs " +
+                std::to_string(displ.back()) + ", " + std::to_string(part) + " vs " +
+                std::to_string(counts[size_t(rank)]) + ")");
+  return displ;
+}
+
+template <class T>
+void Group::gatherv(std::span<const T> mine, std::span<T> all, std::span<const int> counts, MPI_Datatype t) const {
+  std::vector<int> displ = displacements(counts, size_, all.size(), mine.size(), rank_, "Group::allgatherv");
+  MPI_CHECK(MPI_Allgatherv(mine.data(), int(mine.size()), t, all.data(), counts.data(), displ.data(), t, comm_));
+}
+
+template <class T>
+void Group::rscatter(std::span<const T> all, std::span<T> mine, std::span<const int> counts, MPI_Datatype t) const {
+  displacements(counts, size_, all.size(), mine.size(), rank_, "Group::reduce_scatter");
+  MPI_CHECK(MPI_Reduce_scatter(all.data(), mine.data(), counts.data(), t, MPI_SUM, comm_));
+}
+
+void Group::allgatherv(std::span<const float> mine, std::span<float> all, std::span<const int> counts) const {
+  gatherv(mine, all, counts, MPI_FLOAT);
+}
+void Group::allgatherv(std::span<const double> mine, std::span<double> all, std::span<const int> counts) const {
+  gatherv(mine, all, counts, MPI_DOUBLE);
+}
+void Group::reduce_scatter(std::span<const float> all, std::span<float> mine, std::span<const int> counts) const {
+  rscatter(all, mine, counts, MPI_FLOAT);
+}
+void Group::reduce_scatter(std::span<const double> all, std::span<double> mine, std::span<const int> counts) const {
+  rscatter(all, mine, counts, MPI_DOUBLE);
+}
+
 void MpiGradReducer::allreduce_sum(float* data, size_t n) {
   if (comm_.size() == 1) return;
   // Buckets bound the size of one message (and, on GPUs, let reduction overlap the backward).

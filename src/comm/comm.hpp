@@ -59,6 +59,37 @@ struct Slice {
 };
 Slice shard_of(size_t n, int rank, int ranks);
 
+// A group of ranks cut out of MPI_COMM_WORLD (MPI_Comm_split): the context-parallel group of a
+// sharded document (src/train/shard.hpp). Collective over every rank of the world to create;
+// a rank passing color < 0 belongs to none (valid() is false).
+class Group {
+ public:
+  Group(const Comm& world, int color, int key);
+  ~Group();
+  Group(Group&& o) noexcept;
+  Group& operator=(Group&&) = delete;
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+  bool valid() const { return comm_ != MPI_COMM_NULL; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // Every member's `mine` (counts[r] values for member r) into `all` (sum of counts), member order.
+  void allgatherv(std::span<const float> mine, std::span<float> all, std::span<const int> counts) const;
+  void allgatherv(std::span<const double> mine, std::span<double> all, std::span<const int> counts) const;
+  // The sum over members of `all` (sum of counts; member r's part at offset counts[0..r)); member r
+  // gets its part of the sum in `mine` (counts[r] values).
+  void reduce_scatter(std::span<const float> all, std::span<float> mine, std::span<const int> counts) const;
+  void reduce_scatter(std::span<const double> all, std::span<double> mine, std::span<const int> counts) const;
+
+ private:
+  template <class T>
+  void gatherv(std::span<const T> mine, std::span<T> all, std::span<const int> counts, MPI_Datatype t) const;
+  template <class T>
+  void rscatter(std::span<const T> all, std::span<T> mine, std::span<const int> counts, MPI_Datatype t) const;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = -1, size_ = 0;
+};
+
 // Sum of gradients over ranks, in place. The CPU path is bucketed MPI_Allreduce; the CUDA
 // path is NCCL on device buffers behind the same call.
 class GradReducer {

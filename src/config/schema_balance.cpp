@@ -18,6 +18,7 @@ std::vector<KeySpec> schema_balance() {
       {"balance.swap_rounds", T::Int, "64", 0, 1 << 20, {}, "SAB: improving moves/swaps between the most and least loaded ranks"},
       {"balance.recall_alpha", T::Float, "0.5", 0.01, 5, {}, "initial recall exponent: recall = kept_fraction^alpha per layer, learned online"},
       {"balance.group_ranks", T::Int, "0", 0, 1 << 20, {}, "two-level SAB plan (tokens/quadratic/sparse): the batch is cut into cost-balanced runs, one per group of this many consecutive ranks, and each rank plans only its group's run (0 = one plan over all ranks; for thousands of ranks). In simulate, plan_ms then counts one rank's group plan"},
+      {"balance.shard_docs", T::Bool, "false", 0, 0, {}, "with data.long_docs = \"shard\": also shard a document that fits one micro-batch when its predicted cost is above the fair share (all documents' cost / ranks), over enough ranks that each part is within it; long documents get such groups anyway (src/balance/README.md, 'Sharded documents')"},
       {"balance.curve_points", T::Int, "32", 2, 4096, {}, "samples of each rank's recall/time curve exchanged for balance.target = recall"},
       // [simulate] the balancer on a modelled cluster (no model run)
       {"simulate.ranks", T::Int, "8", 1, 1 << 20, {}, "modelled ranks"},
@@ -28,6 +29,8 @@ std::vector<KeySpec> schema_balance() {
       {"simulate.fill", T::Float, "0.9", 0.01, 1, {}, "global batch = ranks x micro_batches x capacity x fill tokens"},
       {"simulate.capacity", T::Int, "65536", 16, 1 << 30, {}, "token capacity of one micro-batch"},
       {"simulate.max_len", T::Int, "0", 0, 1 << 30, {}, "longest document (0 = simulate.capacity); longer than capacity -> windows"},
+      {"simulate.long_docs", T::String, "window", 0, 0, {"window", "shard"}, "documents longer than simulate.capacity: cut into windows, or sharded over ceil(length / capacity) ranks (as data.long_docs = \"shard\")"},
+      {"simulate.kv_bytes_per_token", T::Float, "2048", 0, 1e12, {}, "bytes of K (or V) of one token over all kv heads: the volume of a sharded document's exchange (8 kv heads x 128 x bf16 = 2048)"},
       {"simulate.noise", T::Float, "0", 0, 0.99, {}, "true micro-batch time = model x (1 + noise*(2u-1))"},
       {"simulate.n_layers", T::Int, "32", 1, 1024, {}, "modelled layers (analytic model; a profile brings its own shape)"},
       {"simulate.block_size", T::Int, "128", 4, 4096, {}, "modelled block size Bs"},

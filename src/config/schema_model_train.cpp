@@ -23,7 +23,7 @@ std::vector<KeySpec> schema_model_train() {
       // [train]
       {"train.steps", T::Int, "40", 0, BIG, {}, "optimizer steps to run (total, across resumes)"},
       {"train.global_batch_tokens", T::Int, "8192", 1, BIG, {}, "tokens per step over all ranks (whole documents are drawn until this is reached)"},
-      {"train.micro_batch_tokens", T::Int, "2048", 16, BIG, {}, "token capacity of one micro-batch (memory); longer documents are windowed or rejected (data.long_docs)"},
+      {"train.micro_batch_tokens", T::Int, "2048", 16, BIG, {}, "token capacity of one micro-batch (memory); longer documents are windowed, rejected or sharded over ranks (data.long_docs)"},
       {"train.lr", T::Float, "3e-3", 1e-12, 10, {}, "peak learning rate"},
       {"train.min_lr_ratio", T::Float, "0.1", 0, 1, {}, "cosine schedule floor as a fraction of lr"},
       {"train.warmup_steps", T::Int, "4", 0, BIG, {}, "linear warmup steps"},

@@ -133,6 +133,10 @@ void Model<T>::zero_grads() {
 
 void check_inputs(const PackedBatch& b, const AttnSettings& a, const ModelDims& s) {
   if (int(a.k.size()) != s.n_layers) throw std::logic_error("AttnSettings.k must hold one budget per layer");
+  int64_t rows = b.cu_seqlens.empty() ? 0 : b.cu_seqlens.back();
+  for (const DocShard& sh : b.shards) rows += sh.local_tokens();
+  if (rows != b.n() || (!b.shards.empty() && b.cu_seqlens.empty()))
+    throw std::logic_error("PackedBatch: the sequences and the shards' pieces do not add up to its tokens");
   for (int32_t t : b.tokens)
     if (t < 0 || t >= s.vocab)
       throw Error("token id " + std::to_string(t) + " is outside the model's vocabulary (model.vocab_size = " +
@@ -149,6 +153,14 @@ void PackedBatch::add(const std::vector<uint32_t>& seq) {
   cu_seqlens.push_back(int32_t(tokens.size()));
 }
 
+void PackedBatch::add_rows(const std::vector<uint32_t>& seq, int32_t pos0, size_t n) {
+  for (size_t i = 0; i < n && i < seq.size(); ++i) {
+    tokens.push_back(int32_t(seq[i]));
+    targets.push_back(i + 1 < seq.size() ? int32_t(seq[i + 1]) : -1);
+    pos.push_back(pos0 + int32_t(i));
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Forward and backward
 
@@ -159,6 +171,7 @@ struct Model<T>::Layer {
   std::vector<T> xn, rstd1;   // (N, C), (N)
   std::vector<T> q, kk, v;    // (N, H*D), (N, Hkv*D), (N, Hkv*D) after RoPE
   k::BlockSelection sel;
+  std::vector<k::BlockSelection> shard_sel;  // (shards) this rank's rows of each sharded document
   std::vector<T> att, lse;    // (N, H*D), (N, H)
   std::vector<T> x_mid;       // (N, C) after the attention residual
   std::vector<T> xn2, rstd2;  // (N, C), (N)
@@ -166,20 +179,29 @@ struct Model<T>::Layer {
 };
 
 template <class T>
-MicroBatchStats Model<T>::forward_backward(const PackedBatch& b, const AttnSettings& a, T loss_scale) {
-  return run(b, a, loss_scale, true, nullptr);
+MicroBatchStats Model<T>::forward_backward(const PackedBatch& b, const AttnSettings& a, T loss_scale,
+                                           const ShardExchange<T>* ex) {
+  return run(b, a, loss_scale, true, nullptr, ex);
 }
 
 template <class T>
-MicroBatchStats Model<T>::forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax) {
-  return run(b, a, T(1), false, argmax);
+MicroBatchStats Model<T>::forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax,
+                                  const ShardExchange<T>* ex) {
+  return run(b, a, T(1), false, argmax, ex);
+}
+
+static void add_stats(k::GatingStats& a, const k::GatingStats& b) {
+  a.rows += b.rows, a.kept_blocks += b.kept_blocks, a.causal_blocks += b.causal_blocks, a.recall_sum += b.recall_sum;
 }
 
 // Forward of decoder layer l: x (N, C) in place from the layer's input to its output; A receives
 // what the backward needs. gate: select the blocks into A.sel (recomputation reuses them).
+// A sharded document's rows (after the whole sequences) attend through its exchange ex; their
+// gating runs again when recomputing (every group member recomputes the same layers in the same
+// order, so the collectives match), and its statistics count once.
 template <class T>
 void Model<T>::layer_forward(int l, const PackedBatch& b, const AttnSettings& a, std::vector<T>& x, Layer& A,
-                             bool gate, MicroBatchStats& st) {
+                             bool gate, MicroBatchStats& st, const ShardExchange<T>* ex) {
   const ModelDims& s = shape_;
   const int N = b.n(), C = s.d_model, H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, F = s.ffn_dim;
   const int HD = H * D, KD = Hkv * D, nd = b.ndocs();
@@ -210,6 +232,15 @@ void Model<T>::layer_forward(int l, const PackedBatch& b, const AttnSettings& a,
   auto ta = Clock::now();
   k::block_attention_fwd(A.q.data(), A.kk.data(), A.v.data(), b.cu_seqlens.data(), nd, ashape, A.sel,
                          sized(A.att, size_t(N) * HD), sized(A.lse, size_t(N) * H));
+  A.shard_sel.resize(b.shards.size());  // a shard's gating, attention and exchange count as attention
+  const size_t n_seq = b.cu_seqlens.empty() ? 0 : size_t(b.cu_seqlens.back());  // rows of the whole sequences
+  for (size_t i = 0, at = n_seq; i < b.shards.size(); at += size_t(b.shards[i++].local_tokens())) {
+    const k::GatingStats g = shard_attention_fwd(b.shards[i], *ex, A.q.data() + at * HD, A.kk.data() + at * KD,
+                                                 A.v.data() + at * KD, ashape, a.sparse,
+                                                 k::GatingParams{a.k[l], a.local_blocks, a.theta}, A.shard_sel[i],
+                                                 A.att.data() + at * HD, A.lse.data() + at * H);
+    if (gate) add_stats(st.gating[l], g);
+  }
   st.attn_ms += ms_since(ta);
   k::linear_fwd(A.att.data(), W(I.o), tmp.data(), N, HD, C);
   for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
@@ -225,13 +256,15 @@ void Model<T>::layer_forward(int l, const PackedBatch& b, const AttnSettings& a,
 
 template <class T>
 MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T loss_scale, bool backward,
-                              std::vector<int32_t>* argmax) {
+                              std::vector<int32_t>* argmax, const ShardExchange<T>* ex) {
   const auto t_start = Clock::now();
   const ModelDims& s = shape_;
   const int N = b.n(), C = s.d_model, H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, F = s.ffn_dim,
             V = s.vocab, L = s.n_layers;
   const int HD = H * D, KD = Hkv * D, nd = b.ndocs();
   check_inputs(b, a, s);
+  if (!b.shards.empty() && !ex) throw std::logic_error("Model: a batch with sharded documents needs their exchange");
+  const int n_seq = b.cu_seqlens.empty() ? 0 : b.cu_seqlens.back();  // rows of the whole sequences
   const k::AttnShape ashape{H, Hkv, D, a.block_size};
   MicroBatchStats st;
   st.gating.resize(L);
@@ -241,7 +274,7 @@ MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T los
 
   std::vector<Layer> acts(L);
   for (int l = 0; l < L; ++l) {
-    layer_forward(l, b, a, x, acts[l], true, st);
+    layer_forward(l, b, a, x, acts[l], true, st, ex);
     if (exec_.recompute) {  // keep the layer's input and block selection; the backward recomputes the rest
       Layer keep;
       keep.x_in = std::move(acts[l].x_in);
@@ -274,7 +307,7 @@ MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T los
     Layer& A = acts[l];
     if (exec_.recompute) {  // the layer's activations again, from its input and selection
       std::vector<T> xr = A.x_in;
-      layer_forward(l, b, a, xr, A, false, st);
+      layer_forward(l, b, a, xr, A, false, st, ex);
     }
     const LayerParams& I = layout_.layers[size_t(l)];
     // MLP block: x_out = x_mid + down(swiglu(gate(xn2), up(xn2)))
@@ -291,6 +324,10 @@ MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T los
     auto ta = Clock::now();
     k::block_attention_bwd(A.q.data(), A.kk.data(), A.v.data(), A.att.data(), A.lse.data(), datt.data(),
                            b.cu_seqlens.data(), nd, ashape, A.sel, dq.data(), dk.data(), dv.data());
+    for (size_t i = 0, at = size_t(n_seq); i < b.shards.size(); at += size_t(b.shards[i++].local_tokens()))
+      shard_attention_bwd(b.shards[i], *ex, A.q.data() + at * HD, A.kk.data() + at * KD, A.v.data() + at * KD,
+                          A.att.data() + at * HD, A.lse.data() + at * H, datt.data() + at * HD, ashape,
+                          A.shard_sel[i], dq.data() + at * HD, dk.data() + at * KD, dv.data() + at * KD);
     st.attn_ms += ms_since(ta);
     k::rope_bwd(dq.data(), b.pos.data(), N, H, D, s.rope_theta);
     k::rope_bwd(dk.data(), b.pos.data(), N, Hkv, D, s.rope_theta);

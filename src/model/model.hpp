@@ -8,6 +8,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -84,16 +86,45 @@ struct MicroBatchStats {
   double attn_ms = 0, gating_ms = 0, total_ms = 0;  // wall times (fwd+bwd)
 };
 
+// Context parallelism (data.long_docs = "shard"): one document split over a group of ranks that
+// compute its attention together, exactly. This rank holds `pieces` of it: token ranges [begin, end)
+// of the document, ascending, each starting on a block boundary (attention.block_size) and ending on
+// one or at the document's end, so every query block lives on one rank. Their tokens are packed back
+// to back after the batch's whole sequences (rows [cu_seqlens.back(), n()) of the micro-batch).
+struct DocShard {
+  int group = 0;        // which group computes it (an index the exchange understands)
+  int32_t doc_len = 0;  // tokens of the whole document
+  std::vector<std::pair<int32_t, int32_t>> pieces;
+  int32_t local_tokens() const;
+};
+
+// The exchange of a sharded document's rows, passed in by the trainer (src/train/shard.hpp): the
+// model itself never communicates. Both are collective over the shard's group, called in the same
+// order on every member (layer by layer, the shards in batch order).
+template <class T>
+struct ShardExchange {
+  // This rank's rows (local_tokens() x width) -> the whole document's rows (doc_len x width), in
+  // document order, from every member.
+  std::function<void(const DocShard&, std::span<const T> mine, std::span<T> whole, int width)> gather;
+  // The sum over the group of every member's whole-document rows (doc_len x width); this rank gets
+  // the rows it owns (local_tokens() x width), in its packed order.
+  std::function<void(const DocShard&, std::span<const T> whole, std::span<T> mine, int width)> reduce_scatter;
+};
+
 // A packed micro-batch: documents (or windows) back to back.
 struct PackedBatch {
   std::vector<int32_t> tokens;      // (N)
   std::vector<int32_t> targets;     // (N) next token inside the same sequence, -1 at its end
   std::vector<int32_t> pos;         // (N) position inside the sequence (RoPE)
-  std::vector<int32_t> cu_seqlens;  // (ndocs + 1)
+  std::vector<int32_t> cu_seqlens;  // (ndocs + 1) the whole sequences
+  std::vector<DocShard> shards;     // this rank's parts of sharded documents, after the sequences
   int ndocs() const { return int(cu_seqlens.size()) - 1; }
   int n() const { return int(tokens.size()); }
   // Append one sequence; a sequence of one token has no target.
   void add(const std::vector<uint32_t>& seq);
+  // Append the first n tokens of `seq` as rows of a shard's piece (no new sequence), at positions
+  // pos0.., each targeting the next token of `seq` (-1 past its end: the document's last token).
+  void add_rows(const std::vector<uint32_t>& seq, int32_t pos0, size_t n);
 };
 
 // Model FLOPs of one forward + backward over `tokens` tokens whose layers' gating reported
@@ -103,6 +134,21 @@ struct PackedBatch {
 // formula of bench/torch_model_ref.py. Recomputation (train.recompute) is not counted.
 double train_flops(const ModelDims& s, int64_t tokens, const std::vector<kernels::GatingStats>& gating,
                    int block_size);
+// Attention of this rank's query rows of one sharded document against the whole document
+// (src/model/shard_attention.cpp). q, att, dq point at the shard's first packed row (local_tokens(),
+// H*D); k, v, dk, dv likewise (local_tokens(), Hkv*D); lse (local_tokens(), H). The forward gathers
+// K and V, gates (or selects all causal blocks) over the whole document, so a row keeps exactly the
+// blocks one rank holding the document would keep, and keeps only its own query rows in `sel`; it
+// returns the gating statistics of those rows. The backward gathers K and V again (nothing of the
+// whole document stays in memory between the passes) and returns dK, dV to the keys' owners.
+template <class T>
+kernels::GatingStats shard_attention_fwd(const DocShard& sh, const ShardExchange<T>& ex, const T* q, const T* k,
+                                         const T* v, kernels::AttnShape s, bool sparse,
+                                         kernels::GatingParams p, kernels::BlockSelection& sel, T* att, T* lse);
+template <class T>
+void shard_attention_bwd(const DocShard& sh, const ShardExchange<T>& ex, const T* q, const T* k, const T* v,
+                         const T* att, const T* lse, const T* datt, kernels::AttnShape s,
+                         const kernels::BlockSelection& sel, T* dq, T* dk, T* dv);
 
 // One budget per layer, every token id inside the vocabulary (the error names model.vocab_size).
 void check_inputs(const PackedBatch& b, const AttnSettings& a, const ModelDims& s);
@@ -122,9 +168,12 @@ class Model {
 
   // Forward and backward of one micro-batch. Gradients are ACCUMULATED into grads(),
   // scaled by `loss_scale` (1 / global target count makes the sum over ranks the mean).
-  MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, T loss_scale);
+  // A batch with shards needs `ex` (collective over each shard's group).
+  MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, T loss_scale,
+                                   const ShardExchange<T>* ex = nullptr);
   // Forward only (eval); `argmax` (optional, N) receives greedy predictions.
-  MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax = nullptr);
+  MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax = nullptr,
+                          const ShardExchange<T>* ex = nullptr);
 
   std::vector<T>& weights() { return w_; }
   const std::vector<T>& weights() const { return w_; }
@@ -136,9 +185,9 @@ class Model {
  private:
   struct Layer;  // saved activations of one layer
   MicroBatchStats run(const PackedBatch& b, const AttnSettings& a, T loss_scale, bool backward,
-                      std::vector<int32_t>* argmax);
+                      std::vector<int32_t>* argmax, const ShardExchange<T>* ex);
   void layer_forward(int l, const PackedBatch& b, const AttnSettings& a, std::vector<T>& x, Layer& A, bool gate,
-                     MicroBatchStats& st);
+                     MicroBatchStats& st, const ShardExchange<T>* ex);
   T* W(size_t idx) { return w_.data() + layout_.params[idx].offset; }
   T* G(size_t idx) { return g_.data() + layout_.params[idx].offset; }
 

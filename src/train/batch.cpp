@@ -1,5 +1,6 @@
 #include "src/train/batch.hpp"
 
+#include <algorithm>
 #include <random>
 
 #include "base/error.hpp"
@@ -61,6 +62,20 @@ PackedBatch pack_micro_batch(const Dataset& ds, const MicroBatch& mb) {
     b.add(read_segment(ds, s));
     mask_targets(ds, s, b, at);
   }
+  return b;
+}
+
+PackedBatch pack_shard(const Dataset& ds, const MicroBatch& mb, const DocShard& sh) {
+  PackedBatch b;
+  b.cu_seqlens.push_back(0);  // no whole sequences
+  for (const auto& s : mb.segs) {
+    const size_t at = b.tokens.size();
+    // The piece and the token after it (the last row's target), unless the document ends here.
+    const Segment with_next{s.doc, s.begin, std::min<uint64_t>(s.len + 1, uint64_t(sh.doc_len) - s.begin)};
+    b.add_rows(read_segment(ds, with_next), int32_t(s.begin), size_t(s.len));
+    mask_targets(ds, with_next, b, at);
+  }
+  b.shards.push_back(sh);
   return b;
 }
 

@@ -24,7 +24,7 @@ class CpuEngine final : public Engine {
   }
   void zero_grads() override { model_.zero_grads(); }
   MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool) override {
-    return model_.forward_backward(b, a, loss_scale);
+    return model_.forward_backward(b, a, loss_scale, shard_exchange);
   }
   MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax) override {
     return model_.forward(b, a, argmax);

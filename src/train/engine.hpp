@@ -20,6 +20,9 @@ namespace sb {
 class Engine {
  public:
   virtual ~Engine() = default;
+  // The exchange of sharded documents' rows (data.long_docs = "shard", src/train/shard.hpp), for a
+  // batch with shards; the CPU engine only.
+  const ShardExchange<float>* shard_exchange = nullptr;
   virtual void zero_grads() = 0;
   // Gradients accumulate over the step's micro-batches, scaled by loss_scale (Model::forward_backward).
   // `last`: the step's last micro-batch on this rank; an engine may then start reducing the

@@ -73,6 +73,7 @@ class CudaEngine final : public Engine {
   // With overlap, the step's last backward starts each layer's sum as soon as that layer is done:
   // layer l's gradients are final then (the earlier micro-batches are already accumulated).
   MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool last) override {
+    if (!b.shards.empty()) throw Error("sharded documents (data.long_docs = \"shard\") run on train.device = \"cpu\" only");
     if (!last || !nccl_) return gpu_->forward_backward(b, a, loss_scale);
     return gpu_->forward_backward(b, a, loss_scale, [this](int l) { start_layer(l); });
   }

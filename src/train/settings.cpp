@@ -87,6 +87,7 @@ Settings from_config(const Config& cfg, int64_t data_vocab) {
   b.dst = dst_params(cfg, a.k, s.model.n_layers);
   b.profile = cfg.s("balance.profile");
   b.self_profile = cfg.b("balance.self_profile");
+  b.shard_docs = cfg.b("balance.shard_docs");
   b.ema = cfg.f("balance.ema");
   b.recall_alpha = cfg.f("balance.recall_alpha");
 
@@ -110,7 +111,7 @@ Settings from_config(const Config& cfg, int64_t data_vocab) {
   t.peak_tflops = cfg.f("train.peak_tflops") > 0 ? cfg.f("train.peak_tflops") : t.device == "cuda" ? 989.0 : 0.0;
 
   s.data = {cfg.s("data.path"), uint64_t(cfg.i("data.seed")), cfg.f("data.val_fraction"),
-            cfg.s("data.long_docs") == "reject"};
+            cfg.s("data.long_docs") == "reject", cfg.s("data.long_docs") == "shard"};
   s.checkpoint = {cfg.s("checkpoint.dir"), cfg.i("checkpoint.every"), cfg.i("checkpoint.keep"),
                   cfg.s("checkpoint.on_error") == "stop"};
   s.log = {cfg.s("log.path"), cfg.i("log.every"), cfg.b("log.progress"), cfg.s("log.batches")};
@@ -127,6 +128,9 @@ SimulateSettings simulate_settings(const Config& cfg) {
   sc.capacity = cfg.i("simulate.capacity");
   sc.max_len = cfg.i("simulate.max_len") > 0 ? cfg.i("simulate.max_len") : sc.capacity;
   sc.noise = cfg.f("simulate.noise");
+  sc.shard_long = cfg.s("simulate.long_docs") == "shard";
+  sc.shard_docs = cfg.b("balance.shard_docs");
+  sc.kv_bytes_per_token = cfg.f("simulate.kv_bytes_per_token");
   sc.plan = plan_options(cfg);
   s.shape = ModelShape{int(cfg.i("simulate.n_layers")), int(cfg.i("simulate.block_size")),
                        int(cfg.i("simulate.local_blocks"))};

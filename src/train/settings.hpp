@@ -21,7 +21,8 @@ struct DataSettings {
   std::string path;
   uint64_t seed = 0;
   double val_fraction = 0;
-  bool reject_long = false;  // data.long_docs = "reject" (else windows)
+  bool reject_long = false;  // data.long_docs = "reject"
+  bool shard_long = false;   // data.long_docs = "shard" (neither: windows)
 };
 
 // [attention]: the run's attention, from which each micro-batch's AttnSettings is built with
@@ -42,6 +43,7 @@ struct BalanceSettings {
   DstParams dst;             // k0 = attention.k, n_layers = model.n_layers
   std::string profile;       // latency profile file ("" = analytic or self-profile)
   bool self_profile = true;
+  bool shard_docs = false;   // balance.shard_docs: costly documents that fit are sharded too
   double ema = 0.3, recall_alpha = 0.5;
 };
 

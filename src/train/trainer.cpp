@@ -39,7 +39,9 @@ struct Trainer::StepState {
   GlobalBatch gb;                  // plan
   std::vector<Segment> segs;
   int64_t targets = 0;             // over the global batch
-  std::vector<MicroBatch> mine;    // this rank's micro-batches
+  std::vector<MicroBatch> mine;    // this rank's micro-batches: the plan's, then its sharded documents'
+  std::vector<DocShard> shards;    // mine[planned + i] is this rank's part of shards[i] (data.long_docs = "shard")
+  size_t planned = 0;
   std::vector<double> summary;     // predict: this rank's packed RankSummary
   TuneResult tuned;                // tune: per micro-batch budgets, consumed by compute
   double plan_ms = 0;              // plan to tune
@@ -66,6 +68,12 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
       stop_at_(stop_at) {
   if (!set_.balance.profile.empty()) lm_ = LatencyModel::load_file(set_.balance.profile, &lm_.shape());
   lm_.set_ema(set_.balance.ema);
+  if (set_.balance.shard_docs && !set_.data.shard_long)
+    throw Error("balance.shard_docs = true needs data.long_docs = \"shard\" (documents are sharded by the same machinery)");
+  if (set_.data.shard_long && set_.train.device != "cpu")
+    throw Error("data.long_docs = \"shard\" runs on train.device = \"cpu\" only so far (the GPU exchange is not "
+                "built); use data.long_docs = \"window\" on GPUs");
+  engine_->shard_exchange = &shard_groups_.exchange_f32();
   if (!set_.attention.sparse && set_.balance.dst.tuning == Tuning::Dst)
     throw Error("balance.tuning = \"dst\" needs attention.mode = \"sparse\" (dense attention has no budget to tune)");
 
@@ -166,19 +174,44 @@ void Trainer::plan(StepState& st) {
   const int R = comm_.size(), me = comm_.rank();
   const int64_t cap = set_.train.micro_batch_tokens;
   st.gb = draw_global_batch(ds_, set_.data.seed, set_.data.val_fraction, set_.train.global_batch_tokens, cur_, order_);
-  st.segs = make_segments(st.gb.docs, cap, set_.data.reject_long);
-  const int M = int(std::max<int64_t>(1, (st.gb.tokens + int64_t(R) * cap - 1) / (int64_t(R) * cap)));
+  const BalanceSettings& b = set_.balance;
+  // data.long_docs = "shard": the long documents' groups first, their load the plan's preload.
+  std::vector<std::pair<uint64_t, uint64_t>> docs = st.gb.docs;
+  std::vector<double> preload;
+  const double kv_bytes = 4.0 * dims_.n_kv_heads * dims_.head_dim;
+  const std::vector<ShardGroup> sharded =
+      set_.data.shard_long ? place_long_docs(docs, cap, R, b.batching, lm_, b.dst.k0, kv_bytes, b.shard_docs, preload)
+                           : std::vector<ShardGroup>{};
+  st.segs = make_segments(docs, cap, set_.data.reject_long);
+  int64_t tokens = 0;
+  for (const auto& d : docs) tokens += int64_t(d.second);
+  const int M = int(std::max<int64_t>(1, (tokens + int64_t(R) * cap - 1) / (int64_t(R) * cap)));
   // One plan over all ranks, or (balance.group_ranks) only this rank's group's plan: the same
   // micro-batches as the whole two-level plan would give this rank, at a fraction of the cost.
-  const BalanceSettings& b = set_.balance;
   if (b.plan.group_ranks > 0 && b.plan.group_ranks < R && b.batching != Batching::Sequential) {
     GroupPlan gp = make_group_plan(st.segs, R, M, cap, b.batching, lm_, b.dst.k0, b.plan, me);
     st.mine = std::move(gp.ranks[size_t(me - gp.first_rank)]);
   } else {
-    Plan p = make_plan(st.segs, R, M, cap, b.batching, lm_, b.dst.k0, b.plan);
+    Plan p = make_plan(st.segs, R, M, cap, b.batching, lm_, b.dst.k0, b.plan, preload);
     st.mine = std::move(p.ranks[size_t(me)]);
   }
-  st.targets = count_targets(ds_, st.segs);
+  st.planned = st.mine.size();
+  shard_groups_.clear();
+  std::vector<Segment> whole;  // the sharded documents, for the target count
+  const AttentionSettings& at = set_.attention;
+  for (const ShardGroup& d : sharded) {  // every rank in the same order: the groups are made collectively
+    whole.push_back({d.doc, 0, d.len});
+    const auto costs = block_costs(int64_t(d.len), at.block_size, at.sparse, at.k, at.local_blocks,
+                                   token_cost(dims_, at.block_size));
+    std::optional<DocShard> sh =
+        shard_groups_.add(d.first, int32_t(d.len), split_document(int64_t(d.len), d.ranks, at.block_size, costs));
+    if (!sh) continue;
+    MicroBatch mb;
+    for (auto [b, e] : sh->pieces) mb.segs.push_back({d.doc, uint64_t(b), uint64_t(e - b)}), mb.tokens += e - b;
+    st.mine.push_back(std::move(mb));
+    st.shards.push_back(std::move(*sh));
+  }
+  st.targets = count_targets(ds_, st.segs) + count_targets(ds_, whole);
   if (comm_.root() && !set_.log.batches.empty())
     append_batch_log(set_.log.batches, st.s, st.s == start_step_ + 1 && start_step_ == 0, ds_, st.segs, st.targets);
 }
@@ -217,11 +250,22 @@ void Trainer::compute(StepState& st) {
   const auto t_compute = Clock::now();
   for (size_t m = 0; m < st.mine.size(); ++m) {
     const MicroBatch& mb = st.mine[m];
-    PackedBatch b = pack_micro_batch(ds_, mb);
+    PackedBatch b = m < st.planned ? pack_micro_batch(ds_, mb) : pack_shard(ds_, mb, st.shards[m - st.planned]);
     const AttnSettings a = set_.attention.for_budgets(std::move(st.tuned.k[m]));
     MicroBatchStats ms = engine_->forward_backward(b, a, loss_scale, m + 1 == st.mine.size());
     my.tokens += double(b.n());
-    st.stats.add_micro_batch(me, mb, b.n(), a, ms, lm_.micro_batch_parts(mb, a.k), lm_, set_.balance.dst.k0, dims_);
+    if (m < st.planned) {
+      st.stats.add_micro_batch(me, mb, b.n(), a, ms, lm_.micro_batch_parts(mb, a.k), lm_, set_.balance.dst.k0, dims_);
+    } else {  // a sharded part: predicted as its share of the whole document, gating (done whole) as attention
+      const DocShard& sh = st.shards[m - st.planned];
+      const MicroBatch whole{{Segment{0, 0, uint64_t(sh.doc_len)}}, sh.doc_len};  // (costs ignore the id)
+      const PartTimes p = lm_.micro_batch_parts(whole, a.k);
+      const double share = double(b.n()) / double(sh.doc_len);
+      AttnSettings no_cand = a;  // the candidate-density check assumes whole segments: not for a part
+      no_cand.sparse = false;
+      st.stats.add_micro_batch(me, mb, b.n(), no_cand, ms, PartTimes{p.attention * share + p.gating, 0, p.linear * share},
+                               lm_, set_.balance.dst.k0, dims_);
+    }
   }
   my.compute_ms = ms_since(t_compute);
   my.mem_peak = engine_->peak_memory_bytes();

@@ -19,6 +19,7 @@
 #include "src/train/engine.hpp"
 #include "src/train/faults.hpp"
 #include "src/train/resume.hpp"
+#include "src/train/shard.hpp"
 #include "src/train/summary.hpp"
 #include "src/train/update.hpp"
 
@@ -74,6 +75,7 @@ class Trainer {
   DataCursor cur_;
   std::vector<uint64_t> order_;
   std::unique_ptr<MetricsLog> log_;
+  ShardGroups shard_groups_{comm_};  // this step's sharded documents' groups (data.long_docs = "shard")
   int64_t start_step_ = 0, stop_at_ = 0, skipped_ = 0;
   std::string last_checkpoint_;
   std::string archive_;  // a branch's archive of the abandoned run (resume.hpp), "" otherwise

@@ -1,0 +1,88 @@
+// Sharded documents in the plan (data.long_docs = "shard", balance.shard_docs): which documents are
+// sharded, over how many ranks and where, and the plan balancing the rest around them (preload).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "src/balance/plan.hpp"
+#include "tests/error_of.hpp"
+
+namespace {
+
+using Docs = std::vector<std::pair<uint64_t, uint64_t>>;
+
+TEST(ShardPlan, LongDocumentsLeaveTheBatchAndSpreadOverTheLeastLoadedRanks) {
+  const sb::LatencyModel lm;
+  Docs docs;
+  for (uint64_t i = 0; i < 12; ++i) docs.push_back({i, 100});
+  docs.push_back({100, 1000});  // over the capacity: ceil(1000 / 256) = 4 ranks at least
+  docs.push_back({101, 600});   // 3 ranks at least
+  std::vector<double> load;
+  const auto groups = sb::place_long_docs(docs, 256, 8, sb::Batching::Tokens, lm, 4, 0, false, load);
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(docs.size(), 12u);  // the short ones stay, in data order
+  for (size_t i = 0; i < docs.size(); ++i) EXPECT_EQ(docs[i].first, i);
+  // Costliest first; fair share 2800 / 8 = 350 tokens: 1000 needs 3 by cost but 4 by memory.
+  EXPECT_EQ(groups[0].doc, 100u);
+  EXPECT_EQ(groups[0].ranks, 4);
+  EXPECT_EQ(groups[0].first, 0);
+  EXPECT_EQ(groups[1].doc, 101u);
+  EXPECT_EQ(groups[1].ranks, 3);
+  EXPECT_EQ(groups[1].first, 4);  // onto idle ranks, not on top of the first group
+  EXPECT_DOUBLE_EQ(load[0], 250.0);
+  EXPECT_DOUBLE_EQ(load[4], 200.0);
+  EXPECT_DOUBLE_EQ(load[7], 0.0);
+}
+
+TEST(ShardPlan, MoreRanksWhenOnePartWouldStillExceedTheFairShare) {
+  const sb::LatencyModel lm;
+  Docs docs = {{0, 2000}, {1, 50}, {2, 50}};  // fair share 2100 / 16 ~ 131 tokens
+  std::vector<double> load;
+  const auto groups = sb::place_long_docs(docs, 1024, 16, sb::Batching::Tokens, lm, 4, 0, false, load);
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].ranks, 16);  // ceil(2000 / 131.25) = 16, not the 2 memory needs
+}
+
+TEST(ShardPlan, ShardDocsShardsCostlyDocumentsThatFit) {
+  const sb::LatencyModel lm;
+  const Docs batch = {{0, 900}, {1, 50}, {2, 50}, {3, 50}};  // all fit 1024; fair share 262.5 tokens
+  Docs a = batch, b = batch;
+  std::vector<double> la, lb;
+  EXPECT_TRUE(sb::place_long_docs(a, 1024, 4, sb::Batching::Tokens, lm, 4, 0, false, la).empty());
+  const auto g = sb::place_long_docs(b, 1024, 4, sb::Batching::Tokens, lm, 4, 0, true, lb);
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_EQ(g[0].doc, 0u);
+  EXPECT_EQ(g[0].ranks, 4);
+  EXPECT_EQ(b.size(), 3u);
+}
+
+TEST(ShardPlan, TooFewRanksNamesHowManyAndTheKeys) {
+  const sb::LatencyModel lm;
+  Docs docs = {{7, 5000}};
+  std::vector<double> load;
+  const std::string m = sbtest::error_of([&] { sb::place_long_docs(docs, 1000, 4, sb::Batching::Sparse, lm, 4, 2048, false, load); });
+  EXPECT_NE(m.find("document 7 has 5000 tokens"), std::string::npos) << m;
+  EXPECT_NE(m.find("needs 5 ranks, and the run has 4"), std::string::npos) << m;
+  EXPECT_NE(m.find("data.long_docs"), std::string::npos) << m;
+  EXPECT_NE(m.find("train.micro_batch_tokens"), std::string::npos) << m;
+}
+
+TEST(ShardPlan, ThePlanBalancesAroundThePreload) {
+  const sb::LatencyModel lm;
+  std::vector<sb::Segment> segs;
+  for (uint64_t i = 0; i < 40; ++i) segs.push_back({i, 0, 100});
+  const std::vector<double> preload = {2000, 0, 0, 0};  // rank 0 already holds a shard worth 2000 tokens
+  for (sb::Batching b : {sb::Batching::Tokens, sb::Batching::Sparse}) {
+    const sb::Plan p = sb::make_plan(segs, 4, 4, 1024, b, lm, 4, {}, preload);
+    std::vector<int64_t> tokens(4, 0);
+    for (int r = 0; r < 4; ++r)
+      for (const auto& mb : p.ranks[size_t(r)]) tokens[size_t(r)] += mb.tokens;
+    EXPECT_EQ(std::accumulate(tokens.begin(), tokens.end(), int64_t(0)), 4000);
+    EXPECT_EQ(tokens[0], 0) << sb::batching_name(b);  // already above what the others reach
+    for (int r = 1; r < 4; ++r) EXPECT_NEAR(double(tokens[size_t(r)]), 4000.0 / 3, 100.0) << sb::batching_name(b);
+  }
+  EXPECT_NE(sbtest::error_of([&] { sb::make_plan(segs, 4, 4, 1024, sb::Batching::Tokens, lm, 4, {}, std::vector<double>(3)); }), "");
+}
+
+}  // namespace

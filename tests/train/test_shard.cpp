@@ -1,0 +1,260 @@
+// Context parallelism (issue 21) on 1, 2 and 4 real MPI ranks: one document of G micro-batches
+// sharded over the G = world ranks, each rank also holding a short document of its own, gives the
+// loss, the gradients and the gating statistics of one rank holding everything in one micro-batch:
+// dense and sparse attention, GQA and one kv head, float32 and float64. Then the trainer with
+// data.long_docs = "shard": the same loss as whole documents, bit-exact resume, the rank error.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "base/hash.hpp"
+#include "io/checkpoint.hpp"
+#include "src/comm/comm.hpp"
+#include "src/train/shard.hpp"
+#include "src/train/trainer.hpp"
+#include "train_test_util.hpp"
+
+namespace {
+
+constexpr int kCap = 128, kBlock = 8;  // train.micro_batch_tokens, attention.block_size of the case
+
+sb::ModelDims dims(int kv_heads) {
+  sb::ModelDims d;
+  d.n_layers = 2, d.d_model = 32, d.n_heads = 4, d.n_kv_heads = kv_heads, d.head_dim = 8, d.ffn_dim = 48;
+  d.vocab = 50;
+  return d;
+}
+
+std::vector<uint32_t> random_doc(size_t len, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint32_t> t(len);
+  for (auto& x : t) x = uint32_t(rng() % 50);
+  return t;
+}
+
+template <class T>
+MPI_Datatype mpi_type() {
+  return sizeof(T) == 4 ? MPI_FLOAT : MPI_DOUBLE;
+}
+
+struct Case {
+  bool sparse;
+  int kv_heads;
+  int tail;  // the long document is G * kCap - tail tokens (a partial last block when not a multiple of 8)
+  int len = 0;  // else this many tokens (fewer blocks than 2G chunks: members without a piece)
+};
+
+template <class T>
+void check_case(const Case& c, double tol) {
+  sb::Comm comm;
+  const int G = comm.size(), me = comm.rank();
+  const int32_t L = c.len > 0 ? c.len : G * kCap - c.tail;
+  const std::vector<uint32_t> doc = random_doc(size_t(L), 11);
+  sb::AttnSettings a;
+  a.sparse = c.sparse, a.block_size = kBlock, a.local_blocks = 1, a.theta = 1e9, a.k = {1, 2};
+
+  sb::Model<T> ref(dims(c.kv_heads)), cp(dims(c.kv_heads));
+  ref.init(5), cp.init(5);
+  // One rank's micro-batch: every rank's short document, then the long one, whole.
+  sb::PackedBatch whole;
+  for (int r = 0; r < G; ++r) whole.add(random_doc(size_t(10 + 7 * r), 100 + uint64_t(r)));
+  whole.add(doc);
+  const sb::MicroBatchStats rs = ref.forward_backward(whole, a, T(1));
+
+  // This rank's micro-batch: its short document, then its pieces of the long one.
+  sb::ShardGroups groups(comm);
+  const auto costs = sb::block_costs(L, kBlock, c.sparse, 2, a.local_blocks, 0.1);
+  sb::DocShard sh = groups.add(0, L, sb::split_document(L, G, kBlock, costs)).value();
+  sb::PackedBatch mine;
+  mine.add(random_doc(size_t(10 + 7 * me), 100 + uint64_t(me)));
+  for (auto [b, e] : sh.pieces)
+    mine.add_rows(std::vector<uint32_t>(doc.begin() + b, doc.begin() + std::min(e + 1, L)), b, size_t(e - b));
+  mine.shards.push_back(sh);
+  const sb::ShardExchange<T>& ex = [&]() -> const sb::ShardExchange<T>& {
+    if constexpr (sizeof(T) == 4) return groups.exchange_f32();
+    else return groups.exchange_f64();
+  }();
+  const sb::MicroBatchStats ms = cp.forward_backward(mine, a, T(1), &ex);
+
+  std::vector<double> sums = {ms.loss_sum, double(ms.targets)};
+  for (const auto& g : ms.gating) sums.insert(sums.end(), {g.rows, g.kept_blocks, g.causal_blocks, g.recall_sum});
+  comm.allreduce_sum_inplace(sums);
+  EXPECT_NEAR(sums[0], rs.loss_sum, tol * std::abs(rs.loss_sum));
+  EXPECT_EQ(int64_t(sums[1]), rs.targets);
+  for (size_t l = 0; l < rs.gating.size(); ++l) {  // the same blocks kept: exactly one rank's selection
+    EXPECT_EQ(sums[2 + 4 * l], rs.gating[l].rows) << "layer " << l;
+    EXPECT_EQ(sums[3 + 4 * l], rs.gating[l].kept_blocks) << "layer " << l;
+    EXPECT_EQ(sums[4 + 4 * l], rs.gating[l].causal_blocks) << "layer " << l;
+    EXPECT_NEAR(sums[5 + 4 * l], rs.gating[l].recall_sum, 1e-5 * rs.gating[l].recall_sum) << "layer " << l;
+  }
+  if (c.sparse && c.len == 0) {
+    EXPECT_LT(rs.gating[0].density(), 0.5);  // the sparse case does drop blocks
+  }
+
+  std::vector<T>& g = cp.grads();
+  MPI_Allreduce(MPI_IN_PLACE, g.data(), int(g.size()), mpi_type<T>(), MPI_SUM, MPI_COMM_WORLD);
+  for (const auto& p : ref.params()) {  // per tensor: |g - g_ref| / |g_ref| in the L2 norm
+    double diff = 0, norm = 0;
+    for (size_t i = p.offset; i < p.offset + p.size; ++i) {
+      diff += std::pow(double(g[i]) - double(ref.grads()[i]), 2);
+      norm += std::pow(double(ref.grads()[i]), 2);
+    }
+    EXPECT_LE(std::sqrt(diff), tol * std::sqrt(norm) + 1e-30) << p.name;
+  }
+}
+
+const Case kCases[] = {{false, 2, 0}, {true, 2, 0}, {true, 1, 5}, {false, 4, 3}, {true, 2, 0, 21}};
+
+TEST(Shard, OneDocumentOverTheWorldEqualsOneRankFloat32) {
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(std::string(c.sparse ? "sparse" : "dense") + ", kv heads " + std::to_string(c.kv_heads));
+    check_case<float>(c, 1e-5);
+  }
+}
+
+TEST(Shard, OneDocumentOverTheWorldEqualsOneRankFloat64) {
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(std::string(c.sparse ? "sparse" : "dense") + ", kv heads " + std::to_string(c.kv_heads));
+    check_case<double>(c, 1e-11);
+  }
+}
+
+// The split: every token owned once, block-aligned pieces, zigzag for equal costs, work balanced.
+TEST(Shard, SplitCoversTheDocumentAndBalancesWork) {
+  const int64_t len = 4 * kCap * 4 - 3;  // 256 blocks, the last partial
+  for (int G : {1, 2, 4, 8}) {
+    for (bool sparse : {false, true}) {
+      const auto costs = sb::block_costs(len, kBlock, sparse, 2, 1, 0.0);
+      const auto parts = sb::split_document(len, G, kBlock, costs);
+      ASSERT_EQ(int(parts.size()), G);
+      std::vector<int> owner(size_t(len), -1);
+      std::vector<double> work(size_t(G), 0.0);
+      for (int r = 0; r < G; ++r)
+        for (auto [b, e] : parts[size_t(r)]) {
+          EXPECT_EQ(b % kBlock, 0);
+          for (int32_t t = b; t < e; ++t) {
+            EXPECT_EQ(owner[size_t(t)], -1);
+            owner[size_t(t)] = r;
+          }
+          for (int32_t i = b / kBlock; i * kBlock < e; ++i) work[size_t(r)] += costs[size_t(i)];
+        }
+      for (int o : owner) EXPECT_GE(o, 0);
+      const double total = std::accumulate(costs.begin(), costs.end(), 0.0);
+      const double biggest = *std::max_element(costs.begin(), costs.end());
+      for (double w : work) EXPECT_LE(std::abs(w - total / G), 2 * biggest) << "G " << G;
+    }
+  }
+  // Dense with equal token costs: Megatron's zigzag, member r holding chunks r and 2G-1-r.
+  const std::vector<double> flat(8, 1.0);
+  const auto z = sb::split_document(8 * kBlock, 2, kBlock, flat);
+  EXPECT_EQ(z[0], (std::vector<sb::Piece>{{0, 16}, {48, 64}}));
+  EXPECT_EQ(z[1], (std::vector<sb::Piece>{{16, 48}}));
+}
+
+TEST(Shard, TooFewRanksSaysHowManyAreNeeded) {
+  sb::Comm comm;
+  sb::ShardGroups groups(comm);
+  std::vector<std::vector<sb::Piece>> parts(size_t(comm.size() + 1));
+  try {
+    groups.add(0, 100, parts);
+    FAIL() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("needs " + std::to_string(comm.size() + 1) + " ranks"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+
+// ---- data.long_docs = "shard" in the trainer (the tiny corpus: documents up to 1,024 tokens)
+
+namespace trainer {
+
+using namespace sbtest;
+
+// The deterministic policies (plans independent of measured times).
+std::string flags(int cap) {
+  return " --set balance.batching=tokens --set balance.tuning=fixed --set balance.self_profile=false"
+         " --set train.micro_batch_tokens=" + std::to_string(cap);
+}
+
+uint64_t weights_hash(const sb::Trainer& t) {
+  const auto& w = t.model().weights();
+  return sb::fnv1a(w.data(), w.size() * sizeof(float));
+}
+
+// One micro-batch of 1,024 tokens holds every document whole; sharding the long ones over ranks of
+// 1024 / ranks tokens each trains the same documents with the same math: the losses agree to float
+// rounding (the first, at the initial weights, to 1e-5), and the sharded run resumes bit-exactly.
+TEST(ShardTrain, LongDocumentsShardedTrainAsWholeAndResumeBitExact) {
+  sb::Comm comm;
+  const int R = comm.size();
+  if (R == 1) GTEST_SKIP() << "sharding needs 2 ranks or more (the error is checked below)";
+  const std::string dir = scratch(comm, "shard");
+  const int cap = 1024 / R;
+  sb::Config whole = tiny_config(dir, flags(1024) + " --set train.steps=3 --set log.path=" + dir + "/whole.h5");
+  sb::Trainer tw(whole, comm, "", 0);
+  const sb::TrainResult rw = tw.run();
+  const std::string base = flags(cap) + " --set data.long_docs=shard --set train.steps=3 --set checkpoint.every=2";
+  sb::Config one = tiny_config(dir, base + " --set log.path=" + dir + "/one.h5 --set checkpoint.dir=" + dir + "/c1");
+  sb::Trainer t1(one, comm, "", 0);
+  const sb::TrainResult r1 = t1.run();
+  {  // the case is not vacuous: the steps' global batches have documents to shard
+    const sb::Settings& set = t1.settings();
+    sb::Dataset ds = sb::Dataset::open(set.data.path);
+    sb::DataCursor cur;
+    std::vector<uint64_t> order;
+    int64_t long_docs = 0;
+    for (int s = 0; s < 3; ++s)
+      for (auto [doc, len] :
+           sb::draw_global_batch(ds, set.data.seed, set.data.val_fraction, set.train.global_batch_tokens, cur, order).docs)
+        long_docs += int64_t(len) > cap;
+    EXPECT_GT(long_docs, 0);
+  }
+  EXPECT_NEAR(r1.first_loss, rw.first_loss, 1e-5 * rw.first_loss);
+  ASSERT_EQ(r1.losses.size(), rw.losses.size());
+  for (size_t i = 0; i < rw.losses.size(); ++i) EXPECT_NEAR(r1.losses[i], rw.losses[i], 1e-4 * rw.losses[i]) << "step " << i + 1;
+  EXPECT_EQ(r1.last_step, 3);
+  EXPECT_TRUE(comm.all_equal(weights_hash(t1)));
+
+  // balance.shard_docs: at 4 ranks (fair share 512 tokens) documents that fit 1,024 are sharded too.
+  sb::Config fit = tiny_config(dir, flags(1024) + " --set data.long_docs=shard --set balance.shard_docs=true"
+                                    " --set train.steps=3 --set log.path=" + dir + "/fit.h5 --set checkpoint.dir=" + dir + "/c3");
+  sb::Trainer tf(fit, comm, "", 0);
+  const sb::TrainResult rf = tf.run();
+  ASSERT_EQ(rf.losses.size(), rw.losses.size());
+  for (size_t i = 0; i < rw.losses.size(); ++i) EXPECT_NEAR(rf.losses[i], rw.losses[i], 1e-4 * rw.losses[i]) << "step " << i + 1;
+
+  const std::string c2 = dir + "/c2";
+  sb::Config two = tiny_config(dir, base + " --set log.path=" + dir + "/two.h5 --set checkpoint.dir=" + c2);
+  {
+    sb::Trainer a(two, comm, "", 2);
+    a.run();
+  }
+  sb::Trainer b(two, comm, sb::checkpoint_path(c2, 2), 0);
+  const sb::TrainResult rb = b.run();
+  EXPECT_EQ(rb.last_step, 3);
+  EXPECT_EQ(weights_hash(b), weights_hash(t1));
+}
+
+TEST(ShardTrain, TooFewRanksNamesHowManyAreNeeded) {
+  sb::Comm comm;
+  const std::string dir = scratch(comm, "shard_few");
+  // 32 tokens per rank: a document of more than 128 tokens needs more than 4 ranks.
+  sb::Config cfg = tiny_config(dir, flags(32) + " --set data.long_docs=shard --set train.steps=1");
+  try {
+    sb::Trainer t(cfg, comm, "", 0);
+    t.run();
+    FAIL() << "no error";
+  } catch (const std::exception& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("ranks, and the run has " + std::to_string(comm.size())), std::string::npos) << m;
+    EXPECT_NE(m.find("data.long_docs"), std::string::npos) << m;
+  }
+}
+
+}  // namespace trainer
