@@ -16,6 +16,8 @@
 #include <string>
 #include <thread>
 
+#include <gtest/gtest.h>
+
 #include "io/h5.hpp"
 #include "base/error.hpp"
 #include "tests/error_of.hpp"
@@ -68,6 +70,21 @@ inline Exit run(const std::string& cmd, const std::string& log) {
 }
 
 // Starts `cmd` (exec'd, so the pid is the program's own) in a clean environment, output to log.
+// The small corpus a test suite trains on, made once under the temp directory `name` (the
+// suite's SetUpTestSuite): its data path, or "" (with the prep log in the failure) if prep failed.
+inline std::string ensure_corpus(const std::string& name, const std::string& prep_flags) {
+  const auto dir = (fs::temp_directory_path() / name).string();
+  const std::string data = dir + "/data";
+  if (fs::exists(data + "/shard_00000.h5")) return data;
+  fs::create_directories(dir);
+  const Exit e = run(binary() + " prep synth " + prep_flags + " --output " + data, dir + "/prep.log");
+  if (e.code != 0) {
+    ADD_FAILURE() << "prep synth failed:\n" << slurp(dir + "/prep.log");
+    return "";
+  }
+  return data;
+}
+
 inline pid_t spawn(const std::string& cmd, const std::string& log) {
   std::string full = "exec " + sbtest::clean_env() + cmd + " >>" + log + " 2>&1";
   pid_t pid = fork();

@@ -82,14 +82,7 @@ void expect_job_error(const Outcome& o, const std::string& message, const std::s
 class Faults : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto dir = (fs::temp_directory_path() / "sb_rel_faults_corpus").string();
-    g_data = dir + "/data";
-    if (!fs::exists(g_data + "/shard_00000.h5")) {
-      fs::create_directories(dir);
-      auto e = run(binary() + " prep synth --docs 60 --max-len 256 --min-len 32 --seed 5 --output " + g_data,
-                   dir + "/prep.log");
-      ASSERT_EQ(e.code, 0) << slurp(dir + "/prep.log");
-    }
+    g_data = ensure_corpus("sb_rel_faults_corpus", "--docs 60 --max-len 256 --min-len 32 --seed 5");
   }
 };
 

@@ -44,14 +44,7 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
 class ReliabilityZero : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto dir = (fs::temp_directory_path() / "sb_rel_zero_corpus").string();
-    g_data = dir + "/data";
-    if (!fs::exists(g_data + "/shard_00000.h5")) {
-      fs::create_directories(dir);
-      auto e = run(binary() + " prep synth --docs 120 --max-len 512 --min-len 48 --seed 5 --output " + g_data,
-                   dir + "/prep.log");
-      ASSERT_EQ(e.code, 0) << slurp(dir + "/prep.log");
-    }
+    g_data = ensure_corpus("sb_rel_zero_corpus", "--docs 120 --max-len 512 --min-len 48 --seed 5");
   }
 };
 
