@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <deque>
 #include <queue>
 #include <set>
 #include <tuple>
@@ -528,17 +527,10 @@ std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t
   std::vector<ShardGroup> placed;
   for (size_t i : order) {
     ShardGroup g = out[i];
-    // The window of g.ranks consecutive ranks whose busiest rank is least busy (the first such):
-    // the windows' maxima by a monotonic deque, O(ranks) per group (a scan of each window made the
-    // placement O(ranks x group size) per group, most of the planning time at 4,096 ranks).
     double best = 1e300;
-    std::deque<int> q;  // ranks of the current window, loads decreasing
-    for (int r = 0; r < ranks; ++r) {
-      while (!q.empty() && load[size_t(q.back())] <= load[size_t(r)]) q.pop_back();
-      q.push_back(r);
-      const int s = r - g.ranks + 1;  // the window [s, r]
-      if (q.front() < s) q.pop_front();
-      if (s >= 0 && load[size_t(q.front())] < best) best = load[size_t(q.front())], g.first = s;
+    for (int s = 0; s + g.ranks <= ranks; ++s) {  // the window whose busiest rank is least busy
+      const double mx = *std::max_element(load.begin() + s, load.begin() + s + g.ranks);
+      if (mx < best) best = mx, g.first = s;
     }
     for (int r = g.first; r < g.first + g.ranks; ++r) load[size_t(r)] += cost[i];
     placed.push_back(g);
