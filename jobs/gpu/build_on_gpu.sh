@@ -15,6 +15,8 @@
 #             PyTorch (LENS, STEPS, TORCH=0|1 pass through)
 #   phases    bench/gpu_phase_breakdown.sh: per-phase GPU time of sparse steps (CUDA events), the
 #             host-built selection against the device-built one (L, STEPS, SELECTS pass through)
+#   fuse      bench/gpu_fuse_ab.sh: the fused elementwise kernels against the unfused chains (SB_FUSE=1
+#             vs 0), sparse 0.47B steps with the phase times (L, STEPS, ROUNDS pass through)
 #   overlap   bench/gpu_overlap.sh: the gradient all-reduce overlapped with the last backward against
 #             after it, one rank per GPU (NGPU, L, STEPS, ROUNDS pass through)
 #   accuracy  bench/accuracy.sh ACC_SCALE=gpu: the accuracy recipe, resumable; this call stops it
@@ -114,6 +116,9 @@ for st in $STAGES; do
     phases)
       log "phases"
       SB=$B/src/sparsebalance OUT=$OUTDIR timeout 560 bash bench/gpu_phase_breakdown.sh 2>&1 | tee "$OUTDIR/phases.log" || rc=1 ;;
+    fuse)
+      log "fuse A/B"
+      SB=$B/src/sparsebalance OUT=$OUTDIR timeout 560 bash bench/gpu_fuse_ab.sh 2>&1 | tee "$OUTDIR/fuse.log" || rc=1 ;;
     overlap)
       log "overlap"
       SB=$B/src/sparsebalance OUT=$OUTDIR timeout 560 bash bench/gpu_overlap.sh 2>&1 | tee "$OUTDIR/overlap.log" || rc=1 ;;

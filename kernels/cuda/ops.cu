@@ -9,6 +9,9 @@
 
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/ops_cuda.hpp"
+#include "kernels/cuda/reduce.cuh"
+#include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/swiglu.cuh"
 
 namespace sb::kernels::cuda {
 namespace {
@@ -21,26 +24,6 @@ constexpr int64_t kMaxBlocks = 65536;  // grid-stride cap for elementwise kernel
 unsigned grid_for(int64_t n, int threads = kThreads) {
   const int64_t b = (n + threads - 1) / threads;
   return unsigned(b < kMaxBlocks ? b : kMaxBlocks);
-}
-
-// ---- reductions ----
-template <class T>
-__device__ T warp_sum(T v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// Sum over the CTA, returned to every thread. blockDim.x a multiple of 32, at most 1024.
-template <class T>
-__device__ T block_sum(T v) {
-  __shared__ T sh[32];
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  v = warp_sum(v);
-  __syncthreads();  // sh may still be read by a previous block_sum of this CTA
-  if (lane == 0) sh[w] = v;
-  __syncthreads();
-  v = lane < nw ? sh[lane] : T(0);
-  return warp_sum(v);  // every warp reduces the same partials: all threads get the total
 }
 
 // Grid-stride loop over [0, n) with 64-bit indices.
@@ -69,11 +52,8 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_bwd_dx_kernel(const float* x
   const int64_t t = blockIdx.x;
   const float* xt = x + t * C;    // (C)
   const float* dyt = dy + t * C;  // (C)
-  double dot = 0;
-  for (int c = threadIdx.x; c < C; c += blockDim.x) dot += double(dyt[c]) * w[c] * xt[c];
-  dot = block_sum(dot);
   const double rd = rstd[t];
-  const float r = float(rd), k = float(dot * rd * rd * rd / C);
+  const float r = float(rd), k = rmsnorm_bwd_coef(xt, dyt, w, rd, C);
   for (int c = threadIdx.x; c < C; c += blockDim.x) dx[t * C + c] += r * dyt[c] * w[c] - xt[c] * k;
 }
 
@@ -101,47 +81,32 @@ __global__ void __launch_bounds__(32 * kDwRows) rmsnorm_bwd_dw_kernel(const floa
 
 // ---- rope (rotate-half) ----
 // x (N,nh,D) bf16 in place; one thread per (token, pair d < D/2), looping over the heads so the
-// angle is computed once. Angle pos * theta^(-2d/D) in double, reduced to [-pi, pi] in double (pos
-// reaches 1e5: a float angle would lose ~1e-2 rad), then sin/cos in fp32. sign -1: inverse rotation.
+// angle is computed once (rope.cuh). sign -1: inverse rotation.
 __global__ void __launch_bounds__(kThreads) rope_kernel(bf16* x, const int32_t* pos, int N, int nh, int D,
                                                          double theta, float sign) {
   const int half = D / 2;
   SB_GRID_LOOP(i, int64_t(N) * half) {
     const int64_t t = i / half;
     const int d = int(i - t * half);
-    const double ang = double(pos[t]) * pow(theta, -2.0 * d / D);
-    const double two_pi = 6.283185307179586476925;
-    const float red = float(ang - two_pi * rint(ang / two_pi));
     float sn, cs;
-    sincosf(red, &sn, &cs);
-    sn *= sign;
-    for (int h = 0; h < nh; h++) {
-      bf16* xh = x + (t * nh + h) * D;  // (D)
-      const float a = __bfloat162float(xh[d]), b = __bfloat162float(xh[d + half]);
-      xh[d] = __float2bfloat16(a * cs - b * sn);
-      xh[d + half] = __float2bfloat16(b * cs + a * sn);
-    }
+    rope_sincos(pos[t], d, D, theta, sign, sn, cs);
+    rope_rotate(x + t * nh * D, nh, D, d, sn, cs);
   }
 }
 
 // ---- swiglu ----
-// gate, up, h (n) bf16; math in fp32. silu(g) = g * sigmoid(g).
+// gate, up, h (n) bf16; math in fp32 (swiglu.cuh). dgate, dup overwritten.
 __global__ void __launch_bounds__(kThreads) swiglu_fwd_kernel(const bf16* gate, const bf16* up, bf16* h,
                                                                size_t n) {
-  SB_GRID_LOOP(i, n) {
-    const float g = __bfloat162float(gate[i]);
-    const float sig = 1.0f / (1.0f + expf(-g));
-    h[i] = __float2bfloat16(g * sig * __bfloat162float(up[i]));
-  }
+  SB_GRID_LOOP(i, n) h[i] = __float2bfloat16(swiglu_h(__bfloat162float(gate[i]), __bfloat162float(up[i])));
 }
-// silu'(g) = sig * (1 + g*(1-sig)); dgate, dup overwritten.
 __global__ void __launch_bounds__(kThreads) swiglu_bwd_kernel(const bf16* gate, const bf16* up, const bf16* dh,
                                                                bf16* dgate, bf16* dup, size_t n) {
   SB_GRID_LOOP(i, n) {
-    const float g = __bfloat162float(gate[i]), u = __bfloat162float(up[i]), d = __bfloat162float(dh[i]);
-    const float sig = 1.0f / (1.0f + expf(-g));
-    dgate[i] = __float2bfloat16(d * u * sig * (1.0f + g * (1.0f - sig)));
-    dup[i] = __float2bfloat16(d * g * sig);
+    float dg, du;
+    swiglu_grads(__bfloat162float(gate[i]), __bfloat162float(up[i]), __bfloat162float(dh[i]), dg, du);
+    dgate[i] = __float2bfloat16(dg);
+    dup[i] = __float2bfloat16(du);
   }
 }
 

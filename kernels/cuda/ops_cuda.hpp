@@ -69,6 +69,27 @@ void rope_bwd(bf16* dx, const int32_t* pos, int N, int nh, int D, double theta, 
 void swiglu_fwd(const bf16* gate, const bf16* up, bf16* h, size_t n, cudaStream_t stream = nullptr);
 void swiglu_bwd(const bf16* gate, const bf16* up, const bf16* dh, bf16* dgate, bf16* dup, size_t n,
                 cudaStream_t stream = nullptr);
+// ---- fused (fused.cu; issue 18 item 4) ----
+// SB_FUSE=0 (environment, read once) selects the unfused chains in the model; default 1.
+bool fuse_enabled();
+// Residual add + rmsnorm + bf16: xm (N,C) += x, then y = bf16(rmsnorm(xm) * w), rstd (N), in one
+// pass (xm holds a GEMM's output on entry, the residual stream on exit).
+void add_rmsnorm_fwd(float* xm, const float* x, const float* w, bf16* y, float* rstd, int N, int C, float eps,
+                     cudaStream_t stream = nullptr);
+// rmsnorm_bwd (dx += ..., dw += ...) and dx16 = bf16(dx) (skipped when nullptr) in one pass.
+void rmsnorm_bwd_fused(const float* x, const float* w, const float* rstd, const float* dy, float* dx, bf16* dx16,
+                       float* dw, int N, int C, cudaStream_t stream = nullptr);
+// bias_add_fwd on q (N,H,D), k and v (N,Hkv,D) (biases nullptr: none), then rope_fwd on q and k: one
+// launch. Backward: rope_bwd on dq and dk in one launch (the bias gradients stay bias_add_bwd).
+void qkv_rope_fwd(bf16* q, bf16* k, bf16* v, const float* bq, const float* bk, const float* bv, const int32_t* pos,
+                  int N, int H, int Hkv, int D, double theta, cudaStream_t stream = nullptr);
+void qk_rope_bwd(bf16* dq, bf16* dk, const int32_t* pos, int N, int H, int Hkv, int D, double theta,
+                 cudaStream_t stream = nullptr);
+// swiglu_fwd / swiglu_bwd with 16-byte loads and stores (8 bf16): the same bits; falls back to
+// them when n is not a multiple of 8 or a pointer is not 16-byte aligned.
+void swiglu_fwd_wide(const bf16* gate, const bf16* up, bf16* h, size_t n, cudaStream_t stream = nullptr);
+void swiglu_bwd_wide(const bf16* gate, const bf16* up, const bf16* dh, bf16* dgate, bf16* dup, size_t n,
+                     cudaStream_t stream = nullptr);
 // out (N,C) fp32 = table[ids] (fp32 master table). Backward: dtable[ids] += dout.
 void embedding_fwd(const int32_t* ids, const float* table, float* out, int N, int C, cudaStream_t stream = nullptr);
 void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int N, int C, cudaStream_t stream = nullptr);

@@ -134,6 +134,9 @@ static void to_device(DeviceArray<T>& d, const std::vector<T>& h, cudaStream_t s
 // layer's input (nullptr: not needed, as when recomputing for the backward). The activations the
 // backward reads go to A: layers_[l] itself, or the one shared work_ layer under train.recompute.
 // gate: select the blocks into layers_[l] (recomputation reuses them: no gating, no host sync).
+// Fused (SB_FUSE, the default): the residual adds go into the norms that follow them, so layer l
+// leaves layer l+1's xn and rstd1 (or the final norm's xf_, rstdf_) computed; q/k/v bias + RoPE are
+// one launch.
 void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a, Layer& A, float* x_out, bool gate,
                               bool dev_sel, MicroBatchStats& st, Timers& timers, Timers& gtimers) {
   const ModelDims& s = dims_;
@@ -149,21 +152,29 @@ void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a
   const LayerParams& I = layout_.layers[size_t(l)];
   PhaseClock& ph = phases_;
   using P = Phase;
+  const bool fuse = kc::fuse_enabled();
   // attention block
   ph.mark(P::elementwise, cs);
-  kc::rmsnorm_fwd(x, W(I.ln1), A.xn.resize(NC), A.rstd1.resize(N), N, C, eps, cs);
+  if (!(fuse && x_out && l > 0))  // else layer l-1 computed it with its residual add
+    kc::rmsnorm_fwd(x, W(I.ln1), A.xn.resize(NC), A.rstd1.resize(N), N, C, eps, cs);
   ph.mark(P::gemm, cs);
   kc::linear_fwd(bl, A.xn.data(), W16(I.q), A.q.resize(size_t(N) * HD), N, C, HD);
   kc::linear_fwd(bl, A.xn.data(), W16(I.k), A.k.resize(size_t(N) * KD), N, C, KD);
   kc::linear_fwd(bl, A.xn.data(), W16(I.v), A.v.resize(size_t(N) * KD), N, C, KD);
   ph.mark(P::elementwise, cs);
-  if (s.qkv_bias) {  // Qwen2: before RoPE, from the fp32 master biases
+  if (fuse) {
+    kc::qkv_rope_fwd(A.q.data(), A.k.data(), A.v.data(), s.qkv_bias ? W(I.q_bias) : nullptr,
+                     s.qkv_bias ? W(I.k_bias) : nullptr, s.qkv_bias ? W(I.v_bias) : nullptr, pos_.data(), N, H, Hkv,
+                     D, s.rope_theta, cs);
+  } else if (s.qkv_bias) {  // Qwen2: before RoPE, from the fp32 master biases
     kc::bias_add_fwd(A.q.data(), W(I.q_bias), N, HD, cs);
     kc::bias_add_fwd(A.k.data(), W(I.k_bias), N, KD, cs);
     kc::bias_add_fwd(A.v.data(), W(I.v_bias), N, KD, cs);
   }
-  kc::rope_fwd(A.q.data(), pos_.data(), N, H, D, s.rope_theta, cs);
-  kc::rope_fwd(A.k.data(), pos_.data(), N, Hkv, D, s.rope_theta, cs);
+  if (!fuse) {
+    kc::rope_fwd(A.q.data(), pos_.data(), N, H, D, s.rope_theta, cs);
+    kc::rope_fwd(A.k.data(), pos_.data(), N, Hkv, D, s.rope_theta, cs);
+  }
   // Host path: gating decides on the device and builds the CSR on the host (it synchronises), so
   // its wall time is its cost on the critical path.
   // Dense attention keeps every causal block in every layer: one selection per micro-batch.
@@ -192,23 +203,44 @@ void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a
   kc::block_attention_fwd(A.q.data(), A.k.data(), A.v.data(), *K.selp, ashape, A.att.resize(size_t(N) * HD),
                           A.lse.resize(size_t(N) * H), cs);
   timers.stop(ta);
-  // x_mid = x_in + o(att): the GEMM adds into a copy of the stream
+  // x_mid = x_in + o(att): unfused, the GEMM adds into a copy of the stream; fused, the GEMM writes
+  // o(att) and the norm's kernel adds x_in
   ph.mark(P::gemm, cs);
   float* xm = A.x_mid.resize(NC);
-  SB_CUDA_CHECK(cudaMemcpyAsync(xm, x, NC * sizeof(float), cudaMemcpyDeviceToDevice, cs));
-  kc::gemm(bl, false, true, N, C, HD, 1.f, A.att.data(), HD, W16(I.o), HD, 1.f, xm, C);
+  if (!fuse) SB_CUDA_CHECK(cudaMemcpyAsync(xm, x, NC * sizeof(float), cudaMemcpyDeviceToDevice, cs));
+  kc::gemm(bl, false, true, N, C, HD, 1.f, A.att.data(), HD, W16(I.o), HD, fuse ? 0.f : 1.f, xm, C);
   // MLP block
   ph.mark(P::elementwise, cs);
-  kc::rmsnorm_fwd(xm, W(I.ln2), A.xn2.resize(NC), A.rstd2.resize(N), N, C, eps, cs);
+  if (fuse)
+    kc::add_rmsnorm_fwd(xm, x, W(I.ln2), A.xn2.resize(NC), A.rstd2.resize(N), N, C, eps, cs);
+  else
+    kc::rmsnorm_fwd(xm, W(I.ln2), A.xn2.resize(NC), A.rstd2.resize(N), N, C, eps, cs);
   ph.mark(P::gemm, cs);
   kc::linear_fwd(bl, A.xn2.data(), W16(I.gate), A.gate.resize(NF), N, C, F);
   kc::linear_fwd(bl, A.xn2.data(), W16(I.up), A.up.resize(NF), N, C, F);
   ph.mark(P::elementwise, cs);
-  kc::swiglu_fwd(A.gate.data(), A.up.data(), A.h.resize(NF), NF, cs);
+  if (fuse)
+    kc::swiglu_fwd_wide(A.gate.data(), A.up.data(), A.h.resize(NF), NF, cs);
+  else
+    kc::swiglu_fwd(A.gate.data(), A.up.data(), A.h.resize(NF), NF, cs);
   ph.mark(P::gemm, cs);
   if (!x_out) return;
-  SB_CUDA_CHECK(cudaMemcpyAsync(x_out, xm, NC * sizeof(float), cudaMemcpyDeviceToDevice, cs));
-  kc::gemm(bl, false, true, N, C, F, 1.f, A.h.data(), F, W16(I.down), F, 1.f, x_out, C);
+  if (!fuse) {
+    SB_CUDA_CHECK(cudaMemcpyAsync(x_out, xm, NC * sizeof(float), cudaMemcpyDeviceToDevice, cs));
+    kc::gemm(bl, false, true, N, C, F, 1.f, A.h.data(), F, W16(I.down), F, 1.f, x_out, C);
+    return;
+  }
+  // x_out = x_mid + down(h), added by the next norm's kernel: layer l+1's ln1 into its activations
+  // (the work_ layer under train.recompute), or the final norm after the last layer
+  kc::gemm(bl, false, true, N, C, F, 1.f, A.h.data(), F, W16(I.down), F, 0.f, x_out, C);
+  ph.mark(P::elementwise, cs);
+  if (l + 1 < s.n_layers) {
+    Layer& B = exec_.recompute ? *work_ : *layers_[l + 1];
+    kc::add_rmsnorm_fwd(x_out, xm, W(layout_.layers[size_t(l) + 1].ln1), B.xn.resize(NC), B.rstd1.resize(N), N, C,
+                        eps, cs);
+  } else {
+    kc::add_rmsnorm_fwd(x_out, xm, W(layout_.norm), xf_.resize(NC), rstdf_.resize(N), N, C, eps, cs);
+  }
 }
 
 MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool backward,
@@ -253,7 +285,9 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   // x is the last layer's output (xs_top_)
   if (dev_sel) gating_->fetch_stats(cs);
   ph.mark(P::head_loss, cs);
-  kc::rmsnorm_fwd(x, W(layout_.norm), xf_.resize(NC), rstdf_.resize(N), N, C, eps, cs);
+  const bool fuse = kc::fuse_enabled();
+  if (!fuse || L == 0)  // else the last layer computed it with its residual add
+    kc::rmsnorm_fwd(x, W(layout_.norm), xf_.resize(NC), rstdf_.resize(N), N, C, eps, cs);
   // LM head and loss in chunks of `rows` tokens, never the whole (N, V) logits: logits (rows, V)
   // fp32 and dlogits (rows, V) bf16 are reused by every chunk, and the head's backward runs per
   // chunk (fused): dxf (N, C) = dlogits W, the head's gradient += dlogits^T xf.
@@ -283,7 +317,11 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
     bf16* dx16 = dx16_.resize(NC);
     SB_CUDA_CHECK(cudaMemsetAsync(dx, 0, NC * sizeof(float), cs));
     ph.mark(P::head_loss, cs);
-    kc::rmsnorm_bwd(xs_top_.data(), W(layout_.norm), rstdf_.data(), dxf, dx, G(layout_.norm), N, C, cs);
+    // fused: the norms' backward also write dx16 = bf16(dx), the input of the GEMM after them
+    if (fuse)
+      kc::rmsnorm_bwd_fused(xs_top_.data(), W(layout_.norm), rstdf_.data(), dxf, dx, dx16, G(layout_.norm), N, C, cs);
+    else
+      kc::rmsnorm_bwd(xs_top_.data(), W(layout_.norm), rstdf_.data(), dxf, dx, G(layout_.norm), N, C, cs);
     bf16 *dh = dh_.resize(NF), *dg = dg_.resize(NF), *du = du_.resize(NF);
     bf16 *datt = datt_.resize(size_t(N) * HD), *dq = dq_.resize(size_t(N) * HD);
     bf16 *dk = dk_.resize(size_t(N) * KD), *dv = dv_.resize(size_t(N) * KD);
@@ -295,18 +333,25 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
       const LayerParams& I = layout_.layers[size_t(l)];
       // MLP block: x_out = x_mid + down(swiglu(gate(xn2), up(xn2)))
       ph.mark(P::elementwise, cs);
-      kc::to_bf16(dx, dx16, NC, cs);
+      if (!fuse) kc::to_bf16(dx, dx16, NC, cs);
       ph.mark(P::gemm, cs);
       kc::linear_bwd(bl, A.h.data(), W16(I.down), dx16, dh, false, G(I.down), N, F, C);
       ph.mark(P::elementwise, cs);
-      kc::swiglu_bwd(A.gate.data(), A.up.data(), dh, dg, du, NF, cs);
+      if (fuse)
+        kc::swiglu_bwd_wide(A.gate.data(), A.up.data(), dh, dg, du, NF, cs);
+      else
+        kc::swiglu_bwd(A.gate.data(), A.up.data(), dh, dg, du, NF, cs);
       ph.mark(P::gemm, cs);
       kc::linear_bwd(bl, A.xn2.data(), W16(I.gate), dg, dxn, false, G(I.gate), N, C, F);
       kc::linear_bwd(bl, A.xn2.data(), W16(I.up), du, dxn, true, G(I.up), N, C, F);
       ph.mark(P::elementwise, cs);
-      kc::rmsnorm_bwd(A.x_mid.data(), W(I.ln2), A.rstd2.data(), dxn, dx, G(I.ln2), N, C, cs);
+      if (fuse) {
+        kc::rmsnorm_bwd_fused(A.x_mid.data(), W(I.ln2), A.rstd2.data(), dxn, dx, dx16, G(I.ln2), N, C, cs);
+      } else {
+        kc::rmsnorm_bwd(A.x_mid.data(), W(I.ln2), A.rstd2.data(), dxn, dx, G(I.ln2), N, C, cs);
+        kc::to_bf16(dx, dx16, NC, cs);
+      }
       // attention block: x_mid = x_in + o(attn(rope(q(xn)), rope(k(xn)), v(xn)))
-      kc::to_bf16(dx, dx16, NC, cs);
       ph.mark(P::gemm, cs);
       kc::linear_bwd(bl, A.att.data(), W16(I.o), dx16, datt, false, G(I.o), N, HD, C);
       ph.mark(P::attn_bwd, cs);
@@ -315,8 +360,12 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
                               dq, dk, dv, ws, cs);
       timers.stop(ta);
       ph.mark(P::elementwise, cs);
-      kc::rope_bwd(dq, pos_.data(), N, H, D, s.rope_theta, cs);
-      kc::rope_bwd(dk, pos_.data(), N, Hkv, D, s.rope_theta, cs);
+      if (fuse) {
+        kc::qk_rope_bwd(dq, dk, pos_.data(), N, H, Hkv, D, s.rope_theta, cs);
+      } else {
+        kc::rope_bwd(dq, pos_.data(), N, H, D, s.rope_theta, cs);
+        kc::rope_bwd(dk, pos_.data(), N, Hkv, D, s.rope_theta, cs);
+      }
       if (s.qkv_bias) {
         kc::bias_add_bwd(dq, G(I.q_bias), N, HD, cs);
         kc::bias_add_bwd(dk, G(I.k_bias), N, KD, cs);
@@ -327,7 +376,11 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
       kc::linear_bwd(bl, A.xn.data(), W16(I.k), dk, dxn, true, G(I.k), N, C, KD);
       kc::linear_bwd(bl, A.xn.data(), W16(I.v), dv, dxn, true, G(I.v), N, C, KD);
       ph.mark(P::elementwise, cs);
-      kc::rmsnorm_bwd(K.x_in.data(), W(I.ln1), A.rstd1.data(), dxn, dx, G(I.ln1), N, C, cs);
+      if (fuse)  // dx16 feeds layer l-1's down projection (layer 0: the embedding reads dx)
+        kc::rmsnorm_bwd_fused(K.x_in.data(), W(I.ln1), A.rstd1.data(), dxn, dx, l > 0 ? dx16 : nullptr, G(I.ln1), N,
+                              C, cs);
+      else
+        kc::rmsnorm_bwd(K.x_in.data(), W(I.ln1), A.rstd1.data(), dxn, dx, G(I.ln1), N, C, cs);
       if (layer_done) layer_done(l);
     }
     ph.mark(P::elementwise, cs);

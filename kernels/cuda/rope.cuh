@@ -1,0 +1,30 @@
+// The rotate-half RoPE step shared by ops.cu's rope kernel and fused.cu's q/k launch. Device code only.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace sb::kernels::cuda {
+
+// sin/cos of pos * theta^(-2d/D), the angle computed and reduced to [-pi, pi] in double (pos reaches
+// 1e5: a float angle would lose ~1e-2 rad), then sin/cos in fp32; sign -1: the inverse rotation.
+__device__ inline void rope_sincos(int32_t pos, int d, int D, double theta, float sign, float& sn, float& cs) {
+  const double ang = double(pos) * pow(theta, -2.0 * d / D);
+  const double two_pi = 6.283185307179586476925;
+  const float red = float(ang - two_pi * rint(ang / two_pi));
+  sincosf(red, &sn, &cs);
+  sn *= sign;
+}
+
+// Rotates the pair (d, d + half) of each of nh heads of one token, xt (nh, D) bf16 in place.
+__device__ inline void rope_rotate(__nv_bfloat16* xt, int nh, int D, int d, float sn, float cs) {
+  const int half = D / 2;
+  for (int h = 0; h < nh; h++) {
+    __nv_bfloat16* xh = xt + int64_t(h) * D;  // (D)
+    const float a = __bfloat162float(xh[d]), b = __bfloat162float(xh[d + half]);
+    xh[d] = __float2bfloat16(a * cs - b * sn);
+    xh[d + half] = __float2bfloat16(b * cs + a * sn);
+  }
+}
+
+}  // namespace sb::kernels::cuda
