@@ -10,129 +10,13 @@
 // (compute-sanitizer).
 #include <Kokkos_Core.hpp>
 
-#include <algorithm>
-#include <array>
-#include <cmath>
-#include <cstdio>
-#include <cstring>
-#include <limits>
-#include <random>
-#include <string>
-#include <type_traits>
-#include <vector>
+#include "tests/cuda/ops_check.hpp"
 
-#include "kernels/cuda/attention_cuda.hpp"  // device_available
-#include "kernels/cuda/cuda_check.hpp"
-#include "kernels/cuda/ops_cuda.hpp"
-#include "kernels/kernels.hpp"
+using namespace opcheck;
 
-namespace K = sb::kernels;
-namespace C = sb::kernels::cuda;
-using C::bf16;
+void test_fused(bool quick);  // test_ops_fused.cpp
 
 namespace {
-
-constexpr double kTolBf16 = 1e-2;   // bf16 outputs
-constexpr double kTolGemm32 = 1e-3; // GEMM, fp32 output
-constexpr double kTolF32 = 1e-5;    // fp32-output math
-
-int g_fails = 0;
-bool g_quick = false;
-std::mt19937_64 g_rng;
-
-// ---- host helpers ----
-float bfr(double x) { return __bfloat162float(__float2bfloat16(float(x))); }
-uint16_t bits(bf16 x) {
-  uint16_t u;
-  std::memcpy(&u, &x, 2);
-  return u;
-}
-uint32_t bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
-
-// n values ~ N(mean, sd), rounded to bf16 when `round_bf16`.
-std::vector<double> randn(size_t n, double sd, double mean = 0, bool round_bf16 = true) {
-  std::normal_distribution<double> D(mean, sd);
-  std::vector<double> x(n);
-  for (auto& v : x) v = round_bf16 ? double(bfr(D(g_rng))) : double(float(D(g_rng)));
-  return x;
-}
-std::vector<float> to_f(const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); }
-std::vector<bf16> to_b(const std::vector<double>& x) {
-  std::vector<bf16> y(x.size());
-  for (size_t i = 0; i < x.size(); i++) y[i] = __float2bfloat16(float(x[i]));
-  return y;
-}
-std::vector<double> to_d(const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); }
-std::vector<double> to_d(const std::vector<bf16>& x) {
-  std::vector<double> y(x.size());
-  for (size_t i = 0; i < x.size(); i++) y[i] = __bfloat162float(x[i]);
-  return y;
-}
-
-// A device buffer of n T's (RAII, so a thrown check leaks nothing).
-template <class T>
-struct Dev {
-  T* p = nullptr;
-  size_t n = 0;
-  explicit Dev(size_t n_) : n(n_) {
-    SB_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p), std::max<size_t>(n, 1) * sizeof(T)));
-  }
-  explicit Dev(const std::vector<T>& h) : Dev(h.size()) { up(h); }
-  ~Dev() { cudaFree(p); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-  void up(const std::vector<T>& h) {
-    SB_CUDA_CHECK(cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  void poison() { SB_CUDA_CHECK(cudaMemset(p, 0xFF, n * sizeof(T))); }  // NaN (fp32, bf16), -1 (int32)
-  std::vector<T> down() const {
-    SB_CUDA_CHECK(cudaDeviceSynchronize());  // the work runs on a stream; also surfaces kernel faults
-    std::vector<T> h(n);
-    SB_CUDA_CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-  }
-};
-
-struct Err {
-  double rel = 0;
-  size_t bad = 0;  // NaN / inf in the GPU output (unwritten, poisoned) or a non-finite mismatch
-};
-Err compare(const std::vector<double>& gpu, const std::vector<double>& ref) {
-  Err e;
-  double num = 0, den = 0;
-  if (gpu.size() != ref.size()) {
-    e.bad = std::max(gpu.size(), ref.size());
-    return e;
-  }
-  for (size_t i = 0; i < ref.size(); i++) {
-    const double g = gpu[i], r = ref[i];
-    if (!std::isfinite(g) || !std::isfinite(r)) {
-      e.bad++;
-      continue;
-    }
-    num += (g - r) * (g - r);
-    den += r * r;
-  }
-  e.rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-  return e;
-}
-
-// One line per check; counts failures.
-bool report(const std::string& name, const Err& e, double tol, size_t extra_bad = 0,
-            const std::string& note = "") {
-  const size_t bad = e.bad + extra_bad;
-  const bool ok = bad == 0 && e.rel <= tol;
-  std::printf("%-4s %-52s rel err %.2e (tol %.0e) bad %zu%s%s\n", ok ? "OK" : "FAIL", name.c_str(), e.rel, tol,
-              bad, note.empty() ? "" : " | ", note.c_str());
-  g_fails += !ok;
-  return ok;
-}
-
-cudaStream_t g_stream = nullptr;
 
 // ---- GEMM ----
 // C (M,N) = alpha op(A) op(B) + beta C with padded leading dimensions; padding of C must stay as it was.
@@ -310,13 +194,6 @@ void test_rope(int N, int nh, int D, double theta) {
   }
 }
 
-// Positions where two bf16 arrays differ bitwise (all of them when the sizes differ).
-size_t bits_differ(const std::vector<bf16>& a, const std::vector<bf16>& b) {
-  size_t n = a.size() == b.size() ? 0 : std::max(a.size(), b.size());
-  for (size_t i = 0; i < a.size() && i < b.size(); i++) n += bits(a[i]) != bits(b[i]);
-  return n;
-}
-
 // ---- swiglu ----
 void test_swiglu(size_t n) {
   std::vector<double> g = randn(n, 2.5), u = randn(n, 1.0), dh = randn(n, 1.0);
@@ -347,108 +224,6 @@ void test_swiglu(size_t n) {
                         bits_differ(wdu.down(), ddu.down());
   std::snprintf(name, sizeof name, "swiglu_fwd/bwd_wide n%zu == scalar", n);
   report(name, Err{}, 0, differ);
-}
-
-// ---- fused (fused.cu) ----
-// Against the CPU kernels of the chains they replace, and bitwise against the unfused GPU chains
-// (same formulas and roundings: the A/B of SB_FUSE must only differ by summation order elsewhere).
-void test_fused_rmsnorm(int N, int Cc) {
-  const size_t n = size_t(N) * Cc;
-  const double eps = 1e-5;
-  char name[128];
-  // forward: xm = g (a GEMM's output) + x, y = rmsnorm(xm) * w
-  std::vector<double> x = randn(n, 1.5, 0.3, false), g = randn(n, 0.7, -0.1, false), w = randn(Cc, 0.2, 1.0, false);
-  std::vector<double> xm(n), y(n), rstd(N);
-  for (size_t i = 0; i < n; i++) xm[i] = double(float(x[i]) + float(g[i]));  // the fp32 add, as the GPU
-  K::rmsnorm_fwd<double>(xm.data(), w.data(), y.data(), rstd.data(), N, Cc, eps);
-  Dev<float> dx_in(to_f(x)), dxm(to_f(g)), dw(to_f(w)), drstd(N), drstd2(N);
-  Dev<bf16> dy(n), dy2(n);
-  dy.poison();
-  drstd.poison();
-  C::add_rmsnorm_fwd(dxm.p, dx_in.p, dw.p, dy.p, drstd.p, N, Cc, float(eps), g_stream);
-  std::snprintf(name, sizeof name, "add_rmsnorm_fwd N%d C%d xm", N, Cc);
-  report(name, compare(to_d(dxm.down()), xm), kTolF32);
-  std::snprintf(name, sizeof name, "add_rmsnorm_fwd N%d C%d y", N, Cc);
-  const std::vector<bf16> yf = dy.down();
-  report(name, compare(to_d(yf), y), kTolBf16);
-  std::snprintf(name, sizeof name, "add_rmsnorm_fwd N%d C%d rstd", N, Cc);
-  report(name, compare(to_d(drstd.down()), rstd), kTolF32);
-  C::rmsnorm_fwd(dxm.p, dw.p, dy2.p, drstd2.p, N, Cc, float(eps), g_stream);  // unfused, on the fused xm
-  std::snprintf(name, sizeof name, "add_rmsnorm_fwd N%d C%d y == unfused", N, Cc);
-  report(name, Err{}, 0, bits_differ(yf, dy2.down()));
-
-  // backward onto random dx, dw; with and without dx16
-  std::vector<double> rs(N);
-  for (int t = 0; t < N; t++) rs[t] = float(rstd[t]);
-  for (int with16 = 0; with16 < 2; with16++) {
-    std::vector<double> dyv = randn(n, 1.0, 0.0, false), dx = randn(n, 1.0, 0.0, false), dwv = randn(Cc, 1.0, 0.0, false);
-    Dev<float> ddy(to_f(dyv)), ddx(to_f(dx)), ddw(to_f(dwv)), drs(to_f(rs)), dxm2(to_f(xm));
-    Dev<bf16> d16(n);
-    d16.poison();
-    K::rmsnorm_bwd<double>(xm.data(), w.data(), rs.data(), dyv.data(), dx.data(), dwv.data(), N, Cc);
-    C::rmsnorm_bwd_fused(dxm2.p, dw.p, drs.p, ddy.p, ddx.p, with16 ? d16.p : nullptr, ddw.p, N, Cc, g_stream);
-    std::snprintf(name, sizeof name, "rmsnorm_bwd_fused N%d C%d%s dx", N, Cc, with16 ? " +bf16" : "");
-    const std::vector<float> dxg = ddx.down();
-    report(name, compare(to_d(dxg), dx), kTolF32);
-    std::snprintf(name, sizeof name, "rmsnorm_bwd_fused N%d C%d%s dw", N, Cc, with16 ? " +bf16" : "");
-    report(name, compare(to_d(ddw.down()), dwv), kTolF32);
-    if (!with16) continue;
-    std::vector<bf16> want(n);
-    for (size_t i = 0; i < n; i++) want[i] = __float2bfloat16(dxg[i]);
-    std::snprintf(name, sizeof name, "rmsnorm_bwd_fused N%d C%d dx16 == bf16(dx)", N, Cc);
-    report(name, compare(to_d(d16.down()), dx), kTolBf16, bits_differ(d16.down(), want));
-  }
-}
-
-void test_fused_rope(int N, int H, int Hkv, int D, double theta, bool bias) {
-  std::vector<int32_t> pos(N);
-  std::uniform_int_distribution<int> P(0, 70000);
-  for (auto& p : pos) p = P(g_rng);
-  Dev<int32_t> dpos(pos);
-  const size_t nq = size_t(N) * H * D, nk = size_t(N) * Hkv * D;
-  char name[128];
-  std::vector<double> q = randn(nq, 1.0), k = randn(nk, 1.0), v = randn(nk, 1.0);
-  std::vector<double> bq = randn(H * D, 0.5, 0.0, false), bk = randn(Hkv * D, 0.5, 0.0, false),
-                      bv = randn(Hkv * D, 0.5, 0.0, false);
-  Dev<bf16> dq(to_b(q)), dk(to_b(k)), dv(to_b(v)), uq(to_b(q)), uk(to_b(k)), uv(to_b(v));
-  Dev<float> dbq(to_f(bq)), dbk(to_f(bk)), dbv(to_f(bv));
-  if (bias) {  // the GPU rounds x + b to bf16 before rotating (bias_add_fwd writes bf16)
-    K::bias_add_fwd<double>(q.data(), bq.data(), N, H * D);
-    K::bias_add_fwd<double>(k.data(), bk.data(), N, Hkv * D);
-    K::bias_add_fwd<double>(v.data(), bv.data(), N, Hkv * D);
-    for (auto* a : {&q, &k, &v})
-      for (auto& e : *a) e = bfr(e);
-  }
-  K::rope_fwd<double>(q.data(), pos.data(), N, H, D, theta);
-  K::rope_fwd<double>(k.data(), pos.data(), N, Hkv, D, theta);
-  C::qkv_rope_fwd(dq.p, dk.p, dv.p, bias ? dbq.p : nullptr, bias ? dbk.p : nullptr, bias ? dbv.p : nullptr, dpos.p, N,
-                  H, Hkv, D, theta, g_stream);
-  if (bias) {  // the unfused chain on the same inputs
-    C::bias_add_fwd(uq.p, dbq.p, N, H * D, g_stream);
-    C::bias_add_fwd(uk.p, dbk.p, N, Hkv * D, g_stream);
-    C::bias_add_fwd(uv.p, dbv.p, N, Hkv * D, g_stream);
-  }
-  C::rope_fwd(uq.p, dpos.p, N, H, D, theta, g_stream);
-  C::rope_fwd(uk.p, dpos.p, N, Hkv, D, theta, g_stream);
-  const char* b = bias ? " +bias" : "";
-  std::snprintf(name, sizeof name, "qkv_rope_fwd N%d H%d/%d D%d%s q", N, H, Hkv, D, b);
-  report(name, compare(to_d(dq.down()), q), kTolBf16, bits_differ(dq.down(), uq.down()));
-  std::snprintf(name, sizeof name, "qkv_rope_fwd N%d H%d/%d D%d%s k", N, H, Hkv, D, b);
-  report(name, compare(to_d(dk.down()), k), kTolBf16, bits_differ(dk.down(), uk.down()));
-  std::snprintf(name, sizeof name, "qkv_rope_fwd N%d H%d/%d D%d%s v", N, H, Hkv, D, b);
-  report(name, compare(to_d(dv.down()), v), bias ? kTolBf16 : 0.0, bits_differ(dv.down(), uv.down()));
-  // backward: the inverse rotation of dq and dk
-  std::vector<double> gq = randn(nq, 1.0), gk = randn(nk, 1.0);
-  Dev<bf16> dgq(to_b(gq)), dgk(to_b(gk)), ugq(to_b(gq)), ugk(to_b(gk));
-  K::rope_bwd<double>(gq.data(), pos.data(), N, H, D, theta);
-  K::rope_bwd<double>(gk.data(), pos.data(), N, Hkv, D, theta);
-  C::qk_rope_bwd(dgq.p, dgk.p, dpos.p, N, H, Hkv, D, theta, g_stream);
-  C::rope_bwd(ugq.p, dpos.p, N, H, D, theta, g_stream);
-  C::rope_bwd(ugk.p, dpos.p, N, Hkv, D, theta, g_stream);
-  std::snprintf(name, sizeof name, "qk_rope_bwd N%d H%d/%d D%d dq", N, H, Hkv, D);
-  report(name, compare(to_d(dgq.down()), gq), kTolBf16, bits_differ(dgq.down(), ugq.down()));
-  std::snprintf(name, sizeof name, "qk_rope_bwd N%d H%d/%d D%d dk", N, H, Hkv, D);
-  report(name, compare(to_d(dgk.down()), gk), kTolBf16, bits_differ(dgk.down(), ugk.down()));
 }
 
 // ---- embedding ----
@@ -724,12 +499,7 @@ int main(int argc, char** argv) {
     test_rope(q ? 64 : 300, 3, 128, 500000.0);
     test_swiglu(q ? 10007 : 100003);
     test_swiglu(q ? 10000 : 100000);  // a multiple of 8: the 16-byte kernels
-    test_fused_rmsnorm(q ? 300 : 700, 200);
-    test_fused_rmsnorm(q ? 40 : 2000, 1280);  // more rows than CTAs: rows strided
-    test_fused_rmsnorm(q ? 5 : 33, 4096);
-    test_fused_rmsnorm(q ? 3 : 9, 8192);      // over the shared-memory bound: the unfused chain
-    test_fused_rope(q ? 64 : 300, 10, 2, 128, 500000.0, false);
-    test_fused_rope(q ? 64 : 300, 14, 2, 64, 1000000.0, true);
+    test_fused(q);
     test_embedding(1000, 96, q ? 200 : 777);
     test_embedding(500, 300, q ? 100 : 600);
     test_cross_entropy(q ? 16 : 64, 259, 0.0, 2.0);
