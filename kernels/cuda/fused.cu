@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kThreads) add_rmsnorm_fwd_kernel(float* xm, co
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     const float v = mt[c] + xt[c];
     mt[c] = v;
-    ss += double(v) * v;
+    ss = __fma_rn(double(v), double(v), ss);  // as rmsnorm_fwd: the same rstd bits
   }
   ss = block_sum(ss);  // each thread reads back only the columns it wrote
   const float r = float(1.0 / sqrt(ss / C + double(eps)));
@@ -93,24 +93,14 @@ __global__ void __launch_bounds__(kThreads) qkv_rope_kernel(bf16* q, bf16* k, bf
     const int d = int(i - t * half);
     bf16* qt = q + t * H * D;    // (H, D)
     bf16* kt = k + t * Hkv * D;  // (Hkv, D)
-    if (bq)
-      for (int h = 0; h < H; h++) {
-        qt[h * D + d] = __float2bfloat16(__bfloat162float(qt[h * D + d]) + bq[h * D + d]);
-        qt[h * D + d + half] = __float2bfloat16(__bfloat162float(qt[h * D + d + half]) + bq[h * D + d + half]);
-      }
-    if (bk || bv)
-      for (int h = 0; h < Hkv; h++) {
-        const int j = h * D + d;
-        bf16* vt = v + t * Hkv * D;  // (Hkv, D)
-        if (bk) kt[j] = __float2bfloat16(__bfloat162float(kt[j]) + bk[j]);
-        if (bk) kt[j + half] = __float2bfloat16(__bfloat162float(kt[j + half]) + bk[j + half]);
-        if (bv) vt[j] = __float2bfloat16(__bfloat162float(vt[j]) + bv[j]);
-        if (bv) vt[j + half] = __float2bfloat16(__bfloat162float(vt[j + half]) + bv[j + half]);
-      }
     float sn, cs;
     rope_sincos(pos[t], d, D, theta, sign, sn, cs);
-    rope_rotate(qt, H, D, d, sn, cs);
-    rope_rotate(kt, Hkv, D, d, sn, cs);
+    rope_rotate(qt, H, D, d, sn, cs, bq);
+    rope_rotate(kt, Hkv, D, d, sn, cs, bk);
+    if (!bv) continue;
+    bf16* vt = v + t * Hkv * D;  // (Hkv, D)
+    for (int h = 0; h < Hkv; h++)
+      for (const int j : {h * D + d, h * D + d + half}) vt[j] = __float2bfloat16(__bfloat162float(vt[j]) + bv[j]);
   }
 }
 

@@ -38,7 +38,8 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_fwd_kernel(const float* x, c
   const int64_t t = blockIdx.x;
   const float* xt = x + t * C;  // (C)
   double ss = 0;
-  for (int c = threadIdx.x; c < C; c += blockDim.x) ss += double(xt[c]) * xt[c];
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    ss = __fma_rn(double(xt[c]), double(xt[c]), ss);  // as fused.cu's add_rmsnorm_fwd
   ss = block_sum(ss);
   const float r = float(1.0 / sqrt(ss / C + double(eps)));
   if (threadIdx.x == 0) rstd[t] = r;

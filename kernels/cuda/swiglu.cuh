@@ -13,7 +13,7 @@ __device__ inline float swiglu_h(float g, float u) {
 // silu'(g) = sig * (1 + g*(1-sig)): dgate = dh * u * silu'(g), dup = dh * silu(g).
 __device__ inline void swiglu_grads(float g, float u, float d, float& dg, float& du) {
   const float sig = 1.0f / (1.0f + expf(-g));
-  dg = d * u * sig * (1.0f + g * (1.0f - sig));
+  dg = d * u * sig * __fmaf_rn(g, 1.0f - sig, 1.0f);  // explicit fma: the same bits in every kernel
   du = d * g * sig;
 }
 
