@@ -15,8 +15,9 @@
 #             PyTorch (LENS, STEPS, TORCH=0|1 pass through)
 #   phases    bench/gpu_phase_breakdown.sh: per-phase GPU time of sparse steps (CUDA events), the
 #             host-built selection against the device-built one (L, STEPS, SELECTS pass through)
-#   fuse      bench/gpu_fuse_ab.sh: the fused elementwise kernels against the unfused chains (SB_FUSE=1
-#             vs 0), sparse 0.47B steps with the phase times (L, STEPS, ROUNDS pass through)
+#   fuse      bench_fused_cuda (each fused kernel beside its unfused chain, one layer's arrays of the
+#             0.47B shape), then bench/gpu_fuse_ab.sh: sparse 0.47B steps with SB_FUSE=0 and 1 and the
+#             phase times (L, STEPS, ROUNDS pass through)
 #   overlap   bench/gpu_overlap.sh: the gradient all-reduce overlapped with the last backward against
 #             after it, one rank per GPU (NGPU, L, STEPS, ROUNDS pass through)
 #   accuracy  bench/accuracy.sh ACC_SCALE=gpu: the accuracy recipe, resumable; this call stops it
@@ -86,7 +87,7 @@ cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSB_CUDA=ON -DSB_BENCH=O
   > "$OUTDIR/configure.log" 2>&1 || { tail -40 "$OUTDIR/configure.log"; exit 1; }
 grep -E "HDF5|SB_CUDA|CUDA compiler identification" "$OUTDIR/configure.log"
 log "build"
-ninja -C "$B" -j16 ${BUILD_TARGETS:-sparsebalance test_attention_cuda test_ops_cuda test_train_cuda bench_attention_cuda} > "$OUTDIR/build.log" 2>&1 || { tail -60 "$OUTDIR/build.log"; exit 1; }
+ninja -C "$B" -j16 ${BUILD_TARGETS:-sparsebalance test_attention_cuda test_ops_cuda test_train_cuda bench_attention_cuda bench_fused_cuda} > "$OUTDIR/build.log" 2>&1 || { tail -60 "$OUTDIR/build.log"; exit 1; }
 fi
 rc=0
 for st in $STAGES; do
@@ -118,6 +119,7 @@ for st in $STAGES; do
       SB=$B/src/sparsebalance OUT=$OUTDIR timeout 560 bash bench/gpu_phase_breakdown.sh 2>&1 | tee "$OUTDIR/phases.log" || rc=1 ;;
     fuse)
       log "fuse A/B"
+      [ -x "$B/kernels/bench_fused_cuda" ] && { timeout 120 "$B/kernels/bench_fused_cuda" 2>&1 | tee "$OUTDIR/bench_fused.md" || rc=1; }
       SB=$B/src/sparsebalance OUT=$OUTDIR timeout 560 bash bench/gpu_fuse_ab.sh 2>&1 | tee "$OUTDIR/fuse.log" || rc=1 ;;
     overlap)
       log "overlap"
