@@ -15,7 +15,12 @@
 
 namespace sb::kernels::cuda {
 
+namespace {
+int g_fuse_override = -1;  // set_fuse_override: -1 the environment, 0 off, 1 on
+}
+
 bool fuse_enabled() {
+  if (g_fuse_override >= 0) return g_fuse_override == 1;
   static const bool on = [] {
     const char* e = std::getenv("SB_FUSE");
     if (!e || !*e || std::string_view(e) == "1") return true;
@@ -24,6 +29,8 @@ bool fuse_enabled() {
   }();
   return on;
 }
+
+void set_fuse_override(int on) { g_fuse_override = on < 0 ? -1 : on > 0 ? 1 : 0; }
 
 namespace {
 

@@ -72,6 +72,8 @@ void swiglu_bwd(const bf16* gate, const bf16* up, const bf16* dh, bf16* dgate, b
 // ---- fused (fused.cu; issue 18 item 4) ----
 // SB_FUSE=0 (environment, read once) selects the unfused chains in the model; default 1.
 bool fuse_enabled();
+// Tests: 1 fused, 0 unfused, -1 back to SB_FUSE (not thread-safe; call between model runs).
+void set_fuse_override(int on);
 // Residual add + rmsnorm + bf16: xm (N,C) += x, then y = bf16(rmsnorm(xm) * w), rstd (N), in one
 // pass (xm holds a GEMM's output on entry, the residual stream on exit).
 void add_rmsnorm_fwd(float* xm, const float* x, const float* w, bf16* y, float* rstd, int N, int C, float eps,

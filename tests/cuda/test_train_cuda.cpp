@@ -259,6 +259,58 @@ TEST(ModelCuda, LayerRecomputationMatchesDoubleReference) {
   check_one_micro_batch({true, false, false, sb::ModelExec{128, true}});
 }
 
+// SB_FUSE=0 against 1 (kernels/cuda/fused.cu) on one micro-batch, forward + backward: the same
+// network, so the loss and every gradient agree up to fp32 summation order (the norms' dw sums,
+// cuBLAS's choice of algorithm for beta 0 against 1); a residual or norm wired wrong is off by O(1).
+// (Every other ModelCuda case runs the default, fused.)
+// Untied dense with q/k/v biases, then tied sparse under layer recomputation with a chunked head.
+TEST(ModelCuda, FusedElementwiseMatchesUnfused) {
+  if (!have_gpu()) GTEST_SKIP();
+  for (const BatchCase c : {BatchCase{false, false, true}, BatchCase{true, true, false, sb::ModelExec{100, true}}}) {
+    sb::ModelDims d;
+    d.n_layers = 3, d.d_model = 256, d.n_heads = 4, d.n_kv_heads = 2, d.head_dim = 64, d.ffn_dim = 384;
+    d.vocab = 300, d.tied = c.tied, d.qkv_bias = c.qkv_bias;
+    sb::Model<float> host(d);
+    host.init(13);
+    std::mt19937_64 rng(7);
+    sb::PackedBatch b;
+    for (int len : {260, 77, 128}) {
+      std::vector<uint32_t> seq(static_cast<size_t>(len));
+      for (auto& t : seq) t = uint32_t(rng() % uint64_t(d.vocab));
+      b.add(seq);
+    }
+    sb::AttnSettings a;
+    a.sparse = c.sparse, a.block_size = 64, a.local_blocks = 1, a.theta = 1e9, a.k = {64, 64, 64};
+    sb::ModelCuda gpu(d, host.layout());
+    gpu.set_exec(c.exec);
+    gpu.upload_weights(host.weights());
+    double loss[2];
+    std::vector<float> g[2];
+    for (int fuse = 0; fuse < 2; ++fuse) {
+      sb::kernels::cuda::set_fuse_override(fuse);
+      gpu.zero_grads();
+      loss[fuse] = gpu.forward_backward(b, a, 1e-3f).loss_sum;
+      g[fuse].resize(gpu.size());
+      SB_CUDA_CHECK(cudaMemcpy(g[fuse].data(), gpu.grads(), gpu.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    sb::kernels::cuda::set_fuse_override(-1);
+    const double loss_err = std::abs(loss[1] - loss[0]) / loss[0];
+    EXPECT_LT(loss_err, 1e-4);
+    std::vector<double> ref(g[0].begin(), g[0].end());
+    double worst = 0;
+    for (const auto& p : host.params()) {
+      const double e = rel_err(g[1], ref.data(), p.offset, p.size);
+      worst = std::max(worst, e);
+      // bf16 activations may round one ulp apart where an fp32 sum's order changed; the k bias
+      // gradient nearly cancels (see check_one_micro_batch), so its relative difference is larger
+      EXPECT_LT(e, p.name.ends_with(".bias") ? 3e-2 : 2e-3) << p.name;
+    }
+    std::printf("fused vs unfused (tied=%d sparse=%d qkv_bias=%d recompute=%d): loss %.6f / %.6f rel %.2e, worst "
+                "gradient rel diff %.2e\n",
+                c.tied, c.sparse, c.qkv_bias, int(c.exec.recompute), loss[0], loss[1], loss_err, worst);
+  }
+}
+
 TEST(ModelCuda, ForwardMatchesDoubleReference) {
   if (!have_gpu()) GTEST_SKIP();
   check_forward();
