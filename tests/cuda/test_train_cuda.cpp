@@ -276,7 +276,7 @@ TEST(ModelCuda, FusedElementwiseMatchesUnfused) {
     std::mt19937_64 rng(7);
     sb::PackedBatch b;
     for (int len : {260, 77, 128}) {
-      std::vector<uint32_t> seq(size_t(len));
+      std::vector<uint32_t> seq(static_cast<size_t>(len));
       std::generate(seq.begin(), seq.end(), [&] { return uint32_t(rng() % 300); });  // random tokens
       b.add(seq);
     }
