@@ -4,6 +4,7 @@
 //   random q/k/v biases, bias.cu).
 // - Forward only (eval): loss and greedy predictions against Model<double>; gradients untouched.
 // - The same with the chunked LM head (model.lm_head_chunk) and layer recomputation (train.recompute).
+// - The fused elementwise kernels (SB_FUSE, the default) against the unfused chains.
 // - 20 steps of `train` on the GPU against the same run on the CPU: the losses agree to bf16
 //   tolerance at every step, and ranks stay bit-identical (train.sync_check_every = 1). At 2 ranks
 //   on one GPU the gradients go through host memory (NCCL takes one GPU per rank). Then `eval` of
