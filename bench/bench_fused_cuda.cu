@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
       std::function<void()> unfused, fused;
     };
     const std::vector<Row> rows = {
-        {"residual + rmsnorm + bf16 (with the o or down GEMM)", 2,
+        {"residual + rmsnorm + bf16 (with the o GEMM)", 2,
          [&] {
            SB_CUDA_CHECK(cudaMemcpyAsync(xm.p, x.p, NC * sizeof(float), cudaMemcpyDeviceToDevice, s));
            C::gemm(bl, false, true, N, Cm, HDi, 1.f, att.p, HDi, wo.p, HDi, 1.f, xm.p, Cm);
