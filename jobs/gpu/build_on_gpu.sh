@@ -4,7 +4,8 @@
 # their CMake files to point there, configures with -DSB_CUDA=ON (serial HDF5 there), builds the CUDA
 # test and benchmark, and runs the stages named on the command line (default: test sanitize bench):
 #   test      tests/cuda correctness programs (ctest -L cuda: test_attention_cuda, test_ops_cuda,
-#             test_train_cuda at 1 and 2 ranks: the model and 20 training steps against the CPU)
+#             test_train_cuda at 1 and 2 ranks: the model and 20 training steps against the CPU,
+#             test_shard_cuda at 2 ranks: sharded documents against one rank and the CPU)
 #   sanitize  compute-sanitizer memcheck on the test programs (--quick cases)
 #   bench     bench_attention_cuda over L x density (table at the end); its "x flex" / "x cudnn"
 #             columns come from $OUT/flex.csv of the same call: name flex before bench
@@ -84,7 +85,7 @@ cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSB_CUDA=ON -DSB_BENCH=O
   > "$OUTDIR/configure.log" 2>&1 || { tail -40 "$OUTDIR/configure.log"; exit 1; }
 grep -E "HDF5|SB_CUDA|CUDA compiler identification" "$OUTDIR/configure.log"
 log "build"
-ninja -C "$B" -j16 ${BUILD_TARGETS:-sparsebalance test_attention_cuda test_ops_cuda test_train_cuda bench_attention_cuda} > "$OUTDIR/build.log" 2>&1 || { tail -60 "$OUTDIR/build.log"; exit 1; }
+ninja -C "$B" -j16 ${BUILD_TARGETS:-sparsebalance test_attention_cuda test_ops_cuda test_train_cuda test_shard_cuda bench_attention_cuda} > "$OUTDIR/build.log" 2>&1 || { tail -60 "$OUTDIR/build.log"; exit 1; }
 fi
 rc=0
 for st in $STAGES; do

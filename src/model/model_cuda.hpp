@@ -39,6 +39,33 @@ class DeviceArray {
   size_t cap_ = 0;
 };
 
+// Scratch of a sharded document's attention on the GPU (shard_attention_cuda.cpp): the whole
+// document's rows on the device, grown as needed, and the host staging of the exchange.
+struct ShardScratchCuda {
+  DeviceArray<kernels::cuda::bf16> q, o, dout, dq;  // (doc_len, H*D)
+  DeviceArray<kernels::cuda::bf16> k, v, dk, dv;    // (doc_len, Hkv*D)
+  DeviceArray<float> lse;                           // (doc_len, H)
+  DeviceArray<unsigned char> ws;                    // the backward's workspace
+  std::vector<kernels::cuda::bf16> h16;             // host copies of device rows
+  std::vector<float> mine, whole;                   // what the exchange moves: this rank's rows, the document's
+};
+
+// shard_attention_fwd/bwd (model.hpp) on device buffers, with the same arguments (q, att, dq at the
+// shard's first packed row, and so on) and the trainer's float exchange, staged through host memory.
+// The forward builds `sel` (on the host, uploaded) when `gate`, else reuses it (recomputation).
+kernels::GatingStats shard_attention_fwd_cuda(const DocShard& sh, const ShardExchange<float>& ex,
+                                              const kernels::cuda::bf16* q, const kernels::cuda::bf16* k,
+                                              const kernels::cuda::bf16* v, kernels::AttnShape s, bool sparse,
+                                              kernels::GatingParams p, bool gate, kernels::cuda::DeviceSelection& sel,
+                                              kernels::cuda::bf16* att, float* lse, ShardScratchCuda& h,
+                                              cudaStream_t stream);
+void shard_attention_bwd_cuda(const DocShard& sh, const ShardExchange<float>& ex, const kernels::cuda::bf16* q,
+                              const kernels::cuda::bf16* k, const kernels::cuda::bf16* v,
+                              const kernels::cuda::bf16* att, const float* lse, const kernels::cuda::bf16* datt,
+                              kernels::AttnShape s, const kernels::cuda::DeviceSelection& sel, kernels::cuda::bf16* dq,
+                              kernels::cuda::bf16* dk, kernels::cuda::bf16* dv, ShardScratchCuda& h,
+                              cudaStream_t stream);
+
 class ModelCuda {
  public:
   using bf16 = kernels::cuda::bf16;
@@ -57,9 +84,12 @@ class ModelCuda {
   // and gating times are GPU times (CUDA events), total_ms the wall time to a synchronised end.
   // layer_done (optional) is called with l once the backward of layer l is enqueued on stream():
   // its gradients (layer_range(l)) are complete when the stream gets there.
+  // A batch with shards (data.long_docs = "shard") needs `ex`, collective over each shard's group
+  // (as Model::forward_backward; shard_attention_cuda.cpp stages it through host memory).
   MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale,
-                                   const std::function<void(int)>& layer_done = {}) {
-    return run(b, a, loss_scale, true, nullptr, layer_done);
+                                   const std::function<void(int)>& layer_done = {},
+                                   const ShardExchange<float>* ex = nullptr) {
+    return run(b, a, loss_scale, true, nullptr, layer_done, ex);
   }
   // As Model::forward (evaluation): loss and, when asked, the greedy prediction of every token; no
   // gradients (grads() untouched).
@@ -90,9 +120,14 @@ class ModelCuda {
   struct Layer;
   struct Timers;
   MicroBatchStats run(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool backward,
-                      std::vector<int32_t>* argmax, const std::function<void(int)>& layer_done = {});
+                      std::vector<int32_t>* argmax, const std::function<void(int)>& layer_done = {},
+                      const ShardExchange<float>* ex = nullptr);
   void layer_forward(int l, const PackedBatch& b, const AttnSettings& a, Layer& A, float* x_out, bool gate,
                      bool dev_sel, MicroBatchStats& st, Timers& timers, Timers& gtimers);
+  // The rows of b.shards (after the whole sequences) through shard_attention_*_cuda.
+  void shards_forward(int l, const PackedBatch& b, const AttnSettings& a, Layer& A, bool gate);
+  void shards_backward(int l, const PackedBatch& b, const AttnSettings& a, const Layer& A, const bf16* datt, bf16* dq,
+                       bf16* dk, bf16* dv);
   float* W(size_t i) { return w32_.data() + layout_.params[i].offset; }
   bf16* W16(size_t i) { return w16_.data() + layout_.params[i].offset; }
   float* G(size_t i) { return g32_.data() + layout_.params[i].offset; }
@@ -114,6 +149,8 @@ class ModelCuda {
   DeviceArray<unsigned char> attn_ws_;
   std::unique_ptr<kernels::cuda::DeviceGating> gating_;  // sparse selection on the device
   PhaseClock phases_;
+  const ShardExchange<float>* shard_ex_ = nullptr;  // run()'s exchange, for the shards' layers
+  std::unique_ptr<ShardScratchCuda> shard_ws_;
 };
 
 }  // namespace sb

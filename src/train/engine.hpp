@@ -21,7 +21,7 @@ class Engine {
  public:
   virtual ~Engine() = default;
   // The exchange of sharded documents' rows (data.long_docs = "shard", src/train/shard.hpp), for a
-  // batch with shards; the CPU engine only.
+  // batch with shards (both engines; the CUDA one stages it through host memory).
   const ShardExchange<float>* shard_exchange = nullptr;
   virtual void zero_grads() = 0;
   // Gradients accumulate over the step's micro-batches, scaled by loss_scale (Model::forward_backward).

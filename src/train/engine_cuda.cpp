@@ -72,9 +72,11 @@ class CudaEngine final : public Engine {
   void zero_grads() override { gpu_->zero_grads(); }
   // With overlap, the step's last backward starts each layer's sum as soon as that layer is done:
   // layer l's gradients are final then (the earlier micro-batches are already accumulated).
+  // Sharded documents (data.long_docs = "shard") exchange their rows through the trainer's MPI
+  // exchange, staged through host memory (src/model/shard_attention_cuda.cpp). Their batches leave
+  // the overlap off: a member blocked in that exchange must not hold NCCL sums that wait for it.
   MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool last) override {
-    if (!b.shards.empty()) throw Error("sharded documents (data.long_docs = \"shard\") run on train.device = \"cpu\" only");
-    if (!last || !nccl_) return gpu_->forward_backward(b, a, loss_scale);
+    if (!last || !nccl_ || !b.shards.empty()) return gpu_->forward_backward(b, a, loss_scale, {}, shard_exchange);
     return gpu_->forward_backward(b, a, loss_scale, [this](int l) { start_layer(l); });
   }
   MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax) override {

@@ -70,9 +70,6 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
   lm_.set_ema(set_.balance.ema);
   if (set_.balance.shard_docs && !set_.data.shard_long)
     throw Error("balance.shard_docs = true needs data.long_docs = \"shard\" (documents are sharded by the same machinery)");
-  if (set_.data.shard_long && set_.train.device != "cpu")
-    throw Error("data.long_docs = \"shard\" runs on train.device = \"cpu\" only so far (the GPU exchange is not "
-                "built); use data.long_docs = \"window\" on GPUs");
   engine_->shard_exchange = &shard_groups_.exchange_f32();
   if (!set_.attention.sparse && set_.balance.dst.tuning == Tuning::Dst)
     throw Error("balance.tuning = \"dst\" needs attention.mode = \"sparse\" (dense attention has no budget to tune)");
