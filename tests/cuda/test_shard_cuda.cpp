@@ -119,7 +119,7 @@ void check_case(const Case& c) {
         << "layer " << l;
   }
   if (c.sparse) {
-    EXPECT_LT(s1.gating[0].density(), 0.8);  // the sparse case does drop blocks
+    EXPECT_LT(s1.gating[0].density(), 0.9);  // the sparse case does drop blocks (dense: 1)
   }
 
   double worst1 = 0, worstr = 0;
