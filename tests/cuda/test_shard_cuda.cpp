@@ -26,7 +26,6 @@ using namespace sbtest;
 
 namespace {
 
-constexpr int kCap = 256, kBlock = 64;  // train.micro_batch_tokens, attention.block_size of the case
 
 bool have_gpu() {
   std::string why;
@@ -57,7 +56,9 @@ std::vector<float> grads_of(sb::ModelCuda& m) {
 
 struct Case {
   bool sparse;
-  int tail;  // the long document is 2 * kCap - tail tokens
+  int tail;        // the long document is 2 * cap - tail tokens
+  int block = 64;  // attention.block_size (128: the wgmma kernels on an H100/H200)
+  int cap = 256;   // train.micro_batch_tokens
 };
 
 void check_case(const Case& c) {
@@ -72,10 +73,10 @@ void check_case(const Case& c) {
   sb::Model<double> ref(d);
   for (size_t i = 0; i < host.weights().size(); ++i) ref.weights()[i] = host.weights()[i];
 
-  const int32_t L = G * kCap - c.tail;
+  const int32_t L = G * c.cap - c.tail;
   const std::vector<uint32_t> doc = random_doc(size_t(L), 11, d.vocab);
   sb::AttnSettings a;
-  a.sparse = c.sparse, a.block_size = kBlock, a.local_blocks = 1, a.theta = 1e9, a.k = {1, 2};
+  a.sparse = c.sparse, a.block_size = c.block, a.local_blocks = 1, a.theta = 1e9, a.k = {1, 2};
   const double scale = 1.0 / 700;
 
   // One rank's 2x micro-batch: every rank's short document, then the long one, whole.
@@ -90,8 +91,8 @@ void check_case(const Case& c) {
 
   // This rank's micro-batch: its short document, then its pieces of the long one.
   sb::ShardGroups groups(comm);
-  const auto costs = sb::block_costs(L, kBlock, c.sparse, 2, a.local_blocks, 0.1);
-  const sb::DocShard sh = groups.add(0, L, sb::split_document(L, G, kBlock, costs)).value();
+  const auto costs = sb::block_costs(L, c.block, c.sparse, 2, a.local_blocks, 0.1);
+  const sb::DocShard sh = groups.add(0, L, sb::split_document(L, G, c.block, costs)).value();
   sb::PackedBatch mine;
   mine.add(random_doc(size_t(90 + 41 * me), 100 + uint64_t(me), d.vocab));
   for (auto [b, e] : sh.pieces)
@@ -113,10 +114,7 @@ void check_case(const Case& c) {
   for (size_t l = 0; l < s1.gating.size(); ++l) {  // every row once, the blocks one rank keeps
     EXPECT_EQ(sums[2 + 3 * l], s1.gating[l].rows) << "layer " << l;
     EXPECT_EQ(sums[4 + 3 * l], s1.gating[l].causal_blocks) << "layer " << l;
-    // Sparse: gating reads bf16 q/k, whose GEMMs over a different row count may round a near tie
-    // the other way; a block or two of slack.
-    EXPECT_NEAR(sums[3 + 3 * l], s1.gating[l].kept_blocks, c.sparse ? 0.01 * s1.gating[l].kept_blocks : 0.0)
-        << "layer " << l;
+    EXPECT_EQ(sums[3 + 3 * l], s1.gating[l].kept_blocks) << "layer " << l;  // theta 1e9: min(i + 1, k + w + 2) a row
   }
   if (c.sparse) {
     EXPECT_LT(s1.gating[0].density(), 0.9);  // the sparse case does drop blocks (dense: 1)
@@ -128,14 +126,16 @@ void check_case(const Case& c) {
     const double x1 = rel_err(g.data() + p.offset, g1d.data(), p.size);
     const double xr = rel_err(g.data() + p.offset, ref.grads().data() + p.offset, p.size);
     worst1 = std::max(worst1, x1), worstr = std::max(worstr, xr);
-    EXPECT_LT(x1, 2e-2) << p.name << " against one GPU rank";
+    // Sparse: which blocks (not how many) may differ where two scores nearly tie and the q/k GEMMs
+    // over another row count round differently; a missing dK/dV contribution is off by far more.
+    EXPECT_LT(x1, c.sparse ? 3e-2 : 2e-2) << p.name << " against one GPU rank";
     if (!c.sparse) {  // sparse: bf16 gating may keep another block where Model<double>'s scores tie
       EXPECT_LT(xr, 3e-2) << p.name << " against Model<double>";
     }
   }
   if (comm.root())
-    std::printf("%s, L %d: loss rel %.1e (one GPU rank), %.1e (double); worst gradient rel %.1e, %.1e\n",
-                c.sparse ? "sparse" : "dense", L, e1, er, worst1, worstr);
+    std::printf("%s, L %d, block %d: loss rel %.1e (one GPU rank), %.1e (double); worst gradient rel %.1e, %.1e\n",
+                c.sparse ? "sparse" : "dense", L, c.block, e1, er, worst1, worstr);
 }
 
 }  // namespace
@@ -143,8 +143,9 @@ void check_case(const Case& c) {
 TEST(ShardCuda, OneDocumentOverTwoRanksEqualsOneRank) {
   if (!have_gpu()) GTEST_SKIP();
   if (sb::Comm().size() != 2) GTEST_SKIP() << "the case is 2 ranks";
-  for (const Case& c : {Case{false, 0}, Case{true, 0}, Case{false, 20}, Case{true, 37}}) {
-    SCOPED_TRACE(std::string(c.sparse ? "sparse" : "dense") + ", tail " + std::to_string(c.tail));
+  for (const Case& c : {Case{false, 0}, Case{true, 0}, Case{false, 20}, Case{true, 37}, Case{true, 0, 128, 512}}) {
+    SCOPED_TRACE(std::string(c.sparse ? "sparse" : "dense") + ", tail " + std::to_string(c.tail) + ", block " +
+                 std::to_string(c.block));
     check_case(c);
   }
 }
