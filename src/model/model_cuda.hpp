@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -100,7 +101,12 @@ class ModelCuda {
                       std::vector<int32_t>* argmax, const std::function<void(int)>& layer_done = {});
   void layer_forward(int l, const PackedBatch& b, const AttnSettings& a, Layer& A, float* x_out, bool gate,
                      bool dev_sel, MicroBatchStats& st, Timers& timers, Timers& gtimers);
-  float* W(size_t i) { return w32_.data() + off32_[i]; }
+  // fp32 weight of tensor i. Without the fp32 master only the tensors the constructor lists have one:
+  // a new fp32 read of another tensor must join that list (else this throws).
+  float* W(size_t i) {
+    if (off32_[i] == kNoParam) throw std::logic_error("ModelCuda::W: no fp32 copy of " + layout_.params[i].name);
+    return w32_.data() + off32_[i];
+  }
   bf16* W16(size_t i) { return w16_.data() + layout_.params[i].offset; }
   float* G(size_t i) { return g32_.data() + layout_.params[i].offset; }
 
