@@ -28,7 +28,7 @@ for z in $ZEROS; do
   sum=runs/gpu_3b/summary_zero$z.json
   log=$OUTDIR/gpu_3b_zero$z.log
   rm -f "$sum" runs/gpu_3b/metrics_zero$z.h5
-  timeout 200 "$SB" train configs/qwen2.5-3b.toml --set data.path="$data" --set data.val_fraction=0 \
+  timeout 260 "$SB" train configs/qwen2.5-3b.toml --set data.path="$data" --set data.val_fraction=0 \
     --set train.micro_batch_tokens="$L" --set train.global_batch_tokens="$L" --set train.steps="$STEPS" \
     --set train.warmup_steps=1 --set train.recompute=layer --set model.lm_head_chunk=4096 --set train.zero="$z" \
     --set balance.self_profile=false --set balance.tuning=fixed --set log.progress=false --set log.every=1 \
