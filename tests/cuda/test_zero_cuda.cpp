@@ -5,13 +5,17 @@
 //   with the clip active, q/k/v biases (fp32 copies beside the bf16 weights) and collectives in many
 //   rounds (train.bucket_mb = 0.01); train.sync_check_every = 1 checks the gathered weights agree.
 // - the zero = 1 checkpoint of step 3 resumed (zero = 1, and zero = 0) ends as the uninterrupted run.
+// - the engine itself: it reports holding only this rank's slice, and weights and moments set on
+//   the host come back unchanged through the device (from_host, then to_host's gather of the slices).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 
+#include "base/hash.hpp"
 #include "io/checkpoint.hpp"
 #include "kernels/cuda/attention_cuda.hpp"
+#include "src/train/engine.hpp"
 #include "src/train/trainer.hpp"
 #include "tests/train/train_test_util.hpp"
 
@@ -93,4 +97,38 @@ TEST(ZeroCuda, ShardedOptimizerTrainsAsPlainDataParallelAndResumes) {
     std::printf("zero: 6 steps on %d rank(s), loss %.5f -> %.5f (zero 1) vs %.5f -> %.5f (zero 0), weights rel %.2e\n",
                 comm.size(), zero.r.losses.front(), zero.r.losses.back(), plain.r.losses.front(),
                 plain.r.losses.back(), rel_l2(zero.w, plain.w));
+}
+
+TEST(ZeroCuda, EngineKeepsItsSliceAndRoundTripsTheState) {
+  if (!have_gpu()) GTEST_SKIP();
+  sb::Comm comm;
+  const std::string dir = scratch(comm, "zero_cuda_state");
+  const sb::Config cfg = tiny_config(
+      dir, " --set model.d_model=128 --set model.n_heads=2 --set model.n_kv_heads=1 --set model.ffn_dim=256"
+           " --set model.qkv_bias=true --set attention.block_size=128 --set train.device=cuda --set train.zero=1"
+           " --set train.bucket_mb=0.01");
+  const sb::Settings s = sb::from_config(cfg, 300);
+  sb::Model<float> model(s.model);
+  model.init(5);
+  const size_t n = model.weights().size();
+  const sb::Slice sh = sb::shard_of(n, comm.rank(), comm.size());
+  sb::AdamW opt(s.optim, n, sh);
+  std::vector<float> m0(sh.size()), v0(sh.size());
+  for (size_t i = 0; i < sh.size(); ++i) m0[i] = float(sh.lo + i), v0[i] = 0.5f * float(sh.lo + i);
+  opt.m() = m0, opt.v() = v0;
+  std::unique_ptr<sb::Engine> engine = sb::make_engine(s, comm, model, opt);
+  const std::string line = engine->memory_line();
+  EXPECT_NE(line.find("of " + std::to_string(sh.size()) + " of " + std::to_string(n) + " parameters"),
+            std::string::npos) << line;
+  EXPECT_NE(line.find("train.zero = 1"), std::string::npos) << line;
+  engine->from_host();
+  const std::vector<float> w0 = model.weights();
+  EXPECT_EQ(engine->weights_hash(), sb::fnv1a_words(w0.data(), n));
+  std::fill(model.weights().begin(), model.weights().end(), 0.f);
+  std::fill(opt.m().begin(), opt.m().end(), 0.f);
+  std::fill(opt.v().begin(), opt.v().end(), 0.f);
+  engine->to_host();
+  EXPECT_EQ(model.weights(), w0);
+  EXPECT_EQ(opt.m(), m0);
+  EXPECT_EQ(opt.v(), v0);
 }
