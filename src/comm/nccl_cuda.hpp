@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <functional>
 #include <vector>
 
