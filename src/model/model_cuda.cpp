@@ -85,8 +85,8 @@ struct ModelCuda::Timers {
   }
 };
 
-ModelCuda::ModelCuda(const ModelDims& dims, const ParamLayout& layout)
-    : dims_(dims), layout_(layout), n_(layout.size) {
+ModelCuda::ModelCuda(const ModelDims& dims, const ParamLayout& layout, bool fp32_master)
+    : dims_(dims), layout_(layout), n_(layout.size), master_(fp32_master) {
   if (layout_.layers.size() != size_t(dims_.n_layers) || layout_.params[layout_.norm].name != "model.norm.weight")
     throw std::logic_error("ModelCuda: parameter layout does not match the model dims");
   SB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -100,7 +100,17 @@ ModelCuda::ModelCuda(const ModelDims& dims, const ParamLayout& layout)
   SB_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
   blas_ = std::make_unique<kc::Blas>(stream_);
   gating_ = std::make_unique<kc::DeviceGating>();
-  w32_.resize(n_), g32_.resize(n_), w16_.resize(n_);
+  off32_.assign(layout_.params.size(), kNoParam);
+  std::vector<size_t> f32 = {layout_.embed, layout_.norm};  // what W() reads: the rest goes through W16()
+  for (const LayerParams& I : layout_.layers)
+    for (size_t i : {I.ln1, I.ln2, I.q_bias, I.k_bias, I.v_bias})
+      if (i != kNoParam) f32.push_back(i);
+  for (size_t i = 0; i < layout_.params.size(); ++i) {
+    if (!master_ && std::find(f32.begin(), f32.end(), i) == f32.end()) continue;
+    off32_[i] = master_ ? layout_.params[i].offset : w32_size_;
+    w32_size_ += layout_.params[i].size;
+  }
+  w32_.resize(w32_size_), g32_.resize(n_), w16_.resize(n_);
   zero_grads();
   for (int l = 0; l < dims_.n_layers; ++l) layers_.push_back(std::make_unique<Layer>());
   work_ = std::make_unique<Layer>();
@@ -115,12 +125,34 @@ ModelCuda::~ModelCuda() {
 
 void ModelCuda::upload_weights(const std::vector<float>& w) {
   if (w.size() != n_) throw std::logic_error("ModelCuda::upload_weights: size mismatch");
+  if (!master_) {  // through a bounded device buffer: the bf16 copy and the fp32-read tensors
+    DeviceArray<float> piece(std::min<size_t>(n_, size_t(1) << 24));
+    for (size_t lo = 0; lo < n_; lo += piece.capacity()) {
+      const size_t len = std::min(piece.capacity(), n_ - lo);
+      SB_CUDA_CHECK(cudaMemcpyAsync(piece.data(), w.data() + lo, len * sizeof(float), cudaMemcpyHostToDevice, stream_));
+      set_weights(piece.data(), lo, len);
+    }
+    SB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return;
+  }
   SB_CUDA_CHECK(cudaMemcpyAsync(w32_.data(), w.data(), n_ * sizeof(float), cudaMemcpyHostToDevice, stream_));
   kc::to_bf16(w32_.data(), w16_.data(), n_, stream_);
   SB_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
+void ModelCuda::set_weights(const float* piece, size_t lo, size_t len) {
+  kc::to_bf16(piece, w16_.data() + lo, len, stream_);
+  for (size_t i = 0; i < layout_.params.size(); ++i) {
+    const ParamInfo& p = layout_.params[i];
+    const size_t b = std::max(p.offset, lo), e = std::min(p.offset + p.size, lo + len);
+    if (off32_[i] == kNoParam || b >= e || (master_ && piece == w32_.data() + lo)) continue;
+    SB_CUDA_CHECK(cudaMemcpyAsync(w32_.data() + off32_[i] + (b - p.offset), piece + (b - lo), (e - b) * sizeof(float),
+                                  cudaMemcpyDeviceToDevice, stream_));
+  }
+}
+
 void ModelCuda::download_weights(std::vector<float>& w) const {
+  if (!master_) throw std::logic_error("ModelCuda::download_weights: no fp32 master here (the engine keeps it)");
   w.resize(n_);
   SB_CUDA_CHECK(cudaMemcpyAsync(w.data(), w32_.data(), n_ * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   SB_CUDA_CHECK(cudaStreamSynchronize(stream_));

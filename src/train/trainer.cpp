@@ -86,7 +86,10 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
                   pr.samples, pr.seconds, 100 * pr.attention.heldout_error);
   }
   engine_->from_host();  // the initial or restored weights and moments
-  if (comm.root()) std::printf("%s\n", memory_line(opt_, set_.train.zero).c_str());
+  if (const std::string dev = engine_->memory_line(); comm.root()) {
+    std::printf("%s\n", memory_line(opt_, set_.train.zero).c_str());
+    if (!dev.empty()) std::printf("%s\n", dev.c_str());
+  }
   if (comm.root()) {
     std::vector<std::string> inputs;  // the log must never replace a shard this run reads
     for (const auto& sh : ds_.shards()) inputs.push_back(sh.path());
@@ -378,7 +381,10 @@ TrainResult Trainer::run() {
   }
   if (log_) log_->flush();
   engine_->to_host();  // model() holds the trained weights
-  if (comm_.root()) std::printf("%s\n", memory_line(opt_, set_.train.zero).c_str());
+  if (const std::string dev = engine_->memory_line(); comm_.root()) {
+    std::printf("%s\n", memory_line(opt_, set_.train.zero).c_str());
+    if (!dev.empty()) std::printf("%s\n", dev.c_str());
+  }
   return summary.finish(last_checkpoint_, stopped_early);
 }
 
