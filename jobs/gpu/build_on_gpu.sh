@@ -4,7 +4,9 @@
 # their CMake files to point there, configures with -DSB_CUDA=ON (serial HDF5 there), builds the CUDA
 # test and benchmark, and runs the stages named on the command line (default: test sanitize bench):
 #   test      tests/cuda correctness programs (ctest -L cuda: test_attention_cuda, test_ops_cuda,
-#             test_train_cuda at 1 and 2 ranks: the model and 20 training steps against the CPU)
+#             test_train_cuda at 1 and 2 ranks: the model and 20 training steps against the CPU,
+#             test_shard_cuda at 2 ranks: sharded documents against one rank and the CPU,
+#             test_zero_cuda at 1 and 2 ranks: train.zero = 1 against 0, its checkpoint resumed)
 #   sanitize  compute-sanitizer memcheck on the test programs (--quick cases)
 #   bench     bench_attention_cuda over L x density (table at the end); its "x flex" / "x cudnn"
 #             columns come from $OUT/flex.csv of the same call: name flex before bench
@@ -24,6 +26,8 @@
 #             ACC_CALL_S (default 530) seconds after this script started (repeat until `accuracy: done`)
 #   policies  bench/accuracy_policies.sh: the policy comparison from the recipe's `short` stage (run
 #             first if missing: ACC_UNTIL=short), resumable the same way (until `policies: done`)
+#   memory3b  bench/gpu_3b_memory.sh: the Qwen2.5-3B shape at 32K context on one GPU, train.zero = 0
+#             and 1: peak GPU memory, tokens/s, optimizer state per rank (STEPS, L, ZEROS pass through)
 #   fixtures  bench/hf_fixtures.sh: transformers fixtures of tests/convert ($OUT/fixtures.tar)
 #   traj      bench/torch_trajectory.sh: our steps beside a plain PyTorch loop (CONFIG, L, STEPS)
 #   finetune  bench/hf_finetune.sh: a Qwen2.5-0.5B-shaped model converted, fine-tuned, exported,
@@ -87,7 +91,7 @@ cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSB_CUDA=ON -DSB_BENCH=O
   > "$OUTDIR/configure.log" 2>&1 || { tail -40 "$OUTDIR/configure.log"; exit 1; }
 grep -E "HDF5|SB_CUDA|CUDA compiler identification" "$OUTDIR/configure.log"
 log "build"
-ninja -C "$B" -j16 ${BUILD_TARGETS:-sparsebalance test_attention_cuda test_ops_cuda test_train_cuda bench_attention_cuda bench_fused_cuda} > "$OUTDIR/build.log" 2>&1 || { tail -60 "$OUTDIR/build.log"; exit 1; }
+ninja -C "$B" -j16 ${BUILD_TARGETS:-sparsebalance test_attention_cuda test_ops_cuda test_train_cuda test_shard_cuda test_zero_cuda test_select_cuda bench_attention_cuda bench_fused_cuda} > "$OUTDIR/build.log" 2>&1 || { tail -60 "$OUTDIR/build.log"; exit 1; }
 fi
 rc=0
 for st in $STAGES; do
@@ -133,6 +137,9 @@ for st in $STAGES; do
       # The recipe's pre and short stages first (kept when done: a no-op on the machine that ran the recipe).
       (export SB=$B/src/sparsebalance OUT=$OUTDIR ACC_SCALE=gpu POL_SCALE=gpu ACC_DEADLINE=$((T0 + ${ACC_CALL_S:-530}))
        ACC_UNTIL=short bash bench/accuracy.sh && { [ ! -s runs/accuracy_gpu/final_short ] || bash bench/accuracy_policies.sh; }) 2>&1 | tee "$OUTDIR/policies.log" || rc=1 ;;
+    memory3b)
+      log "memory3b"
+      SB=$B/src/sparsebalance OUT=$OUTDIR timeout 560 bash bench/gpu_3b_memory.sh 2>&1 | tee "$OUTDIR/memory3b.log" || rc=1 ;;
     fixtures|traj|finetune)
       script=bench/hf_fixtures.sh; [ $st = traj ] && script=bench/torch_trajectory.sh
       [ $st = finetune ] && script=bench/hf_finetune.sh

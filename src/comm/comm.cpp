@@ -149,22 +149,16 @@ Slice shard_of(size_t n, int rank, int ranks) {
   return {lo, lo + q + (r < extra ? 1 : 0)};
 }
 
-namespace {
-// Round c of a bucketed ZeRO collective: rank r's piece is [lo_r + c*w, min(hi_r, lo_r + (c+1)*w)).
-struct Rounds {
-  size_t n, w, rounds;
-  int ranks;
-  Rounds(size_t n_, size_t bucket, int ranks_) : n(n_), ranks(ranks_) {
-    w = std::max<size_t>(1, std::min<size_t>(bucket / size_t(ranks), INT_MAX / size_t(ranks)));
-    rounds = (shard_of(n, 0, ranks).size() + w - 1) / w;  // rank 0 holds the largest slice
-  }
-  Slice piece(int r, size_t c) const {
-    const Slice s = shard_of(n, r, ranks);
-    const size_t a = std::min(s.hi, s.lo + c * w);
-    return {a, std::min(s.hi, a + w)};
-  }
-};
-}  // namespace
+ZeroRounds::ZeroRounds(size_t n_, size_t bucket, int ranks_) : n(n_), ranks(ranks_) {
+  w = std::max<size_t>(1, std::min<size_t>(bucket / size_t(ranks), INT_MAX / size_t(ranks)));
+  rounds = (shard_of(n, 0, ranks).size() + w - 1) / w;  // rank 0 holds the largest slice
+}
+
+Slice ZeroRounds::piece(int r, size_t c) const {
+  const Slice s = shard_of(n, r, ranks);
+  const size_t a = std::min(s.hi, s.lo + c * w);
+  return {a, std::min(s.hi, a + w)};
+}
 
 void MpiGradReducer::reduce_scatter_sum(const float* full, size_t n, float* mine) {
   const int R = comm_.size(), me = comm_.rank();
@@ -173,7 +167,7 @@ void MpiGradReducer::reduce_scatter_sum(const float* full, size_t n, float* mine
     std::copy(full, full + n, mine);
     return;
   }
-  const Rounds rd(n, bucket_, R);
+  const ZeroRounds rd(n, bucket_, R);
   std::vector<int> counts(static_cast<size_t>(R));
   for (size_t c = 0; c < rd.rounds; ++c) {
     pack_.clear();
@@ -191,7 +185,7 @@ void MpiGradReducer::reduce_scatter_sum(const float* full, size_t n, float* mine
 void MpiGradReducer::allgather(float* full, size_t n) {
   const int R = comm_.size(), me = comm_.rank();
   if (R == 1) return;
-  const Rounds rd(n, bucket_, R);
+  const ZeroRounds rd(n, bucket_, R);
   std::vector<int> counts(static_cast<size_t>(R)), displs(static_cast<size_t>(R));
   for (size_t c = 0; c < rd.rounds; ++c) {
     int at = 0;

@@ -59,6 +59,16 @@ struct Slice {
 };
 Slice shard_of(size_t n, int rank, int ranks);
 
+// Round c of a bucketed ZeRO collective over n values: rank r's piece is the part
+// [lo_r + c*w, lo_r + (c+1)*w) of its slice (empty once past it); w <= bucket / ranks and
+// w * ranks fits an int. The same rounds on every rank (MPI here, NCCL in src/comm/nccl_cuda.cpp).
+struct ZeroRounds {
+  size_t n, w, rounds;
+  int ranks;
+  ZeroRounds(size_t n, size_t bucket, int ranks);
+  Slice piece(int r, size_t c) const;
+};
+
 // A group of ranks cut out of MPI_COMM_WORLD (MPI_Comm_split): the context-parallel group of a
 // sharded document (src/train/shard.hpp). Collective over every rank of the world to create;
 // a rank passing color < 0 belongs to none (valid() is false).

@@ -12,7 +12,8 @@
 namespace sb {
 
 NcclGradReducer::NcclGradReducer(const Comm& comm, size_t bucket_bytes, cudaStream_t stream)
-    : bucket_(std::max<size_t>(bucket_bytes / sizeof(float), 1)), stream_(stream) {
+    : bucket_(std::max<size_t>(bucket_bytes / sizeof(float), 1)), stream_(stream), rank_(comm.rank()),
+      ranks_(comm.size()) {
   ncclUniqueId id;
   if (comm.root()) SB_NCCL_CHECK(ncclGetUniqueId(&id));
   comm.broadcast(std::span<unsigned char>(reinterpret_cast<unsigned char*>(&id), sizeof(id)));
@@ -29,6 +30,7 @@ NcclGradReducer::~NcclGradReducer() {
   if (nccl_) ncclCommDestroy(nccl_);
   if (ready_) cudaEventDestroy(ready_);
   if (comm_) cudaStreamDestroy(comm_);
+  if (stage_) cudaFree(stage_);
 }
 
 void NcclGradReducer::sum_buckets(float* data, size_t n, cudaStream_t s) {
@@ -46,6 +48,98 @@ void NcclGradReducer::finish() { SB_CUDA_CHECK(cudaStreamSynchronize(comm_)); }
 
 void NcclGradReducer::allreduce_sum(float* data, size_t n) {
   sum_buckets(data, n, stream_);
+  SB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+float* NcclGradReducer::stage(size_t n) {
+  if (n > stage_n_) {
+    SB_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the old buffer may still be in use
+    if (stage_) SB_CUDA_CHECK(cudaFree(stage_));
+    stage_ = nullptr;
+    SB_CUDA_CHECK(cudaMalloc(&stage_, n * sizeof(float)));
+    stage_n_ = n;
+  }
+  return stage_;
+}
+
+static void copy_d2d(float* to, const float* from, size_t n, cudaStream_t s) {
+  if (n > 0 && to != from) SB_CUDA_CHECK(cudaMemcpyAsync(to, from, n * sizeof(float), cudaMemcpyDeviceToDevice, s));
+}
+
+// Every round of a ZeRO collective over n values (ZeroRounds) with its width wc (the largest
+// piece, rank 0's) and a staging buffer of (ranks + 1) * wc.
+void NcclGradReducer::each_round(size_t n, const std::function<void(const ZeroRounds&, size_t, size_t, float*)>& f) {
+  const ZeroRounds rd(n, bucket_, ranks_);
+  for (size_t c = 0; c < rd.rounds; ++c) {
+    const size_t wc = rd.piece(0, c).size();
+    f(rd, c, wc, stage((size_t(ranks_) + 1) * wc));
+  }
+}
+
+// Round c: block r of the send buffer holds rank r's piece (padded to wc); this rank's sum arrives
+// in the block after them.
+void NcclGradReducer::reduce_scatter_sum(const float* full, size_t n, float* mine) {
+  const Slice my = shard_of(n, rank_, ranks_);
+  const size_t R = size_t(ranks_);
+  if (ranks_ == 1) copy_d2d(mine, full, n, stream_);
+  else
+    each_round(n, [&](const ZeroRounds& rd, size_t c, size_t wc, float* st) {
+      for (int r = 0; r < ranks_; ++r) {
+        const Slice p = rd.piece(r, c);
+        copy_d2d(st + size_t(r) * wc, full + p.lo, p.size(), stream_);
+      }
+      SB_NCCL_CHECK(ncclReduceScatter(st, st + R * wc, wc, ncclFloat, ncclSum, nccl_, stream_));
+      const Slice mp = rd.piece(rank_, c);
+      copy_d2d(mine + (mp.lo - my.lo), st + R * wc, mp.size(), stream_);
+    });
+  SB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+// Round c: this rank's piece (padded to wc) from the last block to block `rank` of every rank.
+void NcclGradReducer::allgather(const float* mine, size_t n, const Sink& sink) {
+  const Slice my = shard_of(n, rank_, ranks_);
+  const size_t R = size_t(ranks_);
+  if (ranks_ == 1 && n > 0) sink(mine, 0, n);
+  else if (ranks_ > 1)
+    each_round(n, [&](const ZeroRounds& rd, size_t c, size_t wc, float* st) {
+      const Slice mp = rd.piece(rank_, c);
+      copy_d2d(st + R * wc, mine + (mp.lo - my.lo), mp.size(), stream_);
+      SB_NCCL_CHECK(ncclAllGather(st + R * wc, st, wc, ncclFloat, nccl_, stream_));
+      for (int r = 0; r < ranks_; ++r)
+        if (const Slice p = rd.piece(r, c); p.size() > 0) sink(st + size_t(r) * wc, p.lo, p.size());
+    });
+  SB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+HostStagedGradReducer::~HostStagedGradReducer() {
+  if (piece_) cudaFree(piece_);
+}
+
+void HostStagedGradReducer::reduce_scatter_sum(const float* full, size_t n, float* mine) {
+  const Slice my = shard_of(n, comm_.rank(), comm_.size());
+  host_.resize(n), host_mine_.resize(my.size());
+  SB_CUDA_CHECK(cudaMemcpyAsync(host_.data(), full, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  SB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  mpi_.reduce_scatter_sum(host_.data(), n, host_mine_.data());
+  SB_CUDA_CHECK(
+      cudaMemcpyAsync(mine, host_mine_.data(), my.size() * sizeof(float), cudaMemcpyHostToDevice, stream_));
+  SB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+// The whole buffer gathered on the host, then back to the device a bucket at a time.
+void HostStagedGradReducer::allgather(const float* mine, size_t n, const Sink& sink) {
+  const Slice my = shard_of(n, comm_.rank(), comm_.size());
+  host_.resize(n);
+  SB_CUDA_CHECK(
+      cudaMemcpyAsync(host_.data() + my.lo, mine, my.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  SB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  mpi_.allgather(host_.data(), n);
+  if (!piece_) SB_CUDA_CHECK(cudaMalloc(&piece_, bucket_ * sizeof(float)));  // one bucket, whatever n
+  for (size_t off = 0; off < n; off += bucket_) {
+    const size_t len = std::min(bucket_, n - off);
+    SB_CUDA_CHECK(cudaMemcpyAsync(piece_, host_.data() + off, len * sizeof(float), cudaMemcpyHostToDevice, stream_));
+    sink(piece_, off, len);
+  }
   SB_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 

@@ -4,13 +4,28 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
+#include <functional>
 #include <vector>
 
 #include "src/comm/comm.hpp"
 
 namespace sb {
 
-class NcclGradReducer final : public GradReducer {
+// ZeRO-1 on device buffers (train.zero = 1; the slices of shard_of, in the rounds of ZeroRounds).
+// reduce_scatter_sum: the sum over ranks of `full` (n values on every rank), this rank's slice into
+// `mine`. allgather: every rank's slice `mine` to every rank, delivered to sink(piece, lo, len) as
+// device pieces of the full buffer ([lo, lo + len), fp32), in order on the stream; a piece is valid
+// only for the work sink enqueues on the stream. Both return with the stream synchronised.
+class ZeroReducer {
+ public:
+  using Sink = std::function<void(const float* piece, size_t lo, size_t len)>;
+  virtual ~ZeroReducer() = default;
+  virtual void reduce_scatter_sum(const float* full, size_t n, float* mine) = 0;
+  virtual void allgather(const float* mine, size_t n, const Sink& sink) = 0;
+};
+
+class NcclGradReducer final : public GradReducer, public ZeroReducer {
  public:
   // Collective over comm: every rank must construct it, after choosing its device.
   NcclGradReducer(const Comm& comm, size_t bucket_bytes, cudaStream_t stream);
@@ -25,6 +40,10 @@ class NcclGradReducer final : public GradReducer {
   // start the same ranges in the same order (NCCL matches collectives by order).
   void allreduce_sum_async(float* data, size_t n, cudaStream_t after);
   void finish();
+  // ncclReduceScatter / ncclAllGather per round: NCCL takes equal counts, so each round's pieces
+  // travel padded to w values through a staging buffer of (ranks + 1) * w.
+  void reduce_scatter_sum(const float* full, size_t n, float* mine) override;
+  void allgather(const float* mine, size_t n, const Sink& sink) override;
 
  private:
   void sum_buckets(float* data, size_t n, cudaStream_t s);  // bounded messages, in order, on s
@@ -33,20 +52,35 @@ class NcclGradReducer final : public GradReducer {
   cudaStream_t stream_;            // the compute stream (allreduce_sum runs on it)
   cudaStream_t comm_ = nullptr;    // the overlapped sums
   cudaEvent_t ready_ = nullptr;    // recorded on `after`, waited on by comm_
+  int rank_, ranks_;
+  float* stage_ = nullptr;  // ZeRO: (ranks + 1) * w, allocated on first use
+  size_t stage_n_ = 0;
+  float* stage(size_t n);
+  void each_round(size_t n, const std::function<void(const ZeroRounds&, size_t c, size_t wc, float* stage)>& f);
 };
 
 // Ranks that share one GPU cannot share an NCCL communicator: the device gradients go through host
 // memory and MPI instead (slower; for testing several ranks on one GPU).
-class HostStagedGradReducer final : public GradReducer {
+// ZeRO-1 the same way: MpiGradReducer's reduce-scatter and all-gather on a host copy of the buffer.
+class HostStagedGradReducer final : public GradReducer, public ZeroReducer {
  public:
   HostStagedGradReducer(const Comm& comm, size_t bucket_bytes, cudaStream_t stream)
-      : mpi_(comm, bucket_bytes), stream_(stream) {}
+      : comm_(comm), mpi_(comm, bucket_bytes), bucket_(std::max<size_t>(bucket_bytes / sizeof(float), 1)),
+        stream_(stream) {}
+  ~HostStagedGradReducer() override;
+  HostStagedGradReducer(const HostStagedGradReducer&) = delete;
+  HostStagedGradReducer& operator=(const HostStagedGradReducer&) = delete;
   void allreduce_sum(float* data, size_t n) override;
+  void reduce_scatter_sum(const float* full, size_t n, float* mine) override;
+  void allgather(const float* mine, size_t n, const Sink& sink) override;
 
  private:
+  const Comm& comm_;
   MpiGradReducer mpi_;
+  size_t bucket_;
   cudaStream_t stream_;
-  std::vector<float> host_;
+  std::vector<float> host_, host_mine_;
+  float* piece_ = nullptr;  // allgather: one bucket back on the device
 };
 
 }  // namespace sb

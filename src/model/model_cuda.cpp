@@ -48,6 +48,10 @@ struct ModelCuda::Layer {
   DeviceArray<float> x_mid, rstd2;     // (N, C) after the attention residual, (N)
   DeviceArray<kc::bf16> xn2;           // (N, C)
   DeviceArray<kc::bf16> gate, up, h;   // (N, F) x3
+  // data.long_docs = "shard": each shard's selection (this rank's rows) and the layer's statistics
+  // of those rows, kept in layers_[l] for the backward and recomputation
+  std::vector<std::unique_ptr<kc::DeviceSelection>> shard_sel;
+  kernels::GatingStats shard_stats;
 };
 
 // Attention kernel times from CUDA events, read once at the end of the micro-batch.
@@ -81,8 +85,8 @@ struct ModelCuda::Timers {
   }
 };
 
-ModelCuda::ModelCuda(const ModelDims& dims, const ParamLayout& layout)
-    : dims_(dims), layout_(layout), n_(layout.size) {
+ModelCuda::ModelCuda(const ModelDims& dims, const ParamLayout& layout, bool fp32_master)
+    : dims_(dims), layout_(layout), n_(layout.size), master_(fp32_master) {
   if (layout_.layers.size() != size_t(dims_.n_layers) || layout_.params[layout_.norm].name != "model.norm.weight")
     throw std::logic_error("ModelCuda: parameter layout does not match the model dims");
   SB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -96,7 +100,17 @@ ModelCuda::ModelCuda(const ModelDims& dims, const ParamLayout& layout)
   SB_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
   blas_ = std::make_unique<kc::Blas>(stream_);
   gating_ = std::make_unique<kc::DeviceGating>();
-  w32_.resize(n_), g32_.resize(n_), w16_.resize(n_);
+  off32_.assign(layout_.params.size(), kNoParam);
+  std::vector<size_t> f32 = {layout_.embed, layout_.norm};  // what W() reads: the rest goes through W16()
+  for (const LayerParams& I : layout_.layers)
+    for (size_t i : {I.ln1, I.ln2, I.q_bias, I.k_bias, I.v_bias})
+      if (i != kNoParam) f32.push_back(i);
+  for (size_t i = 0; i < layout_.params.size(); ++i) {
+    if (!master_ && std::find(f32.begin(), f32.end(), i) == f32.end()) continue;
+    off32_[i] = master_ ? layout_.params[i].offset : w32_size_;
+    w32_size_ += layout_.params[i].size;
+  }
+  w32_.resize(w32_size_), g32_.resize(n_), w16_.resize(n_);
   zero_grads();
   for (int l = 0; l < dims_.n_layers; ++l) layers_.push_back(std::make_unique<Layer>());
   work_ = std::make_unique<Layer>();
@@ -111,12 +125,34 @@ ModelCuda::~ModelCuda() {
 
 void ModelCuda::upload_weights(const std::vector<float>& w) {
   if (w.size() != n_) throw std::logic_error("ModelCuda::upload_weights: size mismatch");
+  if (!master_) {  // through a bounded device buffer: the bf16 copy and the fp32-read tensors
+    DeviceArray<float> piece(std::min<size_t>(n_, size_t(1) << 24));
+    for (size_t lo = 0; lo < n_; lo += piece.capacity()) {
+      const size_t len = std::min(piece.capacity(), n_ - lo);
+      SB_CUDA_CHECK(cudaMemcpyAsync(piece.data(), w.data() + lo, len * sizeof(float), cudaMemcpyHostToDevice, stream_));
+      set_weights(piece.data(), lo, len);
+    }
+    SB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return;
+  }
   SB_CUDA_CHECK(cudaMemcpyAsync(w32_.data(), w.data(), n_ * sizeof(float), cudaMemcpyHostToDevice, stream_));
   kc::to_bf16(w32_.data(), w16_.data(), n_, stream_);
   SB_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
+void ModelCuda::set_weights(const float* piece, size_t lo, size_t len) {
+  kc::to_bf16(piece, w16_.data() + lo, len, stream_);
+  for (size_t i = 0; i < layout_.params.size(); ++i) {
+    const ParamInfo& p = layout_.params[i];
+    const size_t b = std::max(p.offset, lo), e = std::min(p.offset + p.size, lo + len);
+    if (off32_[i] == kNoParam || b >= e || (master_ && piece == w32_.data() + lo)) continue;
+    SB_CUDA_CHECK(cudaMemcpyAsync(w32_.data() + off32_[i] + (b - p.offset), piece + (b - lo), (e - b) * sizeof(float),
+                                  cudaMemcpyDeviceToDevice, stream_));
+  }
+}
+
 void ModelCuda::download_weights(std::vector<float>& w) const {
+  if (!master_) throw std::logic_error("ModelCuda::download_weights: no fp32 master here (the engine keeps it)");
   w.resize(n_);
   SB_CUDA_CHECK(cudaMemcpyAsync(w.data(), w32_.data(), n_ * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   SB_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -202,6 +238,7 @@ void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a
   const size_t ta = timers.start();
   kc::block_attention_fwd(A.q.data(), A.k.data(), A.v.data(), *K.selp, ashape, A.att.resize(size_t(N) * HD),
                           A.lse.resize(size_t(N) * H), cs);
+  if (!b.shards.empty()) shards_forward(l, b, a, A, gate);  // their gating and exchange count as attention
   timers.stop(ta);
   // x_mid = x_in + o(att): unfused, the GEMM adds into a copy of the stream; fused, the GEMM writes
   // o(att) and the norm's kernel adds x_in
@@ -243,8 +280,44 @@ void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a
   }
 }
 
+// A sharded document's rows attend through the exchange; gate = false (recomputation) reuses the
+// selections but exchanges K and V again, as every member of the group recomputes the same layers.
+void ModelCuda::shards_forward(int l, const PackedBatch& b, const AttnSettings& a, Layer& A, bool gate) {
+  const ModelDims& s = dims_;
+  const int H = s.n_heads, HD = H * s.head_dim, KD = s.n_kv_heads * s.head_dim;
+  const kernels::AttnShape ashape{H, s.n_kv_heads, s.head_dim, a.block_size};
+  if (!shard_ex_) throw std::logic_error("ModelCuda: a batch with sharded documents needs their exchange");
+  if (!shard_ws_) shard_ws_ = std::make_unique<ShardScratchCuda>();
+  Layer& K = *layers_[l];
+  if (gate) K.shard_sel.resize(b.shards.size()), K.shard_stats = {};
+  for (size_t i = 0, at = size_t(b.cu_seqlens.back()); i < b.shards.size(); at += size_t(b.shards[i++].local_tokens())) {
+    if (!K.shard_sel[i]) K.shard_sel[i] = std::make_unique<kc::DeviceSelection>();
+    const kernels::GatingStats g = shard_attention_fwd_cuda(
+        b.shards[i], *shard_ex_, A.q.data() + at * HD, A.k.data() + at * KD, A.v.data() + at * KD, ashape, a.sparse,
+        kernels::GatingParams{a.k[l], a.local_blocks, a.theta}, gate, *K.shard_sel[i], A.att.data() + at * HD,
+        A.lse.data() + at * H, *shard_ws_, stream_);
+    if (gate) {
+      kernels::GatingStats& t = K.shard_stats;
+      t.rows += g.rows, t.kept_blocks += g.kept_blocks, t.causal_blocks += g.causal_blocks, t.recall_sum += g.recall_sum;
+    }
+  }
+}
+
+void ModelCuda::shards_backward(int l, const PackedBatch& b, const AttnSettings& a, const Layer& A, const bf16* datt,
+                                bf16* dq, bf16* dk, bf16* dv) {
+  const ModelDims& s = dims_;
+  const int H = s.n_heads, HD = H * s.head_dim, KD = s.n_kv_heads * s.head_dim;
+  const kernels::AttnShape ashape{H, s.n_kv_heads, s.head_dim, a.block_size};
+  const Layer& K = *layers_[l];
+  for (size_t i = 0, at = size_t(b.cu_seqlens.back()); i < b.shards.size(); at += size_t(b.shards[i++].local_tokens()))
+    shard_attention_bwd_cuda(b.shards[i], *shard_ex_, A.q.data() + at * HD, A.k.data() + at * KD, A.v.data() + at * KD,
+                             A.att.data() + at * HD, A.lse.data() + at * H, datt + at * HD, ashape, *K.shard_sel[i],
+                             dq + at * HD, dk + at * KD, dv + at * KD, *shard_ws_, stream_);
+}
+
 MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool backward,
-                               std::vector<int32_t>* argmax, const std::function<void(int)>& layer_done) {
+                               std::vector<int32_t>* argmax, const std::function<void(int)>& layer_done,
+                               const ShardExchange<float>* ex) {
   const auto t_start = Clock::now();
   const ModelDims& s = dims_;
   const int N = b.n(), C = s.d_model, H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, F = s.ffn_dim,
@@ -252,6 +325,7 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   const int HD = H * D, KD = Hkv * D;
   const size_t NC = size_t(N) * C, NF = size_t(N) * F;
   check_inputs(b, a, s);
+  shard_ex_ = ex;
   MicroBatchStats st;
   st.gating.resize(L);
   if (N == 0) return st;
@@ -358,6 +432,7 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
       const size_t ta = timers.start();
       kc::block_attention_bwd(A.q.data(), A.k.data(), A.v.data(), A.att.data(), A.lse.data(), datt, *K.selp, ashape,
                               dq, dk, dv, ws, cs);
+      if (!b.shards.empty()) shards_backward(l, b, a, A, datt, dq, dk, dv);
       timers.stop(ta);
       ph.mark(P::elementwise, cs);
       if (fuse) {
@@ -392,6 +467,11 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   if (dev_sel) {
     for (int l = 0; l < L; ++l) st.gating[l] = gating_->stats(l);
     st.gating_ms = gtimers.total_ms();
+  }
+  for (int l = 0; l < L && !b.shards.empty(); ++l) {  // the shards' rows, once per layer
+    const kernels::GatingStats& g = layers_[l]->shard_stats;
+    st.gating[l].rows += g.rows, st.gating[l].kept_blocks += g.kept_blocks;
+    st.gating[l].causal_blocks += g.causal_blocks, st.gating[l].recall_sum += g.recall_sum;
   }
   size_t mem_free = 0, mem_total = 0;
   SB_CUDA_CHECK(cudaMemGetInfo(&mem_free, &mem_total));

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -39,27 +40,64 @@ class DeviceArray {
   size_t cap_ = 0;
 };
 
+// Scratch of a sharded document's attention on the GPU (shard_attention_cuda.cpp): the whole
+// document's rows on the device, grown as needed, and the host staging of the exchange.
+struct ShardScratchCuda {
+  DeviceArray<kernels::cuda::bf16> q, o, dout, dq;  // (doc_len, H*D)
+  DeviceArray<kernels::cuda::bf16> k, v, dk, dv;    // (doc_len, Hkv*D)
+  DeviceArray<float> lse;                           // (doc_len, H)
+  DeviceArray<unsigned char> ws;                    // the backward's workspace
+  std::vector<kernels::cuda::bf16> h16;             // host copies of device rows
+  std::vector<float> mine, whole;                   // what the exchange moves: this rank's rows, the document's
+};
+
+// shard_attention_fwd/bwd (model.hpp) on device buffers, with the same arguments (q, att, dq at the
+// shard's first packed row, and so on) and the trainer's float exchange, staged through host memory.
+// The forward builds `sel` (on the host, uploaded) when `gate`, else reuses it (recomputation).
+kernels::GatingStats shard_attention_fwd_cuda(const DocShard& sh, const ShardExchange<float>& ex,
+                                              const kernels::cuda::bf16* q, const kernels::cuda::bf16* k,
+                                              const kernels::cuda::bf16* v, kernels::AttnShape s, bool sparse,
+                                              kernels::GatingParams p, bool gate, kernels::cuda::DeviceSelection& sel,
+                                              kernels::cuda::bf16* att, float* lse, ShardScratchCuda& h,
+                                              cudaStream_t stream);
+void shard_attention_bwd_cuda(const DocShard& sh, const ShardExchange<float>& ex, const kernels::cuda::bf16* q,
+                              const kernels::cuda::bf16* k, const kernels::cuda::bf16* v,
+                              const kernels::cuda::bf16* att, const float* lse, const kernels::cuda::bf16* datt,
+                              kernels::AttnShape s, const kernels::cuda::DeviceSelection& sel, kernels::cuda::bf16* dq,
+                              kernels::cuda::bf16* dk, kernels::cuda::bf16* dv, ShardScratchCuda& h,
+                              cudaStream_t stream);
+
 class ModelCuda {
  public:
   using bf16 = kernels::cuda::bf16;
   // Same dims and parameter layout as the host model (Model::layout()); allocates weights and
-  // gradients on the current device.
-  ModelCuda(const ModelDims& dims, const ParamLayout& layout);
+  // gradients on the current device. Without fp32_master (train.zero = 1: the engine keeps the fp32
+  // master weights of its slice) the model keeps fp32 copies only of the tensors it reads in fp32
+  // (embedding, norms, q/k/v biases) beside the bf16 copy of every weight.
+  ModelCuda(const ModelDims& dims, const ParamLayout& layout, bool fp32_master = true);
   ~ModelCuda();
   ModelCuda(const ModelCuda&) = delete;
   ModelCuda& operator=(const ModelCuda&) = delete;
 
   // fp32 weights (flat, params order) to the device (also refreshes the bf16 copy), and back.
   void upload_weights(const std::vector<float>& w);
-  void download_weights(std::vector<float>& w) const;
+  void download_weights(std::vector<float>& w) const;  // with the fp32 master only
+  // The fp32 values of the flat range [lo, lo + len) (device, read in order on stream()): the bf16
+  // copy and the fp32 copies of that range. The ZeRO all-gather delivers the updated weights here.
+  void set_weights(const float* piece, size_t lo, size_t len);
+  bool has_master() const { return master_; }
+  size_t fp32_copy_size() const { return w32_size_; }  // fp32 values held: n with the master
 
   // As Model::forward_backward: gradients accumulate into grads(), scaled by loss_scale; attention
   // and gating times are GPU times (CUDA events), total_ms the wall time to a synchronised end.
   // layer_done (optional) is called with l once the backward of layer l is enqueued on stream():
   // its gradients (layer_range(l)) are complete when the stream gets there.
+  // A batch with shards (data.long_docs = "shard") needs `ex`, collective over each shard's group
+  // (as Model::forward_backward; shard_attention_cuda.cpp stages it through host memory).
   MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale,
-                                   const std::function<void(int)>& layer_done = {}) {
-    return run(b, a, loss_scale, true, nullptr, layer_done);
+                                   const std::function<void(int)>& layer_done = {},
+                                   const ShardExchange<float>* ex = nullptr) {
+    return run(b, a, loss_scale, true, nullptr, layer_done, ex);
   }
   // As Model::forward (evaluation): loss and, when asked, the greedy prediction of every token; no
   // gradients (grads() untouched).
@@ -67,7 +105,7 @@ class ModelCuda {
     return run(b, a, 0.f, false, argmax);
   }
 
-  float* weights() { return w32_.data(); }
+  float* weights() { return master_ ? w32_.data() : nullptr; }  // the fp32 master (params order)
   bf16* weights16() { return w16_.data(); }
   float* grads() { return g32_.data(); }
   // The flat range [begin, end) of layer l's parameters (ParamLayout::layer_range).
@@ -90,10 +128,20 @@ class ModelCuda {
   struct Layer;
   struct Timers;
   MicroBatchStats run(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool backward,
-                      std::vector<int32_t>* argmax, const std::function<void(int)>& layer_done = {});
+                      std::vector<int32_t>* argmax, const std::function<void(int)>& layer_done = {},
+                      const ShardExchange<float>* ex = nullptr);
   void layer_forward(int l, const PackedBatch& b, const AttnSettings& a, Layer& A, float* x_out, bool gate,
                      bool dev_sel, MicroBatchStats& st, Timers& timers, Timers& gtimers);
-  float* W(size_t i) { return w32_.data() + layout_.params[i].offset; }
+  // The rows of b.shards (after the whole sequences) through shard_attention_*_cuda.
+  void shards_forward(int l, const PackedBatch& b, const AttnSettings& a, Layer& A, bool gate);
+  void shards_backward(int l, const PackedBatch& b, const AttnSettings& a, const Layer& A, const bf16* datt, bf16* dq,
+                       bf16* dk, bf16* dv);
+  // fp32 weight of tensor i. Without the fp32 master only the tensors the constructor lists have one:
+  // a new fp32 read of another tensor must join that list (else this throws).
+  float* W(size_t i) {
+    if (off32_[i] == kNoParam) throw std::logic_error("ModelCuda::W: no fp32 copy of " + layout_.params[i].name);
+    return w32_.data() + off32_[i];
+  }
   bf16* W16(size_t i) { return w16_.data() + layout_.params[i].offset; }
   float* G(size_t i) { return g32_.data() + layout_.params[i].offset; }
 
@@ -101,9 +149,12 @@ class ModelCuda {
   ParamLayout layout_;
   ModelExec exec_;
   size_t n_ = 0, mem_peak_ = 0;
+  bool master_ = true;
+  std::vector<size_t> off32_;  // per param: its offset in w32_ (kNoParam: no fp32 copy)
+  size_t w32_size_ = 0;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<kernels::cuda::Blas> blas_;
-  DeviceArray<float> w32_, g32_;  // (n) master weights, gradients
+  DeviceArray<float> w32_, g32_;  // (n) master weights (or the fp32-read tensors only), gradients
   DeviceArray<bf16> w16_;         // (n) the copy the GEMMs read
   std::vector<std::unique_ptr<Layer>> layers_;  // saved activations, kept between micro-batches
   std::unique_ptr<Layer> work_;                 // train.recompute: the activations of the layer at hand
@@ -114,6 +165,8 @@ class ModelCuda {
   DeviceArray<unsigned char> attn_ws_;
   std::unique_ptr<kernels::cuda::DeviceGating> gating_;  // sparse selection on the device
   PhaseClock phases_;
+  const ShardExchange<float>* shard_ex_ = nullptr;  // run()'s exchange, for the shards' layers
+  std::unique_ptr<ShardScratchCuda> shard_ws_;
 };
 
 }  // namespace sb

@@ -5,11 +5,12 @@
 // few micro-batches needs (2 to 8 ranks) it moves G * L * Hkv*D values per tensor, the same order as
 // a ring of point-to-point steps. Each rank then runs the ordinary kernels over the whole document
 // with every query row it does not own emptied from the selection, so its work is its own rows'
-// kept blocks only, and the kernels need no change.
+// kept blocks only, and the kernels need no change. The CUDA path (shard_attention_cuda.cpp) does the
+// same on device buffers, staging the exchange through host memory.
 #include <stdexcept>
 #include <string>
 
-#include "src/model/model.hpp"
+#include "src/model/shard_attention.hpp"
 
 namespace sb {
 
@@ -21,11 +22,7 @@ int32_t DocShard::local_tokens() const {
   return n;
 }
 
-namespace {
-
-// The document position of each of this rank's rows; the pieces checked against the block grid.
-std::vector<int32_t> owned_rows(const DocShard& sh, int block_size) {
-  std::vector<int32_t> rows;
+void check_shard_pieces(const DocShard& sh, int block_size) {
   int32_t prev = 0;
   for (auto [b, e] : sh.pieces) {
     if (b < prev || e < b || e > sh.doc_len || b % block_size != 0 || (e % block_size != 0 && e != sh.doc_len))
@@ -33,35 +30,10 @@ std::vector<int32_t> owned_rows(const DocShard& sh, int block_size) {
                              ") of a document of " + std::to_string(sh.doc_len) +
                              " tokens is out of order or off the block grid (block_size " +
                              std::to_string(block_size) + ")");
-    for (int32_t t = b; t < e; ++t) rows.push_back(t);
     prev = e;
   }
-  return rows;
 }
 
-// whole[rows[i]] = mine[i] (rows of `width`); the other rows of `whole` are zero.
-template <class T>
-std::vector<T> scatter_rows(const T* mine, const std::vector<int32_t>& rows, int32_t len, int width) {
-  std::vector<T> whole(size_t(len) * width, T(0));
-  for (size_t i = 0; i < rows.size(); ++i)
-    std::copy(mine + i * width, mine + (i + 1) * width, whole.begin() + size_t(rows[i]) * width);
-  return whole;
-}
-
-template <class T>
-void gather_rows(const std::vector<T>& whole, const std::vector<int32_t>& rows, int width, T* mine) {
-  for (size_t i = 0; i < rows.size(); ++i)
-    std::copy(whole.begin() + size_t(rows[i]) * width, whole.begin() + size_t(rows[i] + 1) * width, mine + i * width);
-}
-
-template <class T>
-std::vector<T> gather_whole(const DocShard& sh, const ShardExchange<T>& ex, const T* mine, int width) {
-  std::vector<T> whole(size_t(sh.doc_len) * width);
-  ex.gather(sh, std::span<const T>(mine, size_t(sh.local_tokens()) * width), whole, width);
-  return whole;
-}
-
-// Keeps only the rows (kv head g, query block i) whose block this rank owns; statistics of those.
 k::GatingStats keep_own_rows(const DocShard& sh, k::AttnShape s, k::BlockSelection& sel) {
   const int nb = (sh.doc_len + s.block_size - 1) / s.block_size;
   std::vector<char> mine(size_t(nb), 0);
@@ -86,6 +58,39 @@ k::GatingStats keep_own_rows(const DocShard& sh, k::AttnShape s, k::BlockSelecti
   }
   sel = std::move(out);
   return st;
+}
+
+namespace {
+
+// The document position of each of this rank's rows; the pieces checked against the block grid.
+std::vector<int32_t> owned_rows(const DocShard& sh, int block_size) {
+  check_shard_pieces(sh, block_size);
+  std::vector<int32_t> rows;
+  for (auto [b, e] : sh.pieces)
+    for (int32_t t = b; t < e; ++t) rows.push_back(t);
+  return rows;
+}
+
+// whole[rows[i]] = mine[i] (rows of `width`); the other rows of `whole` are zero.
+template <class T>
+std::vector<T> scatter_rows(const T* mine, const std::vector<int32_t>& rows, int32_t len, int width) {
+  std::vector<T> whole(size_t(len) * width, T(0));
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::copy(mine + i * width, mine + (i + 1) * width, whole.begin() + size_t(rows[i]) * width);
+  return whole;
+}
+
+template <class T>
+void gather_rows(const std::vector<T>& whole, const std::vector<int32_t>& rows, int width, T* mine) {
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::copy(whole.begin() + size_t(rows[i]) * width, whole.begin() + size_t(rows[i] + 1) * width, mine + i * width);
+}
+
+template <class T>
+std::vector<T> gather_whole(const DocShard& sh, const ShardExchange<T>& ex, const T* mine, int width) {
+  std::vector<T> whole(size_t(sh.doc_len) * width);
+  ex.gather(sh, std::span<const T>(mine, size_t(sh.local_tokens()) * width), whole, width);
+  return whole;
 }
 
 }  // namespace

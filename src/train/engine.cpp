@@ -92,9 +92,6 @@ std::unique_ptr<Engine> make_engine(const Settings& s, const Comm& comm, Model<f
   const std::string& dev = s.train.device;
   model.set_exec(s.train.exec);  // the CPU model runs it; the CUDA engine passes it to its model
   if (dev == "cpu") return std::make_unique<CpuEngine>(s.train, comm, model, opt);
-  if (dev == "cuda" && s.train.zero)  // ZeRO-1 over NCCL is not built yet (io/README.md)
-    throw Error("train.zero = 1 with train.device = \"cuda\": the sharded optimizer runs on the CPU engine only; "
-                "set train.zero = 0 on GPUs");
 #ifdef SB_WITH_CUDA
   if (dev == "cuda") return make_cuda_engine(s, comm, model, opt);
 #endif

@@ -2,8 +2,9 @@
 // The trainer owns the host model (layout, init, checkpoints) and the AdamW state; an Engine runs
 // forward/backward, the gradient all-reduce and the update where the model lives:
 //   CPU  (engine.cpp):      on the host model itself, MPI all-reduce;
-//   CUDA (engine_cuda.cpp): weights, gradients and moments on the GPU, NCCL all-reduce; the host
-//                           copies are refreshed only when asked (checkpoints, sync checks).
+//   CUDA (engine_cuda.cpp): weights, gradients and moments on the GPU, NCCL all-reduce (train.zero
+//                           = 1: sliced, zero_cuda.hpp); the host copies are refreshed only when
+//                           asked (checkpoints, sync checks).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -21,7 +22,7 @@ class Engine {
  public:
   virtual ~Engine() = default;
   // The exchange of sharded documents' rows (data.long_docs = "shard", src/train/shard.hpp), for a
-  // batch with shards; the CPU engine only.
+  // batch with shards (both engines; the CUDA one stages it through host memory).
   const ShardExchange<float>* shard_exchange = nullptr;
   virtual void zero_grads() = 0;
   // Gradients accumulate over the step's micro-batches, scaled by loss_scale (Model::forward_backward).
@@ -47,6 +48,9 @@ class Engine {
   virtual std::string device_name() = 0;
   // High-water mark of this rank's device memory in use (bytes), 0 where not measured (the CPU).
   virtual double peak_memory_bytes() { return 0; }
+  // The device memory this rank holds for the parameters and the optimizer ("" on the CPU, where
+  // memory_line of update.hpp says it), for the start line and the summary.
+  virtual std::string memory_line() { return ""; }
 };
 
 // By train.device: "cpu" or "cuda" (one GPU per rank, chosen by node-local rank). The engine keeps

@@ -1,5 +1,6 @@
 // The CUDA engine: one GPU per rank (node-local rank picks it), the model in mixed precision
-// (src/model/model_cuda.cpp), AdamW on fp32 master weights on the device, NCCL all-reduce.
+// (src/model/model_cuda.cpp), AdamW on fp32 master weights on the device, NCCL all-reduce; with
+// train.zero = 1 the optimizer state is sharded over the ranks (src/train/zero_cuda.hpp).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "src/comm/nccl_cuda.hpp"
 #include "src/model/model_cuda.hpp"
 #include "src/train/engine.hpp"
+#include "src/train/zero_cuda.hpp"
 
 namespace sb {
 
@@ -46,35 +48,44 @@ class CudaEngine final : public Engine {
       : comm_(comm), model_(model), opt_(opt) {
     bool shared = false;
     const int dev = choose_device(s.attention, comm, model.shape(), &shared);
-    gpu_ = std::make_unique<ModelCuda>(model.shape(), model.layout());
+    gpu_ = std::make_unique<ModelCuda>(model.shape(), model.layout(), !s.train.zero);  // zero: the master is sliced
     gpu_->set_exec(s.train.exec);
-    m_.resize(gpu_->size()), v_.resize(gpu_->size());
+    if (!s.train.zero) m_.resize(gpu_->size()), v_.resize(gpu_->size());
     const size_t bucket = size_t(s.train.bucket_mb * 1024 * 1024);
+    ZeroReducer* zred = nullptr;
     if (shared) {
-      reducer_ = std::make_unique<HostStagedGradReducer>(comm, bucket, gpu_->stream());
+      auto host = std::make_unique<HostStagedGradReducer>(comm, bucket, gpu_->stream());
+      zred = host.get();
+      reducer_ = std::move(host);
     } else {
       auto nccl = std::make_unique<NcclGradReducer>(comm, bucket, gpu_->stream());
-      if (s.train.overlap_reduce && layers_tile()) nccl_ = nccl.get();
+      if (s.train.overlap_reduce && layers_tile() && !s.train.zero) nccl_ = nccl.get();
+      zred = nccl.get();
       reducer_ = std::move(nccl);
     }
+    if (s.train.zero) zero_ = std::make_unique<ZeroCuda>(comm, *gpu_, model.layout(), opt, *zred, bucket);
     reduced_.assign(size_t(model.shape().n_layers), 0);
     const bool any_shared = comm.allreduce_max(shared ? 1.0 : 0.0) > 0;
     cudaDeviceProp p{};
     SB_CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
     gpu_name_ = p.name;
     if (comm.root()) {
-      std::printf("device: %s (cuda:%d on rank 0); gradients: %s\n", p.name, dev,
+      std::printf("device: %s (cuda:%d on rank 0); gradients: %s%s\n", p.name, dev,
                   any_shared ? "MPI through host memory (more ranks than GPUs on a node)"
                   : nccl_    ? "NCCL all-reduce, per layer during the last backward"
-                             : "NCCL all-reduce");
+                  : zero_    ? "NCCL reduce-scatter"
+                             : "NCCL all-reduce",
+                  zero_ ? ", ZeRO-1 (train.zero = 1): AdamW on this rank's slice, the weights all-gathered" : "");
     }
   }
   void zero_grads() override { gpu_->zero_grads(); }
   // With overlap, the step's last backward starts each layer's sum as soon as that layer is done:
   // layer l's gradients are final then (the earlier micro-batches are already accumulated).
+  // Sharded documents (data.long_docs = "shard") exchange their rows through the trainer's MPI
+  // exchange, staged through host memory (src/model/shard_attention_cuda.cpp). Their batches leave
+  // the overlap off: a member blocked in that exchange must not hold NCCL sums that wait for it.
   MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool last) override {
-    if (!b.shards.empty()) throw Error("sharded documents (data.long_docs = \"shard\") run on train.device = \"cpu\" only");
-    if (!last || !nccl_) return gpu_->forward_backward(b, a, loss_scale);
+    if (!last || !nccl_ || !b.shards.empty()) return gpu_->forward_backward(b, a, loss_scale, {}, shard_exchange);
     return gpu_->forward_backward(b, a, loss_scale, [this](int l) { start_layer(l); });
   }
   MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax) override {
@@ -91,6 +102,7 @@ class CudaEngine final : public Engine {
   void reduce_gradients() override {
     gpu_->phases().mark(Phase::allreduce, gpu_->stream());
     SB_CUDA_CHECK(cudaStreamSynchronize(gpu_->stream()));
+    if (zero_) return zero_->reduce_gradients();
     if (!nccl_) {
       reducer_->allreduce_sum(gpu_->grads(), gpu_->size());
       return;
@@ -106,33 +118,41 @@ class CudaEngine final : public Engine {
   }
   double gradient_norm() override {
     gpu_->phases().mark(Phase::optimizer, gpu_->stream());
+    if (zero_) return zero_->gradient_norm();
     return std::sqrt(kc::sum_squares(gpu_->grads(), gpu_->size(), gpu_->stream()));
   }
   // The host optimizer's step (schedule, clip factor, per-tensor arguments) with CUDA arithmetic.
   void update(double grad_norm, double lr, int64_t step) override {
     gpu_->phases().mark(Phase::optimizer, gpu_->stream());
-    opt_.step(
-        model_.layout(), grad_norm, lr, step,
-        [&](float c) { kc::scale_inplace(gpu_->grads(), c, gpu_->size(), gpu_->stream()); },
-        [&](const ParamInfo& p, const AdamWArgs& a) {
-          kc::adamw(gpu_->weights() + p.offset, gpu_->weights16() + p.offset, gpu_->grads() + p.offset,
-                    m_.data() + p.offset, v_.data() + p.offset, p.size, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay,
-                    a.step, gpu_->stream());
-        });
+    if (zero_) {
+      zero_->update(grad_norm, lr, step);
+    } else {
+      opt_.step(
+          model_.layout(), grad_norm, lr, step,
+          [&](float c) { kc::scale_inplace(gpu_->grads(), c, gpu_->size(), gpu_->stream()); },
+          [&](const ParamInfo& p, const AdamWArgs& a) {
+            kc::adamw(gpu_->weights() + p.offset, gpu_->weights16() + p.offset, gpu_->grads() + p.offset,
+                      m_.data() + p.offset, v_.data() + p.offset, p.size, a.lr, a.beta1, a.beta2, a.eps,
+                      a.weight_decay, a.step, gpu_->stream());
+          });
+    }
     gpu_->phases().end(gpu_->stream());
     SB_CUDA_CHECK(cudaStreamSynchronize(gpu_->stream()));
     print_phases(step);
   }
   uint64_t weights_hash() override {
-    gpu_->download_weights(scratch_);
+    if (zero_) zero_->gather_weights(scratch_);
+    else gpu_->download_weights(scratch_);
     return fnv1a_words(scratch_.data(), scratch_.size());
   }
   void to_host() override {
+    if (zero_) return zero_->to_host(model_.weights());
     gpu_->download_weights(model_.weights());
     download(m_, opt_.m());
     download(v_, opt_.v());
   }
   void from_host() override {
+    if (zero_) return zero_->from_host(model_.weights());
     gpu_->upload_weights(model_.weights());
     upload(m_, opt_.m());
     upload(v_, opt_.v());
@@ -149,6 +169,22 @@ class CudaEngine final : public Engine {
   }
   std::string device_name() override { return "cuda: " + gpu_name_ + " (" + std::to_string(comm_.size()) + " ranks)"; }
   double peak_memory_bytes() override { return gpu_->peak_memory_bytes(); }
+  // What this rank holds on the GPU for the parameters: the model's copies, then the optimizer's.
+  std::string memory_line() override {
+    const double mib = 1.0 / (1024.0 * 1024.0), n = double(gpu_->size());
+    const double k = zero_ ? double(zero_->slice().size()) : n;  // parameters whose optimizer state is here
+    const double model_b = n * 2 + n * 4 + double(gpu_->fp32_copy_size()) * 4;
+    const bool own_g = zero_ && zero_->own_gradient_copy();
+    const double opt_b = k * 8 + (zero_ ? k * 4 : 0) + (own_g ? k * 4 : 0);
+    char buf[400];
+    std::snprintf(buf, sizeof buf,
+                  "gpu memory per rank: model %.1f MiB (bf16 weights, fp32 gradients, fp32 %s), optimizer state "
+                  "%.1f MiB (%sAdamW moments of %.0f of %.0f parameters%s, train.zero = %d); peak so far %.1f MiB",
+                  model_b * mib, zero_ ? "copies of the embedding, norms and biases" : "master weights", opt_b * mib,
+                  zero_ ? "fp32 master weights and " : "", k, n, own_g ? ", their reduced gradient" : "",
+                  zero_ ? 1 : 0, gpu_->peak_memory_bytes() * mib);
+    return buf;
+  }
 
  private:
   const Comm& comm_;
@@ -180,7 +216,8 @@ class CudaEngine final : public Engine {
   Model<float>& model_;
   AdamW& opt_;
   std::unique_ptr<ModelCuda> gpu_;
-  DeviceArray<float> m_, v_;  // (n) AdamW moments
+  DeviceArray<float> m_, v_;  // (n) AdamW moments (train.zero = 0)
+  std::unique_ptr<ZeroCuda> zero_;  // train.zero = 1: the sliced master, moments and reduced gradient
   std::unique_ptr<GradReducer> reducer_;
   NcclGradReducer* nccl_ = nullptr;  // set when train.overlap_reduce and NCCL: sums overlap the last backward
   std::vector<char> reduced_;        // per layer: its sum started this step

@@ -70,9 +70,6 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
   lm_.set_ema(set_.balance.ema);
   if (set_.balance.shard_docs && !set_.data.shard_long)
     throw Error("balance.shard_docs = true needs data.long_docs = \"shard\" (documents are sharded by the same machinery)");
-  if (set_.data.shard_long && set_.train.device != "cpu")
-    throw Error("data.long_docs = \"shard\" runs on train.device = \"cpu\" only so far (the GPU exchange is not "
-                "built); use data.long_docs = \"window\" on GPUs");
   engine_->shard_exchange = &shard_groups_.exchange_f32();
   if (!set_.attention.sparse && set_.balance.dst.tuning == Tuning::Dst)
     throw Error("balance.tuning = \"dst\" needs attention.mode = \"sparse\" (dense attention has no budget to tune)");
@@ -89,7 +86,10 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
                   pr.samples, pr.seconds, 100 * pr.attention.heldout_error);
   }
   engine_->from_host();  // the initial or restored weights and moments
-  if (comm.root()) std::printf("%s\n", memory_line(opt_, set_.train.zero).c_str());
+  if (const std::string dev = engine_->memory_line(); comm.root()) {
+    std::printf("%s\n", memory_line(opt_, set_.train.zero).c_str());
+    if (!dev.empty()) std::printf("%s\n", dev.c_str());
+  }
   if (comm.root()) {
     std::vector<std::string> inputs;  // the log must never replace a shard this run reads
     for (const auto& sh : ds_.shards()) inputs.push_back(sh.path());
@@ -381,7 +381,10 @@ TrainResult Trainer::run() {
   }
   if (log_) log_->flush();
   engine_->to_host();  // model() holds the trained weights
-  if (comm_.root()) std::printf("%s\n", memory_line(opt_, set_.train.zero).c_str());
+  if (const std::string dev = engine_->memory_line(); comm_.root()) {
+    std::printf("%s\n", memory_line(opt_, set_.train.zero).c_str());
+    if (!dev.empty()) std::printf("%s\n", dev.c_str());
+  }
   return summary.finish(last_checkpoint_, stopped_early);
 }
 

@@ -1,0 +1,17 @@
+// The host logic of a sharded document's attention (DocShard, model.hpp) that the CPU path
+// (shard_attention.cpp) and the CUDA path (shard_attention_cuda.cpp) share.
+#pragma once
+#include "kernels/kernels.hpp"
+#include "src/model/model.hpp"
+
+namespace sb {
+
+// Throws std::logic_error unless sh.pieces are ascending and on the block grid (as DocShard says).
+void check_shard_pieces(const DocShard& sh, int block_size);
+
+// sel was built over the whole document (one sequence of sh.doc_len tokens): keeps only the rows
+// (kv head g, query block i) whose query block this rank owns, empties the others, and returns the
+// statistics of the kept rows (so the group's sum is one rank's).
+kernels::GatingStats keep_own_rows(const DocShard& sh, kernels::AttnShape s, kernels::BlockSelection& sel);
+
+}  // namespace sb

@@ -1,0 +1,48 @@
+// ZeRO-1 in the CUDA engine (train.zero = 1 with train.device = "cuda"): this rank's slice of the
+// fp32 master weights, of the AdamW moments and of the reduced gradient live on the device (the
+// slice is AdamW::shard(), shard_of as on the CPU, so checkpoints and resume are the same code).
+// A step: the gradients are reduce-scattered into the slice (ZeroReducer: NCCL, or MPI through host
+// memory when ranks share a GPU), the norm is one all-reduce of the slices' squared sums, AdamW
+// updates the slice, and the updated fp32 slices are all-gathered into the model's bf16 copy and
+// the fp32 copies it reads (ModelCuda::set_weights). Not overlapped with the backward.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "src/comm/comm.hpp"
+#include "src/comm/nccl_cuda.hpp"
+#include "src/model/model_cuda.hpp"
+#include "src/train/update.hpp"
+
+namespace sb {
+
+class ZeroCuda {
+ public:
+  // gpu: built without its fp32 master (ModelCuda(..., false)); red: the engine's reducer.
+  ZeroCuda(const Comm& comm, ModelCuda& gpu, const ParamLayout& layout, AdamW& opt, ZeroReducer& red,
+           size_t bucket_bytes);
+  void reduce_gradients();  // gpu.grads() summed over ranks, this rank's slice of it kept
+  double gradient_norm();   // the global L2 norm of the reduced gradient (collective)
+  void update(double grad_norm, double lr, int64_t step);  // clip, AdamW on the slice, all-gather
+  // The whole fp32 weights into w (n values; collective: every rank's slice over MPI).
+  void gather_weights(std::vector<float>& w);
+  // gather_weights into w, and this rank's moments into the host AdamW (its slice: m(), v()).
+  void to_host(std::vector<float>& w);
+  // From the host: the slice of w (n values) and the host AdamW's moments; the model's copies of w.
+  void from_host(const std::vector<float>& w);
+  Slice slice() const { return sh_; }
+  bool own_gradient_copy() const { return g_mine_ != gpu_.grads(); }
+
+ private:
+  const Comm& comm_;
+  ModelCuda& gpu_;
+  const ParamLayout& layout_;
+  AdamW& opt_;
+  ZeroReducer& red_;
+  MpiGradReducer host_;  // gather_weights
+  Slice sh_;
+  DeviceArray<float> master_, m_, v_, g_;  // (slice) fp32 weights, moments, reduced gradient
+  float* g_mine_ = nullptr;                // g_, or on one rank the model's gradients themselves
+};
+
+}  // namespace sb
