@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <climits>
+#include <map>
 #include <queue>
 #include <set>
 #include <tuple>
@@ -481,6 +483,46 @@ double exchange_cost(Batching batching, const LatencyModel& lm, int64_t len, dou
 }
 }  // namespace
 
+namespace {
+// The windows of G consecutive ranks, f(s) = max(load[s .. s+G-1]) for s in [0, R-G], in a segment
+// tree of (f, s) minima: the least busy window is the root (ties: lower s), and a placement on
+// [a, a+n) updates only the windows that overlap it, O(G + n + log R). The plain scan was
+// O(R x G) per group, most of the planning time at 4,096 ranks (bench/RESULTS.md).
+class WindowMax {
+ public:
+  WindowMax(const std::vector<double>& load, int G) : G_(G), n_(int(load.size()) - G + 1) {
+    while (P_ < n_) P_ *= 2;
+    t_.assign(size_t(2 * P_), {HUGE_VAL, INT32_MAX});
+    refresh(load, 0, n_ - 1);
+  }
+  int best() const { return t_[1].second; }
+  // load[a .. a+n) changed.
+  void changed(const std::vector<double>& load, int a, int n) { refresh(load, std::max(0, a - G_ + 1), std::min(n_ - 1, a + n - 1)); }
+
+ private:
+  int G_, n_, P_ = 1;
+  std::vector<std::pair<double, int>> t_;  // [node] (f, s); leaves at P_ + s
+  std::vector<int> dq_;                    // the sliding maximum's candidate ranks
+
+  // Recompute f(s) for s in [lo, hi] (a monotonic deque over load[lo .. hi+G-1]), then their ancestors.
+  void refresh(const std::vector<double>& load, int lo, int hi) {
+    if (lo > hi) return;
+    dq_.clear();
+    size_t head = 0;
+    for (int r = lo; r <= hi + G_ - 1; ++r) {
+      while (dq_.size() > head && load[size_t(dq_.back())] <= load[size_t(r)]) dq_.pop_back();
+      dq_.push_back(r);
+      const int s = r - G_ + 1;
+      if (s < lo) continue;
+      if (dq_[head] < s) ++head;
+      t_[size_t(P_ + s)] = {load[size_t(dq_[head])], s};
+    }
+    for (int l = (P_ + lo) / 2, h = (P_ + hi) / 2; l >= 1; l /= 2, h /= 2)
+      for (int v = l; v <= h; ++v) t_[size_t(v)] = std::min(t_[size_t(2 * v)], t_[size_t(2 * v + 1)]);
+  }
+};
+}  // namespace
+
 double shard_cost(Batching batching, const LatencyModel& lm, int64_t len, int G, int k0, double kv_bytes_per_token) {
   return whole_cost(batching, lm, len, k0) / G + exchange_cost(batching, lm, len, kv_bytes_per_token);
 }
@@ -525,14 +567,14 @@ std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return cost[a] * out[a].ranks > cost[b] * out[b].ranks; });
   std::vector<ShardGroup> placed;
+  std::map<int, WindowMax> windows;  // one per group size in use
   for (size_t i : order) {
     ShardGroup g = out[i];
-    double best = 1e300;
-    for (int s = 0; s + g.ranks <= ranks; ++s) {  // the window whose busiest rank is least busy
-      const double mx = *std::max_element(load.begin() + s, load.begin() + s + g.ranks);
-      if (mx < best) best = mx, g.first = s;
-    }
+    auto it = windows.find(g.ranks);
+    if (it == windows.end()) it = windows.emplace(g.ranks, WindowMax(load, g.ranks)).first;
+    g.first = it->second.best();  // the window whose busiest rank is least busy (ties: lowest first)
     for (int r = g.first; r < g.first + g.ranks; ++r) load[size_t(r)] += cost[i];
+    for (auto& [G, w] : windows) w.changed(load, g.first, g.ranks);
     placed.push_back(g);
   }
   return placed;

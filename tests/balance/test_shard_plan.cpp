@@ -57,6 +57,41 @@ TEST(ShardPlan, ShardDocsShardsCostlyDocumentsThatFit) {
   EXPECT_EQ(b.size(), 3u);
 }
 
+// The windows' segment tree picks what the plain scan picks: replaying the groups in placement
+// order, each one's first rank is the lowest start of a least-busy window of its size.
+TEST(ShardPlan, WindowSearchMatchesThePlainScan) {
+  const sb::LatencyModel lm;
+  for (sb::Batching b : {sb::Batching::Tokens, sb::Batching::Sparse}) {
+    Docs docs;
+    uint64_t x = 12345;
+    for (uint64_t i = 0; i < 400; ++i) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      docs.push_back({i, (i % 3 == 0 ? 300 : 20) + (x >> 33) % 900});
+    }
+    std::vector<double> load;
+    const int R = 61;
+    const auto groups = sb::place_long_docs(docs, 256, R, b, lm, 4, 64, true, load);
+    ASSERT_GT(groups.size(), 20u);
+    std::vector<double> ref(size_t(R), 0.0);
+    std::vector<int> sizes;
+    for (const auto& g : groups) {
+      int first = -1;
+      double best = 1e300;
+      for (int s = 0; s + g.ranks <= R; ++s) {
+        const double mx = *std::max_element(ref.begin() + s, ref.begin() + s + g.ranks);
+        if (mx < best) best = mx, first = s;
+      }
+      EXPECT_EQ(g.first, first) << sb::batching_name(b) << " doc " << g.doc;
+      const double c = sb::shard_cost(b, lm, int64_t(g.len), g.ranks, 4, 64);
+      for (int r = g.first; r < g.first + g.ranks; ++r) ref[size_t(r)] += c;
+      sizes.push_back(g.ranks);
+    }
+    EXPECT_EQ(load, ref);
+    std::sort(sizes.begin(), sizes.end());
+    EXPECT_GT(std::unique(sizes.begin(), sizes.end()) - sizes.begin(), 2) << "several group sizes";
+  }
+}
+
 TEST(ShardPlan, TooFewRanksNamesHowManyAndTheKeys) {
   const sb::LatencyModel lm;
   Docs docs = {{7, 5000}};
