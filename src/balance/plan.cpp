@@ -529,22 +529,28 @@ double shard_cost(Batching batching, const LatencyModel& lm, int64_t len, int G,
 
 std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t>>& docs, int64_t capacity, int ranks,
                                         Batching batching, const LatencyModel& lm, int k0, double kv_bytes_per_token,
-                                        bool shard_fitting, std::vector<double>& load) {
+                                        bool shard_fitting, std::vector<double>& load, double fitting_part) {
+  if (!(fitting_part > 0 && fitting_part <= 1))
+    throw Error("place_long_docs: part " + std::to_string(fitting_part) + " of the fair share must be in (0, 1] (balance.shard_part)");
   std::vector<ShardGroup> out;
   double total = 0;
   for (const auto& d : docs) total += whole_cost(batching, lm, int64_t(d.second), k0);
   const double fair = total / ranks;
+  const double part = shard_fitting ? fitting_part * fair : fair;  // what one part of a fitting document may cost
   size_t kept = 0;
   for (const auto& [doc, len] : docs) {
     const double W = whole_cost(batching, lm, int64_t(len), k0), X = exchange_cost(batching, lm, int64_t(len), kv_bytes_per_token);
     const bool long_doc = int64_t(len) > capacity;
-    if (!long_doc && !(shard_fitting && W > fair)) {
+    if (!long_doc && !(shard_fitting && W > part)) {
       docs[kept++] = {doc, len};
       continue;
     }
     int64_t G = (int64_t(len) + capacity - 1) / capacity;
     // Enough members that one's part, exchange included, is within the fair share (at most all ranks).
-    const int64_t by_cost = fair > X ? int64_t(std::ceil(W / (fair - X) - 1e-9)) : int64_t(ranks);
+    // A long document's parts stay within the fair share (finer parts cost more exchange, and its members
+    // are few beside the ranks); a fitting one's within `part`, small pieces that fill the gaps LPT leaves.
+    const double cap_cost = long_doc ? fair : part;
+    const int64_t by_cost = cap_cost > X ? int64_t(std::ceil(W / (cap_cost - X) - 1e-9)) : int64_t(ranks);
     if (G <= ranks) G = std::max(G, std::min<int64_t>(by_cost, ranks));
     if (G < 2 && !long_doc) {  // a fitting document not worth sharding after all
       docs[kept++] = {doc, len};

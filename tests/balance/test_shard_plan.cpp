@@ -57,6 +57,26 @@ TEST(ShardPlan, ShardDocsShardsCostlyDocumentsThatFit) {
   EXPECT_EQ(b.size(), 3u);
 }
 
+// balance.shard_part: fitting documents above part x fair are sharded, each part within it.
+TEST(ShardPlan, ShardPartShardsFittingDocumentsIntoSmallerParts) {
+  const sb::LatencyModel lm;
+  const Docs batch = {{0, 900}, {1, 500}, {2, 300}, {3, 200}, {4, 100}};  // fair share 2000 / 8 = 250 tokens
+  Docs a = batch, b = batch;
+  std::vector<double> la, lb;
+  const auto ga = sb::place_long_docs(a, 1024, 8, sb::Batching::Tokens, lm, 4, 0, true, la);
+  const auto gb = sb::place_long_docs(b, 1024, 8, sb::Batching::Tokens, lm, 4, 0, true, lb, 0.5);
+  ASSERT_EQ(ga.size(), 3u);  // 900, 500 and 300 are above 250
+  ASSERT_EQ(gb.size(), 4u);  // and 200 above 125
+  EXPECT_EQ(b.size(), 1u);
+  for (const auto& g : gb) EXPECT_LE(double(g.len) / g.ranks, 125.0) << "doc " << g.doc;
+  EXPECT_EQ(ga[1].ranks, 2);  // 500 within 250
+  EXPECT_EQ(gb[1].ranks, 4);  // 500 within 125
+  EXPECT_EQ(gb[3].ranks, 2);  // 200 / 125 = 1.6
+  Docs c = batch;
+  const std::string m = sbtest::error_of([&] { sb::place_long_docs(c, 1024, 8, sb::Batching::Tokens, lm, 4, 0, true, lb, 0); });
+  EXPECT_NE(m.find("balance.shard_part"), std::string::npos) << m;
+}
+
 // The windows' segment tree picks what the plain scan picks: replaying the groups in placement
 // order, each one's first rank is the lowest start of a least-busy window of its size.
 TEST(ShardPlan, WindowSearchMatchesThePlainScan) {
