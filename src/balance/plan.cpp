@@ -486,7 +486,8 @@ double exchange_cost(Batching batching, const LatencyModel& lm, int64_t len, dou
 namespace {
 // The windows of G consecutive ranks, f(s) = max(load[s .. s+G-1]) for s in [0, R-G], in a segment
 // tree of (f, s) minima: the least busy window is the root (ties: lower s), and a placement on
-// [a, a+n) updates only the windows that overlap it, O(G + n + log R). The plain scan was
+// [a, a+n) updates only the windows that overlap it, O(G + n + log R), when that size is next asked
+// for (overlapping updates merged). The plain scan was
 // O(R x G) per group, most of the planning time at 4,096 ranks (bench/RESULTS.md).
 class WindowMax {
  public:
@@ -495,14 +496,28 @@ class WindowMax {
     t_.assign(size_t(2 * P_), {HUGE_VAL, INT32_MAX});
     refresh(load, 0, n_ - 1);
   }
-  int best() const { return t_[1].second; }
-  // load[a .. a+n) changed.
-  void changed(const std::vector<double>& load, int a, int n) { refresh(load, std::max(0, a - G_ + 1), std::min(n_ - 1, a + n - 1)); }
+  // The lowest start of a least busy window, after the pending changes.
+  int best(const std::vector<double>& load) {
+    std::sort(pending_.begin(), pending_.end());
+    for (size_t i = 0; i < pending_.size();) {  // overlapping ranges refreshed once
+      auto [lo, hi] = pending_[i];
+      for (++i; i < pending_.size() && pending_[i].first <= hi + 1; ++i) hi = std::max(hi, pending_[i].second);
+      refresh(load, lo, hi);
+    }
+    pending_.clear();
+    return t_[1].second;
+  }
+  // load[a .. a+n) changed: the windows that overlap it, refreshed lazily (many sizes are seldom asked).
+  void changed(int a, int n) {
+    const int lo = std::max(0, a - G_ + 1), hi = std::min(n_ - 1, a + n - 1);
+    if (lo <= hi) pending_.push_back({lo, hi});
+  }
 
  private:
   int G_, n_, P_ = 1;
   std::vector<std::pair<double, int>> t_;  // [node] (f, s); leaves at P_ + s
   std::vector<int> dq_;                    // the sliding maximum's candidate ranks
+  std::vector<std::pair<int, int>> pending_;  // ranges of starts to refresh
 
   // Recompute f(s) for s in [lo, hi] (a monotonic deque over load[lo .. hi+G-1]), then their ancestors.
   void refresh(const std::vector<double>& load, int lo, int hi) {
@@ -578,9 +593,9 @@ std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t
     ShardGroup g = out[i];
     auto it = windows.find(g.ranks);
     if (it == windows.end()) it = windows.emplace(g.ranks, WindowMax(load, g.ranks)).first;
-    g.first = it->second.best();  // the window whose busiest rank is least busy (ties: lowest first)
+    g.first = it->second.best(load);  // the window whose busiest rank is least busy (ties: lowest first)
     for (int r = g.first; r < g.first + g.ranks; ++r) load[size_t(r)] += cost[i];
-    for (auto& [G, w] : windows) w.changed(load, g.first, g.ranks);
+    for (auto& [G, w] : windows) w.changed(g.first, g.ranks);
     placed.push_back(g);
   }
   return placed;
