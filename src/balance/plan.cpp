@@ -507,6 +507,7 @@ class WindowMax {
     pending_.clear();
     return t_[1].second;
   }
+  double best_max() const { return t_[1].first; }  // that window's maximum (after best())
   // load[a .. a+n) changed: the windows that overlap it, refreshed lazily (many sizes are seldom asked).
   void changed(int a, int n) {
     const int lo = std::max(0, a - G_ + 1), hi = std::min(n_ - 1, a + n - 1);
@@ -589,12 +590,32 @@ std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return cost[a] * out[a].ranks > cost[b] * out[b].ranks; });
   std::vector<ShardGroup> placed;
   std::map<int, WindowMax> windows;  // one per group size in use
+  auto window = [&](int G) -> WindowMax& {
+    auto it = windows.find(G);
+    if (it == windows.end()) it = windows.emplace(G, WindowMax(load, G)).first;
+    return it->second;
+  };
+  // With fine parts (fitting_part < 1) a group whose best window would end above the step's mean
+  // load takes up to kGrow more members while that lowers its window's top: the last groups then
+  // fill the least loaded ranks instead of stacking on them (one micro-batch per rank, bench/RESULTS.md).
+  constexpr int kGrow = 4;
+  const int grow = shard_fitting && fitting_part < 1 ? kGrow : 0;
+  double mean = total;  // the step's mean load with the groups' exchange
+  for (size_t i = 0; i < out.size(); ++i) mean += cost[i] * out[i].ranks - whole_cost(batching, lm, int64_t(out[i].len), k0);
+  mean /= ranks;
   for (size_t i : order) {
     ShardGroup g = out[i];
-    auto it = windows.find(g.ranks);
-    if (it == windows.end()) it = windows.emplace(g.ranks, WindowMax(load, g.ranks)).first;
-    g.first = it->second.best(load);  // the window whose busiest rank is least busy (ties: lowest first)
-    for (int r = g.first; r < g.first + g.ranks; ++r) load[size_t(r)] += cost[i];
+    double c = cost[i];
+    WindowMax& w = window(g.ranks);
+    g.first = w.best(load);  // the window whose busiest rank is least busy (ties: lowest first)
+    double top = w.best_max() + c;
+    for (int G = g.ranks + 1; G <= std::min(ranks, out[i].ranks + grow) && top > mean; ++G) {
+      const double cG = shard_cost(batching, lm, int64_t(g.len), G, k0, kv_bytes_per_token);
+      WindowMax& wG = window(G);
+      const int fG = wG.best(load);
+      if (wG.best_max() + cG < top) top = wG.best_max() + cG, g.ranks = G, g.first = fG, c = cG;
+    }
+    for (int r = g.first; r < g.first + g.ranks; ++r) load[size_t(r)] += c;
     for (auto& [G, w] : windows) w.changed(g.first, g.ranks);
     placed.push_back(g);
   }

@@ -78,7 +78,9 @@ double shard_exchange_ms(const LatencyModel& lm, int64_t len, double kv_bytes_pe
 // document that fits one micro-batch but costs more than `fitting_part` x the fair share
 // (balance.shard_part, in (0, 1]) is sharded too, over enough ranks that each part is within that:
 // small parts fill the gaps that whole documents and long documents' parts leave (one micro-batch
-// per rank needs 0.1, bench/RESULTS.md), at the price of more members' exchange. `load`
+// per rank needs 0.1, bench/RESULTS.md), at the price of more members' exchange; then a group whose
+// least busy window would end above the mean load (exchange included) takes up to 4 more members
+// while that lowers the window's top. `load`
 // (one per rank, zeros to start) gets every member's shard_cost. Groups come back in placement
 // order, the order in which every member runs them (the lowest pending group's members are all at
 // it: no deadlock). An sb::Error naming data.long_docs and train.micro_batch_tokens when a document

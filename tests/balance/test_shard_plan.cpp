@@ -71,7 +71,15 @@ TEST(ShardPlan, ShardPartShardsFittingDocumentsIntoSmallerParts) {
   for (const auto& g : gb) EXPECT_LE(double(g.len) / g.ranks, 125.0) << "doc " << g.doc;
   EXPECT_EQ(ga[1].ranks, 2);  // 500 within 250
   EXPECT_EQ(gb[1].ranks, 4);  // 500 within 125
-  EXPECT_EQ(gb[3].ranks, 2);  // 200 / 125 = 1.6
+  EXPECT_EQ(gb[3].ranks, 4);  // 200 / 125 = 1.6, but 2 parts of 100 would end above the mean 250: grown
+  // A group that would stack above the mean grows: 800 over 4 ranks (200 each), then 400 would be
+  // 3 x 133 on top (333 > the mean 300); over 4 ranks it is 100 each, every rank at 300.
+  Docs d = {{0, 800}, {1, 400}};
+  std::vector<double> ld;
+  const auto gd = sb::place_long_docs(d, 1024, 4, sb::Batching::Tokens, lm, 4, 0, true, ld, 0.5);
+  ASSERT_EQ(gd.size(), 2u);
+  EXPECT_EQ(gd[1].ranks, 4);
+  EXPECT_EQ(ld, std::vector<double>(4, 300.0));
   Docs c = batch;
   const std::string m = sbtest::error_of([&] { sb::place_long_docs(c, 1024, 8, sb::Batching::Tokens, lm, 4, 0, true, lb, 0); });
   EXPECT_NE(m.find("balance.shard_part"), std::string::npos) << m;
