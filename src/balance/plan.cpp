@@ -487,35 +487,42 @@ namespace {
 // The windows of G consecutive ranks, f(s) = max(load[s .. s+G-1]) for s in [0, R-G], in a segment
 // tree of (f, s) minima: the least busy window is the root (ties: lower s), and a placement on
 // [a, a+n) updates only the windows that overlap it, O(G + n + log R), when that size is next asked
-// for (overlapping updates merged). The plain scan was
+// for (overlapping updates merged, or all windows at once after many). The plain scan was
 // O(R x G) per group, most of the planning time at 4,096 ranks (bench/RESULTS.md).
 class WindowMax {
  public:
-  WindowMax(const std::vector<double>& load, int G) : G_(G), n_(int(load.size()) - G + 1) {
+  // Built from the load as it is after the first `seen` placements of the log.
+  WindowMax(const std::vector<double>& load, int G, size_t seen) : G_(G), n_(int(load.size()) - G + 1), seen_(seen) {
     while (P_ < n_) P_ *= 2;
     t_.assign(size_t(2 * P_), {HUGE_VAL, INT32_MAX});
     refresh(load, 0, n_ - 1);
   }
-  // The lowest start of a least busy window, after the pending changes.
-  int best(const std::vector<double>& load) {
-    std::sort(pending_.begin(), pending_.end());
-    for (size_t i = 0; i < pending_.size();) {  // overlapping ranges refreshed once
-      auto [lo, hi] = pending_[i];
-      for (++i; i < pending_.size() && pending_[i].first <= hi + 1; ++i) hi = std::max(hi, pending_[i].second);
-      refresh(load, lo, hi);
+  // The lowest start of a least busy window, after the placements log[seen..] (first rank, ranks):
+  // the windows they overlap are refreshed now, overlapping ranges once (many sizes are seldom asked).
+  int best(const std::vector<double>& load, const std::vector<std::pair<int, int>>& log) {
+    if (log.size() - seen_ > size_t(n_ / 16 + 1)) {  // many since: one pass over all windows is cheaper
+      refresh(load, 0, n_ - 1);
+    } else if (seen_ < log.size()) {
+      pending_.clear();
+      for (size_t q = seen_; q < log.size(); ++q) {
+        const int lo = std::max(0, log[q].first - G_ + 1), hi = std::min(n_ - 1, log[q].first + log[q].second - 1);
+        if (lo <= hi) pending_.push_back({lo, hi});
+      }
+      std::sort(pending_.begin(), pending_.end());
+      for (size_t q = 0; q < pending_.size();) {
+        auto [lo, hi] = pending_[q];
+        for (++q; q < pending_.size() && pending_[q].first <= hi + 1; ++q) hi = std::max(hi, pending_[q].second);
+        refresh(load, lo, hi);
+      }
     }
-    pending_.clear();
+    seen_ = log.size();
     return t_[1].second;
   }
   double best_max() const { return t_[1].first; }  // that window's maximum (after best())
-  // load[a .. a+n) changed: the windows that overlap it, refreshed lazily (many sizes are seldom asked).
-  void changed(int a, int n) {
-    const int lo = std::max(0, a - G_ + 1), hi = std::min(n_ - 1, a + n - 1);
-    if (lo <= hi) pending_.push_back({lo, hi});
-  }
 
  private:
   int G_, n_, P_ = 1;
+  size_t seen_;
   std::vector<std::pair<double, int>> t_;  // [node] (f, s); leaves at P_ + s
   std::vector<int> dq_;                    // the sliding maximum's candidate ranks
   std::vector<std::pair<int, int>> pending_;  // ranges of starts to refresh
@@ -589,10 +596,11 @@ std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return cost[a] * out[a].ranks > cost[b] * out[b].ranks; });
   std::vector<ShardGroup> placed;
-  std::map<int, WindowMax> windows;  // one per group size in use
+  std::map<int, WindowMax> windows;     // one per group size in use
+  std::vector<std::pair<int, int>> log;  // (first rank, ranks) of the groups placed so far
   auto window = [&](int G) -> WindowMax& {
     auto it = windows.find(G);
-    if (it == windows.end()) it = windows.emplace(G, WindowMax(load, G)).first;
+    if (it == windows.end()) it = windows.emplace(G, WindowMax(load, G, log.size())).first;
     return it->second;
   };
   // With fine parts (fitting_part < 1) a group whose best window would end above the step's mean
@@ -607,16 +615,16 @@ std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t
     ShardGroup g = out[i];
     double c = cost[i];
     WindowMax& w = window(g.ranks);
-    g.first = w.best(load);  // the window whose busiest rank is least busy (ties: lowest first)
+    g.first = w.best(load, log);  // the window whose busiest rank is least busy (ties: lowest first)
     double top = w.best_max() + c;
     for (int G = g.ranks + 1; G <= std::min(ranks, out[i].ranks + grow) && top > mean; ++G) {
       const double cG = shard_cost(batching, lm, int64_t(g.len), G, k0, kv_bytes_per_token);
       WindowMax& wG = window(G);
-      const int fG = wG.best(load);
+      const int fG = wG.best(load, log);
       if (wG.best_max() + cG < top) top = wG.best_max() + cG, g.ranks = G, g.first = fG, c = cG;
     }
     for (int r = g.first; r < g.first + g.ranks; ++r) load[size_t(r)] += c;
-    for (auto& [G, w] : windows) w.changed(g.first, g.ranks);
+    log.push_back({g.first, g.ranks});
     placed.push_back(g);
   }
   return placed;
