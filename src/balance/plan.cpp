@@ -592,9 +592,12 @@ std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t
   std::vector<double> cost(out.size());
   for (size_t i = 0; i < out.size(); ++i)
     cost[i] = shard_cost(batching, lm, int64_t(out[i].len), out[i].ranks, k0, kv_bytes_per_token);
+  // Costliest group first (ties: data order), sorted on a contiguous (key, index) array.
+  std::vector<std::pair<double, size_t>> keyed(out.size());
+  for (size_t i = 0; i < out.size(); ++i) keyed[i] = {-cost[i] * out[i].ranks, i};
+  std::sort(keyed.begin(), keyed.end());
   std::vector<size_t> order(out.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return cost[a] * out[a].ranks > cost[b] * out[b].ranks; });
+  for (size_t i = 0; i < order.size(); ++i) order[i] = keyed[i].second;
   std::vector<ShardGroup> placed;
   std::map<int, WindowMax> windows;     // one per group size in use
   std::vector<std::pair<int, int>> log;  // (first rank, ranks) of the groups placed so far
