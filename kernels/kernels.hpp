@@ -114,6 +114,16 @@ struct GatingStats {
 template <class T>
 GatingStats gate_blocks(const T* q, const T* k, const int32_t* cu_seqlens, int ndocs, AttnShape s,
                         GatingParams p, BlockSelection& sel);
+// Context parallelism (src/model/shard_attention.cpp): gating of one document split over ranks.
+// pool_block_keys: the pooled keys gate_blocks uses, kbar (Hkv, D) per block in double, of the
+// blocks [b0, b1) of a document of L tokens, k (rows, Hkv, D) starting at block b0's first row.
+// gate_blocks_pooled: gate_blocks of that one document (cu_seqlens {0, L}) given every block's
+// pooled keys kbar (nb, Hkv, D): the same selection bit for bit.
+template <class T>
+void pool_block_keys(const T* k, int L, int b0, int b1, AttnShape s, double* kbar);
+template <class T>
+GatingStats gate_blocks_pooled(const T* q, const double* kbar, int L, AttnShape s, GatingParams p,
+                               BlockSelection& sel);
 // Every causal block kept (dense attention through the same kernel); recall = 1.
 GatingStats select_all_causal(const int32_t* cu_seqlens, int ndocs, AttnShape s, BlockSelection& sel);
 

@@ -15,31 +15,43 @@ static void make_row_base(const int32_t* cu_seqlens, int ndocs, AttnShape s, Blo
         sel.doc_row_base[d] + int64_t(s.n_kv_heads) * cpu::num_blocks(cu_seqlens[d + 1] - cu_seqlens[d], s.block_size);
 }
 
-// Gate one (doc, kv head): fills cols of its rows (row r at lists[r - base]) and recall.
+// The pooled key of kv head g over tokens [t0, t0 + n): kb (D) = mean of the rows, in double.
 template <class T>
-static void gate_doc_head(const T* q, const T* k, int t_begin, int L, int g, AttnShape s, GatingParams p,
-                          std::vector<int32_t>* lists, float* recall) {
+static void pool_key(const T* k, int t0, int n, int g, int Hkv, int D, double* kb) {
+  for (int d = 0; d < D; d++) kb[d] = 0.0;
+  for (int t = t0; t < t0 + n; t++) {
+    const T* kt = k + (int64_t(t) * Hkv + g) * D;
+    for (int d = 0; d < D; d++) kb[d] += kt[d];
+  }
+  for (int d = 0; d < D; d++) kb[d] /= double(n);
+}
+
+// Gate one (doc, kv head): fills cols of its rows (row r at lists[r - base]) and recall. Block j's
+// pooled key is kbar + j * kstride (D values); null kbar: pooled here from k.
+template <class T>
+static void gate_doc_head(const T* q, const T* k, const double* kbar_in, int kstride, int t_begin, int L, int g,
+                          AttnShape s, GatingParams p, std::vector<int32_t>* lists, float* recall) {
   const int H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, Bs = s.block_size;
   const int G = H / Hkv, nb = cpu::num_blocks(L, Bs);
   // Pooled vectors in double: qbar (nb, D) over tokens x group heads, kbar (nb, D) over tokens.
-  std::vector<double> qbar(size_t(nb) * D, 0.0), kbar(size_t(nb) * D, 0.0);
+  std::vector<double> qbar(size_t(nb) * D, 0.0), kpool;
+  if (!kbar_in) {
+    kpool.resize(size_t(nb) * D);
+    for (int b = 0; b < nb; b++)
+      pool_key(k, t_begin + b * Bs, std::min(Bs, L - b * Bs), g, Hkv, D, &kpool[size_t(b) * D]);
+    kbar_in = kpool.data(), kstride = D;
+  }
   for (int b = 0; b < nb; b++) {
     int t0 = t_begin + b * Bs, n = std::min(Bs, L - b * Bs);
     double* qb = &qbar[size_t(b) * D];
-    double* kb = &kbar[size_t(b) * D];
-    for (int t = t0; t < t0 + n; t++) {
+    for (int t = t0; t < t0 + n; t++)
       for (int h = g * G; h < (g + 1) * G; h++) {
         const T* qt = q + (int64_t(t) * H + h) * D;
         for (int d = 0; d < D; d++) qb[d] += qt[d];
       }
-      const T* kt = k + (int64_t(t) * Hkv + g) * D;
-      for (int d = 0; d < D; d++) kb[d] += kt[d];
-    }
-    for (int d = 0; d < D; d++) {
-      qb[d] /= double(n) * G;
-      kb[d] /= double(n);
-    }
+    for (int d = 0; d < D; d++) qb[d] /= double(n) * G;
   }
+  auto kbar = [&](int j, int d) { return kbar_in[size_t(j) * kstride + d]; };
   const double scale = 1.0 / std::sqrt(double(D));
   std::vector<double> sc(nb), prob(nb);
   std::vector<char> keep(nb);
@@ -49,7 +61,7 @@ static void gate_doc_head(const T* q, const T* k, int t_begin, int L, int g, Att
     double mx = -std::numeric_limits<double>::infinity();
     for (int j = 0; j <= i; j++) {
       double acc = 0;
-      for (int d = 0; d < D; d++) acc += qbar[size_t(i) * D + d] * kbar[size_t(j) * D + d];
+      for (int d = 0; d < D; d++) acc += qbar[size_t(i) * D + d] * kbar(j, d);
       sc[j] = acc * scale;
       mx = std::max(mx, sc[j]);
     }
@@ -83,26 +95,11 @@ static void gate_doc_head(const T* q, const T* k, int t_begin, int L, int g, Att
   }
 }
 
-// q (N,H,D), k (N,Hkv,D)
-template <class T>
-GatingStats gate_blocks(const T* q, const T* k, const int32_t* cu_seqlens, int ndocs, AttnShape s,
-                        GatingParams p, BlockSelection& sel) {
-  make_row_base(cu_seqlens, ndocs, s, sel);
-  const int64_t rows = sel.doc_row_base[ndocs];
-  std::vector<std::vector<int32_t>> lists(rows);  // per-row kept blocks, filled in parallel
-  sel.recall.assign(rows, 0.0f);
+// The per-row lists into CSR, and the counts.
+static GatingStats finish(const std::vector<std::vector<int32_t>>& lists, const int32_t* cu_seqlens, int ndocs,
+                          AttnShape s, BlockSelection& sel) {
+  const int64_t rows = int64_t(lists.size());
   const int64_t* base = sel.doc_row_base.data();
-  float* recall = sel.recall.data();
-  std::vector<int32_t>* L = lists.data();
-  const int Hkv = s.n_kv_heads;
-  // One task per (doc, kv head): each writes only its own rows.
-  cpu::host_for("gate_blocks", int64_t(ndocs) * Hkv, [=](int64_t task) {
-    int d = int(task / Hkv), g = int(task % Hkv);
-    int t0 = cu_seqlens[d], len = cu_seqlens[d + 1] - t0;
-    if (len <= 0) return;
-    gate_doc_head(q, k, t0, len, g, s, p, L + base[d], recall + base[d]);
-  });
-  // Concatenate into CSR and count.
   GatingStats st;
   sel.row_ptr.assign(rows + 1, 0);
   sel.cols.clear();
@@ -121,6 +118,54 @@ GatingStats gate_blocks(const T* q, const T* k, const int32_t* cu_seqlens, int n
     }
   }
   return st;
+}
+
+// q (N,H,D), k (N,Hkv,D)
+template <class T>
+GatingStats gate_blocks(const T* q, const T* k, const int32_t* cu_seqlens, int ndocs, AttnShape s,
+                        GatingParams p, BlockSelection& sel) {
+  make_row_base(cu_seqlens, ndocs, s, sel);
+  const int64_t rows = sel.doc_row_base[ndocs];
+  std::vector<std::vector<int32_t>> lists(rows);  // per-row kept blocks, filled in parallel
+  sel.recall.assign(rows, 0.0f);
+  const int64_t* base = sel.doc_row_base.data();
+  float* recall = sel.recall.data();
+  std::vector<int32_t>* L = lists.data();
+  const int Hkv = s.n_kv_heads;
+  // One task per (doc, kv head): each writes only its own rows.
+  cpu::host_for("gate_blocks", int64_t(ndocs) * Hkv, [=](int64_t task) {
+    int d = int(task / Hkv), g = int(task % Hkv);
+    int t0 = cu_seqlens[d], len = cu_seqlens[d + 1] - t0;
+    if (len <= 0) return;
+    gate_doc_head(q, k, nullptr, 0, t0, len, g, s, p, L + base[d], recall + base[d]);
+  });
+  return finish(lists, cu_seqlens, ndocs, s, sel);
+}
+
+template <class T>
+void pool_block_keys(const T* k, int L, int b0, int b1, AttnShape s, double* kbar) {
+  const int Hkv = s.n_kv_heads, D = s.head_dim, Bs = s.block_size;
+  for (int b = b0; b < b1; b++)
+    for (int g = 0; g < Hkv; g++)
+      pool_key(k, (b - b0) * Bs, std::min(Bs, L - b * Bs), g, Hkv, D, kbar + (size_t(b - b0) * Hkv + g) * D);
+}
+
+template <class T>
+GatingStats gate_blocks_pooled(const T* q, const double* kbar, int L, AttnShape s, GatingParams p,
+                               BlockSelection& sel) {
+  const int32_t cu[2] = {0, L};
+  make_row_base(cu, 1, s, sel);
+  const int64_t rows = sel.doc_row_base[1];
+  std::vector<std::vector<int32_t>> lists(rows);
+  sel.recall.assign(rows, 0.0f);
+  float* recall = sel.recall.data();
+  std::vector<int32_t>* lp = lists.data();
+  const int Hkv = s.n_kv_heads, D = s.head_dim;
+  if (L > 0)
+    cpu::host_for("gate_blocks", Hkv, [=](int64_t g) {
+      gate_doc_head(q, static_cast<const T*>(nullptr), kbar + size_t(g) * D, Hkv * D, 0, L, int(g), s, p, lp, recall);
+    });
+  return finish(lists, cu, 1, s, sel);
 }
 
 GatingStats select_all_causal(const int32_t* cu_seqlens, int ndocs, AttnShape s, BlockSelection& sel) {
@@ -150,5 +195,11 @@ template GatingStats gate_blocks<float>(const float*, const float*, const int32_
                                         BlockSelection&);
 template GatingStats gate_blocks<double>(const double*, const double*, const int32_t*, int, AttnShape,
                                          GatingParams, BlockSelection&);
+template void pool_block_keys<float>(const float*, int, int, int, AttnShape, double*);
+template void pool_block_keys<double>(const double*, int, int, int, AttnShape, double*);
+template GatingStats gate_blocks_pooled<float>(const float*, const double*, int, AttnShape, GatingParams,
+                                               BlockSelection&);
+template GatingStats gate_blocks_pooled<double>(const double*, const double*, int, AttnShape, GatingParams,
+                                                BlockSelection&);
 
 }  // namespace sb::kernels

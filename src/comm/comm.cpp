@@ -132,6 +132,35 @@ void Group::reduce_scatter(std::span<const double> all, std::span<double> mine, 
   rscatter(all, mine, counts, MPI_DOUBLE);
 }
 
+void Group::allgatherv(std::span<const int32_t> mine, std::span<int32_t> all, std::span<const int> counts) const {
+  gatherv(mine, all, counts, MPI_INT32_T);
+}
+
+std::vector<int> Group::allgather(int x) const {
+  std::vector<int> all(static_cast<size_t>(size_));
+  MPI_CHECK(MPI_Allgather(&x, 1, MPI_INT, all.data(), 1, MPI_INT, comm_));
+  return all;
+}
+
+template <class T>
+void Group::a2av(std::span<const T> send, std::span<const int> sc, std::span<T> recv, std::span<const int> rc,
+                 MPI_Datatype t) const {
+  const std::vector<int> sd = displacements(sc, size_, send.size(), size_t(rank_ < int(sc.size()) ? sc[size_t(rank_)] : 0), rank_,
+                                            "Group::alltoallv (send)");
+  const std::vector<int> rd = displacements(rc, size_, recv.size(), size_t(rank_ < int(rc.size()) ? rc[size_t(rank_)] : 0), rank_,
+                                            "Group::alltoallv (recv)");
+  MPI_CHECK(MPI_Alltoallv(send.data(), sc.data(), sd.data(), t, recv.data(), rc.data(), rd.data(), t, comm_));
+}
+
+void Group::alltoallv(std::span<const float> send, std::span<const int> sc, std::span<float> recv,
+                      std::span<const int> rc) const {
+  a2av(send, sc, recv, rc, MPI_FLOAT);
+}
+void Group::alltoallv(std::span<const double> send, std::span<const int> sc, std::span<double> recv,
+                      std::span<const int> rc) const {
+  a2av(send, sc, recv, rc, MPI_DOUBLE);
+}
+
 void MpiGradReducer::allreduce_sum(float* data, size_t n) {
   if (comm_.size() == 1) return;
   // Buckets bound the size of one message (and, on GPUs, let reduction overlap the backward).

@@ -90,8 +90,20 @@ class Group {
   // gets its part of the sum in `mine` (counts[r] values).
   void reduce_scatter(std::span<const float> all, std::span<float> mine, std::span<const int> counts) const;
   void reduce_scatter(std::span<const double> all, std::span<double> mine, std::span<const int> counts) const;
+  void allgatherv(std::span<const int32_t> mine, std::span<int32_t> all, std::span<const int> counts) const;
+  // Every member's x, in member order.
+  std::vector<int> allgather(int x) const;
+  // Personalised exchange: `send` holds send_counts[r] values for member r (member order), `recv`
+  // receives recv_counts[r] values from member r (member order). Counts must match pairwise.
+  void alltoallv(std::span<const float> send, std::span<const int> send_counts, std::span<float> recv,
+                 std::span<const int> recv_counts) const;
+  void alltoallv(std::span<const double> send, std::span<const int> send_counts, std::span<double> recv,
+                 std::span<const int> recv_counts) const;
 
  private:
+  template <class T>
+  void a2av(std::span<const T> send, std::span<const int> sc, std::span<T> recv, std::span<const int> rc,
+            MPI_Datatype t) const;
   template <class T>
   void gatherv(std::span<const T> mine, std::span<T> all, std::span<const int> counts, MPI_Datatype t) const;
   template <class T>

@@ -54,6 +54,7 @@ std::vector<KeySpec> schema_model_train() {
       {"attention.k", T::Int, "4", 0, 1 << 20, {}, "default budget k0: blocks per query row besides the anchors"},
       {"attention.local_blocks", T::Int, "1", 0, 1 << 20, {}, "w local blocks before the diagonal, always kept"},
       {"attention.theta", T::Float, "8", 0, 1e30, {}, "threshold: drop blocks scoring below anchor - theta"},
+      {"attention.shard_exchange", T::String, "auto", 0, 0, {"auto", "allgather", "selective"}, "how a sharded document's K/V reach its group (data.long_docs = \"shard\", CPU): all-gather of the whole document, only the blocks each rank's rows keep (pooled keys shared for gating), or auto: selective when it moves below half the all-gather's rows (src/model/README.md, 'Sharded documents'); the CUDA path always all-gathers"},
       // [checkpoint]
       {"checkpoint.dir", T::String, "runs/tiny/ckpt", 0, 0, {}, "directory of checkpoints (ckpt_<step>.h5)"},
       {"checkpoint.every", T::Int, "10", 0, BIG, {}, "steps between checkpoints (0 = only the final one)"},

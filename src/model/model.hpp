@@ -98,8 +98,25 @@ struct DocShard {
   int32_t local_tokens() const;
 };
 
+// How a sharded document's K and V reach the ranks whose rows need them (attention.shard_exchange,
+// src/model/README.md "Sharded documents: the K/V exchange"). AllGather: every member gets the
+// whole document. Selective: after gating on the shared pooled keys, a member receives only the
+// blocks its own rows keep. Auto: selective when it moves well below the all-gather (kAutoShare).
+enum class ShardExchangeMode { AllGather, Selective, Auto };
+constexpr double kAutoShare = 0.5;  // Auto's threshold: selective rows / all-gather rows (bench/RESULTS.md)
+
+// Who needs which rows of a sharded document (the selective exchange): every member's token ranges
+// [begin, end) of blocks other members own that its rows keep, ascending; shared by share_needs.
+struct ShardNeeds {
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> need;  // (group size)
+  int member = 0;              // this rank's index in the group
+  int64_t selective_rows = 0;  // rows the selective exchange moves, summed over members
+  int64_t allgather_rows = 0;  // rows the all-gather moves: (G - 1) * doc_len
+  int64_t rows(int m) const;  // member m's needed rows
+};
+
 // The exchange of a sharded document's rows, passed in by the trainer (src/train/shard.hpp): the
-// model itself never communicates. Both are collective over the shard's group, called in the same
+// model itself never communicates. All are collective over the shard's group, called in the same
 // order on every member (layer by layer, the shards in batch order).
 template <class T>
 struct ShardExchange {
@@ -109,6 +126,18 @@ struct ShardExchange {
   // The sum over the group of every member's whole-document rows (doc_len x width); this rank gets
   // the rows it owns (local_tokens() x width), in its packed order.
   std::function<void(const DocShard&, std::span<const T> whole, std::span<T> mine, int width)> reduce_scatter;
+  ShardExchangeMode mode = ShardExchangeMode::AllGather;  // the CPU path's choice (CUDA: always AllGather)
+  // Selective exchange. gather_blocks: every member's values of its blocks (its blocks x width, in
+  // document order; blocks of block_size tokens) -> every block's (blocks of the document x width).
+  std::function<void(const DocShard&, std::span<const double> mine, std::span<double> whole, int width,
+                     int block_size)> gather_blocks;
+  // Every member's needs from this rank's (its ranges, ascending, none of them its own).
+  std::function<ShardNeeds(const DocShard&, const std::vector<std::pair<int32_t, int32_t>>& mine)> share_needs;
+  // got (rows(me) x width): the rows of this rank's needs, in their order, from their owners.
+  std::function<void(const DocShard&, const ShardNeeds&, std::span<const T> mine, std::span<T> got, int width)> fetch;
+  // The reverse of fetch: each member's `got` rows go back to their owners, who add them to `mine`.
+  std::function<void(const DocShard&, const ShardNeeds&, std::span<const T> got, std::span<T> mine, int width)>
+      give_back;
 };
 
 // A packed micro-batch: documents (or windows) back to back.

@@ -1,12 +1,17 @@
 // Attention of a sharded document (context parallelism, DocShard in model.hpp).
 //
-// The exchange is an all-gather of K and V within the group (and, in the backward, a reduce-scatter
-// of dK and dV back to the keys' owners): exact and simple, and on the group sizes a document of a
-// few micro-batches needs (2 to 8 ranks) it moves G * L * Hkv*D values per tensor, the same order as
-// a ring of point-to-point steps. Each rank then runs the ordinary kernels over the whole document
-// with every query row it does not own emptied from the selection, so its work is its own rows'
-// kept blocks only, and the kernels need no change. The CUDA path (shard_attention_cuda.cpp) does the
-// same on device buffers, staging the exchange through host memory.
+// Each rank runs the ordinary kernels over the whole document with every query row it does not own
+// emptied from the selection, so its work is its own rows' kept blocks only, and the kernels need no
+// change. K and V reach it one of two ways (ShardExchangeMode, attention.shard_exchange):
+// - all-gather of K and V within the group (in the backward a reduce-scatter of dK and dV back to
+//   the keys' owners): simple, (G - 1) * L rows per tensor per member;
+// - selective: the pooled block keys (nb x Hkv*D, small) are gathered first, so gating picks
+//   exactly one rank's blocks; then each member fetches only the rows of the blocks its own rows
+//   keep from their owners (alltoallv), and the backward sends those blocks' dK, dV back to the
+//   owners, who add them. Auto takes it when it moves below kAutoShare of the all-gather.
+// The CUDA path (shard_attention_cuda.cpp) all-gathers on device buffers, staged through host memory.
+#include <algorithm>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -15,6 +20,12 @@
 namespace sb {
 
 namespace k = kernels;
+
+int64_t ShardNeeds::rows(int m) const {
+  int64_t n = 0;
+  for (auto [b, e] : need[size_t(m)]) n += e - b;
+  return n;
+}
 
 int32_t DocShard::local_tokens() const {
   int32_t n = 0;
@@ -95,6 +106,87 @@ std::vector<T> gather_whole(const DocShard& sh, const ShardExchange<T>& ex, cons
 
 }  // namespace
 
+// ---- The selective exchange (ShardExchangeMode::Selective / Auto)
+
+// The blocks this rank owns (every block of a piece: pieces start on the grid, so a block is one
+// member's whole), flags over the document's nb blocks.
+std::vector<char> owned_blocks(const DocShard& sh, int bs, int nb) {
+  std::vector<char> mine(size_t(nb), 0);
+  for (auto [b, e] : sh.pieces)
+    for (int i = b / bs; i * bs < e; ++i) mine[size_t(i)] = 1;
+  return mine;
+}
+
+// The token ranges of the blocks the kept rows of `sel` use that other members own, merged.
+std::vector<std::pair<int32_t, int32_t>> needed_ranges(const DocShard& sh, const k::BlockSelection& sel, int bs) {
+  const int nb = (sh.doc_len + bs - 1) / bs;
+  const std::vector<char> mine = owned_blocks(sh, bs, nb);
+  std::vector<char> need(size_t(nb), 0);
+  for (int32_t j : sel.cols) need[size_t(j)] = !mine[size_t(j)];
+  std::vector<std::pair<int32_t, int32_t>> out;
+  for (int j = 0; j < nb; ++j) {
+    if (!need[size_t(j)]) continue;
+    const int32_t b = j * bs, e = std::min(sh.doc_len, (j + 1) * bs);
+    if (!out.empty() && out.back().second == b) out.back().second = e;
+    else out.push_back({b, e});
+  }
+  return out;
+}
+
+// Gating over the whole document from every block's pooled key (gathered: nb x Hkv*D doubles), so
+// each row keeps exactly the blocks one rank holding the document would keep. Q (L, H*D) is zero
+// outside this rank's rows; k is this rank's packed rows.
+template <class T>
+void gate_shared(const DocShard& sh, const ShardExchange<T>& ex, const T* Q, const T* kk, k::AttnShape s,
+                 k::GatingParams p, k::BlockSelection& sel) {
+  const int KD = s.n_kv_heads * s.head_dim, bs = s.block_size, L = sh.doc_len;
+  std::vector<double> mine, whole(size_t((L + bs - 1) / bs) * KD);  // (blocks, Hkv*D)
+  int32_t at = 0;  // packed row of the piece's start
+  for (auto [b, e] : sh.pieces) {
+    const int b0 = b / bs, b1 = (e + bs - 1) / bs;
+    const size_t off = mine.size();
+    mine.resize(off + size_t(b1 - b0) * KD);
+    k::pool_block_keys(kk + size_t(at) * KD, L, b0, b1, s, mine.data() + off);
+    at += e - b;
+  }
+  ex.gather_blocks(sh, mine, whole, KD, bs);
+  k::gate_blocks_pooled(Q, whole.data(), L, s, p, sel);
+}
+
+// Whole-document K and V (L, Hkv*D): this rank's rows plus what `sel`'s kept rows need (selective),
+// or every member's rows (all-gather). Returns the needs when the exchange was selective.
+template <class T>
+std::optional<ShardNeeds> whole_kv(const DocShard& sh, const ShardExchange<T>& ex, const T* kk, const T* v,
+                                   const std::vector<int32_t>& rows, k::AttnShape s, const k::BlockSelection& sel,
+                                   std::vector<T>& K, std::vector<T>& V) {
+  const int KD = s.n_kv_heads * s.head_dim, L = sh.doc_len;
+  std::optional<ShardNeeds> needs;
+  if (ex.mode != ShardExchangeMode::AllGather) {
+    needs = ex.share_needs(sh, needed_ranges(sh, sel, s.block_size));
+    if (ex.mode == ShardExchangeMode::Auto && double(needs->selective_rows) >= kAutoShare * double(needs->allgather_rows))
+      needs.reset();
+  }
+  if (!needs) {
+    K = gather_whole(sh, ex, kk, KD), V = gather_whole(sh, ex, v, KD);
+    return needs;
+  }
+  K = scatter_rows(kk, rows, L, KD), V = scatter_rows(v, rows, L, KD);
+  const size_t n = rows.size();
+  std::vector<T> kv(n * 2 * KD), got(size_t(needs->rows(needs->member)) * 2 * KD);  // (rows, [K | V])
+  for (size_t i = 0; i < n; ++i) {
+    std::copy_n(kk + i * KD, KD, kv.begin() + i * 2 * KD);
+    std::copy_n(v + i * KD, KD, kv.begin() + i * 2 * KD + KD);
+  }
+  ex.fetch(sh, *needs, kv, got, 2 * KD);
+  size_t at = 0;  // got's rows, in need order
+  for (auto [b, e] : needs->need[size_t(needs->member)])
+    for (int32_t t = b; t < e; ++t, at += 2 * KD) {
+      std::copy_n(got.begin() + at, KD, K.begin() + size_t(t) * KD);
+      std::copy_n(got.begin() + at + KD, KD, V.begin() + size_t(t) * KD);
+    }
+  return needs;
+}
+
 template <class T>
 k::GatingStats shard_attention_fwd(const DocShard& sh, const ShardExchange<T>& ex, const T* q, const T* kk,
                                    const T* v, k::AttnShape s, bool sparse, k::GatingParams p,
@@ -102,12 +194,21 @@ k::GatingStats shard_attention_fwd(const DocShard& sh, const ShardExchange<T>& e
   const int HD = s.n_heads * s.head_dim, KD = s.n_kv_heads * s.head_dim, L = sh.doc_len;
   const std::vector<int32_t> rows = owned_rows(sh, s.block_size);
   const std::vector<T> Q = scatter_rows(q, rows, L, HD);  // (L, HD), zero outside this rank's rows
-  const std::vector<T> K = gather_whole(sh, ex, kk, KD), V = gather_whole(sh, ex, v, KD);  // (L, KD)
   const int32_t cu[2] = {0, L};
-  // Row i's choice needs its own pooled queries (here) and every block's pooled keys (in K).
-  if (sparse) k::gate_blocks(Q.data(), K.data(), cu, 1, s, p, sel);
-  else k::select_all_causal(cu, 1, s, sel);
+  std::vector<T> K, V;  // (L, KD)
+  // Row i's choice needs its own pooled queries (here) and every block's pooled keys: from the
+  // gathered K, or (selective) shared on their own.
+  if (ex.mode == ShardExchangeMode::AllGather) {
+    K = gather_whole(sh, ex, kk, KD), V = gather_whole(sh, ex, v, KD);
+    if (sparse) k::gate_blocks(Q.data(), K.data(), cu, 1, s, p, sel);
+    else k::select_all_causal(cu, 1, s, sel);
+  } else if (sparse) {
+    gate_shared(sh, ex, Q.data(), kk, s, p, sel);
+  } else {
+    k::select_all_causal(cu, 1, s, sel);
+  }
   const k::GatingStats st = keep_own_rows(sh, s, sel);
+  if (ex.mode != ShardExchangeMode::AllGather) whole_kv(sh, ex, kk, v, rows, s, sel, K, V);
   std::vector<T> O(size_t(L) * HD), S(size_t(L) * s.n_heads);  // (L, HD), (L, H)
   k::block_attention_fwd(Q.data(), K.data(), V.data(), cu, 1, s, sel, O.data(), S.data());
   gather_rows(O, rows, HD, att);
@@ -123,15 +224,35 @@ void shard_attention_bwd(const DocShard& sh, const ShardExchange<T>& ex, const T
   const std::vector<int32_t> rows = owned_rows(sh, s.block_size);
   const std::vector<T> Q = scatter_rows(q, rows, L, HD), O = scatter_rows(att, rows, L, HD),
                        dO = scatter_rows(datt, rows, L, HD), S = scatter_rows(lse, rows, L, s.n_heads);
-  const std::vector<T> K = gather_whole(sh, ex, kk, KD), V = gather_whole(sh, ex, v, KD);
+  std::vector<T> K, V;
+  const std::optional<ShardNeeds> needs = whole_kv(sh, ex, kk, v, rows, s, sel, K, V);
   const int32_t cu[2] = {0, L};
   std::vector<T> dQ(size_t(L) * HD), dK(size_t(L) * KD), dV(size_t(L) * KD);
   k::block_attention_bwd(Q.data(), K.data(), V.data(), O.data(), S.data(), dO.data(), cu, 1, s, sel, dQ.data(),
                          dK.data(), dV.data());
   gather_rows(dQ, rows, HD, dq);
   const size_t n = size_t(sh.local_tokens()) * KD;
-  ex.reduce_scatter(sh, dK, std::span<T>(dk, n), KD);  // every member's contribution to the keys it owns
-  ex.reduce_scatter(sh, dV, std::span<T>(dv, n), KD);
+  if (!needs) {
+    ex.reduce_scatter(sh, dK, std::span<T>(dk, n), KD);  // every member's contribution to the keys it owns
+    ex.reduce_scatter(sh, dV, std::span<T>(dv, n), KD);
+    return;
+  }
+  // Selective: this rank's own contribution, plus the others' for its rows (give_back adds them).
+  std::vector<T> mine(rows.size() * 2 * KD), got;  // (rows, [dK | dV])
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::copy_n(dK.begin() + size_t(rows[i]) * KD, KD, mine.begin() + i * 2 * KD);
+    std::copy_n(dV.begin() + size_t(rows[i]) * KD, KD, mine.begin() + i * 2 * KD + KD);
+  }
+  for (auto [b, e] : needs->need[size_t(needs->member)])
+    for (int32_t t = b; t < e; ++t) {
+      got.insert(got.end(), dK.begin() + size_t(t) * KD, dK.begin() + size_t(t + 1) * KD);
+      got.insert(got.end(), dV.begin() + size_t(t) * KD, dV.begin() + size_t(t + 1) * KD);
+    }
+  ex.give_back(sh, *needs, got, mine, 2 * KD);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::copy_n(mine.begin() + i * 2 * KD, KD, dk + i * KD);
+    std::copy_n(mine.begin() + i * 2 * KD + KD, KD, dv + i * KD);
+  }
 }
 
 template k::GatingStats shard_attention_fwd<float>(const DocShard&, const ShardExchange<float>&, const float*,

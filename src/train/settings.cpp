@@ -80,6 +80,10 @@ Settings from_config(const Config& cfg, int64_t data_vocab) {
   a.local_blocks = int(cfg.i("attention.local_blocks"));
   a.theta = cfg.f("attention.theta");
   a.k = int(cfg.i("attention.k"));
+  const std::string ex = cfg.s("attention.shard_exchange");
+  a.shard_exchange = ex == "allgather" ? ShardExchangeMode::AllGather
+                     : ex == "selective" ? ShardExchangeMode::Selective
+                                         : ShardExchangeMode::Auto;
 
   BalanceSettings& b = s.balance;
   b.batching = parse_batching(cfg.s("balance.batching"));

@@ -32,6 +32,7 @@ struct AttentionSettings {
   int block_size = 32, local_blocks = 1;
   double theta = 8;
   int k = 4;  // default budget k0
+  ShardExchangeMode shard_exchange = ShardExchangeMode::Auto;  // attention.shard_exchange
   AttnSettings for_budgets(std::vector<int> budgets) const;  // one budget per layer
   AttnSettings at_k0(int n_layers) const;                    // every layer at k
 };

@@ -1,6 +1,7 @@
 #include "src/train/shard.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 
@@ -71,6 +72,48 @@ std::optional<DocShard> ShardGroups::add(int first, int32_t doc_len, std::vector
   return sh;
 }
 
+namespace {
+
+// Adds the seconds of its scope and `bytes` to a Traffic.
+struct Timed {
+  ShardGroups::Traffic& t;
+  double bytes;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  ~Timed() {
+    t.bytes += bytes;
+    t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+};
+
+// A needed range cut at the owners' pieces: tokens [b, e) that member `owner` holds.
+struct Segment {
+  int owner;
+  int32_t b, e;
+};
+
+// Member m's needs, cut at the owners' pieces, in need (document) order.
+std::vector<Segment> segments(const std::vector<std::vector<Piece>>& pieces, const std::vector<Piece>& need) {
+  std::vector<Segment> out;
+  for (auto [nb, ne] : need)
+    for (int o = 0; o < int(pieces.size()); ++o)
+      for (auto [pb, pe] : pieces[size_t(o)])
+        if (std::max(nb, pb) < std::min(ne, pe)) out.push_back({o, std::max(nb, pb), std::min(ne, pe)});
+  std::sort(out.begin(), out.end(), [](const Segment& x, const Segment& y) { return x.b < y.b; });
+  return out;
+}
+
+// The packed row of token t among `mine` (its pieces back to back).
+size_t local_row(const std::vector<Piece>& mine, int32_t t) {
+  size_t at = 0;
+  for (auto [b, e] : mine) {
+    if (t >= b && t < e) return at + size_t(t - b);
+    at += size_t(e - b);
+  }
+  throw Error("shard exchange: token " + std::to_string(t) + " is not this member's");
+}
+
+}  // namespace
+
 template <class T>
 void ShardGroups::gather(const DocShard& sh, std::span<const T> mine, std::span<T> whole, int width) const {
   const Entry& e = *groups_.at(size_t(sh.group));
@@ -81,6 +124,7 @@ void ShardGroups::gather(const DocShard& sh, std::span<const T> mine, std::span<
     counts.push_back(int(n * width));
   }
   std::vector<T> by_member(whole.size());
+  Timed tm{traffic_, double((whole.size() - mine.size()) * sizeof(T))};
   e.comm.allgatherv(mine, std::span<T>(by_member), counts);
   size_t at = 0;  // member order -> document order
   for (const auto& ps : e.pieces)
@@ -103,7 +147,113 @@ void ShardGroups::reduce_scatter(const DocShard& sh, std::span<const T> whole, s
       by_member.insert(by_member.end(), whole.begin() + size_t(b) * width, whole.begin() + size_t(x) * width);
     counts.push_back(int(by_member.size() - before));
   }
+  Timed tm{traffic_, double(size_t(e.comm.size() - 1) * mine.size() * sizeof(T))};
   e.comm.reduce_scatter(std::span<const T>(by_member), mine, counts);
+}
+
+void ShardGroups::gather_blocks(const DocShard& sh, std::span<const double> mine, std::span<double> whole, int width,
+                                int bs) const {
+  const Entry& e = *groups_.at(size_t(sh.group));
+  std::vector<int> counts;
+  for (const auto& ps : e.pieces) {
+    int64_t n = 0;
+    for (auto [b, x] : ps) n += (x + bs - 1) / bs - b / bs;
+    counts.push_back(int(n * width));
+  }
+  std::vector<double> by_member(whole.size());
+  Timed tm{traffic_, double((whole.size() - mine.size()) * sizeof(double))};
+  e.comm.allgatherv(mine, std::span<double>(by_member), counts);
+  size_t at = 0;  // member order -> block order
+  for (const auto& ps : e.pieces)
+    for (auto [b, x] : ps) {
+      const size_t n = size_t((x + bs - 1) / bs - b / bs) * width;
+      std::copy_n(by_member.begin() + at, n, whole.begin() + size_t(b / bs) * width);
+      at += n;
+    }
+}
+
+ShardNeeds ShardGroups::share_needs(const DocShard& sh, const std::vector<Piece>& mine) const {
+  const Entry& e = *groups_.at(size_t(sh.group));
+  std::vector<int32_t> flat;  // b0, e0, b1, e1, ...
+  for (auto [b, x] : mine) flat.insert(flat.end(), {b, x});
+  const std::vector<int> counts = e.comm.allgather(int(flat.size()));
+  std::vector<int32_t> all(size_t(std::accumulate(counts.begin(), counts.end(), 0)));
+  Timed tm{traffic_, double((all.size() - flat.size()) * sizeof(int32_t))};
+  e.comm.allgatherv(std::span<const int32_t>(flat), std::span<int32_t>(all), counts);
+  ShardNeeds nd;
+  nd.member = e.comm.rank();
+  nd.need.resize(counts.size());
+  size_t at = 0;
+  for (size_t m = 0; m < counts.size(); ++m)
+    for (int i = 0; i < counts[m]; i += 2, at += 2) nd.need[m].push_back({all[at], all[at + 1]});
+  for (int m = 0; m < int(nd.need.size()); ++m) nd.selective_rows += nd.rows(m);
+  nd.allgather_rows = int64_t(e.comm.size() - 1) * e.doc_len;
+  return nd;
+}
+
+template <class T>
+void ShardGroups::fetch(const DocShard& sh, const ShardNeeds& nd, std::span<const T> mine, std::span<T> got,
+                        int width) const {
+  const Entry& e = *groups_.at(size_t(sh.group));
+  const int G = e.comm.size(), me = e.comm.rank();
+  std::vector<int> sc(size_t(G), 0), rc(size_t(G), 0);
+  std::vector<T> send;  // for each member, the rows of its segments this rank owns, in its need order
+  for (int m = 0; m < G; ++m)
+    for (const Segment& g : segments(e.pieces, nd.need[size_t(m)]))
+      if (g.owner == me) {
+        const size_t r = local_row(e.pieces[size_t(me)], g.b);
+        send.insert(send.end(), mine.begin() + r * width, mine.begin() + (r + size_t(g.e - g.b)) * width);
+        sc[size_t(m)] += (g.e - g.b) * width;
+      }
+  const std::vector<Segment> my = segments(e.pieces, nd.need[size_t(me)]);
+  for (const Segment& g : my) rc[size_t(g.owner)] += (g.e - g.b) * width;
+  std::vector<T> recv(got.size());
+  {
+    Timed tm{traffic_, double(recv.size() * sizeof(T))};
+    e.comm.alltoallv(std::span<const T>(send), sc, std::span<T>(recv), rc);
+  }
+  std::vector<size_t> cursor(size_t(G) + 1, 0);  // owner o's next value in recv
+  for (int o = 0; o < G; ++o) cursor[size_t(o) + 1] = cursor[size_t(o)] + size_t(rc[size_t(o)]);
+  size_t at = 0;
+  for (const Segment& g : my) {
+    const size_t n = size_t(g.e - g.b) * width;
+    std::copy_n(recv.begin() + cursor[size_t(g.owner)], n, got.begin() + at);
+    cursor[size_t(g.owner)] += n, at += n;
+  }
+}
+
+template <class T>
+void ShardGroups::give_back(const DocShard& sh, const ShardNeeds& nd, std::span<const T> got, std::span<T> mine,
+                            int width) const {
+  const Entry& e = *groups_.at(size_t(sh.group));
+  const int G = e.comm.size(), me = e.comm.rank();
+  std::vector<int> sc(size_t(G), 0), rc(size_t(G), 0);
+  const std::vector<Segment> my = segments(e.pieces, nd.need[size_t(me)]);
+  std::vector<size_t> got_at(my.size() + 1, 0);  // segment i's rows in got
+  for (size_t i = 0; i < my.size(); ++i) got_at[i + 1] = got_at[i] + size_t(my[i].e - my[i].b) * width;
+  std::vector<T> send;  // grouped by owner, in need order
+  for (int o = 0; o < G; ++o)
+    for (size_t i = 0; i < my.size(); ++i)
+      if (my[i].owner == o) {
+        send.insert(send.end(), got.begin() + got_at[i], got.begin() + got_at[i + 1]);
+        sc[size_t(o)] += int(got_at[i + 1] - got_at[i]);
+      }
+  std::vector<std::vector<Segment>> theirs(static_cast<size_t>(G));
+  for (int m = 0; m < G; ++m)
+    for (const Segment& g : segments(e.pieces, nd.need[size_t(m)]))
+      if (g.owner == me) theirs[size_t(m)].push_back(g), rc[size_t(m)] += (g.e - g.b) * width;
+  std::vector<T> recv(size_t(std::accumulate(rc.begin(), rc.end(), 0)));
+  {
+    Timed tm{traffic_, double(recv.size() * sizeof(T))};
+    e.comm.alltoallv(std::span<const T>(send), sc, std::span<T>(recv), rc);
+  }
+  size_t at = 0;  // members in order: a fixed order of the sums
+  for (int m = 0; m < G; ++m)
+    for (const Segment& g : theirs[size_t(m)]) {
+      const size_t r = local_row(e.pieces[size_t(me)], g.b), n = size_t(g.e - g.b) * width;
+      for (size_t i = 0; i < n; ++i) mine[r * width + i] += recv[at + i];
+      at += n;
+    }
 }
 
 template <class T>
@@ -115,6 +265,14 @@ ShardExchange<T> ShardGroups::bind() const {
   ex.reduce_scatter = [this](const DocShard& sh, std::span<const T> whole, std::span<T> mine, int width) {
     reduce_scatter(sh, whole, mine, width);
   };
+  ex.gather_blocks = [this](const DocShard& sh, std::span<const double> mine, std::span<double> whole, int width,
+                            int bs) { gather_blocks(sh, mine, whole, width, bs); };
+  ex.share_needs = [this](const DocShard& sh, const std::vector<Piece>& mine) { return share_needs(sh, mine); };
+  ex.fetch = [this](const DocShard& sh, const ShardNeeds& nd, std::span<const T> mine, std::span<T> got, int width) {
+    fetch(sh, nd, mine, got, width);
+  };
+  ex.give_back = [this](const DocShard& sh, const ShardNeeds& nd, std::span<const T> got, std::span<T> mine,
+                        int width) { give_back(sh, nd, got, mine, width); };
   return ex;
 }
 

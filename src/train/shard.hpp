@@ -50,6 +50,15 @@ class ShardGroups {
   // The functions the model calls; they reference this object.
   const ShardExchange<float>& exchange_f32() const { return ex32_; }
   const ShardExchange<double>& exchange_f64() const { return ex64_; }
+  void set_mode(ShardExchangeMode m) { ex32_.mode = m, ex64_.mode = m; }  // attention.shard_exchange
+  // What this rank's exchanges moved since the last reset: bytes it received (the all-gather's
+  // (G - 1) * L rows, the reduce-scatter's (G - 1) * its rows, the selective exchange's fetched
+  // rows and returned gradients, the pooled keys and needs), and the seconds spent in them.
+  struct Traffic {
+    double bytes = 0, seconds = 0;
+  };
+  const Traffic& traffic() const { return traffic_; }
+  void reset_traffic() { traffic_ = {}; }
 
  private:
   struct Entry {
@@ -62,12 +71,19 @@ class ShardGroups {
   template <class T>
   void reduce_scatter(const DocShard& sh, std::span<const T> whole, std::span<T> mine, int width) const;
   template <class T>
+  void fetch(const DocShard& sh, const ShardNeeds& nd, std::span<const T> mine, std::span<T> got, int width) const;
+  template <class T>
+  void give_back(const DocShard& sh, const ShardNeeds& nd, std::span<const T> got, std::span<T> mine, int width) const;
+  void gather_blocks(const DocShard& sh, std::span<const double> mine, std::span<double> whole, int width, int bs) const;
+  ShardNeeds share_needs(const DocShard& sh, const std::vector<Piece>& mine) const;
+  template <class T>
   ShardExchange<T> bind() const;
 
   const Comm& world_;
   std::vector<std::unique_ptr<Entry>> groups_;
   ShardExchange<float> ex32_;
   ShardExchange<double> ex64_;
+  mutable Traffic traffic_;
 };
 
 }  // namespace sb

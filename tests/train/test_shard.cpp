@@ -49,7 +49,7 @@ struct Case {
 };
 
 template <class T>
-void check_case(const Case& c, double tol) {
+void check_case(const Case& c, double tol, sb::ShardExchangeMode mode = sb::ShardExchangeMode::AllGather) {
   sb::Comm comm;
   const int G = comm.size(), me = comm.rank();
   const int32_t L = c.len > 0 ? c.len : G * kCap - c.tail;
@@ -67,6 +67,7 @@ void check_case(const Case& c, double tol) {
 
   // This rank's micro-batch: its short document, then its pieces of the long one.
   sb::ShardGroups groups(comm);
+  groups.set_mode(mode);
   const auto costs = sb::block_costs(L, kBlock, c.sparse, 2, a.local_blocks, 0.1);
   sb::DocShard sh = groups.add(0, L, sb::split_document(L, G, kBlock, costs)).value();
   sb::PackedBatch mine;
@@ -121,6 +122,45 @@ TEST(Shard, OneDocumentOverTheWorldEqualsOneRankFloat64) {
     SCOPED_TRACE(std::string(c.sparse ? "sparse" : "dense") + ", kv heads " + std::to_string(c.kv_heads));
     check_case<double>(c, 1e-11);
   }
+}
+
+// The selective exchange (attention.shard_exchange = "selective"): gating on the shared pooled keys
+// keeps one rank's blocks, only those blocks' K/V rows travel, their dK/dV return to the owners.
+TEST(Shard, SelectiveExchangeEqualsOneRank) {
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(std::string(c.sparse ? "sparse" : "dense") + ", kv heads " + std::to_string(c.kv_heads));
+    check_case<double>(c, 1e-11, sb::ShardExchangeMode::Selective);
+  }
+  check_case<float>(kCases[2], 1e-5, sb::ShardExchangeMode::Selective);
+  check_case<float>(kCases[1], 1e-5, sb::ShardExchangeMode::Auto);
+}
+
+// Group::alltoallv: member r sends r + 1 + m values "100 r + m" to member m (none to itself at
+// odd r), in float and double.
+TEST(Shard, GroupAlltoallvDeliversEachMembersPart) {
+  sb::Comm comm;
+  sb::Group g(comm, 0, comm.rank());
+  const int G = g.size(), me = g.rank();
+  auto count = [](int from, int to) { return from % 2 == 1 && from == to ? 0 : from + 1 + to; };
+  std::vector<int> sc, rc;
+  std::vector<double> send;
+  for (int m = 0; m < G; ++m) {
+    sc.push_back(count(me, m)), rc.push_back(count(m, me));
+    for (int i = 0; i < count(me, m); ++i) send.push_back(100.0 * me + m + 0.5 * i);
+  }
+  std::vector<double> recv(size_t(std::accumulate(rc.begin(), rc.end(), 0)));
+  g.alltoallv(std::span<const double>(send), sc, std::span<double>(recv), rc);
+  std::vector<float> sendf(send.begin(), send.end()), recvf(recv.size());
+  g.alltoallv(std::span<const float>(sendf), sc, std::span<float>(recvf), rc);
+  size_t at = 0;
+  for (int r = 0; r < G; ++r)
+    for (int i = 0; i < count(r, me); ++i, ++at) {
+      EXPECT_EQ(recv[at], 100.0 * r + me + 0.5 * i) << "from " << r;
+      EXPECT_EQ(recvf[at], float(100.0 * r + me + 0.5 * i)) << "from " << r;
+    }
+  EXPECT_EQ(at, recv.size());
+  rc[0] += 1;  // counts that disagree with the buffer are an error naming the call
+  EXPECT_THROW(g.alltoallv(std::span<const double>(send), sc, std::span<double>(recv), rc), std::exception);
 }
 
 // The split: every token owned once, block-aligned pieces, zigzag for equal costs, work balanced.
