@@ -104,7 +104,6 @@ std::vector<T> gather_whole(const DocShard& sh, const ShardExchange<T>& ex, cons
   return whole;
 }
 
-}  // namespace
 
 // ---- The selective exchange (ShardExchangeMode::Selective / Auto)
 
@@ -117,7 +116,8 @@ std::vector<char> owned_blocks(const DocShard& sh, int bs, int nb) {
   return mine;
 }
 
-// The token ranges of the blocks the kept rows of `sel` use that other members own, merged.
+}  // namespace
+
 std::vector<std::pair<int32_t, int32_t>> needed_ranges(const DocShard& sh, const k::BlockSelection& sel, int bs) {
   const int nb = (sh.doc_len + bs - 1) / bs;
   const std::vector<char> mine = owned_blocks(sh, bs, nb);
@@ -132,6 +132,8 @@ std::vector<std::pair<int32_t, int32_t>> needed_ranges(const DocShard& sh, const
   }
   return out;
 }
+
+namespace {
 
 // Gating over the whole document from every block's pooled key (gathered: nb x Hkv*D doubles), so
 // each row keeps exactly the blocks one rank holding the document would keep. Q (L, H*D) is zero
@@ -186,6 +188,8 @@ std::optional<ShardNeeds> whole_kv(const DocShard& sh, const ShardExchange<T>& e
     }
   return needs;
 }
+
+}  // namespace
 
 template <class T>
 k::GatingStats shard_attention_fwd(const DocShard& sh, const ShardExchange<T>& ex, const T* q, const T* kk,

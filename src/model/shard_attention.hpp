@@ -14,4 +14,8 @@ void check_shard_pieces(const DocShard& sh, int block_size);
 // statistics of the kept rows (so the group's sum is one rank's).
 kernels::GatingStats keep_own_rows(const DocShard& sh, kernels::AttnShape s, kernels::BlockSelection& sel);
 
+// The token ranges of the blocks that the rows kept in `sel` (after keep_own_rows) use and other
+// members own, merged and ascending: what the selective exchange fetches.
+std::vector<std::pair<int32_t, int32_t>> needed_ranges(const DocShard& sh, const kernels::BlockSelection& sel, int bs);
+
 }  // namespace sb
