@@ -112,27 +112,35 @@ size_t local_row(const std::vector<Piece>& mine, int32_t t) {
   throw Error("shard exchange: token " + std::to_string(t) + " is not this member's");
 }
 
-}  // namespace
-
+// Every member's rows of its `pieces` (units of rows: tokens or blocks; mine: this member's, packed)
+// -> whole, in document order.
 template <class T>
-void ShardGroups::gather(const DocShard& sh, std::span<const T> mine, std::span<T> whole, int width) const {
-  const Entry& e = *groups_.at(size_t(sh.group));
+void allgather_pieces(const Group& g, const std::vector<std::vector<Piece>>& pieces, std::span<const T> mine,
+                      std::span<T> whole, int width, ShardGroups::Traffic& traffic) {
   std::vector<int> counts;
-  for (const auto& ps : e.pieces) {
+  for (const auto& ps : pieces) {
     int64_t n = 0;
     for (auto [b, x] : ps) n += x - b;
     counts.push_back(int(n * width));
   }
   std::vector<T> by_member(whole.size());
-  Timed tm{traffic_, double((whole.size() - mine.size()) * sizeof(T))};
-  e.comm.allgatherv(mine, std::span<T>(by_member), counts);
+  Timed tm{traffic, double((whole.size() - mine.size()) * sizeof(T))};
+  g.allgatherv(mine, std::span<T>(by_member), counts);
   size_t at = 0;  // member order -> document order
-  for (const auto& ps : e.pieces)
+  for (const auto& ps : pieces)
     for (auto [b, x] : ps) {
       const size_t n = size_t(x - b) * width;
       std::copy_n(by_member.begin() + at, n, whole.begin() + size_t(b) * width);
       at += n;
     }
+}
+
+}  // namespace
+
+template <class T>
+void ShardGroups::gather(const DocShard& sh, std::span<const T> mine, std::span<T> whole, int width) const {
+  const Entry& e = *groups_.at(size_t(sh.group));
+  allgather_pieces(e.comm, e.pieces, mine, whole, width, traffic_);
 }
 
 template <class T>
@@ -154,22 +162,12 @@ void ShardGroups::reduce_scatter(const DocShard& sh, std::span<const T> whole, s
 void ShardGroups::gather_blocks(const DocShard& sh, std::span<const double> mine, std::span<double> whole, int width,
                                 int bs) const {
   const Entry& e = *groups_.at(size_t(sh.group));
-  std::vector<int> counts;
+  std::vector<std::vector<Piece>> blocks;  // every member's pieces in blocks
   for (const auto& ps : e.pieces) {
-    int64_t n = 0;
-    for (auto [b, x] : ps) n += (x + bs - 1) / bs - b / bs;
-    counts.push_back(int(n * width));
+    blocks.emplace_back();
+    for (auto [b, x] : ps) blocks.back().push_back({b / bs, (x + bs - 1) / bs});
   }
-  std::vector<double> by_member(whole.size());
-  Timed tm{traffic_, double((whole.size() - mine.size()) * sizeof(double))};
-  e.comm.allgatherv(mine, std::span<double>(by_member), counts);
-  size_t at = 0;  // member order -> block order
-  for (const auto& ps : e.pieces)
-    for (auto [b, x] : ps) {
-      const size_t n = size_t((x + bs - 1) / bs - b / bs) * width;
-      std::copy_n(by_member.begin() + at, n, whole.begin() + size_t(b / bs) * width);
-      at += n;
-    }
+  allgather_pieces(e.comm, blocks, mine, whole, width, traffic_);
 }
 
 ShardNeeds ShardGroups::share_needs(const DocShard& sh, const std::vector<Piece>& mine) const {
@@ -226,9 +224,9 @@ template <class T>
 void ShardGroups::give_back(const DocShard& sh, const ShardNeeds& nd, std::span<const T> got, std::span<T> mine,
                             int width) const {
   const Entry& e = *groups_.at(size_t(sh.group));
-  const int G = e.comm.size(), me = e.comm.rank();
+  const int me = e.comm.rank(), G = e.comm.size();
+  const std::vector<Segment> my = segments(e.pieces, nd.need[size_t(me)]);  // what this rank fetched
   std::vector<int> sc(size_t(G), 0), rc(size_t(G), 0);
-  const std::vector<Segment> my = segments(e.pieces, nd.need[size_t(me)]);
   std::vector<size_t> got_at(my.size() + 1, 0);  // segment i's rows in got
   for (size_t i = 0; i < my.size(); ++i) got_at[i + 1] = got_at[i] + size_t(my[i].e - my[i].b) * width;
   std::vector<T> send;  // grouped by owner, in need order

@@ -188,3 +188,27 @@ TEST(KernelsGating, EverythingKeptHasRecallOneAndFloatMatchesDouble) {
   EXPECT_EQ(sf.cols, sdbl.cols);
   EXPECT_LT(sbtest::rel_err(sf.recall, sdbl.recall), 1e-5);
 }
+
+// Context parallelism: gating one document from pooled keys (pooled in two parts, as two ranks
+// would) selects exactly what gate_blocks selects from the keys themselves.
+TEST(KernelsGating, PooledKeysSelectExactlyAsTheKeys) {
+  Rng rng(43);
+  const int L = 61, nb = (L + kShape.block_size - 1) / kShape.block_size, KD = kShape.n_kv_heads * kShape.head_dim;
+  auto q = rng.vec<float>(size_t(L) * kShape.n_heads * kShape.head_dim, 2.0);
+  auto kk = rng.vec<float>(size_t(L) * KD, 2.0);
+  std::vector<double> kbar(size_t(nb) * KD);
+  const int cut = 7;  // blocks [0, 7) and [7, nb), the second with its partial last block
+  k::pool_block_keys(kk.data(), L, 0, cut, kShape, kbar.data());
+  k::pool_block_keys(kk.data() + size_t(cut) * kShape.block_size * KD, L, cut, nb, kShape, kbar.data() + size_t(cut) * KD);
+  const int32_t cu[2] = {0, L};
+  for (k::GatingParams p : {k::GatingParams{2, 1, 0.3}, k::GatingParams{3, 0, 1e9}}) {
+    k::BlockSelection a, b;
+    const k::GatingStats sa = k::gate_blocks<float>(q.data(), kk.data(), cu, 1, kShape, p, a);
+    const k::GatingStats sb = k::gate_blocks_pooled<float>(q.data(), kbar.data(), L, kShape, p, b);
+    EXPECT_EQ(a.row_ptr, b.row_ptr);
+    EXPECT_EQ(a.cols, b.cols);
+    EXPECT_EQ(a.recall, b.recall);
+    EXPECT_EQ(sa.kept_blocks, sb.kept_blocks);
+    EXPECT_LT(sa.density(), 1.0);
+  }
+}
