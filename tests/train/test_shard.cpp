@@ -261,8 +261,10 @@ TEST(ShardTrain, LongDocumentsShardedTrainAsWholeAndResumeBitExact) {
   EXPECT_EQ(r1.last_step, 3);
   EXPECT_TRUE(comm.all_equal(weights_hash(t1)));
 
-  // balance.shard_docs: at 4 ranks (fair share 512 tokens) documents that fit 1,024 are sharded too.
+  // balance.shard_docs: at 4 ranks (fair share 512 tokens) documents that fit 1,024 are sharded too;
+  // here through the selective K/V exchange (the run above: auto).
   sb::Config fit = tiny_config(dir, flags(1024) + " --set data.long_docs=shard --set balance.shard_docs=true"
+                                    " --set attention.shard_exchange=selective"
                                     " --set train.steps=3 --set log.path=" + dir + "/fit.h5 --set checkpoint.dir=" + dir + "/c3");
   sb::Trainer tf(fit, comm, "", 0);
   const sb::TrainResult rf = tf.run();
