@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <climits>
+#include <map>
 #include <queue>
 #include <set>
 #include <tuple>
 
 #include "base/error.hpp"
 #include "base/named.hpp"
+#include "src/balance/window_max.hpp"
 
 namespace sb {
 
@@ -487,22 +490,28 @@ double shard_cost(Batching batching, const LatencyModel& lm, int64_t len, int G,
 
 std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t>>& docs, int64_t capacity, int ranks,
                                         Batching batching, const LatencyModel& lm, int k0, double kv_bytes_per_token,
-                                        bool shard_fitting, std::vector<double>& load) {
+                                        bool shard_fitting, std::vector<double>& load, double fitting_part) {
+  if (!(fitting_part > 0 && fitting_part <= 1))
+    throw Error("place_long_docs: part " + std::to_string(fitting_part) + " of the fair share must be in (0, 1] (balance.shard_part)");
   std::vector<ShardGroup> out;
   double total = 0;
   for (const auto& d : docs) total += whole_cost(batching, lm, int64_t(d.second), k0);
   const double fair = total / ranks;
+  const double part = shard_fitting ? fitting_part * fair : fair;  // what one part of a fitting document may cost
   size_t kept = 0;
   for (const auto& [doc, len] : docs) {
     const double W = whole_cost(batching, lm, int64_t(len), k0), X = exchange_cost(batching, lm, int64_t(len), kv_bytes_per_token);
     const bool long_doc = int64_t(len) > capacity;
-    if (!long_doc && !(shard_fitting && W > fair)) {
+    if (!long_doc && !(shard_fitting && W > part)) {
       docs[kept++] = {doc, len};
       continue;
     }
     int64_t G = (int64_t(len) + capacity - 1) / capacity;
     // Enough members that one's part, exchange included, is within the fair share (at most all ranks).
-    const int64_t by_cost = fair > X ? int64_t(std::ceil(W / (fair - X) - 1e-9)) : int64_t(ranks);
+    // A long document's parts stay within the fair share (finer parts cost more exchange, and its members
+    // are few beside the ranks); a fitting one's within `part`, small pieces that fill the gaps LPT leaves.
+    const double cap_cost = long_doc ? fair : part;
+    const int64_t by_cost = cap_cost > X ? int64_t(std::ceil(W / (cap_cost - X) - 1e-9)) : int64_t(ranks);
     if (G <= ranks) G = std::max(G, std::min<int64_t>(by_cost, ranks));
     if (G < 2 && !long_doc) {  // a fitting document not worth sharding after all
       docs[kept++] = {doc, len};
@@ -521,18 +530,42 @@ std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t
   std::vector<double> cost(out.size());
   for (size_t i = 0; i < out.size(); ++i)
     cost[i] = shard_cost(batching, lm, int64_t(out[i].len), out[i].ranks, k0, kv_bytes_per_token);
+  // Costliest group first (ties: data order), sorted on a contiguous (key, index) array.
+  std::vector<std::pair<double, size_t>> keyed(out.size());
+  for (size_t i = 0; i < out.size(); ++i) keyed[i] = {-cost[i] * out[i].ranks, i};
+  std::sort(keyed.begin(), keyed.end());
   std::vector<size_t> order(out.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return cost[a] * out[a].ranks > cost[b] * out[b].ranks; });
+  for (size_t i = 0; i < order.size(); ++i) order[i] = keyed[i].second;
   std::vector<ShardGroup> placed;
+  std::map<int, WindowMax> windows;     // one per group size in use
+  std::vector<std::pair<int, int>> log;  // (first rank, ranks) of the groups placed so far
+  auto window = [&](int G) -> WindowMax& {
+    auto it = windows.find(G);
+    if (it == windows.end()) it = windows.emplace(G, WindowMax(load, G, log.size())).first;
+    return it->second;
+  };
+  // With fine parts (fitting_part < 1) a group whose best window would end above the step's mean
+  // load takes up to kGrow more members while that lowers its window's top: the last groups then
+  // fill the least loaded ranks instead of stacking on them (one micro-batch per rank, bench/RESULTS.md).
+  constexpr int kGrow = 4;
+  const int grow = shard_fitting && fitting_part < 1 ? kGrow : 0;
+  double mean = total;  // the step's mean load with the groups' exchange
+  for (size_t i = 0; i < out.size(); ++i) mean += cost[i] * out[i].ranks - whole_cost(batching, lm, int64_t(out[i].len), k0);
+  mean /= ranks;
   for (size_t i : order) {
     ShardGroup g = out[i];
-    double best = 1e300;
-    for (int s = 0; s + g.ranks <= ranks; ++s) {  // the window whose busiest rank is least busy
-      const double mx = *std::max_element(load.begin() + s, load.begin() + s + g.ranks);
-      if (mx < best) best = mx, g.first = s;
+    double c = cost[i];
+    WindowMax& w = window(g.ranks);
+    g.first = w.best(load, log);  // the window whose busiest rank is least busy (ties: lowest first)
+    double top = w.best_max() + c;
+    for (int G = g.ranks + 1; G <= std::min(ranks, out[i].ranks + grow) && top > mean; ++G) {
+      const double cG = shard_cost(batching, lm, int64_t(g.len), G, k0, kv_bytes_per_token);
+      WindowMax& wG = window(G);
+      const int fG = wG.best(load, log);
+      if (wG.best_max() + cG < top) top = wG.best_max() + cG, g.ranks = G, g.first = fG, c = cG;
     }
-    for (int r = g.first; r < g.first + g.ranks; ++r) load[size_t(r)] += cost[i];
+    for (int r = g.first; r < g.first + g.ranks; ++r) load[size_t(r)] += c;
+    log.push_back({g.first, g.ranks});
     placed.push_back(g);
   }
   return placed;

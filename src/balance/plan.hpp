@@ -75,14 +75,19 @@ double shard_exchange_ms(const LatencyModel& lm, int64_t len, double kv_bytes_pe
 // ceil(len / capacity) ranks (memory), and over more, up to `ranks`, when one member's part would
 // still cost more than the fair share (all documents' cost / ranks, in `batching`'s units): the
 // whole-document bound is what sharding removes. With `shard_fitting` (balance.shard_docs) a
-// document that fits one micro-batch but costs more than the fair share is sharded too. `load`
+// document that fits one micro-batch but costs more than `fitting_part` x the fair share
+// (balance.shard_part, in (0, 1]) is sharded too, over enough ranks that each part is within that:
+// small parts fill the gaps that whole documents and long documents' parts leave (one micro-batch
+// per rank needs 0.1, bench/RESULTS.md), at the price of more members' exchange; then a group whose
+// least busy window would end above the mean load (exchange included) takes up to 4 more members
+// while that lowers the window's top. `load`
 // (one per rank, zeros to start) gets every member's shard_cost. Groups come back in placement
 // order, the order in which every member runs them (the lowest pending group's members are all at
 // it: no deadlock). An sb::Error naming data.long_docs and train.micro_batch_tokens when a document
 // needs more than `ranks`.
 std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t>>& docs, int64_t capacity, int ranks,
                                         Batching batching, const LatencyModel& lm, int k0, double kv_bytes_per_token,
-                                        bool shard_fitting, std::vector<double>& load);
+                                        bool shard_fitting, std::vector<double>& load, double fitting_part = 1.0);
 
 // The ranks of make_plan's plan that share `rank`'s group (opt.group_ranks), exactly as make_plan
 // makes them: ranks[i] is rank first_rank + i. With one group (group_ranks = 0, >= ranks, or

@@ -60,12 +60,16 @@ SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallMod
       if (tokens + double(len) > target_tokens && !docs.empty()) break;
       docs.push_back({uint64_t(step) << 40 | id, len}), tokens += double(len);
     }
-    double sum_whole = 0, max_whole = 0;  // the bounds of whole documents, and of tokens
+    double sum_whole = 0, max_whole = 0, whole_k0 = 0, floor_x = 0;  // the bounds of whole documents, and of tokens
     for (const auto& [id, len] : docs) {
       const double c = lm.segment_cost(int64_t(len), out.k_lo);
-      sum_whole += c, max_whole = std::max(max_whole, c);
+      sum_whole += c, max_whole = std::max(max_whole, c), whole_k0 += lm.segment_cost(int64_t(len), cfg.dst.k0);
+      if (cfg.shard_long && int64_t(len) > cfg.capacity)  // on ceil(len / capacity) members at least, each exchanging
+        floor_x += double((int64_t(len) + cfg.capacity - 1) / cfg.capacity) * shard_exchange_ms(lm, int64_t(len), cfg.kv_bytes_per_token);
     }
     out.token_bound += sum_whole / R / cfg.steps;
+    out.token_bound_k0 += whole_k0 / R / cfg.steps;
+    out.token_bound_k0_exchange += (whole_k0 + floor_x) / R / cfg.steps;
     out.whole_doc_bound += std::max(sum_whole / R, max_whole) / cfg.steps;
     // Sharding: the long documents leave the plan; their groups are placed per batching below.
     std::vector<std::pair<uint64_t, uint64_t>> short_docs = docs;
@@ -73,7 +77,7 @@ SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallMod
     if (cfg.shard_long) {
       std::vector<double> ignored;
       for (const ShardGroup& g : place_long_docs(short_docs, cfg.capacity, R, Batching::Tokens, lm, cfg.dst.k0,
-                                                 cfg.kv_bytes_per_token, cfg.shard_docs, ignored)) {
+                                                 cfg.kv_bytes_per_token, cfg.shard_docs, ignored, cfg.shard_part)) {
         const double lo = lm.segment_cost(int64_t(g.len), out.k_lo) / g.ranks +
                           shard_exchange_ms(lm, int64_t(g.len), cfg.kv_bytes_per_token);
         const double at_k0 = lm.segment_cost(int64_t(g.len), cfg.dst.k0) / g.ranks +
@@ -103,7 +107,7 @@ SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallMod
       if (cfg.shard_long) {
         std::vector<std::pair<uint64_t, uint64_t>> rest = docs;
         for (const ShardGroup& g : place_long_docs(rest, cfg.capacity, R, batchings[bi], lm, cfg.dst.k0,
-                                                   cfg.kv_bytes_per_token, cfg.shard_docs, preload)) {
+                                                   cfg.kv_bytes_per_token, cfg.shard_docs, preload, cfg.shard_part)) {
           const double ms = lm.segment_cost(int64_t(g.len), cfg.dst.k0) / g.ranks +
                             shard_exchange_ms(lm, int64_t(g.len), cfg.kv_bytes_per_token);
           for (int r = g.first; r < g.first + g.ranks; ++r) shard_t[size_t(r)] += ms;

@@ -24,6 +24,7 @@ struct SimConfig {
   bool reject_long = false;      // documents over capacity: windows (false) or error
   bool shard_long = false;       // documents over capacity: sharded over ceil(len / capacity) ranks or more (place_long_docs)
   bool shard_docs = false;       // balance.shard_docs: costly documents that fit are sharded too
+  double shard_part = 1.0;       // balance.shard_part: such a document's part costs at most this x the fair share
   double kv_bytes_per_token = 2048;  // K (or V) bytes of one token, all kv heads: the shard exchange's volume
   double noise = 0;              // true time = model x (1 + noise*(2u-1)) per micro-batch
   DstParams dst;                 // target, bounds, k0, n_layers (tuning is set per policy)
@@ -45,6 +46,9 @@ struct SimResult {
                               // sharding: a sharded document counts as its members' parts (with the exchange)
   double token_bound = 0;     // mean over steps: sum of whole-document costs at k_lo / ranks (total work / ranks)
   double whole_doc_bound = 0; // max(token_bound, costliest whole document at k_lo): no plan of whole documents beats it
+  double token_bound_k0 = 0;  // the token-level bound at k0: what fixed budgets (and DST's mean target) can reach
+  double token_bound_k0_exchange = 0;  // plus the unavoidable exchange (shard_long: each document over capacity
+                                       // on ceil(len / capacity) members, each paying shard_exchange_ms), / ranks
   double sharded_per_step = 0;  // documents sharded per step (shard_long)
   double lower_bound_k0 = 0;  // the same at k0 (floor for fixed budgets)
   int k_lo = 0;               // lowest allowed budget max(k_min, floor(k0 (1 - max_change)))

@@ -61,6 +61,8 @@ int run_simulate(const Args& args) {
                 res.lower_bound, res.k_lo, res.lower_bound_k0);
     std::printf("token-level bound %.1f ms (total work / ranks), whole-document bound %.1f ms (no plan of whole documents "
                 "beats it)\n", res.token_bound, res.whole_doc_bound);
+    std::printf("token-level bound at k0 %.1f ms (fixed budgets), with the unavoidable exchange %.1f ms (documents over capacity "
+                "on their fewest members)\n", res.token_bound_k0, res.token_bound_k0_exchange);
   }
   if (args.has("summary") && comm.root()) {
     nlohmann::json j;
@@ -70,6 +72,7 @@ int run_simulate(const Args& args) {
                                {"make_plan_ms", p.make_plan_ms}, {"vs_lower_bound", p.gap_lb}};
     j["lower_bound"] = res.lower_bound, j["lower_bound_k0"] = res.lower_bound_k0, j["k_lo"] = res.k_lo;
     j["token_bound"] = res.token_bound, j["whole_doc_bound"] = res.whole_doc_bound;
+    j["token_bound_k0"] = res.token_bound_k0, j["token_bound_k0_exchange"] = res.token_bound_k0_exchange;
     j["sharded_per_step"] = res.sharded_per_step;
     j["ranks"] = sc.ranks, j["micro_batches"] = sc.micro_batches, j["preset"] = preset_name(sc.preset), j["steps"] = sc.steps;
     j["seed"] = sc.seed, j["target"] = target_name(sc.dst.target), j["attention_share"] = res.attention_share;

@@ -19,6 +19,7 @@ std::vector<KeySpec> schema_balance() {
       {"balance.recall_alpha", T::Float, "0.5", 0.01, 5, {}, "initial recall exponent: recall = kept_fraction^alpha per layer, learned online"},
       {"balance.group_ranks", T::Int, "0", 0, 1 << 20, {}, "two-level SAB plan (tokens/quadratic/sparse): the batch is cut into cost-balanced runs, one per group of this many consecutive ranks, and each rank plans only its group's run (0 = one plan over all ranks; for thousands of ranks). In simulate, plan_ms then counts one rank's group plan"},
       {"balance.shard_docs", T::Bool, "false", 0, 0, {}, "with data.long_docs = \"shard\": also shard a document that fits one micro-batch when its predicted cost is above the fair share (all documents' cost / ranks), over enough ranks that each part is within it; long documents get such groups anyway (src/balance/README.md, 'Sharded documents')"},
+      {"balance.shard_part", T::Float, "1", 0.01, 1, {}, "with balance.shard_docs: a document that fits is sharded when it costs more than this fraction of the fair share, over enough ranks that each part is within it; small parts (0.1) fill the gaps whole documents leave, at more exchange (src/balance/README.md, 'Sharded documents')"},
       {"balance.curve_points", T::Int, "32", 2, 4096, {}, "samples of each rank's recall/time curve exchanged for balance.target = recall"},
       // [simulate] the balancer on a modelled cluster (no model run)
       {"simulate.ranks", T::Int, "8", 1, 1 << 20, {}, "modelled ranks"},

@@ -88,6 +88,7 @@ Settings from_config(const Config& cfg, int64_t data_vocab) {
   b.profile = cfg.s("balance.profile");
   b.self_profile = cfg.b("balance.self_profile");
   b.shard_docs = cfg.b("balance.shard_docs");
+  b.shard_part = cfg.f("balance.shard_part");
   b.ema = cfg.f("balance.ema");
   b.recall_alpha = cfg.f("balance.recall_alpha");
 
@@ -130,6 +131,7 @@ SimulateSettings simulate_settings(const Config& cfg) {
   sc.noise = cfg.f("simulate.noise");
   sc.shard_long = cfg.s("simulate.long_docs") == "shard";
   sc.shard_docs = cfg.b("balance.shard_docs");
+  sc.shard_part = cfg.f("balance.shard_part");
   sc.kv_bytes_per_token = cfg.f("simulate.kv_bytes_per_token");
   sc.plan = plan_options(cfg);
   s.shape = ModelShape{int(cfg.i("simulate.n_layers")), int(cfg.i("simulate.block_size")),

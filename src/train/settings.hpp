@@ -44,6 +44,7 @@ struct BalanceSettings {
   std::string profile;       // latency profile file ("" = analytic or self-profile)
   bool self_profile = true;
   bool shard_docs = false;   // balance.shard_docs: costly documents that fit are sharded too
+  double shard_part = 1.0;  // balance.shard_part: their parts cost at most this x the fair share
   double ema = 0.3, recall_alpha = 0.5;
 };
 

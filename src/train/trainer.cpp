@@ -180,7 +180,7 @@ void Trainer::plan(StepState& st) {
   std::vector<double> preload;
   const double kv_bytes = 4.0 * dims_.n_kv_heads * dims_.head_dim;
   const std::vector<ShardGroup> sharded =
-      set_.data.shard_long ? place_long_docs(docs, cap, R, b.batching, lm_, b.dst.k0, kv_bytes, b.shard_docs, preload)
+      set_.data.shard_long ? place_long_docs(docs, cap, R, b.batching, lm_, b.dst.k0, kv_bytes, b.shard_docs, preload, b.shard_part)
                            : std::vector<ShardGroup>{};
   st.segs = make_segments(docs, cap, set_.data.reject_long);
   int64_t tokens = 0;

@@ -57,6 +57,69 @@ TEST(ShardPlan, ShardDocsShardsCostlyDocumentsThatFit) {
   EXPECT_EQ(b.size(), 3u);
 }
 
+// balance.shard_part: fitting documents above part x fair are sharded, each part within it.
+TEST(ShardPlan, ShardPartShardsFittingDocumentsIntoSmallerParts) {
+  const sb::LatencyModel lm;
+  const Docs batch = {{0, 900}, {1, 500}, {2, 300}, {3, 200}, {4, 100}};  // fair share 2000 / 8 = 250 tokens
+  Docs a = batch, b = batch;
+  std::vector<double> la, lb;
+  const auto ga = sb::place_long_docs(a, 1024, 8, sb::Batching::Tokens, lm, 4, 0, true, la);
+  const auto gb = sb::place_long_docs(b, 1024, 8, sb::Batching::Tokens, lm, 4, 0, true, lb, 0.5);
+  ASSERT_EQ(ga.size(), 3u);  // 900, 500 and 300 are above 250
+  ASSERT_EQ(gb.size(), 4u);  // and 200 above 125
+  EXPECT_EQ(b.size(), 1u);
+  for (const auto& g : gb) EXPECT_LE(double(g.len) / g.ranks, 125.0) << "doc " << g.doc;
+  EXPECT_EQ(ga[1].ranks, 2);  // 500 within 250
+  EXPECT_EQ(gb[1].ranks, 4);  // 500 within 125
+  EXPECT_EQ(gb[3].ranks, 4);  // 200 / 125 = 1.6, but 2 parts of 100 would end above the mean 250: grown
+  // A group that would stack above the mean grows: 800 over 4 ranks (200 each), then 400 would be
+  // 3 x 133 on top (333 > the mean 300); over 4 ranks it is 100 each, every rank at 300.
+  Docs d = {{0, 800}, {1, 400}};
+  std::vector<double> ld;
+  const auto gd = sb::place_long_docs(d, 1024, 4, sb::Batching::Tokens, lm, 4, 0, true, ld, 0.5);
+  ASSERT_EQ(gd.size(), 2u);
+  EXPECT_EQ(gd[1].ranks, 4);
+  EXPECT_EQ(ld, std::vector<double>(4, 300.0));
+  Docs c = batch;
+  const std::string m = sbtest::error_of([&] { sb::place_long_docs(c, 1024, 8, sb::Batching::Tokens, lm, 4, 0, true, lb, 0); });
+  EXPECT_NE(m.find("balance.shard_part"), std::string::npos) << m;
+}
+
+// The windows' segment tree picks what the plain scan picks: replaying the groups in placement
+// order, each one's first rank is the lowest start of a least-busy window of its size.
+TEST(ShardPlan, WindowSearchMatchesThePlainScan) {
+  const sb::LatencyModel lm;
+  for (sb::Batching b : {sb::Batching::Tokens, sb::Batching::Sparse}) {
+    Docs docs;
+    uint64_t x = 12345;
+    for (uint64_t i = 0; i < 400; ++i) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      docs.push_back({i, (i % 3 == 0 ? 300 : 20) + (x >> 33) % 900});
+    }
+    std::vector<double> load;
+    const int R = 61;
+    const auto groups = sb::place_long_docs(docs, 256, R, b, lm, 4, 64, true, load);
+    ASSERT_GT(groups.size(), 20u);
+    std::vector<double> ref(size_t(R), 0.0);
+    std::vector<int> sizes;
+    for (const auto& g : groups) {
+      int first = -1;
+      double best = 1e300;
+      for (int s = 0; s + g.ranks <= R; ++s) {
+        const double mx = *std::max_element(ref.begin() + s, ref.begin() + s + g.ranks);
+        if (mx < best) best = mx, first = s;
+      }
+      EXPECT_EQ(g.first, first) << sb::batching_name(b) << " doc " << g.doc;
+      const double c = sb::shard_cost(b, lm, int64_t(g.len), g.ranks, 4, 64);
+      for (int r = g.first; r < g.first + g.ranks; ++r) ref[size_t(r)] += c;
+      sizes.push_back(g.ranks);
+    }
+    EXPECT_EQ(load, ref);
+    std::sort(sizes.begin(), sizes.end());
+    EXPECT_GT(std::unique(sizes.begin(), sizes.end()) - sizes.begin(), 2) << "several group sizes";
+  }
+}
+
 TEST(ShardPlan, TooFewRanksNamesHowManyAndTheKeys) {
   const sb::LatencyModel lm;
   Docs docs = {{7, 5000}};

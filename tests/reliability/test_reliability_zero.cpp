@@ -111,7 +111,9 @@ TEST_F(ReliabilityZero, KillNineDuringShardedCheckpointWritesNeverLeavesAValidLo
   }
   std::printf("[ reliability ] zero = 1: %d kills, %d inside a sharded checkpoint write\n", kills, mid_write);
   EXPECT_GE(mid_write, 1);
-  if (!finished) ASSERT_EQ(run(mpirun(2) + zero_cmd(dir, x) + " --resume", log).code, 0) << slurp(log);
+  if (!finished) {
+    ASSERT_EQ(run(mpirun(2) + zero_cmd(dir, x) + " --resume", log).code, 0) << slurp(log);
+  }
   EXPECT_EQ(sb::read_checkpoint(sb::checkpoint_path(dir + "/ckpt", steps)).step, steps);
   for (const auto& e : fs::directory_iterator(dir + "/ckpt")) EXPECT_FALSE(e.path().string().ends_with(".tmp"));
 }
