@@ -220,6 +220,10 @@ TEST(ShardTrain, LongDocumentsShardedTrainAsWholeAndResumeBitExact) {
   for (size_t i = 0; i < rw.losses.size(); ++i) EXPECT_NEAR(r1.losses[i], rw.losses[i], 1e-4 * rw.losses[i]) << "step " << i + 1;
   EXPECT_EQ(r1.last_step, 3);
   EXPECT_TRUE(comm.all_equal(weights_hash(t1)));
+  // balance.tuning = "fixed": every rank's rows of the sharded documents at k0 = attention.k.
+  EXPECT_GT(t1.shard_budgets().items, 0);
+  EXPECT_EQ(t1.shard_budgets().lo, t1.settings().balance.dst.k0);
+  EXPECT_EQ(t1.shard_budgets().hi, t1.settings().balance.dst.k0);
 
   // balance.shard_docs: at 4 ranks (fair share 512 tokens) documents that fit 1,024 are sharded too.
   sb::Config fit = tiny_config(dir, flags(1024) + " --set data.long_docs=shard --set balance.shard_docs=true"
@@ -239,6 +243,42 @@ TEST(ShardTrain, LongDocumentsShardedTrainAsWholeAndResumeBitExact) {
   const sb::TrainResult rb = b.run();
   EXPECT_EQ(rb.last_step, 3);
   EXPECT_EQ(weights_hash(b), weights_hash(t1));
+}
+
+// balance.tuning = "dst" on sharded documents: each rank tunes the budgets of its own rows of a
+// document toward T* (a rank below it raises them, one above lowers them), so the members of a
+// group run one document at different budgets. balance.ema = 0 keeps the latency model as planned
+// (no correction from measured times): the budgets, and so the run, are deterministic and resume
+// bit-exactly.
+TEST(ShardTrain, DstTunesEachRanksRowsOfShardedDocuments) {
+  sb::Comm comm;
+  const int R = comm.size();
+  if (R == 1) GTEST_SKIP() << "sharding needs 2 ranks or more";
+  const std::string dir = scratch(comm, "shard_dst");
+  const std::string base = flags(1024 / R) + " --set data.long_docs=shard --set balance.tuning=dst --set balance.ema=0"
+                           " --set balance.max_change=0.5 --set attention.k=6 --set train.steps=3 --set checkpoint.every=2";
+  const std::string c1 = dir + "/c1", c2 = dir + "/c2";
+  sb::Config one = tiny_config(dir, base + " --set log.path=" + dir + "/one.h5 --set checkpoint.dir=" + c1);
+  sb::Trainer t1(one, comm, "", 0);
+  const sb::TrainResult r1 = t1.run();
+  EXPECT_EQ(r1.last_step, 3);
+  const sb::Trainer::ShardBudgets& b = t1.shard_budgets();
+  const int k0 = t1.settings().balance.dst.k0;
+  EXPECT_GT(comm.allreduce_max(double(b.items)), 0);
+  EXPECT_GE(b.items == 0 ? 3 : b.lo, 3);  // k0 (1 -+ max_change)
+  EXPECT_LE(b.items == 0 ? 9 : b.hi, 9);
+  // Somewhere in the run a member raised its rows' budgets and another lowered its own.
+  EXPECT_GT(comm.allreduce_max(double(b.items > 0 && b.hi > k0)), 0) << "no sharded part above k0";
+  EXPECT_GT(comm.allreduce_max(double(b.items > 0 && b.lo < k0)), 0) << "no sharded part below k0";
+  EXPECT_TRUE(comm.all_equal(weights_hash(t1)));
+  sb::Config two = tiny_config(dir, base + " --set log.path=" + dir + "/two.h5 --set checkpoint.dir=" + c2);
+  {
+    sb::Trainer a(two, comm, "", 2);
+    a.run();
+  }
+  sb::Trainer rb(two, comm, sb::checkpoint_path(c2, 2), 0);
+  EXPECT_EQ(rb.run().last_step, 3);
+  EXPECT_EQ(weights_hash(rb), weights_hash(t1));
 }
 
 TEST(ShardTrain, TooFewRanksNamesHowManyAreNeeded) {
