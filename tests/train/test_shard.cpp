@@ -123,6 +123,52 @@ TEST(Shard, OneDocumentOverTheWorldEqualsOneRankFloat64) {
   }
 }
 
+// DST gives the members of a group different budgets (balance.tuning = "dst"). Each member gates
+// only its own rows, at its own budget, so what it computes for its rows is what it computes when
+// every member runs its budget: with one layer (the keys are the embeddings', whatever the others
+// keep) its rows' loss, with two its rows' first-layer selection, to the bit.
+TEST(Shard, MembersAtDifferentBudgetsKeepTheirOwnRowsChoice) {
+  sb::Comm comm;
+  const int G = comm.size(), me = comm.rank();
+  if (G == 1) GTEST_SKIP() << "one member has one budget";
+  const int32_t L = G * kCap;
+  const std::vector<uint32_t> doc = random_doc(size_t(L), 11);
+  sb::ShardGroups groups(comm);
+  const auto costs = sb::block_costs(L, kBlock, true, 2, 1, 0.1);
+  const sb::DocShard sh = groups.add(0, L, sb::split_document(L, G, kBlock, costs)).value();
+  sb::PackedBatch mine;
+  mine.add(random_doc(size_t(10 + 7 * me), 100 + uint64_t(me)));
+  for (auto [b, e] : sh.pieces)
+    mine.add_rows(std::vector<uint32_t>(doc.begin() + b, doc.begin() + std::min(e + 1, L)), b, size_t(e - b));
+  mine.shards.push_back(sh);
+  const int k_mine = 1 + me % 3;  // 1, 2, 3, 1: the members differ
+  for (int layers : {1, 2}) {
+    SCOPED_TRACE("layers " + std::to_string(layers));
+    sb::ModelDims d = dims(2);
+    d.n_layers = layers;
+    auto run = [&](int k) {
+      sb::AttnSettings a;
+      a.sparse = true, a.block_size = kBlock, a.local_blocks = 1, a.theta = 1e9, a.k.assign(size_t(layers), k);
+      sb::Model<float> m(d);
+      m.init(5);
+      return m.forward_backward(mine, a, 1.0f, &groups.exchange_f32());
+    };
+    const sb::MicroBatchStats mixed = run(k_mine);
+    std::vector<double> kept;
+    for (int k = 1; k <= 3; ++k) {  // every member at budget k
+      const sb::MicroBatchStats same = run(k);
+      kept.push_back(same.gating[0].kept_blocks);
+      if (k != k_mine) continue;
+      const auto &g = mixed.gating[0], &h = same.gating[0];
+      EXPECT_EQ(g.rows, h.rows);
+      EXPECT_EQ(g.kept_blocks, h.kept_blocks);
+      EXPECT_EQ(g.recall_sum, h.recall_sum);
+      if (layers == 1) EXPECT_EQ(mixed.loss_sum, same.loss_sum);
+    }
+    EXPECT_LT(kept[0], kept[2]);  // the budgets do change this member's rows' selection
+  }
+}
+
 // The split: every token owned once, block-aligned pieces, zigzag for equal costs, work balanced.
 TEST(Shard, SplitCoversTheDocumentAndBalancesWork) {
   const int64_t len = 4 * kCap * 4 - 3;  // 256 blocks, the last partial
