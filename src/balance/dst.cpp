@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "base/error.hpp"
 #include "base/named.hpp"
@@ -28,11 +30,27 @@ std::vector<int> budget_steps(const DstParams& p, int* k0_index) {
   return ks;
 }
 
-DstItems build_items(std::span<const MicroBatch> mbs, const LatencyModel& lm, const RecallModel& rm, const DstParams& p) {
+namespace {
+
+// Recall x tokens of the query rows of piece [b, e) of a sequence (b on the block grid), layer l,
+// budget k: block rows [b/Bs, ceil(e/Bs)) of the sequence, the same rows whatever its length.
+double piece_recall_tokens(const RecallModel& rm, int l, int64_t b, int64_t e, int k) {
+  const int64_t bs = rm.shape().block_size, r0 = b / bs, r1 = (e + bs - 1) / bs;
+  auto rows = [&](int64_t n) { return n > 0 ? rm.recall(l, n * bs, k) * double(n) : 0.0; };  // sum over rows < n
+  return r1 > r0 ? (rows(r1) - rows(r0)) * double(e - b) / double(r1 - r0) : 0.0;
+}
+
+}  // namespace
+
+DstItems build_items(std::span<const MicroBatch> mbs, const LatencyModel& lm, const RecallModel& rm, const DstParams& p,
+                     std::span<const int64_t> doc_len) {
   if (lm.shape().n_layers != p.n_layers || rm.n_layers() != p.n_layers)
     throw Error("dst: n_layers differs between the latency model (" + std::to_string(lm.shape().n_layers) +
                 "), the recall model (" + std::to_string(rm.n_layers()) + ") and the tuning parameters (" +
                 std::to_string(p.n_layers) + ")");
+  if (!doc_len.empty() && doc_len.size() != mbs.size())
+    throw std::logic_error("dst: build_items got " + std::to_string(doc_len.size()) + " document lengths for " +
+                           std::to_string(mbs.size()) + " micro-batches");
   DstItems it;
   it.ks = budget_steps(p, &it.i0);
   it.n_mb = int(mbs.size()), it.n_layers = p.n_layers, it.n_steps = int(it.ks.size());
@@ -44,21 +62,26 @@ DstItems build_items(std::span<const MicroBatch> mbs, const LatencyModel& lm, co
   std::vector<double> kept(static_cast<size_t>(S));
   for (int m = 0; m < it.n_mb; ++m) {
     const auto& mb = mbs[size_t(m)];
-    double tokens = double(mb.tokens), pairs = 0;
+    const int64_t whole = doc_len.empty() ? 0 : doc_len[size_t(m)];  // > 0: a sharded document's part
+    double tokens = double(mb.tokens), pairs = 0, gate_tokens = tokens;
     std::fill(kept.begin(), kept.end(), 0.0);
     double* rec = &it.rec[size_t(m) * L * S];
     for (const auto& s : mb.segs) {
-      int64_t len = int64_t(s.len), nb = (len + sh.block_size - 1) / sh.block_size;
-      pairs += LatencyModel::causal_blocks(len, sh.block_size);
-      for (int j = 0; j < S; ++j) kept[size_t(j)] += lm.kept_blocks(len, it.ks[size_t(j)]);
+      // The rows [b, e) of a sequence of n tokens: a whole segment is [0, len) of itself.
+      const int64_t b = whole ? int64_t(s.begin) : 0, e = b + int64_t(s.len), n = whole ? whole : e;
+      const int64_t nb = (e + sh.block_size - 1) / sh.block_size;
+      if (!whole) pairs += LatencyModel::causal_blocks(n, sh.block_size);
+      for (int j = 0; j < S; ++j) kept[size_t(j)] += lm.kept_blocks(e, it.ks[size_t(j)]) - (b ? lm.kept_blocks(b, it.ks[size_t(j)]) : 0.0);
       if (nb <= sh.local_blocks + 2 + it.ks[0]) {  // dense at every allowed budget: recall 1
-        for (int x = 0; x < L * S; ++x) rec[x] += double(len);
+        for (int x = 0; x < L * S; ++x) rec[x] += double(e - b);
         continue;
       }
       for (int l = 0; l < L; ++l)
-        for (int j = 0; j < S; ++j) rec[l * S + j] += rm.recall_tokens(l, len, it.ks[size_t(j)]);
+        for (int j = 0; j < S; ++j)
+          rec[l * S + j] += whole ? piece_recall_tokens(rm, l, b, e, it.ks[size_t(j)]) : rm.recall_tokens(l, n, it.ks[size_t(j)]);
     }
-    it.fixed_ms[size_t(m)] = lm.part_ms(Part::Linear, tokens) + L * lm.part_ms(Part::Gating, tokens, pairs);
+    if (whole) pairs = LatencyModel::causal_blocks(whole, sh.block_size), gate_tokens = double(whole);
+    it.fixed_ms[size_t(m)] = lm.part_ms(Part::Linear, tokens) + L * lm.part_ms(Part::Gating, gate_tokens, pairs);
     for (int j = 0; j < S; ++j) it.attn_ms[size_t(m * S + j)] = lm.part_ms(Part::Attention, tokens, kept[size_t(j)] * bs2);
     it.weight[size_t(m)] = tokens * L;
   }

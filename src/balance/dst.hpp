@@ -45,6 +45,12 @@ struct DstItems {
   std::vector<double> rec;       // [mb][layer][step] recall x tokens (sum over the mb's segments)
   std::vector<double> weight;    // [mb] tokens x n_layers (recall weight)
 };
-DstItems build_items(std::span<const MicroBatch> mbs, const LatencyModel& lm, const RecallModel& rm, const DstParams& p);
+// `doc_len` (empty, or one per micro-batch) marks this rank's parts of sharded documents (context
+// parallelism): doc_len[m] > 0 says mbs[m]'s segments are its pieces [begin, begin + len) of ONE
+// document of doc_len[m] tokens. A piece's rows keep their blocks of the whole document (row i has
+// i + 1 causal blocks), so its attention and recall are those rows' share, and its gating (done over
+// the whole document on every member) does not depend on the budget. 0: whole sequences.
+DstItems build_items(std::span<const MicroBatch> mbs, const LatencyModel& lm, const RecallModel& rm, const DstParams& p,
+                     std::span<const int64_t> doc_len = {});
 
 }  // namespace sb

@@ -221,7 +221,10 @@ void Trainer::plan(StepState& st) {
 void Trainer::predict(StepState& st) {
   faults_.at(Faults::Phase::Predict, st.s, comm_.rank());
   const DstParams& p = set_.balance.dst;
-  dst_work_.in.mine = build_items(st.mine, lm_, rm_, p);
+  // A sharded part is costed as its rows of the whole document (their kept blocks), not as a sequence.
+  std::vector<int64_t> doc_len(st.mine.size(), 0);
+  for (size_t i = 0; i < st.shards.size(); ++i) doc_len[st.planned + i] = st.shards[i].doc_len;
+  dst_work_.in.mine = build_items(st.mine, lm_, rm_, p, doc_len);
   st.summary = pack(summarize(dst_work_.in.mine, p), p);
 }
 
@@ -237,6 +240,9 @@ void Trainer::exchange(StepState& st) {
 void Trainer::tune(StepState& st) {
   faults_.at(Faults::Phase::Tune, st.s, comm_.rank());
   st.tuned = sb::tune(dst_work_.in, comm_.rank(), set_.balance.dst);
+  for (size_t m = st.planned; m < st.tuned.k.size(); ++m)  // this rank's rows of sharded documents
+    for (int k : st.tuned.k[m])
+      shard_budgets_.lo = std::min(shard_budgets_.lo, k), shard_budgets_.hi = std::max(shard_budgets_.hi, k), ++shard_budgets_.items;
   st.plan_ms = ms_since(st.t0);
 }
 

@@ -39,6 +39,13 @@ class Trainer {
   bool set_initial_weights(std::vector<float> w);
   const Model<float>& model() const { return model_; }
   const Settings& settings() const { return set_; }  // as built from the config, once
+  // The budgets this rank gave its rows of sharded documents so far (data.long_docs = "shard"; DST
+  // tunes them as it does whole micro-batches): lowest, highest, and how many (part, layer) items.
+  struct ShardBudgets {
+    int lo = 1 << 30, hi = -1;
+    int64_t items = 0;
+  };
+  const ShardBudgets& shard_budgets() const { return shard_budgets_; }
 
  private:
   struct StepOut;
@@ -76,6 +83,7 @@ class Trainer {
   std::vector<uint64_t> order_;
   std::unique_ptr<MetricsLog> log_;
   ShardGroups shard_groups_{comm_};  // this step's sharded documents' groups (data.long_docs = "shard")
+  ShardBudgets shard_budgets_;
   int64_t start_step_ = 0, stop_at_ = 0, skipped_ = 0;
   std::string last_checkpoint_;
   std::string archive_;  // a branch's archive of the abandoned run (resume.hpp), "" otherwise

@@ -20,19 +20,12 @@
 #include "src/model/model_cuda.hpp"
 #include "src/train/shard.hpp"
 #include "src/train/trainer.hpp"
+#include "tests/cuda/gpu_test_util.hpp"
 #include "tests/train/train_test_util.hpp"
 
 using namespace sbtest;
 
 namespace {
-
-
-bool have_gpu() {
-  std::string why;
-  if (sb::kernels::cuda::device_available(&why)) return true;
-  std::printf("no usable GPU (%s): skipped\n", why.c_str());
-  return false;
-}
 
 std::vector<uint32_t> random_doc(size_t len, uint64_t seed, int vocab) {
   std::mt19937_64 rng(seed);

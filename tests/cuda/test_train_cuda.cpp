@@ -22,18 +22,12 @@
 #include "src/train/evaluate.hpp"
 #include "src/train/profile.hpp"
 #include "src/train/trainer.hpp"
+#include "tests/cuda/gpu_test_util.hpp"
 #include "tests/train/train_test_util.hpp"
 
 using namespace sbtest;
 
 namespace {
-
-bool have_gpu() {
-  std::string why;
-  if (sb::kernels::cuda::device_available(&why)) return true;
-  std::printf("no usable GPU (%s): skipped\n", why.c_str());
-  return false;
-}
 
 float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
 

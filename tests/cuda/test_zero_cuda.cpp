@@ -17,18 +17,12 @@
 #include "kernels/cuda/attention_cuda.hpp"
 #include "src/train/engine.hpp"
 #include "src/train/trainer.hpp"
+#include "tests/cuda/gpu_test_util.hpp"
 #include "tests/train/train_test_util.hpp"
 
 using namespace sbtest;
 
 namespace {
-
-bool have_gpu() {
-  std::string why;
-  if (sb::kernels::cuda::device_available(&why)) return true;
-  std::printf("no usable GPU (%s): skipped\n", why.c_str());
-  return false;
-}
 
 double rel_l2(const std::vector<float>& got, const std::vector<float>& ref) {
   EXPECT_EQ(got.size(), ref.size());

@@ -127,11 +127,12 @@ TEST(Shard, OneDocumentOverTheWorldEqualsOneRankFloat64) {
 // The selective exchange (attention.shard_exchange = "selective"): gating on the shared pooled keys
 // keeps one rank's blocks, only those blocks' K/V rows travel, their dK/dV return to the owners.
 TEST(Shard, SelectiveExchangeEqualsOneRank) {
-  for (const Case& c : kCases) {
+  for (int i : {0, 2, 4}) {  // dense GQA; sparse, one kv head, a partial block; members without a piece
+    const Case& c = kCases[i];
     SCOPED_TRACE(std::string(c.sparse ? "sparse" : "dense") + ", kv heads " + std::to_string(c.kv_heads));
     check_case<double>(c, 1e-11, sb::ShardExchangeMode::Selective);
   }
-  check_case<float>(kCases[2], 1e-5, sb::ShardExchangeMode::Selective);
+  check_case<float>(kCases[1], 1e-5, sb::ShardExchangeMode::Selective);  // sparse GQA
   check_case<float>(kCases[1], 1e-5, sb::ShardExchangeMode::Auto);
 }
 
@@ -161,6 +162,52 @@ TEST(Shard, GroupAlltoallvDeliversEachMembersPart) {
   EXPECT_EQ(at, recv.size());
   rc[0] += 1;  // counts that disagree with the buffer are an error naming the call
   EXPECT_THROW(g.alltoallv(std::span<const double>(send), sc, std::span<double>(recv), rc), std::exception);
+}
+
+// DST gives the members of a group different budgets (balance.tuning = "dst"). Each member gates
+// only its own rows, at its own budget, so what it computes for its rows is what it computes when
+// every member runs its budget: with one layer (the keys are the embeddings', whatever the others
+// keep) its rows' loss, with two its rows' first-layer selection, to the bit.
+TEST(Shard, MembersAtDifferentBudgetsKeepTheirOwnRowsChoice) {
+  sb::Comm comm;
+  const int G = comm.size(), me = comm.rank();
+  if (G == 1) GTEST_SKIP() << "one member has one budget";
+  const int32_t L = G * kCap;
+  const std::vector<uint32_t> doc = random_doc(size_t(L), 11);
+  sb::ShardGroups groups(comm);
+  const auto costs = sb::block_costs(L, kBlock, true, 2, 1, 0.1);
+  const sb::DocShard sh = groups.add(0, L, sb::split_document(L, G, kBlock, costs)).value();
+  sb::PackedBatch mine;
+  mine.add(random_doc(size_t(10 + 7 * me), 100 + uint64_t(me)));
+  for (auto [b, e] : sh.pieces)
+    mine.add_rows(std::vector<uint32_t>(doc.begin() + b, doc.begin() + std::min(e + 1, L)), b, size_t(e - b));
+  mine.shards.push_back(sh);
+  const int k_mine = 1 + me % 3;  // 1, 2, 3, 1: the members differ
+  for (int layers : {1, 2}) {
+    SCOPED_TRACE("layers " + std::to_string(layers));
+    sb::ModelDims d = dims(2);
+    d.n_layers = layers;
+    auto run = [&](int k) {
+      sb::AttnSettings a;
+      a.sparse = true, a.block_size = kBlock, a.local_blocks = 1, a.theta = 1e9, a.k.assign(size_t(layers), k);
+      sb::Model<float> m(d);
+      m.init(5);
+      return m.forward_backward(mine, a, 1.0f, &groups.exchange_f32());
+    };
+    const sb::MicroBatchStats mixed = run(k_mine);
+    std::vector<double> kept;
+    for (int k = 1; k <= 3; ++k) {  // every member at budget k
+      const sb::MicroBatchStats same = run(k);
+      kept.push_back(same.gating[0].kept_blocks);
+      if (k != k_mine) continue;
+      const auto &g = mixed.gating[0], &h = same.gating[0];
+      EXPECT_EQ(g.rows, h.rows);
+      EXPECT_EQ(g.kept_blocks, h.kept_blocks);
+      EXPECT_EQ(g.recall_sum, h.recall_sum);
+      if (layers == 1) EXPECT_EQ(mixed.loss_sum, same.loss_sum);
+    }
+    EXPECT_LT(kept[0], kept[2]);  // the budgets do change this member's rows' selection
+  }
 }
 
 // The split: every token owned once, block-aligned pieces, zigzag for equal costs, work balanced.
@@ -260,6 +307,10 @@ TEST(ShardTrain, LongDocumentsShardedTrainAsWholeAndResumeBitExact) {
   for (size_t i = 0; i < rw.losses.size(); ++i) EXPECT_NEAR(r1.losses[i], rw.losses[i], 1e-4 * rw.losses[i]) << "step " << i + 1;
   EXPECT_EQ(r1.last_step, 3);
   EXPECT_TRUE(comm.all_equal(weights_hash(t1)));
+  // balance.tuning = "fixed": every rank's rows of the sharded documents at k0 = attention.k.
+  EXPECT_GT(t1.shard_budgets().items, 0);
+  EXPECT_EQ(t1.shard_budgets().lo, t1.settings().balance.dst.k0);
+  EXPECT_EQ(t1.shard_budgets().hi, t1.settings().balance.dst.k0);
 
   // balance.shard_docs: at 4 ranks (fair share 512 tokens) documents that fit 1,024 are sharded too;
   // here through the selective K/V exchange (the run above: auto).
@@ -281,6 +332,42 @@ TEST(ShardTrain, LongDocumentsShardedTrainAsWholeAndResumeBitExact) {
   const sb::TrainResult rb = b.run();
   EXPECT_EQ(rb.last_step, 3);
   EXPECT_EQ(weights_hash(b), weights_hash(t1));
+}
+
+// balance.tuning = "dst" on sharded documents: each rank tunes the budgets of its own rows of a
+// document toward T* (a rank below it raises them, one above lowers them), so the members of a
+// group run one document at different budgets. balance.ema = 0 keeps the latency model as planned
+// (no correction from measured times): the budgets, and so the run, are deterministic and resume
+// bit-exactly.
+TEST(ShardTrain, DstTunesEachRanksRowsOfShardedDocuments) {
+  sb::Comm comm;
+  const int R = comm.size();
+  if (R == 1) GTEST_SKIP() << "sharding needs 2 ranks or more";
+  const std::string dir = scratch(comm, "shard_dst");
+  const std::string base = flags(1024 / R) + " --set data.long_docs=shard --set balance.tuning=dst --set balance.ema=0"
+                           " --set balance.max_change=0.5 --set attention.k=6 --set train.steps=3 --set checkpoint.every=2";
+  const std::string c1 = dir + "/c1", c2 = dir + "/c2";
+  sb::Config one = tiny_config(dir, base + " --set log.path=" + dir + "/one.h5 --set checkpoint.dir=" + c1);
+  sb::Trainer t1(one, comm, "", 0);
+  const sb::TrainResult r1 = t1.run();
+  EXPECT_EQ(r1.last_step, 3);
+  const sb::Trainer::ShardBudgets& b = t1.shard_budgets();
+  const int k0 = t1.settings().balance.dst.k0;
+  EXPECT_GT(comm.allreduce_max(double(b.items)), 0);
+  EXPECT_GE(b.items == 0 ? 3 : b.lo, 3);  // k0 (1 -+ max_change)
+  EXPECT_LE(b.items == 0 ? 9 : b.hi, 9);
+  // Somewhere in the run a member raised its rows' budgets and another lowered its own.
+  EXPECT_GT(comm.allreduce_max(double(b.items > 0 && b.hi > k0)), 0) << "no sharded part above k0";
+  EXPECT_GT(comm.allreduce_max(double(b.items > 0 && b.lo < k0)), 0) << "no sharded part below k0";
+  EXPECT_TRUE(comm.all_equal(weights_hash(t1)));
+  sb::Config two = tiny_config(dir, base + " --set log.path=" + dir + "/two.h5 --set checkpoint.dir=" + c2);
+  {
+    sb::Trainer a(two, comm, "", 2);
+    a.run();
+  }
+  sb::Trainer rb(two, comm, sb::checkpoint_path(c2, 2), 0);
+  EXPECT_EQ(rb.run().last_step, 3);
+  EXPECT_EQ(weights_hash(rb), weights_hash(t1));
 }
 
 TEST(ShardTrain, TooFewRanksNamesHowManyAreNeeded) {
