@@ -9,8 +9,6 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <functional>
-#include <numeric>
 #include <random>
 
 #include "io/checkpoint.hpp"
@@ -30,6 +28,25 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
     d = std::max(d, double(std::fabs(a[i] - b[i]))), s = std::max(s, double(std::fabs(a[i])));
   return d / s;
+}
+
+// A checkpoint of random values with tensors of these shapes (flat offsets in order).
+sb::Checkpoint random_checkpoint(const std::vector<std::vector<int64_t>>& shapes, int ranks, uint32_t seed) {
+  sb::Checkpoint full;
+  full.step = 7, full.ranks = ranks, full.config_toml = "[train]\nzero = 1\n";
+  full.data_epoch = 2, full.data_cursor = 11, full.skipped_steps = 1;
+  size_t n = 0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    size_t sz = 1;
+    for (auto d : shapes[i]) sz *= size_t(d);
+    full.tensors.push_back({"t" + std::to_string(i), shapes[i], n, sz});
+    n += sz;
+  }
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g;
+  for (auto* b : {&full.params, &full.m, &full.v})
+    for (size_t i = 0; i < n; ++i) b->push_back(g(rng));
+  return full;
 }
 
 }  // namespace
@@ -70,20 +87,8 @@ TEST(Zero, ShardedWritersWriteTheWholeFileCheckpoint) {
   std::string dir = scratch(comm, "zero_io");
   for (const std::vector<std::vector<int64_t>>& shapes :
        {std::vector<std::vector<int64_t>>{{3, 5}, {7}, {4, 2, 3}, {2, 9}}, {{3}}}) {
-    sb::Checkpoint full;
-    full.step = 7, full.ranks = comm.size(), full.config_toml = "[train]\nzero = 1\n";
-    full.data_epoch = 2, full.data_cursor = 11, full.skipped_steps = 1;
-    size_t n = 0;
-    for (size_t i = 0; i < shapes.size(); ++i) {
-      size_t sz = 1;
-      for (auto d : shapes[i]) sz *= size_t(d);
-      full.tensors.push_back({"t" + std::to_string(i), shapes[i], n, sz});
-      n += sz;
-    }
-    std::mt19937 rng(3);
-    std::normal_distribution<float> g;
-    for (auto* b : {&full.params, &full.m, &full.v})
-      for (size_t i = 0; i < n; ++i) b->push_back(g(rng));
+    const sb::Checkpoint full = random_checkpoint(shapes, comm.size(), 3);
+    const size_t n = full.params.size();
     const sb::Slice sh = sb::shard_of(n, comm.rank(), comm.size());
     sb::Checkpoint meta = full;
     meta.params.clear(), meta.m.clear(), meta.v.clear();
@@ -125,19 +130,8 @@ TEST(Zero, ShardedWritersWriteTheWholeFileCheckpoint) {
 TEST(Zero, SliceReaderReadsWhatTheWholeReaderReads) {
   sb::Comm comm;
   std::string dir = scratch(comm, "zero_slice");
-  sb::Checkpoint full;
-  full.step = 5, full.ranks = comm.size(), full.config_toml = "[train]\nzero = 1\n";
-  full.data_epoch = 1, full.data_cursor = 9;
-  size_t n = 0;
-  for (const std::vector<int64_t>& s : {std::vector<int64_t>{3, 5}, {7}, {4, 2, 3}, {2, 9}}) {
-    const size_t sz = size_t(std::accumulate(s.begin(), s.end(), int64_t(1), std::multiplies<>()));
-    full.tensors.push_back({"t" + std::to_string(full.tensors.size()), s, n, sz});
-    n += sz;
-  }
-  std::mt19937 rng(5);
-  std::normal_distribution<float> g;
-  for (auto* b : {&full.params, &full.m, &full.v})
-    for (size_t i = 0; i < n; ++i) b->push_back(g(rng));
+  const sb::Checkpoint full = random_checkpoint({{3, 5}, {7}, {4, 2, 3}, {2, 9}}, comm.size(), 5);
+  const size_t n = full.params.size();
   const sb::Slice sh = sb::shard_of(n, comm.rank(), comm.size());
   sb::Checkpoint meta = full;
   meta.params.clear(), meta.m.clear(), meta.v.clear();
@@ -164,8 +158,8 @@ TEST(Zero, SliceReaderReadsWhatTheWholeReaderReads) {
         EXPECT_EQ(m, part(want.m)) << ranks << " ranks";
         EXPECT_EQ(sliced ? got.v : v, part(want.v)) << ranks << " ranks";
         EXPECT_TRUE(got.params.empty() && got.m.empty());  // read in place
-        EXPECT_EQ(got.step, 5);
-        EXPECT_EQ(got.data_cursor, 9);
+        EXPECT_EQ(got.step, 7);
+        EXPECT_EQ(got.data_cursor, 11);
         EXPECT_EQ(got.tensors.size(), want.tensors.size());
         EXPECT_LE(largest, 4u);
         EXPECT_GT(largest, 0u);
