@@ -101,11 +101,11 @@ Checkpoint read_checkpoint_slice(const std::string& path, const CheckpointSliceR
         const bool whole = g[0] == 'p';
         const size_t a = whole ? 0 : std::clamp(rlo, t.offset, t.offset + t.size) - t.offset;
         const size_t b = whole ? t.size : std::clamp(rhi, t.offset, t.offset + t.size) - t.offset;
-        float* base = whole ? P + t.offset : (g[6] == 'm' ? M : V) + (t.offset + a - rlo);
+        float* base = b <= a ? nullptr : whole ? P + t.offset : (g[6] == 'm' ? M : V) + (t.offset + a - rlo);
         // The same number of calls on every rank: enough pieces for the whole tensor.
         for (size_t p = 0; p < std::max<size_t>(1, (t.size + piece - 1) / piece); ++p) {
           const size_t pa = std::min(b, a + p * piece), pb = std::min(b, pa + piece);
-          transfer_flat(ds, t, pa, pb, base + (pa - a), dxpl, false);
+          transfer_flat(ds, t, pa, pb, pb > pa ? base + (pa - a) : nullptr, dxpl, false);
           largest = std::max(largest, pb - pa);
         }
       }
@@ -117,7 +117,7 @@ Checkpoint read_checkpoint_slice(const std::string& path, const CheckpointSliceR
     for (const float* part : {M, V}) {
       if (size > 1 && (rank > 0 || part == V))
         mpi_check(MPI_Recv(&h, 1, MPI_UINT64_T, prev, kTag, comm, MPI_STATUS_IGNORE), "MPI_Recv of the checksum");
-      h = fnv1a(part + (seg_lo - rlo), (seg_hi - seg_lo) * sizeof(float), h);
+      if (seg_hi > seg_lo) h = fnv1a(part + (seg_lo - rlo), (seg_hi - seg_lo) * sizeof(float), h);
       if (size > 1) mpi_check(MPI_Send(&h, 1, MPI_UINT64_T, next, kTag, comm), "MPI_Send of the checksum");
     }
     if (size > 1 && rank == 0)
