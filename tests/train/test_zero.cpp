@@ -1,7 +1,9 @@
 // Issue 22, ZeRO-1 (train.zero = 1) in-process on 1, 2 and 4 ranks: the sharded optimizer trains
 // the same model as plain data parallelism (losses, weights and the checkpoint's moments to 1e-5
 // relative, with the clip active and the collectives in many rounds), and the sharded checkpoint
-// writers (collective and streamed) write the file write_checkpoint writes, which h5py reads.
+// writers (collective and streamed) write the file write_checkpoint writes, which h5py reads; the
+// slice reader of a resume reads what read_checkpoint reads, in bounded pieces, and refuses a
+// corrupt file on every rank.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
