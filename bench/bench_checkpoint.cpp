@@ -2,12 +2,16 @@
 // parameters): today's whole-file writer against the sharded one of train.zero = 1. Not a Google
 // Benchmark (one write is the measurement); bench/checkpoint_zero.sh runs it, bench/RESULTS.md has
 // the figures.
-//   mpirun -np R build/bench/bench_checkpoint plain|collective|stream OUT_DIR [LAYERS]
+//   mpirun -np R build/bench/bench_checkpoint plain|collective|stream|read-whole|read-slice OUT_DIR [LAYERS]
 // plain:      rank 0 holds params, m, v whole (the Checkpoint the trainer fills) and calls
 //             write_checkpoint (the file built in memory, then written); the other ranks hold
 //             nothing here and wait (in training each holds its own whole state too).
 // collective: every rank holds all params and its 1/R slice of m, v (train.zero = 1) and calls
 //             write_checkpoint_sharded(..., Collective); stream: the same, through rank 0.
+// read-whole / read-slice: a resume of train.zero = 1 (the file first written collectively, not
+//             timed): every rank holds the weights and its slice of m, v, and reads the checkpoint
+//             with read_checkpoint (today: the whole file into a Checkpoint, then the weights and
+//             its slice copied out) or read_checkpoint_slice (weights in place, its slice only).
 // Prints one line per rank count: seconds of the write, and VmHWM (peak resident set) of rank 0
 // and the largest of any rank, before the write (the state) and after.
 #include <mpi.h>
@@ -44,7 +48,8 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (argc < 3) {
-    if (rank == 0) std::fprintf(stderr, "usage: bench_checkpoint plain|collective|stream OUT_DIR [LAYERS]\n");
+    if (rank == 0)
+      std::fprintf(stderr, "usage: bench_checkpoint plain|collective|stream|read-whole|read-slice OUT_DIR [LAYERS]\n");
     MPI_Finalize();
     return 2;
   }
@@ -69,10 +74,19 @@ int main(int argc, char** argv) {
     params.resize(n), m.resize(sh.size()), v.resize(sh.size());
     fill(params, 1), fill(m, 2 + uint32_t(rank)), fill(v, 3 + uint32_t(rank));
   }
+  const bool read = mode.starts_with("read-");
+  if (read) sb::write_checkpoint_sharded(path, ck, {params, sh.lo, m, v}, MPI_COMM_WORLD, sb::CheckpointIo::Collective);
   const double before = vmhwm_mib();
   MPI_Barrier(MPI_COMM_WORLD);
   const double t0 = MPI_Wtime();
-  if (mode == "plain") {
+  if (mode == "read-whole") {  // Trainer::apply_checkpoint before read_checkpoint_slice
+    sb::Checkpoint got = sb::read_checkpoint(path);
+    params = got.params;
+    m.assign(got.m.begin() + long(sh.lo), got.m.begin() + long(sh.hi));
+    v.assign(got.v.begin() + long(sh.lo), got.v.begin() + long(sh.hi));
+  } else if (mode == "read-slice") {
+    sb::read_checkpoint_slice(path, {sh.lo, sh.hi, params, m, v}, MPI_COMM_WORLD);
+  } else if (mode == "plain") {
     if (rank == 0) sb::write_checkpoint(path, ck);
   } else {
     const sb::CheckpointShard mine{params, sh.lo, m, v};
@@ -85,9 +99,9 @@ int main(int argc, char** argv) {
   MPI_Reduce(mx, all, 2, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
   if (rank == 0) {
     const double gb = double(std::filesystem::file_size(path)) / 1e9;
-    std::printf("%s ranks=%d params=%zu file=%.2fGB write_s=%.1f rank0_state_MiB=%.0f rank0_peak_MiB=%.0f "
+    std::printf("%s ranks=%d params=%zu file=%.2fGB %s_s=%.1f rank0_state_MiB=%.0f rank0_peak_MiB=%.0f "
                 "max_rank_state_MiB=%.0f max_rank_peak_MiB=%.0f\n",
-                mode.c_str(), size, n, gb, secs, before, after, all[0], all[1]);
+                mode.c_str(), size, n, gb, read ? "read" : "write", secs, before, after, all[0], all[1]);
     std::filesystem::remove(path);
   }
   MPI_Finalize();

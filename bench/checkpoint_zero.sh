@@ -2,7 +2,9 @@
 # Checkpoint write time and peak host memory, today's writer (plain) against train.zero = 1's
 # sharded writers (collective, stream), configs/gpu_0p5b.toml shape, 1 and 2 ranks, one run at a
 # time. Figures: bench/RESULTS.md. Needs ~12 GiB free memory and ~6 GB of disk in OUT.
-#   bench/checkpoint_zero.sh [OUT_DIR] [LAYERS] [MODES]   (MODES default "plain collective stream")
+# The resume readers too: MODES "read-whole read-slice" (read-whole at 24 layers and 2 ranks needs
+# ~19 GiB). RANKS (default "1 2") picks the rank counts.
+#   [RANKS="2"] bench/checkpoint_zero.sh [OUT_DIR] [LAYERS] [MODES]   (MODES default "plain collective stream")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/sb_bench_ckpt}
@@ -12,7 +14,7 @@ mkdir -p "$out"
 bin=build/bench/bench_checkpoint
 cmake --build build --target bench_checkpoint >/dev/null
 echo "commit $(git rev-parse --short HEAD), $(date -u '+%Y-%m-%d %H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg)"
-for ranks in 1 2; do
+for ranks in ${RANKS:-1 2}; do
   for mode in $modes; do
     mpirun --allow-run-as-root --oversubscribe -np "$ranks" -x OPENBLAS_NUM_THREADS=1 "$bin" "$mode" "$out" "$layers"
   done

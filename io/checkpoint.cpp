@@ -154,7 +154,7 @@ static void check_vlen_heap(hid_t ds, const std::string& name, const std::string
   if (!found) throw bad("heap object of the string not found");
 }
 
-static std::string read_text(hid_t loc, const std::string& name, const std::string& file) {
+std::string read_text(hid_t loc, const std::string& name, const std::string& file) {
   if (!h5::exists(loc, name)) throw Error(file + ": missing dataset '" + name + "'");
   h5::Id ds(H5_CHECK(H5Dopen2(loc, name.c_str(), H5P_DEFAULT)));
   h5::Id type(H5_CHECK(H5Dget_type(ds)));
@@ -273,11 +273,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& ck, const std::
   fsync_path(p.has_parent_path() ? p.parent_path().string() : ".", true);
 }
 
-Checkpoint read_checkpoint(const std::string& path, const std::function<void(hid_t)>& extra) {
-  std::error_code ec;
-  if (fs::exists(path, ec) && !fs::is_regular_file(path, ec))  // a FIFO would block the open forever
-    throw Error(path + ": not a regular file (a directory, FIFO or device); expected a checkpoint");
-  h5::Id f = h5::open_read(path);
+Checkpoint read_meta(hid_t f, const std::string& path) {
   Checkpoint ck;
   h5::check_format(f, path, kCheckpointFormat, kCheckpointVersion, "a checkpoint");
   ck.step = h5::read_attr_int(f, "step", path);
@@ -290,36 +286,61 @@ Checkpoint read_checkpoint(const std::string& path, const std::function<void(hid
   if (ck.step < 0 || ck.data_epoch < 0 || ck.data_cursor < 0)
     throw Error(path + ": negative step or data cursor in the checkpoint");
   std::string names = read_text(f, "param_names", path);
+  for (size_t a = 0, b; (b = names.find('\n', a)) != std::string::npos; a = b + 1)
+    ck.tensors.push_back({names.substr(a, b - a), {}, 0, 0});
+  return ck;
+}
+
+size_t read_shapes(hid_t f, Checkpoint& ck, const std::string& path) {
   size_t off = 0;
-  for (size_t a = 0, b; (b = names.find('\n', a)) != std::string::npos; a = b + 1) {
-    CheckpointTensor t;
-    t.name = names.substr(a, b - a);
+  for (auto& t : ck.tensors) {
     std::vector<hsize_t> dims;
-    auto w = h5::read_vector<float>(f, "params/" + t.name, path, -1, &dims);
+    hsize_t n = 0;
+    h5::open_dataset<float>(f, "params/" + t.name, path, -1, &dims, &n);
     t.shape.assign(dims.begin(), dims.end());
-    t.offset = off, t.size = w.size();
-    off += w.size();
-    auto m = h5::read_vector<float>(f, "optim/m/" + t.name, path, int64_t(t.size));
-    auto v = h5::read_vector<float>(f, "optim/v/" + t.name, path, int64_t(t.size));
-    ck.params.insert(ck.params.end(), w.begin(), w.end());
-    ck.m.insert(ck.m.end(), m.begin(), m.end());
-    ck.v.insert(ck.v.end(), v.begin(), v.end());
-    ck.tensors.push_back(std::move(t));
+    t.offset = off, t.size = size_t(n);
+    off += t.size;
+    h5::open_dataset<float>(f, "optim/m/" + t.name, path, int64_t(t.size));
+    h5::open_dataset<float>(f, "optim/v/" + t.name, path, int64_t(t.size));
   }
-  if (int64_t(ck.params.size()) != h5::read_attr_int(f, "num_params", path))
-    throw Error(path + ": parameters add up to " + std::to_string(ck.params.size()) +
-                " values, attribute 'num_params' says " + std::to_string(h5::read_attr_int(f, "num_params", path)));
+  if (int64_t(off) != h5::read_attr_int(f, "num_params", path))
+    throw Error(path + ": parameters add up to " + std::to_string(off) + " values, attribute 'num_params' says " +
+                std::to_string(h5::read_attr_int(f, "num_params", path)));
+  return off;
+}
+
+void verify_checksums(hid_t f, const std::string& path, uint64_t sum) {
   std::string want = h5::read_attr_string(f, "checksum", path);
-  if (std::to_string(checksum(ck)) != want)
-    throw Error(path + ": checksum mismatch (stored " + want + ", contents give " + std::to_string(checksum(ck)) +
+  if (std::to_string(sum) != want)
+    throw Error(path + ": checksum mismatch (stored " + want + ", contents give " + std::to_string(sum) +
                 "): the checkpoint is corrupt");
   if (h5::has_attr(f, "checksum_extra")) {
     const std::string stored = h5::read_attr_string(f, "checksum_extra", path);
-    const std::string got = std::to_string(checksum_extra(f, path));
-    if (stored != got)
+    const std::string extra_sum = std::to_string(checksum_extra(f, path));
+    if (stored != extra_sum)
       throw Error(path + ": checksum mismatch in /latency, /recall or another added group (stored " + stored +
-                  ", contents give " + got + "): the checkpoint is corrupt");
+                  ", contents give " + extra_sum + "): the checkpoint is corrupt");
   }
+}
+
+void check_regular_file(const std::string& path) {
+  std::error_code ec;
+  if (fs::exists(path, ec) && !fs::is_regular_file(path, ec))  // a FIFO would block the open forever
+    throw Error(path + ": not a regular file (a directory, FIFO or device); expected a checkpoint");
+}
+
+Checkpoint read_checkpoint(const std::string& path, const std::function<void(hid_t)>& extra) {
+  check_regular_file(path);
+  h5::Id f = h5::open_read(path);
+  Checkpoint ck = read_meta(f, path);
+  read_shapes(f, ck, path);  // no reserve from the claimed sizes: a corrupt file may claim anything
+  for (const auto& t : ck.tensors)
+    for (const char* g : {"params/", "optim/m/", "optim/v/"}) {
+      auto x = h5::read_vector<float>(f, g + t.name, path, int64_t(t.size));
+      auto& buf = g[0] == 'p' ? ck.params : g[6] == 'm' ? ck.m : ck.v;
+      buf.insert(buf.end(), x.begin(), x.end());
+    }
+  verify_checksums(f, path, checksum(ck));
   if (extra) extra(f);
   return ck;
 }

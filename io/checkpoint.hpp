@@ -71,6 +71,26 @@ void write_checkpoint_sharded(const std::string& path, const Checkpoint& meta, c
 // Reads and verifies (format, version, shapes, checksum). `extra(file)` reads further groups.
 Checkpoint read_checkpoint(const std::string& path, const std::function<void(hid_t file)>& extra = {});
 
+// What one rank reads of a checkpoint (train.zero = 1 resumes: its slice [lo, hi) of the flat
+// moments; the parameters whole). A destination span of exactly the right size (params: the
+// checkpoint's num_params; m, v: hi - lo) is filled in place, so the values are never twice in
+// memory; otherwise (empty, or another size) they land in the returned Checkpoint's vectors.
+struct CheckpointSliceRead {
+  size_t lo = 0, hi = 0;  // clamped to the checkpoint's parameter count
+  std::span<float> params, m, v;
+  size_t piece_floats = size_t(1) << 28;  // most values one read call transfers (1 GiB; tests: tiny)
+  size_t* largest_read = nullptr;         // out, optional: the most values any one call read here
+};
+
+// Collective over `comm` (every rank calls it, each with its own slice). Reads through parallel
+// HDF5 (MPI-IO, collective reads) where the build has it, else with independent serial reads;
+// verifies as read_checkpoint does, with the checksum chained through the ranks (each hashes its
+// part), and throws the same sb::Error on every rank when the file fails anywhere. The returned
+// Checkpoint's m and v (when not read in place) hold [lo, hi) only. `extra(file)` runs on every
+// rank. Layout of the reads: io/README.md, "Reading a slice".
+Checkpoint read_checkpoint_slice(const std::string& path, const CheckpointSliceRead& how, MPI_Comm comm,
+                                 const std::function<void(hid_t file)>& extra = {});
+
 // Checkpoints in a directory, newest step first (names ckpt_<step>.h5; temporaries ignored).
 std::vector<std::string> list_checkpoints(const std::string& dir);
 // Keep the newest `keep`, delete the rest.

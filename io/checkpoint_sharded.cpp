@@ -33,9 +33,7 @@ constexpr int kTag = 0x5b22;
 constexpr size_t kPieceFloats = size_t(1) << 28;  // 1 GiB: one rank's selection in one MPI-IO call
 constexpr size_t kStreamFloats = size_t(1) << 22;  // 16 MiB: one message of the Stream mode
 
-void mpi(int rc, const char* what) {
-  if (rc != MPI_SUCCESS) throw Error(std::string("checkpoint: ") + what + " failed (MPI error " + std::to_string(rc) + ")");
-}
+void mpi(int rc, const char* what) { mpi_check(rc, what); }
 
 struct Ranks {
   MPI_Comm comm;
@@ -99,9 +97,9 @@ void add_flat(hid_t space, const std::vector<hsize_t>& dims, size_t k, std::vect
   }
 }
 
-// Writes values [a, b) of tensor `t` (flat, relative to the tensor) from `data`; an empty range
-// still makes the call (a collective transfer needs every rank).
-void write_flat(hid_t ds, const CheckpointTensor& t, hsize_t a, hsize_t b, const float* data, hid_t dxpl) {
+}  // namespace
+
+void transfer_flat(hid_t ds, const CheckpointTensor& t, hsize_t a, hsize_t b, float* data, hid_t dxpl, bool write) {
   std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
   if (dims.empty()) dims = {hsize_t(t.size)};
   h5::Id fspace(H5_CHECK(H5Dget_space(ds)));
@@ -111,8 +109,17 @@ void write_flat(hid_t ds, const CheckpointTensor& t, hsize_t a, hsize_t b, const
   const hsize_t n = std::max<hsize_t>(b - a, 1);
   h5::Id mspace(H5_CHECK(H5Screate_simple(1, &n, nullptr)));
   if (b <= a) H5_CHECK(H5Sselect_none(mspace));
-  static const float none = 0;
-  H5_CHECK(H5Dwrite(ds, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, b > a ? data : &none));
+  float none = 0;
+  float* p = b > a ? data : &none;
+  H5_CHECK(write ? H5Dwrite(ds, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, p)
+                 : H5Dread(ds, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, p));
+}
+
+namespace {
+
+// The writer's use of transfer_flat (which takes a mutable pointer for both directions).
+void write_flat(hid_t ds, const CheckpointTensor& t, hsize_t a, hsize_t b, const float* data, hid_t dxpl) {
+  transfer_flat(ds, t, a, b, const_cast<float*>(data), dxpl, true);
 }
 
 // Part 2 (rank 0): the file without the moments' values.
@@ -219,18 +226,24 @@ void collective_moments(const std::string& tmp, const Ranks& r, const Checkpoint
 }
 #endif
 
-// Every rank learns whether any failed; the lowest failing rank's message becomes everyone's.
-void agree(const Ranks& r, std::string& err) {
-  int mine = err.empty() ? r.size : r.rank, first = r.size;
-  mpi(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, r.comm), "MPI_Allreduce of the outcome");
-  if (first == r.size) return;
+}  // namespace
+
+void agree(MPI_Comm comm, std::string& err) {
+  int rank = 0, size = 1;
+  mpi_check(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+  mpi_check(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+  int mine = err.empty() ? size : rank, first = size;
+  mpi_check(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce of the outcome");
+  if (first == size) return;
   int64_t n = int64_t(err.size());
-  mpi(MPI_Bcast(&n, 1, MPI_INT64_T, first, r.comm), "MPI_Bcast of the error");
+  mpi_check(MPI_Bcast(&n, 1, MPI_INT64_T, first, comm), "MPI_Bcast of the error");
   err.resize(size_t(n));
-  mpi(MPI_Bcast(err.data(), int(n), MPI_CHAR, first, r.comm), "MPI_Bcast of the error");
+  mpi_check(MPI_Bcast(err.data(), int(n), MPI_CHAR, first, comm), "MPI_Bcast of the error");
 }
 
-}  // namespace
+void mpi_check(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) throw Error(std::string("checkpoint: ") + what + " failed (MPI error " + std::to_string(rc) + ")");
+}
 
 void write_checkpoint_sharded(const std::string& path, const Checkpoint& meta, const CheckpointShard& mine,
                               MPI_Comm comm, CheckpointIo how, const std::function<void(hid_t)>& extra) {
@@ -245,7 +258,7 @@ void write_checkpoint_sharded(const std::string& path, const Checkpoint& meta, c
       } catch (const std::exception& e) {
         err = e.what();
       }
-    agree(r, err);
+    agree(r.comm, err);
   };
   step([&] {
     for (int i = 0; i < r.size; ++i)

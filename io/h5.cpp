@@ -163,8 +163,8 @@ void write_vector(hid_t loc, const std::string& name, const std::vector<T>& data
 }
 
 template <class T>
-std::vector<T> read_vector(hid_t loc, const std::string& name, const std::string& file, int64_t expect,
-                           std::vector<hsize_t>* dims_out) {
+Id open_dataset(hid_t loc, const std::string& name, const std::string& file, int64_t expect,
+                std::vector<hsize_t>* dims_out, hsize_t* count) {
   if (!exists(loc, name)) throw Error(file + ": missing dataset '" + name + "'");
   Id ds(H5_CHECK(H5Dopen2(loc, name.c_str(), H5P_DEFAULT)));
   Id type(H5_CHECK(H5Dget_type(ds)));
@@ -195,18 +195,28 @@ std::vector<T> read_vector(hid_t loc, const std::string& name, const std::string
   if (expect >= 0 && n != hsize_t(expect))
     throw Error(file + ": dataset '" + name + "' has " + std::to_string(n) + " elements, expected " +
                 std::to_string(expect));
+  if (dims_out) *dims_out = dims;
+  if (count) *count = n;
+  return ds;
+}
+
+template <class T>
+std::vector<T> read_vector(hid_t loc, const std::string& name, const std::string& file, int64_t expect,
+                           std::vector<hsize_t>* dims_out) {
+  hsize_t n = 0;
+  Id ds = open_dataset<T>(loc, name, file, expect, dims_out, &n);
   std::vector<T> out(n);
   if (n) {
     if (H5Dread(ds, native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
       throw Error(file + ": cannot read dataset '" + name + "' (file truncated or corrupt?)");
   }
-  if (dims_out) *dims_out = dims;
   return out;
 }
 
 #define SB_H5_INSTANTIATE(T)                                                                          \
   template void write_vector<T>(hid_t, const std::string&, const std::vector<T>&, const std::vector<hsize_t>&); \
-  template std::vector<T> read_vector<T>(hid_t, const std::string&, const std::string&, int64_t, std::vector<hsize_t>*);
+  template std::vector<T> read_vector<T>(hid_t, const std::string&, const std::string&, int64_t, std::vector<hsize_t>*); \
+  template Id open_dataset<T>(hid_t, const std::string&, const std::string&, int64_t, std::vector<hsize_t>*, hsize_t*);
 SB_H5_INSTANTIATE(float)
 SB_H5_INSTANTIATE(double)
 SB_H5_INSTANTIATE(int32_t)

@@ -81,4 +81,9 @@ template <class T>
 std::vector<T> read_vector(hid_t loc, const std::string& name, const std::string& file,
                            int64_t expect = -1, std::vector<hsize_t>* dims = nullptr);
 
+// The checks of read_vector without the read: the open dataset; its shape and element count.
+template <class T>
+Id open_dataset(hid_t loc, const std::string& name, const std::string& file, int64_t expect,
+                std::vector<hsize_t>* dims = nullptr, hsize_t* count = nullptr);
+
 }  // namespace sb::h5

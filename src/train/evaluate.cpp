@@ -25,7 +25,7 @@ static std::string shape_text(const std::vector<int64_t>& s) {
   return t + "]";
 }
 
-void load_weights(const Checkpoint& ck, const std::string& path, Model<float>& model) {
+void check_weights(const Checkpoint& ck, const std::string& path, const Model<float>& model) {
   const auto& ps = model.params();
   std::vector<std::string> cn, mn;
   std::vector<std::vector<int64_t>> cs, ms;
@@ -40,6 +40,10 @@ void load_weights(const Checkpoint& ck, const std::string& path, Model<float>& m
   if (ck.tensors.size() != ps.size())
     throw Error(path + ": holds " + std::to_string(ck.tensors.size()) + " parameter tensors, the configured model has " +
                 std::to_string(ps.size()) + both);
+}
+
+void load_weights(const Checkpoint& ck, const std::string& path, Model<float>& model) {
+  check_weights(ck, path, model);
   model.weights() = ck.params;
 }
 

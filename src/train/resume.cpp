@@ -82,7 +82,11 @@ std::string archive_newer_checkpoints(const std::string& dir, int64_t step) {
 Restored Trainer::read_resume(const std::string& path) {
   Restored r;
   r.path = path;
-  r.ck = read_checkpoint(path, [&](hid_t f) {
+  // Every rank reads the weights straight into the model and only its slice of the moments into
+  // the optimizer (io/README.md, "Reading a slice"); a failure is the same on every rank.
+  const Slice sh = opt_.shard();
+  CheckpointSliceRead how{sh.lo, sh.hi, model_.weights(), opt_.m(), opt_.v()};
+  r.ck = read_checkpoint_slice(path, how, MPI_COMM_WORLD, [&](hid_t f) {
     try {
       if (h5::exists(f, "latency")) {
         h5::Id g = h5::group(f, "latency", false);
@@ -117,20 +121,23 @@ static void check_same_data(const Checkpoint& ck, const std::string& path, const
 }
 
 void Trainer::apply_checkpoint(Restored&& r) {
-  const Checkpoint& ck = r.ck;
+  Checkpoint& ck = r.ck;
   const std::string& path = r.path;
-  load_weights(ck, path, model_);  // first: a model-shape mismatch is named as one
+  check_weights(ck, path, model_);  // first: a model-shape mismatch is named as one
   if (r.error) std::rethrow_exception(r.error);
   check_same_data(ck, path, cfg_.s("data.path"), comm_.root());
   if (r.lm) lm_ = std::move(*r.lm);
-  // This rank's slice of the moments (all of them unless train.zero = 1): any rank count or zero
-  // setting resumes any checkpoint, which holds the moments whole.
-  const Slice sh = opt_.shard();
-  if (ck.m.size() != opt_.params() || ck.v.size() != opt_.params())
-    throw Error(path + ": optimizer state holds " + std::to_string(ck.m.size()) + " values, the model " +
+  // read_resume filled the weights and this rank's slice of the moments (all of them unless
+  // train.zero = 1) in place when the sizes fit; any rank count or zero setting resumes any
+  // checkpoint, which holds the moments whole. Values in ck: the sizes did not fit.
+  size_t n = 0;
+  for (const auto& t : ck.tensors) n += t.size;
+  if (n != opt_.params())
+    throw Error(path + ": optimizer state holds " + std::to_string(n) + " values, the model " +
                 std::to_string(opt_.params()) + " parameters");
-  opt_.m().assign(ck.m.begin() + long(sh.lo), ck.m.begin() + long(sh.hi));
-  opt_.v().assign(ck.v.begin() + long(sh.lo), ck.v.begin() + long(sh.hi));
+  if (!ck.params.empty()) model_.weights() = std::move(ck.params);
+  if (!ck.m.empty()) opt_.m() = std::move(ck.m);
+  if (!ck.v.empty()) opt_.v() = std::move(ck.v);
   for (size_t l = 0; l < r.alphas.size(); ++l) rm_.set_alpha(int(l), r.alphas[l]);
   start_step_ = ck.step;
   cur_ = {ck.data_epoch, ck.data_cursor};

@@ -3,6 +3,8 @@
 // real binary under mpirun:
 //  1. a zero = 1 checkpoint from 4 ranks resumed on 2 ranks (zero = 1) and on 1 rank (zero = 0):
 //     the state re-shards, and the final weights and moments match the uninterrupted 4-rank run;
+//     on 2 ranks the newest has a flipped byte in /optim/m: both ranks refuse it (each reads only
+//     its slice, read_checkpoint_slice) and resume from the one before;
 //  2. a write that fails (the directory's parent is a regular file) ends both ranks or lets both
 //     go on, as checkpoint.on_error says, naming the path;
 //  3. kill -9 of one rank (rank 0, or another) while the ranks write a checkpoint: no file that
@@ -60,9 +62,17 @@ TEST_F(ReliabilityZero, FourRankCheckpointResumesOnTwoAndOneRank) {
     const std::string dir = scratch("zero_np" + std::to_string(ranks));
     fs::copy(part, dir, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
     const std::string log = dir + "/b.log";
+    // On 2 ranks a byte of step 3's /optim/m flipped: the slice reader refuses it on both ranks and
+    // the resume falls back to step 2 (rank 1's slice holds that byte: the end of the flat buffer).
+    const std::string c3 = sb::checkpoint_path(dir + "/ckpt", 3);
+    if (ranks == 2) flip_dataset_byte(c3, "optim/m/model.norm.weight", 5);
     ASSERT_EQ(run(mpirun(ranks) + zero_cmd(dir, small + " --set train.zero=" + std::to_string(zero)) + " --resume", log)
                   .code, 0) << slurp(log);
     EXPECT_TRUE(has(slurp(log), "written by 4 ranks, this run has " + std::to_string(ranks))) << slurp(log);
+    if (ranks == 2)
+      EXPECT_TRUE(has(slurp(log), "skipping corrupt checkpoint " + c3) && has(slurp(log), "checksum mismatch") &&
+                  has(slurp(log), "resumed from " + sb::checkpoint_path(dir + "/ckpt", 2)))
+          << slurp(log);
     const auto got = sb::read_checkpoint(sb::checkpoint_path(dir + "/ckpt", 6));
     EXPECT_LT(max_rel(got.params, want.params), 1e-4) << ranks << " ranks, zero = " << zero;
     EXPECT_LT(max_rel(got.m, want.m), 1e-3) << ranks << " ranks, zero = " << zero;

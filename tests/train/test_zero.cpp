@@ -1,7 +1,9 @@
 // Issue 22, ZeRO-1 (train.zero = 1) in-process on 1, 2 and 4 ranks: the sharded optimizer trains
 // the same model as plain data parallelism (losses, weights and the checkpoint's moments to 1e-5
 // relative, with the clip active and the collectives in many rounds), and the sharded checkpoint
-// writers (collective and streamed) write the file write_checkpoint writes, which h5py reads.
+// writers (collective and streamed) write the file write_checkpoint writes, which h5py reads; the
+// slice reader of a resume reads what read_checkpoint reads, in bounded pieces, and refuses a
+// corrupt file on every rank.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -12,6 +14,7 @@
 #include <random>
 
 #include "io/checkpoint.hpp"
+#include "io/h5.hpp"
 #include "src/comm/comm.hpp"
 #include "src/train/trainer.hpp"
 #include "train_test_util.hpp"
@@ -27,6 +30,25 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
     d = std::max(d, double(std::fabs(a[i] - b[i]))), s = std::max(s, double(std::fabs(a[i])));
   return d / s;
+}
+
+// A checkpoint of random values with tensors of these shapes (flat offsets in order).
+sb::Checkpoint random_checkpoint(const std::vector<std::vector<int64_t>>& shapes, int ranks, uint32_t seed) {
+  sb::Checkpoint full;
+  full.step = 7, full.ranks = ranks, full.config_toml = "[train]\nzero = 1\n";
+  full.data_epoch = 2, full.data_cursor = 11, full.skipped_steps = 1;
+  size_t n = 0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    size_t sz = 1;
+    for (auto d : shapes[i]) sz *= size_t(d);
+    full.tensors.push_back({"t" + std::to_string(i), shapes[i], n, sz});
+    n += sz;
+  }
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g;
+  for (auto* b : {&full.params, &full.m, &full.v})
+    for (size_t i = 0; i < n; ++i) b->push_back(g(rng));
+  return full;
 }
 
 }  // namespace
@@ -67,20 +89,8 @@ TEST(Zero, ShardedWritersWriteTheWholeFileCheckpoint) {
   std::string dir = scratch(comm, "zero_io");
   for (const std::vector<std::vector<int64_t>>& shapes :
        {std::vector<std::vector<int64_t>>{{3, 5}, {7}, {4, 2, 3}, {2, 9}}, {{3}}}) {
-    sb::Checkpoint full;
-    full.step = 7, full.ranks = comm.size(), full.config_toml = "[train]\nzero = 1\n";
-    full.data_epoch = 2, full.data_cursor = 11, full.skipped_steps = 1;
-    size_t n = 0;
-    for (size_t i = 0; i < shapes.size(); ++i) {
-      size_t sz = 1;
-      for (auto d : shapes[i]) sz *= size_t(d);
-      full.tensors.push_back({"t" + std::to_string(i), shapes[i], n, sz});
-      n += sz;
-    }
-    std::mt19937 rng(3);
-    std::normal_distribution<float> g;
-    for (auto* b : {&full.params, &full.m, &full.v})
-      for (size_t i = 0; i < n; ++i) b->push_back(g(rng));
+    const sb::Checkpoint full = random_checkpoint(shapes, comm.size(), 3);
+    const size_t n = full.params.size();
     const sb::Slice sh = sb::shard_of(n, comm.rank(), comm.size());
     sb::Checkpoint meta = full;
     meta.params.clear(), meta.m.clear(), meta.v.clear();
@@ -113,4 +123,84 @@ TEST(Zero, ShardedWritersWriteTheWholeFileCheckpoint) {
       EXPECT_EQ(r.out, "h5py same\n") << p;
     }
   }
+}
+
+// The slice reader (read_checkpoint_slice, what a resume uses) on groups of 1, 2 and all ranks of
+// a checkpoint written by every rank: each rank's slice (train.zero = 1), and every rank the
+// whole (zero = 0), bit for bit as read_checkpoint's, with each read call bounded by a tiny
+// piece; then a byte flipped in /optim/m is refused on every rank of the group.
+TEST(Zero, SliceReaderReadsWhatTheWholeReaderReads) {
+  sb::Comm comm;
+  std::string dir = scratch(comm, "zero_slice");
+  const sb::Checkpoint full = random_checkpoint({{3, 5}, {7}, {4, 2, 3}, {2, 9}}, comm.size(), 5);
+  const size_t n = full.params.size();
+  const sb::Slice sh = sb::shard_of(n, comm.rank(), comm.size());
+  sb::Checkpoint meta = full;
+  meta.params.clear(), meta.m.clear(), meta.v.clear();
+  const std::string path = dir + "/ck.h5";
+  sb::write_checkpoint_sharded(path, meta, {full.params, sh.lo, std::span(full.m).subspan(sh.lo, sh.size()),
+                                            std::span(full.v).subspan(sh.lo, sh.size())},
+                               MPI_COMM_WORLD, sb::CheckpointIo::Stream);
+  const sb::Checkpoint want = sb::read_checkpoint(path);
+  for (int ranks : {comm.size(), 2, 1}) {
+    if (ranks > comm.size()) continue;
+    MPI_Comm group;
+    MPI_Comm_split(MPI_COMM_WORLD, comm.rank() < ranks ? 0 : MPI_UNDEFINED, comm.rank(), &group);
+    if (group != MPI_COMM_NULL) {
+      for (bool sliced : {true, false}) {
+        const sb::Slice s = sliced ? sb::shard_of(n, comm.rank(), ranks) : sb::Slice{0, n};
+        std::vector<float> w(n), m(s.size()), v(sliced ? 0 : s.size());  // v: into the Checkpoint
+        size_t largest = 0;
+        const sb::Checkpoint got =
+            sb::read_checkpoint_slice(path, {s.lo, s.hi, w, m, v, 4, &largest}, group);
+        const auto part = [&](const std::vector<float>& x) {
+          return std::vector<float>(x.begin() + long(s.lo), x.begin() + long(s.hi));
+        };
+        EXPECT_EQ(w, want.params) << ranks << " ranks";
+        EXPECT_EQ(m, part(want.m)) << ranks << " ranks";
+        EXPECT_EQ(sliced ? got.v : v, part(want.v)) << ranks << " ranks";
+        EXPECT_TRUE(got.params.empty() && got.m.empty());  // read in place
+        EXPECT_EQ(got.step, 7);
+        EXPECT_EQ(got.data_cursor, 11);
+        EXPECT_EQ(got.tensors.size(), want.tensors.size());
+        EXPECT_LE(largest, 4u);
+        EXPECT_GT(largest, 0u);
+      }
+      MPI_Comm_free(&group);
+    }
+    comm.barrier();
+  }
+  // One byte of /optim/m/t2 flipped: refused on every rank of a group of 2 (or 1).
+  if (comm.root()) {
+    haddr_t at = 0;
+    {
+      sb::h5::Id f = sb::h5::open_read(path);
+      sb::h5::Id ds(H5Dopen2(f, "optim/m/t2", H5P_DEFAULT));
+      at = H5Dget_offset(ds);
+    }
+    std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekg(long(at) + 5);
+    char c = 0;
+    io.read(&c, 1);
+    c ^= 0x10;
+    io.seekp(long(at) + 5);
+    io.write(&c, 1);
+  }
+  comm.barrier();
+  const int ranks = std::min(comm.size(), 2);
+  MPI_Comm group;
+  MPI_Comm_split(MPI_COMM_WORLD, comm.rank() < ranks ? 0 : MPI_UNDEFINED, comm.rank(), &group);
+  if (group != MPI_COMM_NULL) {
+    const sb::Slice s = sb::shard_of(n, comm.rank(), ranks);
+    std::string msg;
+    try {
+      sb::read_checkpoint_slice(path, {s.lo, s.hi, {}, {}, {}, 4, nullptr}, group);
+    } catch (const std::exception& e) {
+      msg = e.what();
+    }
+    EXPECT_NE(msg.find(path + ": checksum mismatch"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("the checkpoint is corrupt"), std::string::npos) << msg;
+    MPI_Comm_free(&group);
+  }
+  comm.barrier();
 }
