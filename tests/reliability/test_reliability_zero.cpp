@@ -69,10 +69,11 @@ TEST_F(ReliabilityZero, FourRankCheckpointResumesOnTwoAndOneRank) {
     ASSERT_EQ(run(mpirun(ranks) + zero_cmd(dir, small + " --set train.zero=" + std::to_string(zero)) + " --resume", log)
                   .code, 0) << slurp(log);
     EXPECT_TRUE(has(slurp(log), "written by 4 ranks, this run has " + std::to_string(ranks))) << slurp(log);
-    if (ranks == 2)
+    if (ranks == 2) {
       EXPECT_TRUE(has(slurp(log), "skipping corrupt checkpoint " + c3) && has(slurp(log), "checksum mismatch") &&
                   has(slurp(log), "resumed from " + sb::checkpoint_path(dir + "/ckpt", 2)))
           << slurp(log);
+    }
     const auto got = sb::read_checkpoint(sb::checkpoint_path(dir + "/ckpt", 6));
     EXPECT_LT(max_rel(got.params, want.params), 1e-4) << ranks << " ranks, zero = " << zero;
     EXPECT_LT(max_rel(got.m, want.m), 1e-3) << ranks << " ranks, zero = " << zero;
