@@ -158,21 +158,10 @@ TEST(ShardCuda, TrainerLossesMatchCpuEngine) {
                               " --set train.steps=6 --set train.lr=2e-3 --set data.long_docs=shard"
                               " --set balance.batching=tokens --set balance.tuning=fixed --set balance.self_profile=false";
     std::vector<double> loss[2];
-    for (int gpu = 0; gpu < 2; ++gpu) {
-      const std::string tag = std::string(mode) + "_" + std::to_string(gpu);
-      sb::Config cfg = tiny_config(dir, flags + " --set train.device=" + (gpu ? "cuda" : "cpu") + " --set checkpoint.dir=" +
-                                            dir + "/ckpt_" + tag + " --set log.path=" + dir + "/metrics_" + tag + ".h5");
-      sb::Trainer t(cfg, comm, "", 0);
-      loss[gpu] = t.run().losses;  // sync_check_every = 1: throws if ranks ever hold different weights
-    }
-    ASSERT_EQ(loss[0].size(), 6u);
-    ASSERT_EQ(loss[1].size(), 6u);
+    cpu_and_gpu_losses(comm, dir, flags, std::string(mode) + "_", loss);
     double worst = 0;
-    for (size_t s = 0; s < 6; ++s) {
-      const double e = std::abs(loss[1][s] - loss[0][s]) / loss[0][s];
-      worst = std::max(worst, e);
-      EXPECT_LT(e, 3e-2) << mode << " step " << s + 1 << ": gpu " << loss[1][s] << " cpu " << loss[0][s];
-    }
+    expect_losses_close(loss, 6, 3e-2, std::string(mode) + " ", &worst);
+    if (HasFatalFailure()) return;
     if (comm.root()) std::printf("trainer %s: 6 steps sharded, worst step rel diff gpu/cpu %.2e\n", mode, worst);
   }
 }

@@ -200,21 +200,10 @@ void check_training(const std::string& tag, const std::string& extra, double tol
                             " --set train.global_batch_tokens=4096 --set train.steps=20 --set train.lr=2e-3"
                             " --set balance.self_profile=false " + extra;
   std::vector<double> loss[2];
-  for (int gpu = 0; gpu < 2; ++gpu) {
-    sb::Config cfg = tiny_config(dir, flags + " --set train.device=" + (gpu ? "cuda" : "cpu") +
-                                          " --set checkpoint.dir=" + dir + "/ckpt_" + std::to_string(gpu) +
-                                          " --set log.path=" + dir + "/metrics_" + std::to_string(gpu) + ".h5");
-    sb::Trainer t(cfg, comm, "", 0);
-    loss[gpu] = t.run().losses;  // sync_check_every = 1: throws if ranks ever hold different weights
-  }
-  ASSERT_EQ(loss[0].size(), 20u);
-  ASSERT_EQ(loss[1].size(), 20u);
+  cpu_and_gpu_losses(comm, dir, flags, "", loss);
   double worst = 0;
-  for (size_t s = 0; s < 20; ++s) {
-    const double e = std::abs(loss[1][s] - loss[0][s]) / loss[0][s];
-    worst = std::max(worst, e);
-    EXPECT_LT(e, tol) << "step " << s + 1 << ": gpu " << loss[1][s] << " cpu " << loss[0][s];
-  }
+  expect_losses_close(loss, 20, tol, "", &worst);
+  if (::testing::Test::HasFatalFailure()) return;
   EXPECT_LT(loss[1].back(), loss[1].front());
   if (tag == "dense") check_eval_and_profile(comm, dir, flags);
   if (comm.root())
