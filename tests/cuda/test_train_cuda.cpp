@@ -47,10 +47,16 @@ struct BatchCase {
   sb::ModelExec exec = {};  // the GPU model's LM head chunk and recomputation (the reference: whole, none)
 };
 
-void check_one_micro_batch(BatchCase c) {
+// The small model of the per-micro-batch cases: n_layers of d_model 256, 4 / 2 heads of 64.
+sb::ModelDims case_dims(int n_layers, const BatchCase& c) {
   sb::ModelDims d;
-  d.n_layers = 2, d.d_model = 256, d.n_heads = 4, d.n_kv_heads = 2, d.head_dim = 64, d.ffn_dim = 384;
+  d.n_layers = n_layers, d.d_model = 256, d.n_heads = 4, d.n_kv_heads = 2, d.head_dim = 64, d.ffn_dim = 384;
   d.vocab = 300, d.tied = c.tied, d.qkv_bias = c.qkv_bias;
+  return d;
+}
+
+void check_one_micro_batch(BatchCase c) {
+  const sb::ModelDims d = case_dims(2, c);
   sb::Model<float> host(d);
   host.init(11);
   std::mt19937_64 brng(3);
@@ -252,9 +258,7 @@ TEST(ModelCuda, LayerRecomputationMatchesDoubleReference) {
 TEST(ModelCuda, FusedElementwiseMatchesUnfused) {
   if (!have_gpu()) GTEST_SKIP();
   for (const BatchCase c : {BatchCase{false, false, true}, BatchCase{true, true, false, sb::ModelExec{100, true}}}) {
-    sb::ModelDims d;
-    d.n_layers = 3, d.d_model = 256, d.n_heads = 4, d.n_kv_heads = 2, d.head_dim = 64, d.ffn_dim = 384;
-    d.vocab = 300, d.tied = c.tied, d.qkv_bias = c.qkv_bias;
+    const sb::ModelDims d = case_dims(3, c);
     sb::Model<float> host(d);
     host.init(13);
     std::mt19937_64 rng(7);
