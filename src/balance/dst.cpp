@@ -88,4 +88,17 @@ DstItems build_items(std::span<const MicroBatch> mbs, const LatencyModel& lm, co
   return it;
 }
 
+double item_ms(const DstItems& it, int m, std::span<const int> k_per_layer) {
+  if (m < 0 || m >= it.n_mb || int(k_per_layer.size()) != it.n_layers)
+    throw std::logic_error("dst: item_ms of micro-batch " + std::to_string(m) + " of " + std::to_string(it.n_mb) +
+                           " with " + std::to_string(k_per_layer.size()) + " budgets for " + std::to_string(it.n_layers) + " layers");
+  double ms = it.fixed_ms[size_t(m)];
+  for (int k : k_per_layer) {
+    const int j = k - it.ks.front();
+    if (j < 0 || j >= it.n_steps) throw std::logic_error("dst: item_ms: budget " + std::to_string(k) + " is not allowed");
+    ms += it.attn_ms[size_t(m * it.n_steps + j)];
+  }
+  return ms;
+}
+
 }  // namespace sb

@@ -52,5 +52,8 @@ struct DstItems {
 // the whole document on every member) does not depend on the budget. 0: whole sequences.
 DstItems build_items(std::span<const MicroBatch> mbs, const LatencyModel& lm, const RecallModel& rm, const DstParams& p,
                      std::span<const int64_t> doc_len = {});
+// The predicted time of items' micro-batch m with one budget per layer (each an allowed budget):
+// what tune_rank adds up for it.
+double item_ms(const DstItems& it, int m, std::span<const int> k_per_layer);
 
 }  // namespace sb

@@ -4,6 +4,7 @@
 // result with the latency model as ground truth.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "src/balance/latency_model.hpp"
 #include "src/balance/length_presets.hpp"
 #include "src/balance/plan.hpp"
+#include "src/balance/shard_split.hpp"
 
 namespace sb {
 
@@ -38,6 +40,7 @@ struct PolicyResult {
   double make_plan_ms = 0;    // of which make_plan
   double gap_lb = 0;          // makespan / lower bound
   double planned_imbalance = 0;
+  int shard_k_lo = 0, shard_k_hi = 0;  // lowest and highest budget of any sharded part (0: none sharded)
 };
 
 struct SimResult {
@@ -55,6 +58,17 @@ struct SimResult {
   double attention_share = 0; // attention / total of one micro-batch of one max_len document at k0
   double docs_per_step = 0, segments_per_step = 0, tokens_per_step = 0;
 };
+
+// The members' parts of sharded groups, cut as the trainer cuts them (split_document over
+// block_costs at k0, sparse, with the latency model's token_cost; piece_batch): rank r's parts in
+// group order, each with its document's length (build_items' doc_len: DST costs a part as its rows
+// of the whole document, as in train) and its exchange (shard_exchange_ms, not in DST's prediction).
+struct ShardParts {
+  std::vector<std::vector<MicroBatch>> mbs;      // [rank][part]
+  std::vector<std::vector<int64_t>> doc_len;     // [rank][part]
+  std::vector<std::vector<double>> exchange_ms;  // [rank][part]
+};
+ShardParts shard_parts(std::span<const ShardGroup> groups, int ranks, const LatencyModel& lm, int k0, double kv_bytes_per_token);
 
 SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallModel& rm);
 

@@ -207,9 +207,7 @@ void Trainer::plan(StepState& st) {
     std::optional<DocShard> sh =
         shard_groups_.add(d.first, int32_t(d.len), split_document(int64_t(d.len), d.ranks, at.block_size, costs));
     if (!sh) continue;
-    MicroBatch mb;
-    for (auto [b, e] : sh->pieces) mb.segs.push_back({d.doc, uint64_t(b), uint64_t(e - b)}), mb.tokens += e - b;
-    st.mine.push_back(std::move(mb));
+    st.mine.push_back(piece_batch(d.doc, sh->pieces));
     st.shards.push_back(std::move(*sh));
   }
   st.targets = count_targets(ds_, st.segs) + count_targets(ds_, whole);
