@@ -20,6 +20,7 @@ double now_ms() {
 struct Acc {
   double makespan = 0, imbalance = 0, bubble = 0, rec = 0, weight = 0, plan_ms = 0, make_plan_ms = 0, gap = 0, planned = 0;
   int shard_k_lo = 0, shard_k_hi = 0;
+  double mean = 0, exchange = 0, extra = 0;
 };
 
 // SplitMix64: independent, reproducible noise streams per (seed, step, policy).
@@ -41,15 +42,18 @@ double part_cost(const LatencyModel& lm, const RecallModel& rm, const DstParams&
 
 }  // namespace
 
-ShardParts shard_parts(std::span<const ShardGroup> groups, int ranks, const LatencyModel& lm, int k0, double kv_bytes_per_token) {
+ShardParts shard_parts(std::span<const ShardGroup> groups, int ranks, const LatencyModel& lm, int k0, double kv_bytes_per_token,
+                       double* member_ms) {
   ShardParts out;
   out.mbs.resize(size_t(ranks)), out.doc_len.resize(size_t(ranks)), out.exchange_ms.resize(size_t(ranks));
   const ModelShape& sh = lm.shape();
   const double tc = token_cost(lm);
   for (const ShardGroup& g : groups) {
-    const auto costs = block_costs(int64_t(g.len), sh.block_size, true, k0, sh.local_blocks, tc);
-    const auto pieces = split_document(int64_t(g.len), g.ranks, sh.block_size, costs);
-    const double x = shard_exchange_ms(lm, int64_t(g.len), kv_bytes_per_token);
+    const double t0 = member_ms ? now_ms() : 0;
+    const auto pieces = split_document(int64_t(g.len), g.ranks, sh.block_size,
+                                       block_costs(int64_t(g.len), sh.block_size, true, k0, sh.local_blocks, tc));
+    if (member_ms) *member_ms += (now_ms() - t0) * g.ranks;
+    const double x = shard_exchange_ms(lm, int64_t(g.len), g.ranks, kv_bytes_per_token);
     for (int i = 0; i < g.ranks; ++i) {
       const size_t r = size_t(g.first + i);
       out.mbs[r].push_back(piece_batch(g.doc, pieces[size_t(i)]));
@@ -93,7 +97,8 @@ SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallMod
       const double c = lm.segment_cost(int64_t(len), out.k_lo);
       sum_whole += c, max_whole = std::max(max_whole, c), whole_k0 += lm.segment_cost(int64_t(len), cfg.dst.k0);
       if (cfg.shard_long && int64_t(len) > cfg.capacity)  // on ceil(len / capacity) members at least, each exchanging
-        floor_x += double((int64_t(len) + cfg.capacity - 1) / cfg.capacity) * shard_exchange_ms(lm, int64_t(len), cfg.kv_bytes_per_token);
+        if (const int G = int((int64_t(len) + cfg.capacity - 1) / cfg.capacity); G <= R)
+          floor_x += G * shard_exchange_ms(lm, int64_t(len), G, cfg.kv_bytes_per_token);
     }
     out.token_bound += sum_whole / R / cfg.steps;
     out.token_bound_k0 += whole_k0 / R / cfg.steps;
@@ -134,19 +139,20 @@ SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallMod
     for (int bi = 0; bi < 4; ++bi) {
       double t0 = now_ms();
       // The sharded documents' groups, placed in this batching's cost units, are the plan's preload.
-      // Every rank cuts every group (the trainer's plan step): that is planning time too.
+      // The cuts of the groups' documents: each rank cuts its own (the trainer's plan step), planning time too.
       std::vector<double> preload;
-      ShardParts parts;
+      std::vector<ShardGroup> groups;
       if (cfg.shard_long) {
         std::vector<std::pair<uint64_t, uint64_t>> rest = docs;
-        const auto groups = place_long_docs(rest, cfg.capacity, R, batchings[bi], lm, cfg.dst.k0, cfg.kv_bytes_per_token,
-                                            cfg.shard_docs, preload, cfg.shard_part);
-        parts = shard_parts(groups, R, lm, cfg.dst.k0, cfg.kv_bytes_per_token);
-      } else {
-        parts = shard_parts({}, R, lm, cfg.dst.k0, cfg.kv_bytes_per_token);
+        groups = place_long_docs(rest, cfg.capacity, R, batchings[bi], lm, cfg.dst.k0, cfg.kv_bytes_per_token, cfg.shard_docs,
+                                 preload, cfg.shard_part);
       }
       Plan plan = make_plan(segs, R, cfg.micro_batches, cfg.capacity, batchings[bi], lm, cfg.dst.k0, cfg.plan, preload);
-      double plan_ms = now_ms() - t0;
+      double plan_ms = now_ms() - t0, cut_ms = 0;
+      const ShardParts parts = shard_parts(groups, R, lm, cfg.dst.k0, cfg.kv_bytes_per_token, &cut_ms);
+      plan_ms += cut_ms / R;
+      double whole_sharded = 0;  // the sharded documents' whole cost at k0
+      for (const ShardGroup& g : groups) whole_sharded += lm.segment_cost(int64_t(g.len), cfg.dst.k0);
       if (cfg.plan.group_ranks > 0 && cfg.plan.group_ranks < R && batchings[bi] != Batching::Sequential) {
         // Two-level plan: one real rank computes only its group's part (tested equal to the plan's).
         const int me = int((uint64_t(step) * 7919u) % uint64_t(R));
@@ -164,13 +170,16 @@ SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallMod
         std::vector<RankSummary> sums(static_cast<size_t>(R));
         std::vector<MicroBatch> mine;
         std::vector<int64_t> doc_len;
+        std::vector<double> extra;
         for (int r = 0; r < R; ++r) {
           const auto& planned = plan.ranks[size_t(r)];
           mine.assign(planned.begin(), planned.end());
           mine.insert(mine.end(), parts.mbs[size_t(r)].begin(), parts.mbs[size_t(r)].end());
           doc_len.assign(planned.size(), 0);
           doc_len.insert(doc_len.end(), parts.doc_len[size_t(r)].begin(), parts.doc_len[size_t(r)].end());
-          items[size_t(r)] = build_items(mine, lm, rm, p, doc_len);
+          extra.assign(planned.size(), 0.0);
+          extra.insert(extra.end(), parts.exchange_ms[size_t(r)].begin(), parts.exchange_ms[size_t(r)].end());
+          items[size_t(r)] = build_items(mine, lm, rm, p, doc_len, extra);
           sums[size_t(r)] = summarize(items[size_t(r)], p);
         }
         double own_ms = (now_ms() - t1) / R;
@@ -207,7 +216,9 @@ SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallMod
             if (size_t(m) < n_planned) {
               ms = lm.micro_batch_ms(plan.ranks[size_t(r)][size_t(m)], k);
             } else {  // a sharded part: its rows of the whole document at its budgets, then the exchange
-              ms = item_ms(it, m, k) + parts.exchange_ms[size_t(r)][size_t(m) - n_planned];
+              const double x = parts.exchange_ms[size_t(r)][size_t(m) - n_planned];
+              ms = item_ms(it, m, k);  // the exchange included
+              a.exchange += x / R / cfg.steps, a.extra += (ms - x) / R / cfg.steps;
               for (int kl : k) {
                 a.shard_k_lo = a.shard_k_lo ? std::min(a.shard_k_lo, kl) : kl;
                 a.shard_k_hi = std::max(a.shard_k_hi, kl);
@@ -224,6 +235,7 @@ SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallMod
         }
         double mk = *std::max_element(t.begin(), t.end()), sum = 0;
         for (double x : t) sum += x;
+        a.mean += sum / R / cfg.steps, a.extra -= whole_sharded / R / cfg.steps;
         a.makespan += mk, a.imbalance += mk / (sum / R), a.bubble += (R * mk - sum) / (R * mk);
         a.rec += rec, a.weight += weight;
         a.plan_ms += plan_ms + own_ms + target_ms + tune_ms, a.make_plan_ms += plan_ms;
@@ -241,6 +253,7 @@ SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallMod
       pr.recall = a.weight > 0 ? a.rec / a.weight : 1.0;
       pr.plan_ms = a.plan_ms / S, pr.make_plan_ms = a.make_plan_ms / S, pr.gap_lb = a.gap / S, pr.planned_imbalance = a.planned / S;
       pr.shard_k_lo = a.shard_k_lo, pr.shard_k_hi = a.shard_k_hi;
+      pr.mean_ms = a.mean, pr.exchange_ms = a.exchange, pr.split_extra_ms = a.extra;
       out.policies.push_back(pr);
     }
   for (auto& pr : out.policies) pr.speedup = out.policies[0].makespan / pr.makespan;

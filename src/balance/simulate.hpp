@@ -41,6 +41,10 @@ struct PolicyResult {
   double gap_lb = 0;          // makespan / lower bound
   double planned_imbalance = 0;
   int shard_k_lo = 0, shard_k_hi = 0;  // lowest and highest budget of any sharded part (0: none sharded)
+  // Where the time goes (per rank, mean over steps): the mean rank time; of it the sharded parts'
+  // exchange; and their cost beyond their documents' whole cost at k0 (each member gates the whole
+  // document; the cut's rounding to blocks): makespan = mean x imbalance.
+  double mean_ms = 0, exchange_ms = 0, split_extra_ms = 0;
 };
 
 struct SimResult {
@@ -62,13 +66,16 @@ struct SimResult {
 // The members' parts of sharded groups, cut as the trainer cuts them (split_document over
 // block_costs at k0, sparse, with the latency model's token_cost; piece_batch): rank r's parts in
 // group order, each with its document's length (build_items' doc_len: DST costs a part as its rows
-// of the whole document, as in train) and its exchange (shard_exchange_ms, not in DST's prediction).
+// of the whole document, as in train) and its exchange (shard_exchange_ms, in DST's prediction too).
 struct ShardParts {
   std::vector<std::vector<MicroBatch>> mbs;      // [rank][part]
   std::vector<std::vector<int64_t>> doc_len;     // [rank][part]
   std::vector<std::vector<double>> exchange_ms;  // [rank][part]
 };
-ShardParts shard_parts(std::span<const ShardGroup> groups, int ranks, const LatencyModel& lm, int k0, double kv_bytes_per_token);
+// `member_ms` (optional) gets the CPU time of the cuts summed over the members: a real rank cuts only
+// its own groups' documents, so that / ranks is what one rank pays on average.
+ShardParts shard_parts(std::span<const ShardGroup> groups, int ranks, const LatencyModel& lm, int k0, double kv_bytes_per_token,
+                       double* member_ms = nullptr);
 
 SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallModel& rm);
 

@@ -55,6 +55,9 @@ int run_simulate(const Args& args) {
     if (sc.shard_long && res.sharded_per_step > 0) {  // DST tunes the parts per member, as in train
       const PolicyResult& d = res.policies.back();  // sparse+dst
       std::printf("sharded parts' budgets under %s: k in [%d, %d]\n", d.name.c_str(), d.shard_k_lo, d.shard_k_hi);
+      const PolicyResult& f = res.policies[res.policies.size() - 2];  // sparse+fixed
+      std::printf("%s per rank: mean %.1f ms, of it exchange %.1f ms and parts beyond their documents' cost %.1f ms\n",
+                  f.name.c_str(), f.mean_ms, f.exchange_ms, f.split_extra_ms);
     }
     std::printf("\n");
     std::printf("%-22s %12s %9s %7s %8s %8s %8s %10s\n", "policy", "makespan_ms", "imbal", "bubble", "recall", "speedup", "vs_LB", "plan_ms");
@@ -75,7 +78,8 @@ int run_simulate(const Args& args) {
       j["policies"][p.name] = {{"makespan", p.makespan}, {"imbalance", p.imbalance}, {"bubble", p.bubble},
                                {"recall", p.recall}, {"speedup", p.speedup}, {"plan_ms", p.plan_ms},
                                {"make_plan_ms", p.make_plan_ms}, {"vs_lower_bound", p.gap_lb},
-                               {"shard_k_lo", p.shard_k_lo}, {"shard_k_hi", p.shard_k_hi}};
+                               {"shard_k_lo", p.shard_k_lo}, {"shard_k_hi", p.shard_k_hi},
+                               {"mean_ms", p.mean_ms}, {"shard_exchange_ms", p.exchange_ms}, {"shard_split_extra_ms", p.split_extra_ms}};
     j["lower_bound"] = res.lower_bound, j["lower_bound_k0"] = res.lower_bound_k0, j["k_lo"] = res.k_lo;
     j["token_bound"] = res.token_bound, j["whole_doc_bound"] = res.whole_doc_bound;
     j["token_bound_k0"] = res.token_bound_k0, j["token_bound_k0_exchange"] = res.token_bound_k0_exchange;

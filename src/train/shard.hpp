@@ -31,7 +31,7 @@ class ShardGroups {
   ShardGroups(const ShardGroups&) = delete;
   ShardGroups& operator=(const ShardGroups&) = delete;
   // Collective over every rank of the world: a group of the world ranks [first, first + pieces.size())
-  // computing one document; member r holds pieces[r]. Returns this rank's DocShard (group set,
+  // computing one document; member r holds pieces[r] (a rank outside the group may pass G empty lists). Returns this rank's DocShard (group set,
   // pieces its own, perhaps none), nothing when this rank is not a member.
   std::optional<DocShard> add(int first, int32_t doc_len, std::vector<std::vector<Piece>> pieces);
   void clear() { groups_.clear(); }

@@ -47,7 +47,7 @@ TEST(SimulateShard, PartsAreTheTrainersRowsAndCosts) {
       EXPECT_EQ(part.segs[i].len, want.segs[i].len);
     }
     EXPECT_EQ(sp.doc_len[r][0], len);
-    EXPECT_DOUBLE_EQ(sp.exchange_ms[r][0], shard_exchange_ms(lm, len, 2048));
+    EXPECT_DOUBLE_EQ(sp.exchange_ms[r][0], shard_exchange_ms(lm, len, 3, 2048));
     tokens += part.tokens;
     // As the trainer's predict(): the rank's micro-batches, then its part with the document's length.
     const std::vector<MicroBatch> mine{other, part};
