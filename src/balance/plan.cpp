@@ -504,6 +504,19 @@ std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t
   for (const auto& d : docs) total += whole_cost(batching, lm, int64_t(d.second), k0);
   const double fair = total / ranks;
   const double part = shard_fitting ? fitting_part * fair : fair;  // what one part of a fitting document may cost
+  // Enough members that one's part, exchange and whole-document gating included, is within `cap`
+  // (at most all ranks). The part's cost falls with G but for its fixed terms (gating, the exchange's
+  // (G - 1) / G): from the least G those allow, up while it is too costly.
+  const bool in_ms = batching == Batching::Quadratic || batching == Batching::Sparse;
+  auto members = [&](int64_t len, double W, double cap) {
+    const double gate = in_ms ? std::min(W, shard_gating_ms(lm, len)) : 0;                      // every member's
+    const double x_max = in_ms ? shard_exchange_ms(lm, len, ranks, kv_bytes_per_token) : 0;  // X(G) <= X(ranks)
+    int64_t g = cap > gate ? int64_t(std::ceil((W - gate) / (cap - gate) - 1e-9)) : int64_t(ranks);
+    const int64_t hi = cap > gate + x_max ? int64_t(std::ceil((W - gate) / (cap - gate - x_max) - 1e-9)) : int64_t(ranks);
+    g = std::clamp<int64_t>(g, 1, ranks);
+    while (g < std::min<int64_t>(hi, ranks) && shard_cost(batching, lm, len, int(g), k0, kv_bytes_per_token) > cap) ++g;
+    return g;
+  };
   size_t kept = 0;
   for (const auto& [doc, len] : docs) {
     const double W = whole_cost(batching, lm, int64_t(len), k0);
@@ -512,23 +525,11 @@ std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t
       docs[kept++] = {doc, len};
       continue;
     }
+    // A long document's parts stay within the fair share (finer parts cost more exchange, and its
+    // members are few beside the ranks); a fitting one's within `part`, small pieces that fill the
+    // gaps LPT leaves.
     int64_t G = (int64_t(len) + capacity - 1) / capacity;
-    // Enough members that one's part, exchange and whole-document gating included, is within the fair
-    // share (at most all ranks). A long document's parts stay within the fair share (finer parts cost
-    // more exchange, and its members are few beside the ranks); a fitting one's within `part`, small
-    // pieces that fill the gaps LPT leaves. The part's cost falls with G but for its fixed terms
-    // (gating, the exchange's (G - 1) / G): from the least G those allow, up while it is too costly.
-    const double cap_cost = long_doc ? fair : part;
-    const bool in_ms = batching == Batching::Quadratic || batching == Batching::Sparse;
-    const double gate = in_ms ? std::min(W, shard_gating_ms(lm, int64_t(len))) : 0;                // every member's
-    const double x_max = in_ms ? shard_exchange_ms(lm, int64_t(len), ranks, kv_bytes_per_token) : 0;  // X(G) <= X(ranks)
-    if (G <= ranks) {
-      int64_t g = cap_cost > gate ? int64_t(std::ceil((W - gate) / (cap_cost - gate) - 1e-9)) : int64_t(ranks);
-      const int64_t hi = cap_cost > gate + x_max ? int64_t(std::ceil((W - gate) / (cap_cost - gate - x_max) - 1e-9)) : int64_t(ranks);
-      g = std::clamp<int64_t>(g, 1, ranks);
-      while (g < std::min<int64_t>(hi, ranks) && shard_cost(batching, lm, int64_t(len), int(g), k0, kv_bytes_per_token) > cap_cost) ++g;
-      G = std::max(G, g);
-    }
+    if (G <= ranks) G = std::max(G, members(int64_t(len), W, long_doc ? fair : part));
     if (G < 2 && !long_doc) {  // a fitting document not worth sharding after all
       docs[kept++] = {doc, len};
       continue;
@@ -540,6 +541,20 @@ std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t
                   " (data.long_docs = \"shard\"); run on " + std::to_string(G) +
                   " ranks or more, or raise train.micro_batch_tokens");
     out.push_back({doc, len, 0, int(G)});
+  }
+  // The groups' gating copies and exchange raise every rank's mean load above the fair share of
+  // whole costs: a share of that mean is what a part may cost, so groups sized on the plain share
+  // have members (each one more copy of the gating and more exchange) that the step cannot use.
+  if (in_ms && !out.empty()) {
+    double over = 0;
+    for (const ShardGroup& g : out)
+      over += shard_cost(batching, lm, int64_t(g.len), g.ranks, k0, kv_bytes_per_token) * g.ranks - whole_cost(batching, lm, int64_t(g.len), k0);
+    const double fair2 = fair + over / ranks;
+    for (ShardGroup& g : out) {
+      const int64_t len = int64_t(g.len), least = std::max<int64_t>(len > capacity ? (len + capacity - 1) / capacity : 2, 1);
+      const double cap = len > capacity ? fair2 : fair2 * (shard_fitting ? fitting_part : 1.0);
+      g.ranks = int(std::min<int64_t>(g.ranks, std::max(least, members(len, whole_cost(batching, lm, len, k0), cap))));
+    }
   }
   docs.resize(kept);
   load.resize(size_t(ranks), 0.0);

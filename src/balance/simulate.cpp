@@ -92,17 +92,19 @@ SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallMod
       if (tokens + double(len) > target_tokens && !docs.empty()) break;
       docs.push_back({uint64_t(step) << 40 | id, len}), tokens += double(len);
     }
-    double sum_whole = 0, max_whole = 0, whole_k0 = 0, floor_x = 0;  // the bounds of whole documents, and of tokens
+    double sum_whole = 0, max_whole = 0, whole_k0 = 0, floor_x = 0, floor_g = 0;  // the bounds of whole documents, and of tokens
     for (const auto& [id, len] : docs) {
       const double c = lm.segment_cost(int64_t(len), out.k_lo);
       sum_whole += c, max_whole = std::max(max_whole, c), whole_k0 += lm.segment_cost(int64_t(len), cfg.dst.k0);
       if (cfg.shard_long && int64_t(len) > cfg.capacity)  // on ceil(len / capacity) members at least, each exchanging
         if (const int G = int((int64_t(len) + cfg.capacity - 1) / cfg.capacity); G <= R)
-          floor_x += G * shard_exchange_ms(lm, int64_t(len), G, cfg.kv_bytes_per_token);
+          floor_x += G * shard_exchange_ms(lm, int64_t(len), G, cfg.kv_bytes_per_token),
+              floor_g += (G - 1) * shard_gating_ms(lm, int64_t(len));
     }
     out.token_bound += sum_whole / R / cfg.steps;
     out.token_bound_k0 += whole_k0 / R / cfg.steps;
     out.token_bound_k0_exchange += (whole_k0 + floor_x) / R / cfg.steps;
+    out.token_bound_k0_floor += (whole_k0 + floor_x + floor_g) / R / cfg.steps;
     out.whole_doc_bound += std::max(sum_whole / R, max_whole) / cfg.steps;
     // Sharding: the long documents leave the plan; their groups are placed per batching below.
     std::vector<std::pair<uint64_t, uint64_t>> short_docs = docs;

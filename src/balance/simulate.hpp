@@ -56,6 +56,8 @@ struct SimResult {
   double token_bound_k0 = 0;  // the token-level bound at k0: what fixed budgets (and DST's mean target) can reach
   double token_bound_k0_exchange = 0;  // plus the unavoidable exchange (shard_long: each document over capacity
                                        // on ceil(len / capacity) members, each paying shard_exchange_ms), / ranks
+  double token_bound_k0_floor = 0;     // plus, for those members, the whole document's gating each runs (the
+                                       // G - 1 copies beyond one): what sharded plans of this implementation cannot beat
   double sharded_per_step = 0;  // documents sharded per step (shard_long)
   double lower_bound_k0 = 0;  // the same at k0 (floor for fixed budgets)
   int k_lo = 0;               // lowest allowed budget max(k_min, floor(k0 (1 - max_change)))

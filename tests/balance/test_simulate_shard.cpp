@@ -89,3 +89,19 @@ TEST(SimulateShard, DstTunesTheShardedParts) {
     }
   }
 }
+
+// A member's exchange moves the (G - 1) / G of the document it does not hold; a member's cost in the
+// plan is its share of the document plus the whole document's gating and the exchange.
+TEST(SimulateShard, ExchangeAndGatingOfAMember) {
+  const LatencyModel lm{ModelShape{kLayers, kBs, 1}};
+  const int64_t len = 1 << 16;
+  const double full = kLayers * 3.0 * lm.allreduce_ms(double(len) * 1024);
+  EXPECT_EQ(shard_exchange_ms(lm, len, 1, 1024), 0.0);
+  EXPECT_DOUBLE_EQ(shard_exchange_ms(lm, len, 2, 1024), kLayers * 3.0 * lm.allreduce_ms(double(len) * 512));
+  EXPECT_LT(shard_exchange_ms(lm, len, 8, 1024), full);
+  const double W = lm.segment_cost(len, kK0), gate = shard_gating_ms(lm, len);
+  EXPECT_GT(gate, 0.0);
+  for (int G : {2, 5})
+    EXPECT_NEAR(shard_cost(Batching::Sparse, lm, len, G, kK0, 1024), (W - gate) / G + gate + shard_exchange_ms(lm, len, G, 1024), 1e-9 * W);
+  EXPECT_DOUBLE_EQ(shard_cost(Batching::Tokens, lm, len, 4, kK0, 1024), double(len) / 4);
+}
