@@ -105,3 +105,26 @@ TEST(SimulateShard, ExchangeAndGatingOfAMember) {
     EXPECT_NEAR(shard_cost(Batching::Sparse, lm, len, G, kK0, 1024), (W - gate) / G + gate + shard_exchange_ms(lm, len, G, 1024), 1e-9 * W);
   EXPECT_DOUBLE_EQ(shard_cost(Batching::Tokens, lm, len, 4, kK0, 1024), double(len) / 4);
 }
+
+// A group is sized on the step's mean load with its gating copies and exchange, not on the plain
+// fair share of whole costs: a 256K document whose 5-member part is just above the fair share but
+// within that mean gets 5 members, not 6 (one copy of its gating and of the exchange fewer).
+TEST(SimulateShard, GroupsAreSizedOnTheMeanLoadWithTheirOverheads) {
+  LatencyModel lm{ModelShape{32, 128, 1}};  // simulate's analytic model
+  lm.set_coeffs(Part::Linear, {2, 80e-3, 0});
+  lm.set_coeffs(Part::Attention, {0, 0, 560e-9});
+  lm.set_coeffs(Part::Gating, {0, 0, 10e-6});
+  const int64_t len = 262144, cap = 65536;
+  const int R = 8;
+  std::vector<std::pair<uint64_t, uint64_t>> docs{{0, uint64_t(len)}};
+  double total = lm.segment_cost(len, 32);
+  for (uint64_t i = 1; total < 72000; ++i) docs.push_back({i, 4096}), total += lm.segment_cost(4096, 32);
+  const double fair = total / R;
+  ASSERT_GT(shard_cost(Batching::Sparse, lm, len, 5, 32, 2048), fair);  // the plain share asks for 6
+  ASSERT_LT(shard_cost(Batching::Sparse, lm, len, 6, 32, 2048), fair);
+  std::vector<double> load;
+  const auto groups = place_long_docs(docs, cap, R, Batching::Sparse, lm, 32, 2048, false, load);
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].ranks, 5);
+  EXPECT_DOUBLE_EQ(load[size_t(groups[0].first)], shard_cost(Batching::Sparse, lm, len, 5, 32, 2048));
+}
