@@ -43,13 +43,16 @@ double piece_recall_tokens(const RecallModel& rm, int l, int64_t b, int64_t e, i
 }  // namespace
 
 DstItems build_items(std::span<const MicroBatch> mbs, const LatencyModel& lm, const RecallModel& rm, const DstParams& p,
-                     std::span<const int64_t> doc_len) {
+                     std::span<const int64_t> doc_len, std::span<const double> fixed_extra_ms) {
   if (lm.shape().n_layers != p.n_layers || rm.n_layers() != p.n_layers)
     throw Error("dst: n_layers differs between the latency model (" + std::to_string(lm.shape().n_layers) +
                 "), the recall model (" + std::to_string(rm.n_layers()) + ") and the tuning parameters (" +
                 std::to_string(p.n_layers) + ")");
   if (!doc_len.empty() && doc_len.size() != mbs.size())
     throw std::logic_error("dst: build_items got " + std::to_string(doc_len.size()) + " document lengths for " +
+                           std::to_string(mbs.size()) + " micro-batches");
+  if (!fixed_extra_ms.empty() && fixed_extra_ms.size() != mbs.size())
+    throw std::logic_error("dst: build_items got " + std::to_string(fixed_extra_ms.size()) + " extra times for " +
                            std::to_string(mbs.size()) + " micro-batches");
   DstItems it;
   it.ks = budget_steps(p, &it.i0);
@@ -81,11 +84,25 @@ DstItems build_items(std::span<const MicroBatch> mbs, const LatencyModel& lm, co
           rec[l * S + j] += whole ? piece_recall_tokens(rm, l, b, e, it.ks[size_t(j)]) : rm.recall_tokens(l, n, it.ks[size_t(j)]);
     }
     if (whole) pairs = LatencyModel::causal_blocks(whole, sh.block_size), gate_tokens = double(whole);
-    it.fixed_ms[size_t(m)] = lm.part_ms(Part::Linear, tokens) + L * lm.part_ms(Part::Gating, gate_tokens, pairs);
+    it.fixed_ms[size_t(m)] = lm.part_ms(Part::Linear, tokens) + L * lm.part_ms(Part::Gating, gate_tokens, pairs) +
+                             (fixed_extra_ms.empty() ? 0.0 : fixed_extra_ms[size_t(m)]);
     for (int j = 0; j < S; ++j) it.attn_ms[size_t(m * S + j)] = lm.part_ms(Part::Attention, tokens, kept[size_t(j)] * bs2);
     it.weight[size_t(m)] = tokens * L;
   }
   return it;
+}
+
+double item_ms(const DstItems& it, int m, std::span<const int> k_per_layer) {
+  if (m < 0 || m >= it.n_mb || int(k_per_layer.size()) != it.n_layers)
+    throw std::logic_error("dst: item_ms of micro-batch " + std::to_string(m) + " of " + std::to_string(it.n_mb) +
+                           " with " + std::to_string(k_per_layer.size()) + " budgets for " + std::to_string(it.n_layers) + " layers");
+  double ms = it.fixed_ms[size_t(m)];
+  for (int k : k_per_layer) {
+    const int j = k - it.ks.front();
+    if (j < 0 || j >= it.n_steps) throw std::logic_error("dst: item_ms: budget " + std::to_string(k) + " is not allowed");
+    ms += it.attn_ms[size_t(m * it.n_steps + j)];
+  }
+  return ms;
 }
 
 }  // namespace sb

@@ -50,7 +50,12 @@ struct DstItems {
 // document of doc_len[m] tokens. A piece's rows keep their blocks of the whole document (row i has
 // i + 1 causal blocks), so its attention and recall are those rows' share, and its gating (done over
 // the whole document on every member) does not depend on the budget. 0: whole sequences.
+// `fixed_extra_ms` (empty, or one per micro-batch): time a micro-batch also takes that no budget
+// changes (a sharded part's K/V exchange, shard_exchange_ms), added to its fixed_ms.
 DstItems build_items(std::span<const MicroBatch> mbs, const LatencyModel& lm, const RecallModel& rm, const DstParams& p,
-                     std::span<const int64_t> doc_len = {});
+                     std::span<const int64_t> doc_len = {}, std::span<const double> fixed_extra_ms = {});
+// The predicted time of items' micro-batch m with one budget per layer (each an allowed budget):
+// what tune_rank adds up for it.
+double item_ms(const DstItems& it, int m, std::span<const int> k_per_layer);
 
 }  // namespace sb

@@ -467,25 +467,31 @@ Plan make_plan(std::span<const Segment> segs, int ranks, int micro_batches_per_r
   return p;
 }
 
-double shard_exchange_ms(const LatencyModel& lm, int64_t len, double kv_bytes_per_token) {
-  // 6 collectives of len x kv bytes per layer; an all-reduce of B bytes moves about what two of them do.
-  return lm.shape().n_layers * 3.0 * lm.allreduce_ms(double(len) * kv_bytes_per_token);
+double shard_exchange_ms(const LatencyModel& lm, int64_t len, int G, double kv_bytes_per_token) {
+  // 6 collectives per layer, each member receiving the (G - 1) / G of len x kv bytes it does not hold;
+  // an all-reduce of B bytes moves about what two such all-gathers of B do.
+  if (G < 2) return 0;
+  return lm.shape().n_layers * 3.0 * lm.allreduce_ms(double(len) * kv_bytes_per_token * (G - 1) / G);
+}
+
+double shard_gating_ms(const LatencyModel& lm, int64_t len) {
+  return lm.shape().n_layers * lm.part_ms(Part::Gating, double(len), LatencyModel::causal_blocks(len, lm.shape().block_size));
 }
 
 namespace {
-// A whole document's cost in `batching`'s units, and a member's exchange in them (0 for tokens).
+// A whole document's cost in `batching`'s units.
 double whole_cost(Batching batching, const LatencyModel& lm, int64_t len, int k0) {
   if (batching == Batching::Tokens || batching == Batching::Sequential) return double(len);
   return batching == Batching::Quadratic ? lm.dense_segment_cost(len) : lm.segment_cost(len, k0);
 }
-double exchange_cost(Batching batching, const LatencyModel& lm, int64_t len, double kv_bytes_per_token) {
-  if (batching == Batching::Tokens || batching == Batching::Sequential) return 0;
-  return shard_exchange_ms(lm, len, kv_bytes_per_token);
-}
 }  // namespace
 
 double shard_cost(Batching batching, const LatencyModel& lm, int64_t len, int G, int k0, double kv_bytes_per_token) {
-  return whole_cost(batching, lm, len, k0) / G + exchange_cost(batching, lm, len, kv_bytes_per_token);
+  const double W = whole_cost(batching, lm, len, k0);
+  if (batching == Batching::Tokens || batching == Batching::Sequential) return W / G;
+  // Each member gates the whole document (src/model/shard_attention.cpp): its gating is not split.
+  const double gate = std::min(W, shard_gating_ms(lm, len));
+  return (W - gate) / G + gate + shard_exchange_ms(lm, len, G, kv_bytes_per_token);
 }
 
 std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t>>& docs, int64_t capacity, int ranks,
@@ -498,21 +504,32 @@ std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t
   for (const auto& d : docs) total += whole_cost(batching, lm, int64_t(d.second), k0);
   const double fair = total / ranks;
   const double part = shard_fitting ? fitting_part * fair : fair;  // what one part of a fitting document may cost
+  // Enough members that one's part, exchange and whole-document gating included, is within `cap`
+  // (at most all ranks). The part's cost falls with G but for its fixed terms (gating, the exchange's
+  // (G - 1) / G): from the least G those allow, up while it is too costly.
+  const bool in_ms = batching == Batching::Quadratic || batching == Batching::Sparse;
+  auto members = [&](int64_t len, double W, double cap) {
+    const double gate = in_ms ? std::min(W, shard_gating_ms(lm, len)) : 0;                      // every member's
+    const double x_max = in_ms ? shard_exchange_ms(lm, len, ranks, kv_bytes_per_token) : 0;  // X(G) <= X(ranks)
+    int64_t g = cap > gate ? int64_t(std::ceil((W - gate) / (cap - gate) - 1e-9)) : int64_t(ranks);
+    const int64_t hi = cap > gate + x_max ? int64_t(std::ceil((W - gate) / (cap - gate - x_max) - 1e-9)) : int64_t(ranks);
+    g = std::clamp<int64_t>(g, 1, ranks);
+    while (g < std::min<int64_t>(hi, ranks) && shard_cost(batching, lm, len, int(g), k0, kv_bytes_per_token) > cap) ++g;
+    return g;
+  };
   size_t kept = 0;
   for (const auto& [doc, len] : docs) {
-    const double W = whole_cost(batching, lm, int64_t(len), k0), X = exchange_cost(batching, lm, int64_t(len), kv_bytes_per_token);
+    const double W = whole_cost(batching, lm, int64_t(len), k0);
     const bool long_doc = int64_t(len) > capacity;
     if (!long_doc && !(shard_fitting && W > part)) {
       docs[kept++] = {doc, len};
       continue;
     }
+    // A long document's parts stay within the fair share (finer parts cost more exchange, and its
+    // members are few beside the ranks); a fitting one's within `part`, small pieces that fill the
+    // gaps LPT leaves.
     int64_t G = (int64_t(len) + capacity - 1) / capacity;
-    // Enough members that one's part, exchange included, is within the fair share (at most all ranks).
-    // A long document's parts stay within the fair share (finer parts cost more exchange, and its members
-    // are few beside the ranks); a fitting one's within `part`, small pieces that fill the gaps LPT leaves.
-    const double cap_cost = long_doc ? fair : part;
-    const int64_t by_cost = cap_cost > X ? int64_t(std::ceil(W / (cap_cost - X) - 1e-9)) : int64_t(ranks);
-    if (G <= ranks) G = std::max(G, std::min<int64_t>(by_cost, ranks));
+    if (G <= ranks) G = std::max(G, members(int64_t(len), W, long_doc ? fair : part));
     if (G < 2 && !long_doc) {  // a fitting document not worth sharding after all
       docs[kept++] = {doc, len};
       continue;
@@ -524,6 +541,20 @@ std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t
                   " (data.long_docs = \"shard\"); run on " + std::to_string(G) +
                   " ranks or more, or raise train.micro_batch_tokens");
     out.push_back({doc, len, 0, int(G)});
+  }
+  // The groups' gating copies and exchange raise every rank's mean load above the fair share of
+  // whole costs: a share of that mean is what a part may cost, so groups sized on the plain share
+  // have members (each one more copy of the gating and more exchange) that the step cannot use.
+  if (in_ms && !out.empty()) {
+    double over = 0;
+    for (const ShardGroup& g : out)
+      over += shard_cost(batching, lm, int64_t(g.len), g.ranks, k0, kv_bytes_per_token) * g.ranks - whole_cost(batching, lm, int64_t(g.len), k0);
+    const double fair2 = fair + over / ranks;
+    for (ShardGroup& g : out) {
+      const int64_t len = int64_t(g.len), least = std::max<int64_t>(len > capacity ? (len + capacity - 1) / capacity : 2, 1);
+      const double cap = len > capacity ? fair2 : fair2 * (shard_fitting ? fitting_part : 1.0);
+      g.ranks = int(std::min<int64_t>(g.ranks, std::max(least, members(len, whole_cost(batching, lm, len, k0), cap))));
+    }
   }
   docs.resize(kept);
   load.resize(size_t(ranks), 0.0);

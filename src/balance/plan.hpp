@@ -63,12 +63,15 @@ struct ShardGroup {
 };
 // One member's cost of a document of `len` tokens sharded over G ranks, in `batching`'s units
 // (tokens: len / G; quadratic and sparse: the document's predicted ms / G, the split being balanced
-// by work, plus the exchange, sparse_exchange_ms).
+// by work, except its gating, which every member runs over the whole document, plus the exchange).
 double shard_cost(Batching batching, const LatencyModel& lm, int64_t len, int G, int k0, double kv_bytes_per_token);
-// The K/V exchange of one member per step: per layer an all-gather of K and of V in the forward,
-// again in the backward, and a reduce-scatter of dK and of dV, each moving len x kv_bytes_per_token
-// bytes (the latency model's all-reduce of those bytes counts as two such collectives).
-double shard_exchange_ms(const LatencyModel& lm, int64_t len, double kv_bytes_per_token);
+// The K/V exchange of one member of G per step: per layer an all-gather of K and of V in the
+// forward, again in the backward, and a reduce-scatter of dK and of dV, each member receiving the
+// (G - 1) / G of len x kv_bytes_per_token bytes that it does not hold (the bytes bench_cp_exchange
+// measures; the latency model's all-reduce of those bytes counts as two such collectives). 0 for G < 2.
+double shard_exchange_ms(const LatencyModel& lm, int64_t len, int G, double kv_bytes_per_token);
+// The whole document's gating (all layers), which every member of its group runs.
+double shard_gating_ms(const LatencyModel& lm, int64_t len);
 // Moves the documents to shard out of `docs` (data order kept for the rest) into groups of
 // consecutive ranks, costliest first, each onto the window of ranks with the least load so far
 // (ties: the lowest first rank). A document longer than `capacity` is sharded over at least

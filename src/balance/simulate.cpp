@@ -19,6 +19,8 @@ double now_ms() {
 
 struct Acc {
   double makespan = 0, imbalance = 0, bubble = 0, rec = 0, weight = 0, plan_ms = 0, make_plan_ms = 0, gap = 0, planned = 0;
+  int shard_k_lo = 0, shard_k_hi = 0;
+  double mean = 0, exchange = 0, extra = 0;
 };
 
 // SplitMix64: independent, reproducible noise streams per (seed, step, policy).
@@ -29,7 +31,37 @@ uint64_t splitmix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// A sharded part's predicted time with every layer at budget k (DST's costing: build_items with the
+// document's length), without its exchange.
+double part_cost(const LatencyModel& lm, const RecallModel& rm, const DstParams& p, const MicroBatch& mb, int64_t doc_len, int k) {
+  DstParams one = p;
+  one.k0 = k, one.max_change = 0, one.k_min = 0, one.k_max = 1 << 20;
+  const DstItems it = build_items(std::span<const MicroBatch>(&mb, 1), lm, rm, one, std::span<const int64_t>(&doc_len, 1));
+  return item_ms(it, 0, std::vector<int>(size_t(p.n_layers), k));
+}
+
 }  // namespace
+
+ShardParts shard_parts(std::span<const ShardGroup> groups, int ranks, const LatencyModel& lm, int k0, double kv_bytes_per_token,
+                       double* member_ms) {
+  ShardParts out;
+  out.mbs.resize(size_t(ranks)), out.doc_len.resize(size_t(ranks)), out.exchange_ms.resize(size_t(ranks));
+  const ModelShape& sh = lm.shape();
+  const double tc = token_cost(lm);
+  for (const ShardGroup& g : groups) {
+    const double t0 = member_ms ? now_ms() : 0;
+    const auto pieces = split_document(int64_t(g.len), g.ranks, sh.block_size,
+                                       block_costs(int64_t(g.len), sh.block_size, true, k0, sh.local_blocks, tc));
+    if (member_ms) *member_ms += (now_ms() - t0) * g.ranks;
+    const double x = shard_exchange_ms(lm, int64_t(g.len), g.ranks, kv_bytes_per_token);
+    for (int i = 0; i < g.ranks; ++i) {
+      const size_t r = size_t(g.first + i);
+      out.mbs[r].push_back(piece_batch(g.doc, pieces[size_t(i)]));
+      out.doc_len[r].push_back(int64_t(g.len)), out.exchange_ms[r].push_back(x);
+    }
+  }
+  return out;
+}
 
 SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallModel& rm) {
   if (cfg.ranks < 1 || cfg.micro_batches < 1 || cfg.steps < 1)
@@ -60,32 +92,38 @@ SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallMod
       if (tokens + double(len) > target_tokens && !docs.empty()) break;
       docs.push_back({uint64_t(step) << 40 | id, len}), tokens += double(len);
     }
-    double sum_whole = 0, max_whole = 0, whole_k0 = 0, floor_x = 0;  // the bounds of whole documents, and of tokens
+    double sum_whole = 0, max_whole = 0, whole_k0 = 0, floor_x = 0, floor_g = 0;  // the bounds of whole documents, and of tokens
     for (const auto& [id, len] : docs) {
       const double c = lm.segment_cost(int64_t(len), out.k_lo);
       sum_whole += c, max_whole = std::max(max_whole, c), whole_k0 += lm.segment_cost(int64_t(len), cfg.dst.k0);
       if (cfg.shard_long && int64_t(len) > cfg.capacity)  // on ceil(len / capacity) members at least, each exchanging
-        floor_x += double((int64_t(len) + cfg.capacity - 1) / cfg.capacity) * shard_exchange_ms(lm, int64_t(len), cfg.kv_bytes_per_token);
+        if (const int G = int((int64_t(len) + cfg.capacity - 1) / cfg.capacity); G <= R)
+          floor_x += G * shard_exchange_ms(lm, int64_t(len), G, cfg.kv_bytes_per_token),
+              floor_g += (G - 1) * shard_gating_ms(lm, int64_t(len));
     }
     out.token_bound += sum_whole / R / cfg.steps;
     out.token_bound_k0 += whole_k0 / R / cfg.steps;
     out.token_bound_k0_exchange += (whole_k0 + floor_x) / R / cfg.steps;
+    out.token_bound_k0_floor += (whole_k0 + floor_x + floor_g) / R / cfg.steps;
     out.whole_doc_bound += std::max(sum_whole / R, max_whole) / cfg.steps;
     // Sharding: the long documents leave the plan; their groups are placed per batching below.
     std::vector<std::pair<uint64_t, uint64_t>> short_docs = docs;
     double shard_sum_lo = 0, shard_max_lo = 0, shard_sum_k0 = 0, shard_max_k0 = 0;
     if (cfg.shard_long) {
       std::vector<double> ignored;
-      for (const ShardGroup& g : place_long_docs(short_docs, cfg.capacity, R, Batching::Tokens, lm, cfg.dst.k0,
-                                                 cfg.kv_bytes_per_token, cfg.shard_docs, ignored, cfg.shard_part)) {
-        const double lo = lm.segment_cost(int64_t(g.len), out.k_lo) / g.ranks +
-                          shard_exchange_ms(lm, int64_t(g.len), cfg.kv_bytes_per_token);
-        const double at_k0 = lm.segment_cost(int64_t(g.len), cfg.dst.k0) / g.ranks +
-                             shard_exchange_ms(lm, int64_t(g.len), cfg.kv_bytes_per_token);
-        shard_sum_lo += lo * g.ranks, shard_max_lo = std::max(shard_max_lo, lo);
-        shard_sum_k0 += at_k0 * g.ranks, shard_max_k0 = std::max(shard_max_k0, at_k0);
-        out.sharded_per_step += 1.0 / cfg.steps;
-      }
+      const auto groups = place_long_docs(short_docs, cfg.capacity, R, Batching::Tokens, lm, cfg.dst.k0, cfg.kv_bytes_per_token,
+                                          cfg.shard_docs, ignored, cfg.shard_part);
+      const ShardParts sp = shard_parts(groups, R, lm, cfg.dst.k0, cfg.kv_bytes_per_token);
+      for (int r = 0; r < R; ++r)  // each member's part as DST costs it (its rows of the whole document), plus the exchange
+        for (size_t i = 0; i < sp.mbs[size_t(r)].size(); ++i) {
+          const MicroBatch& mb = sp.mbs[size_t(r)][i];
+          const int64_t n = sp.doc_len[size_t(r)][i];
+          const double x = sp.exchange_ms[size_t(r)][i];
+          const double lo = part_cost(lm, rm, cfg.dst, mb, n, out.k_lo) + x, at_k0 = part_cost(lm, rm, cfg.dst, mb, n, cfg.dst.k0) + x;
+          shard_sum_lo += lo, shard_max_lo = std::max(shard_max_lo, lo);
+          shard_sum_k0 += at_k0, shard_max_k0 = std::max(shard_max_k0, at_k0);
+        }
+      out.sharded_per_step += double(groups.size()) / cfg.steps;
     }
     auto segs = make_segments(short_docs, cfg.capacity, cfg.reject_long);
     out.docs_per_step += double(docs.size()) / cfg.steps;
@@ -103,18 +141,20 @@ SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallMod
     for (int bi = 0; bi < 4; ++bi) {
       double t0 = now_ms();
       // The sharded documents' groups, placed in this batching's cost units, are the plan's preload.
-      std::vector<double> preload, shard_t(size_t(R), 0.0);  // shard_t: their true time per rank
+      // The cuts of the groups' documents: each rank cuts its own (the trainer's plan step), planning time too.
+      std::vector<double> preload;
+      std::vector<ShardGroup> groups;
       if (cfg.shard_long) {
         std::vector<std::pair<uint64_t, uint64_t>> rest = docs;
-        for (const ShardGroup& g : place_long_docs(rest, cfg.capacity, R, batchings[bi], lm, cfg.dst.k0,
-                                                   cfg.kv_bytes_per_token, cfg.shard_docs, preload, cfg.shard_part)) {
-          const double ms = lm.segment_cost(int64_t(g.len), cfg.dst.k0) / g.ranks +
-                            shard_exchange_ms(lm, int64_t(g.len), cfg.kv_bytes_per_token);
-          for (int r = g.first; r < g.first + g.ranks; ++r) shard_t[size_t(r)] += ms;
-        }
+        groups = place_long_docs(rest, cfg.capacity, R, batchings[bi], lm, cfg.dst.k0, cfg.kv_bytes_per_token, cfg.shard_docs,
+                                 preload, cfg.shard_part);
       }
       Plan plan = make_plan(segs, R, cfg.micro_batches, cfg.capacity, batchings[bi], lm, cfg.dst.k0, cfg.plan, preload);
-      double plan_ms = now_ms() - t0;
+      double plan_ms = now_ms() - t0, cut_ms = 0;
+      const ShardParts parts = shard_parts(groups, R, lm, cfg.dst.k0, cfg.kv_bytes_per_token, &cut_ms);
+      plan_ms += cut_ms / R;
+      double whole_sharded = 0;  // the sharded documents' whole cost at k0
+      for (const ShardGroup& g : groups) whole_sharded += lm.segment_cost(int64_t(g.len), cfg.dst.k0);
       if (cfg.plan.group_ranks > 0 && cfg.plan.group_ranks < R && batchings[bi] != Batching::Sequential) {
         // Two-level plan: one real rank computes only its group's part (tested equal to the plan's).
         const int me = int((uint64_t(step) * 7919u) % uint64_t(R));
@@ -127,10 +167,21 @@ SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallMod
         p.tuning = tunings[ti];
         // Every modelled rank: its items and summary (what each real rank computes for itself).
         double t1 = now_ms();
+        // A rank's sharded parts follow its planned micro-batches, costed as the trainer costs them.
         std::vector<DstItems> items(static_cast<size_t>(R));
         std::vector<RankSummary> sums(static_cast<size_t>(R));
+        std::vector<MicroBatch> mine;
+        std::vector<int64_t> doc_len;
+        std::vector<double> extra;
         for (int r = 0; r < R; ++r) {
-          items[size_t(r)] = build_items(plan.ranks[size_t(r)], lm, rm, p);
+          const auto& planned = plan.ranks[size_t(r)];
+          mine.assign(planned.begin(), planned.end());
+          mine.insert(mine.end(), parts.mbs[size_t(r)].begin(), parts.mbs[size_t(r)].end());
+          doc_len.assign(planned.size(), 0);
+          doc_len.insert(doc_len.end(), parts.doc_len[size_t(r)].begin(), parts.doc_len[size_t(r)].end());
+          extra.assign(planned.size(), 0.0);
+          extra.insert(extra.end(), parts.exchange_ms[size_t(r)].begin(), parts.exchange_ms[size_t(r)].end());
+          items[size_t(r)] = build_items(mine, lm, rm, p, doc_len, extra);
           sums[size_t(r)] = summarize(items[size_t(r)], p);
         }
         double own_ms = (now_ms() - t1) / R;
@@ -155,12 +206,26 @@ SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallMod
         double tune_ms = (now_ms() - t3) / R;
         // Score: the latency model is the truth (optionally with per-micro-batch noise).
         uint64_t noise_state = splitmix(cfg.seed ^ splitmix(uint64_t(step) * 8 + uint64_t(bi * 2 + ti)));
-        std::vector<double> t = shard_t;  // sharded documents at k0 (DST tunes the planned micro-batches only)
+        std::vector<double> t(size_t(R), 0.0);
         double rec = 0, weight = 0, planned_max = 0, planned_sum = 0;
+        auto& a = acc[size_t(bi * 2 + ti)];
         for (int r = 0; r < R; ++r) {
           const auto& it = items[size_t(r)];
+          const size_t n_planned = plan.ranks[size_t(r)].size();
           for (int m = 0; m < it.n_mb; ++m) {
-            double ms = lm.micro_batch_ms(plan.ranks[size_t(r)][size_t(m)], res[size_t(r)].k[size_t(m)]);
+            const auto& k = res[size_t(r)].k[size_t(m)];
+            double ms = 0;
+            if (size_t(m) < n_planned) {
+              ms = lm.micro_batch_ms(plan.ranks[size_t(r)][size_t(m)], k);
+            } else {  // a sharded part: its rows of the whole document at its budgets, then the exchange
+              const double x = parts.exchange_ms[size_t(r)][size_t(m) - n_planned];
+              ms = item_ms(it, m, k);  // the exchange included
+              a.exchange += x / R / cfg.steps, a.extra += (ms - x) / R / cfg.steps;
+              for (int kl : k) {
+                a.shard_k_lo = a.shard_k_lo ? std::min(a.shard_k_lo, kl) : kl;
+                a.shard_k_hi = std::max(a.shard_k_hi, kl);
+              }
+            }
             if (cfg.noise > 0) {
               noise_state = splitmix(noise_state);
               ms *= 1 + cfg.noise * (2 * (double(noise_state >> 11) * 0x1.0p-53) - 1);
@@ -172,7 +237,7 @@ SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallMod
         }
         double mk = *std::max_element(t.begin(), t.end()), sum = 0;
         for (double x : t) sum += x;
-        auto& a = acc[size_t(bi * 2 + ti)];
+        a.mean += sum / R / cfg.steps, a.extra -= whole_sharded / R / cfg.steps;
         a.makespan += mk, a.imbalance += mk / (sum / R), a.bubble += (R * mk - sum) / (R * mk);
         a.rec += rec, a.weight += weight;
         a.plan_ms += plan_ms + own_ms + target_ms + tune_ms, a.make_plan_ms += plan_ms;
@@ -189,6 +254,8 @@ SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallMod
       pr.makespan = a.makespan / S, pr.imbalance = a.imbalance / S, pr.bubble = a.bubble / S;
       pr.recall = a.weight > 0 ? a.rec / a.weight : 1.0;
       pr.plan_ms = a.plan_ms / S, pr.make_plan_ms = a.make_plan_ms / S, pr.gap_lb = a.gap / S, pr.planned_imbalance = a.planned / S;
+      pr.shard_k_lo = a.shard_k_lo, pr.shard_k_hi = a.shard_k_hi;
+      pr.mean_ms = a.mean, pr.exchange_ms = a.exchange, pr.split_extra_ms = a.extra;
       out.policies.push_back(pr);
     }
   for (auto& pr : out.policies) pr.speedup = out.policies[0].makespan / pr.makespan;

@@ -4,6 +4,7 @@
 // result with the latency model as ground truth.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "src/balance/latency_model.hpp"
 #include "src/balance/length_presets.hpp"
 #include "src/balance/plan.hpp"
+#include "src/balance/shard_split.hpp"
 
 namespace sb {
 
@@ -38,6 +40,11 @@ struct PolicyResult {
   double make_plan_ms = 0;    // of which make_plan
   double gap_lb = 0;          // makespan / lower bound
   double planned_imbalance = 0;
+  int shard_k_lo = 0, shard_k_hi = 0;  // lowest and highest budget of any sharded part (0: none sharded)
+  // Where the time goes (per rank, mean over steps): the mean rank time; of it the sharded parts'
+  // exchange; and their cost beyond their documents' whole cost at k0 (each member gates the whole
+  // document; the cut's rounding to blocks): makespan = mean x imbalance.
+  double mean_ms = 0, exchange_ms = 0, split_extra_ms = 0;
 };
 
 struct SimResult {
@@ -49,12 +56,28 @@ struct SimResult {
   double token_bound_k0 = 0;  // the token-level bound at k0: what fixed budgets (and DST's mean target) can reach
   double token_bound_k0_exchange = 0;  // plus the unavoidable exchange (shard_long: each document over capacity
                                        // on ceil(len / capacity) members, each paying shard_exchange_ms), / ranks
+  double token_bound_k0_floor = 0;     // plus, for those members, the whole document's gating each runs (the
+                                       // G - 1 copies beyond one): what sharded plans of this implementation cannot beat
   double sharded_per_step = 0;  // documents sharded per step (shard_long)
   double lower_bound_k0 = 0;  // the same at k0 (floor for fixed budgets)
   int k_lo = 0;               // lowest allowed budget max(k_min, floor(k0 (1 - max_change)))
   double attention_share = 0; // attention / total of one micro-batch of one max_len document at k0
   double docs_per_step = 0, segments_per_step = 0, tokens_per_step = 0;
 };
+
+// The members' parts of sharded groups, cut as the trainer cuts them (split_document over
+// block_costs at k0, sparse, with the latency model's token_cost; piece_batch): rank r's parts in
+// group order, each with its document's length (build_items' doc_len: DST costs a part as its rows
+// of the whole document, as in train) and its exchange (shard_exchange_ms, in DST's prediction too).
+struct ShardParts {
+  std::vector<std::vector<MicroBatch>> mbs;      // [rank][part]
+  std::vector<std::vector<int64_t>> doc_len;     // [rank][part]
+  std::vector<std::vector<double>> exchange_ms;  // [rank][part]
+};
+// `member_ms` (optional) gets the CPU time of the cuts summed over the members: a real rank cuts only
+// its own groups' documents, so that / ranks is what one rank pays on average.
+ShardParts shard_parts(std::span<const ShardGroup> groups, int ranks, const LatencyModel& lm, int k0, double kv_bytes_per_token,
+                       double* member_ms = nullptr);
 
 SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallModel& rm);
 

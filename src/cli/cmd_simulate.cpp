@@ -51,7 +51,15 @@ int run_simulate(const Args& args) {
       std::printf("two-level plan: groups of %d ranks (sequential stays one-level); plan_ms counts one rank's group plan\n", sc.plan.group_ranks);
     std::printf("per step: %.0f documents, %.0f segments, %.3g tokens", res.docs_per_step, res.segments_per_step, res.tokens_per_step);
     if (sc.shard_long) std::printf(", %.1f documents sharded", res.sharded_per_step);
-    std::printf("\n\n");
+    std::printf("\n");
+    if (sc.shard_long && res.sharded_per_step > 0) {  // DST tunes the parts per member, as in train
+      const PolicyResult& d = res.policies.back();  // sparse+dst
+      std::printf("sharded parts' budgets under %s: k in [%d, %d]\n", d.name.c_str(), d.shard_k_lo, d.shard_k_hi);
+      const PolicyResult& f = res.policies[res.policies.size() - 2];  // sparse+fixed
+      std::printf("%s per rank: mean %.1f ms, of it exchange %.1f ms and parts beyond their documents' cost %.1f ms\n",
+                  f.name.c_str(), f.mean_ms, f.exchange_ms, f.split_extra_ms);
+    }
+    std::printf("\n");
     std::printf("%-22s %12s %9s %7s %8s %8s %8s %10s\n", "policy", "makespan_ms", "imbal", "bubble", "recall", "speedup", "vs_LB", "plan_ms");
     for (const auto& p : res.policies)
       std::printf("%-22s %12.1f %9.4f %7.4f %8.5f %8.3f %8.4f %10.3f\n", p.name.c_str(), p.makespan, p.imbalance, p.bubble,
@@ -63,16 +71,22 @@ int run_simulate(const Args& args) {
                 "beats it)\n", res.token_bound, res.whole_doc_bound);
     std::printf("token-level bound at k0 %.1f ms (fixed budgets), with the unavoidable exchange %.1f ms (documents over capacity "
                 "on their fewest members)\n", res.token_bound_k0, res.token_bound_k0_exchange);
+    if (sc.shard_long)
+      std::printf("and with those members' copies of the whole document's gating %.1f ms (what sharded plans can reach)\n",
+                  res.token_bound_k0_floor);
   }
   if (args.has("summary") && comm.root()) {
     nlohmann::json j;
     for (const auto& p : res.policies)
       j["policies"][p.name] = {{"makespan", p.makespan}, {"imbalance", p.imbalance}, {"bubble", p.bubble},
                                {"recall", p.recall}, {"speedup", p.speedup}, {"plan_ms", p.plan_ms},
-                               {"make_plan_ms", p.make_plan_ms}, {"vs_lower_bound", p.gap_lb}};
+                               {"make_plan_ms", p.make_plan_ms}, {"vs_lower_bound", p.gap_lb},
+                               {"shard_k_lo", p.shard_k_lo}, {"shard_k_hi", p.shard_k_hi},
+                               {"mean_ms", p.mean_ms}, {"shard_exchange_ms", p.exchange_ms}, {"shard_split_extra_ms", p.split_extra_ms}};
     j["lower_bound"] = res.lower_bound, j["lower_bound_k0"] = res.lower_bound_k0, j["k_lo"] = res.k_lo;
     j["token_bound"] = res.token_bound, j["whole_doc_bound"] = res.whole_doc_bound;
     j["token_bound_k0"] = res.token_bound_k0, j["token_bound_k0_exchange"] = res.token_bound_k0_exchange;
+    j["token_bound_k0_floor"] = res.token_bound_k0_floor;
     j["sharded_per_step"] = res.sharded_per_step;
     j["ranks"] = sc.ranks, j["micro_batches"] = sc.micro_batches, j["preset"] = preset_name(sc.preset), j["steps"] = sc.steps;
     j["seed"] = sc.seed, j["target"] = target_name(sc.dst.target), j["attention_share"] = res.attention_share;

@@ -9,51 +9,10 @@
 
 namespace sb {
 
-std::vector<double> block_costs(int64_t len, int block_size, bool sparse, int k, int local_blocks,
-                                double token_cost) {
-  const int64_t nb = (len + block_size - 1) / block_size;
-  std::vector<double> c(static_cast<size_t>(nb));
-  for (int64_t i = 0; i < nb; ++i) {
-    const double tokens = double(std::min<int64_t>(block_size, len - i * block_size));
-    const double kept = sparse ? double(std::min<int64_t>(i + 1, int64_t(k) + local_blocks + 2)) : double(i + 1);
-    c[size_t(i)] = token_cost * tokens + kept;
-  }
-  return c;
-}
-
 double token_cost(const ModelDims& d, int block_size) {
   const double C = d.d_model, HD = double(d.n_heads) * d.head_dim, KD = double(d.n_kv_heads) * d.head_dim;
   const double linear = 2 * (C * HD + 2 * C * KD + HD * C + 3 * C * d.ffn_dim);  // per token and layer
   return linear / (4.0 * block_size * block_size * HD);                           // QK^T and PV of one block pair
-}
-
-std::vector<std::vector<Piece>> split_document(int64_t len, int G, int block_size, std::span<const double> costs) {
-  const int64_t nb = (len + block_size - 1) / block_size;
-  if (G < 1 || int64_t(costs.size()) != nb)
-    throw Error("split_document: " + std::to_string(costs.size()) + " block costs for a document of " +
-                std::to_string(nb) + " blocks over " + std::to_string(G) + " ranks");
-  std::vector<double> prefix(size_t(nb) + 1, 0.0);  // prefix[j]: work of blocks [0, j)
-  std::partial_sum(costs.begin(), costs.end(), prefix.begin() + 1);
-  const int chunks = 2 * G;
-  std::vector<int64_t> cut(size_t(chunks) + 1, nb);  // chunk c is blocks [cut[c], cut[c+1])
-  cut[0] = 0;
-  for (int c = 1; c < chunks; ++c) {  // the block boundary nearest to c/chunks of the work
-    const double goal = prefix.back() * c / chunks;
-    int64_t j = std::lower_bound(prefix.begin(), prefix.end(), goal) - prefix.begin();
-    if (j > 0 && goal - prefix[size_t(j - 1)] <= prefix[size_t(j)] - goal) j -= 1;
-    cut[size_t(c)] = std::max(cut[size_t(c - 1)], std::min(j, nb));
-  }
-  auto tokens = [&](int c) {
-    return Piece{int32_t(cut[size_t(c)] * block_size), int32_t(std::min<int64_t>(cut[size_t(c) + 1] * block_size, len))};
-  };
-  std::vector<std::vector<Piece>> out(static_cast<size_t>(G));
-  for (int r = 0; r < G; ++r) {
-    Piece a = tokens(r), b = tokens(chunks - 1 - r);
-    if (a.second == b.first) a.second = b.second, b = {b.second, b.second};  // the middle member: one piece
-    for (Piece p : {a, b})
-      if (p.second > p.first) out[size_t(r)].push_back(p);
-  }
-  return out;
 }
 
 std::optional<DocShard> ShardGroups::add(int first, int32_t doc_len, std::vector<std::vector<Piece>> pieces) {
@@ -86,19 +45,19 @@ struct Timed {
 };
 
 // A needed range cut at the owners' pieces: tokens [b, e) that member `owner` holds.
-struct Segment {
+struct OwnedRange {
   int owner;
   int32_t b, e;
 };
 
 // Member m's needs, cut at the owners' pieces, in need (document) order.
-std::vector<Segment> segments(const std::vector<std::vector<Piece>>& pieces, const std::vector<Piece>& need) {
-  std::vector<Segment> out;
+std::vector<OwnedRange> segments(const std::vector<std::vector<Piece>>& pieces, const std::vector<Piece>& need) {
+  std::vector<OwnedRange> out;
   for (auto [nb, ne] : need)
     for (int o = 0; o < int(pieces.size()); ++o)
       for (auto [pb, pe] : pieces[size_t(o)])
         if (std::max(nb, pb) < std::min(ne, pe)) out.push_back({o, std::max(nb, pb), std::min(ne, pe)});
-  std::sort(out.begin(), out.end(), [](const Segment& x, const Segment& y) { return x.b < y.b; });
+  std::sort(out.begin(), out.end(), [](const OwnedRange& x, const OwnedRange& y) { return x.b < y.b; });
   return out;
 }
 
@@ -197,14 +156,14 @@ void ShardGroups::fetch(const DocShard& sh, const ShardNeeds& nd, std::span<cons
   std::vector<int> sc(size_t(G), 0), rc(size_t(G), 0);
   std::vector<T> send;  // for each member, the rows of its segments this rank owns, in its need order
   for (int m = 0; m < G; ++m)
-    for (const Segment& g : segments(e.pieces, nd.need[size_t(m)]))
+    for (const OwnedRange& g : segments(e.pieces, nd.need[size_t(m)]))
       if (g.owner == me) {
         const size_t r = local_row(e.pieces[size_t(me)], g.b);
         send.insert(send.end(), mine.begin() + r * width, mine.begin() + (r + size_t(g.e - g.b)) * width);
         sc[size_t(m)] += (g.e - g.b) * width;
       }
-  const std::vector<Segment> my = segments(e.pieces, nd.need[size_t(me)]);
-  for (const Segment& g : my) rc[size_t(g.owner)] += (g.e - g.b) * width;
+  const std::vector<OwnedRange> my = segments(e.pieces, nd.need[size_t(me)]);
+  for (const OwnedRange& g : my) rc[size_t(g.owner)] += (g.e - g.b) * width;
   std::vector<T> recv(got.size());
   {
     Timed tm{traffic_, double(recv.size() * sizeof(T))};
@@ -213,7 +172,7 @@ void ShardGroups::fetch(const DocShard& sh, const ShardNeeds& nd, std::span<cons
   std::vector<size_t> cursor(size_t(G) + 1, 0);  // owner o's next value in recv
   for (int o = 0; o < G; ++o) cursor[size_t(o) + 1] = cursor[size_t(o)] + size_t(rc[size_t(o)]);
   size_t at = 0;
-  for (const Segment& g : my) {
+  for (const OwnedRange& g : my) {
     const size_t n = size_t(g.e - g.b) * width;
     std::copy_n(recv.begin() + cursor[size_t(g.owner)], n, got.begin() + at);
     cursor[size_t(g.owner)] += n, at += n;
@@ -225,7 +184,7 @@ void ShardGroups::give_back(const DocShard& sh, const ShardNeeds& nd, std::span<
                             int width) const {
   const Entry& e = *groups_.at(size_t(sh.group));
   const int me = e.comm.rank(), G = e.comm.size();
-  const std::vector<Segment> my = segments(e.pieces, nd.need[size_t(me)]);  // what this rank fetched
+  const std::vector<OwnedRange> my = segments(e.pieces, nd.need[size_t(me)]);  // what this rank fetched
   std::vector<int> sc(size_t(G), 0), rc(size_t(G), 0);
   std::vector<size_t> got_at(my.size() + 1, 0);  // segment i's rows in got
   for (size_t i = 0; i < my.size(); ++i) got_at[i + 1] = got_at[i] + size_t(my[i].e - my[i].b) * width;
@@ -236,9 +195,9 @@ void ShardGroups::give_back(const DocShard& sh, const ShardNeeds& nd, std::span<
         send.insert(send.end(), got.begin() + got_at[i], got.begin() + got_at[i + 1]);
         sc[size_t(o)] += int(got_at[i + 1] - got_at[i]);
       }
-  std::vector<std::vector<Segment>> theirs(static_cast<size_t>(G));
+  std::vector<std::vector<OwnedRange>> theirs(static_cast<size_t>(G));
   for (int m = 0; m < G; ++m)
-    for (const Segment& g : segments(e.pieces, nd.need[size_t(m)]))
+    for (const OwnedRange& g : segments(e.pieces, nd.need[size_t(m)]))
       if (g.owner == me) theirs[size_t(m)].push_back(g), rc[size_t(m)] += (g.e - g.b) * width;
   std::vector<T> recv(size_t(std::accumulate(rc.begin(), rc.end(), 0)));
   {
@@ -247,7 +206,7 @@ void ShardGroups::give_back(const DocShard& sh, const ShardNeeds& nd, std::span<
   }
   size_t at = 0;  // members in order: a fixed order of the sums
   for (int m = 0; m < G; ++m)
-    for (const Segment& g : theirs[size_t(m)]) {
+    for (const OwnedRange& g : theirs[size_t(m)]) {
       const size_t r = local_row(e.pieces[size_t(me)], g.b), n = size_t(g.e - g.b) * width;
       for (size_t i = 0; i < n; ++i) mine[r * width + i] += recv[at + i];
       at += n;

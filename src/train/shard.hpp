@@ -11,29 +11,17 @@
 #include <utility>
 #include <vector>
 
+#include "src/balance/shard_split.hpp"
 #include "src/comm/comm.hpp"
 #include "src/model/model.hpp"
 
 namespace sb {
 
-using Piece = std::pair<int32_t, int32_t>;  // [begin, end) tokens of the document
-
-// The predicted work of each query block of a document of `len` tokens: `token_cost` per token
-// (the linear layers) plus one unit per kept key block (attention). Dense attention keeps i + 1
-// blocks in block row i; sparse attention at budget k keeps at most the anchors (sink, w local,
-// diagonal) and k more, so its rows stop growing at k + w + 2.
-std::vector<double> block_costs(int64_t len, int block_size, bool sparse, int k, int local_blocks,
-                                double token_cost);
+// Piece, block_costs, split_document, piece_batch: src/balance/shard_split.hpp (shared with `simulate`).
 
 // The linear layers' flops per token in units of one kept key block of one query block (all heads):
 // block_costs's token_cost for this model.
 double token_cost(const ModelDims& d, int block_size);
-
-// The pieces of each of G members: the document's blocks cut into 2G contiguous chunks of equal
-// predicted work (`costs`, one per block), member r taking chunks r and 2G-1-r (adjacent chunks of
-// one member merge). With equal costs this is Megatron's zigzag; with sparse costs the early
-// chunks, whose rows keep fewer blocks, grow longer. Every piece is block-aligned.
-std::vector<std::vector<Piece>> split_document(int64_t len, int G, int block_size, std::span<const double> costs);
 
 // The groups of this rank's sharded documents and the MPI exchange of their rows. One instance
 // lives as long as the DocShards that name its groups.
@@ -43,7 +31,7 @@ class ShardGroups {
   ShardGroups(const ShardGroups&) = delete;
   ShardGroups& operator=(const ShardGroups&) = delete;
   // Collective over every rank of the world: a group of the world ranks [first, first + pieces.size())
-  // computing one document; member r holds pieces[r]. Returns this rank's DocShard (group set,
+  // computing one document; member r holds pieces[r] (a rank outside the group may pass G empty lists). Returns this rank's DocShard (group set,
   // pieces its own, perhaps none), nothing when this rank is not a member.
   std::optional<DocShard> add(int first, int32_t doc_len, std::vector<std::vector<Piece>> pieces);
   void clear() { groups_.clear(); }

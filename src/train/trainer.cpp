@@ -42,6 +42,7 @@ struct Trainer::StepState {
   std::vector<MicroBatch> mine;    // this rank's micro-batches: the plan's, then its sharded documents'
   std::vector<DocShard> shards;    // mine[planned + i] is this rank's part of shards[i] (data.long_docs = "shard")
   size_t planned = 0;
+  std::vector<double> exchange_ms;  // [micro-batch] a part's K/V exchange (DST's prediction), 0 for planned ones
   std::vector<double> summary;     // predict: this rank's packed RankSummary
   TuneResult tuned;                // tune: per micro-batch budgets, consumed by compute
   double plan_ms = 0;              // plan to tune
@@ -197,19 +198,20 @@ void Trainer::plan(StepState& st) {
     st.mine = std::move(p.ranks[size_t(me)]);
   }
   st.planned = st.mine.size();
+  st.exchange_ms.assign(st.planned, 0.0);
   shard_groups_.clear();
   std::vector<Segment> whole;  // the sharded documents, for the target count
   const AttentionSettings& at = set_.attention;
   for (const ShardGroup& d : sharded) {  // every rank in the same order: the groups are made collectively
     whole.push_back({d.doc, 0, d.len});
-    const auto costs = block_costs(int64_t(d.len), at.block_size, at.sparse, at.k, at.local_blocks,
-                                   token_cost(dims_, at.block_size));
-    std::optional<DocShard> sh =
-        shard_groups_.add(d.first, int32_t(d.len), split_document(int64_t(d.len), d.ranks, at.block_size, costs));
+    std::vector<std::vector<Piece>> pieces(size_t(d.ranks));  // a rank outside the group needs only its size
+    if (me >= d.first && me < d.first + d.ranks)
+      pieces = split_document(int64_t(d.len), d.ranks, at.block_size,
+                              block_costs(int64_t(d.len), at.block_size, at.sparse, at.k, at.local_blocks, token_cost(dims_, at.block_size)));
+    std::optional<DocShard> sh = shard_groups_.add(d.first, int32_t(d.len), std::move(pieces));
     if (!sh) continue;
-    MicroBatch mb;
-    for (auto [b, e] : sh->pieces) mb.segs.push_back({d.doc, uint64_t(b), uint64_t(e - b)}), mb.tokens += e - b;
-    st.mine.push_back(std::move(mb));
+    st.mine.push_back(piece_batch(d.doc, sh->pieces));
+    st.exchange_ms.push_back(shard_exchange_ms(lm_, int64_t(d.len), d.ranks, kv_bytes));
     st.shards.push_back(std::move(*sh));
   }
   st.targets = count_targets(ds_, st.segs) + count_targets(ds_, whole);
@@ -224,7 +226,7 @@ void Trainer::predict(StepState& st) {
   // A sharded part is costed as its rows of the whole document (their kept blocks), not as a sequence.
   std::vector<int64_t> doc_len(st.mine.size(), 0);
   for (size_t i = 0; i < st.shards.size(); ++i) doc_len[st.planned + i] = st.shards[i].doc_len;
-  dst_work_.in.mine = build_items(st.mine, lm_, rm_, p, doc_len);
+  dst_work_.in.mine = build_items(st.mine, lm_, rm_, p, doc_len, st.exchange_ms);
   st.summary = pack(summarize(dst_work_.in.mine, p), p);
 }
 

@@ -1,0 +1,130 @@
+// Sharded documents in `simulate` (issue 21): a modelled member holds the rows the trainer would
+// give it (split_document, piece_batch) and DST costs and tunes them as the trainer does
+// (build_items with the document's length).
+#include <gtest/gtest.h>
+
+#include "src/balance/simulate.hpp"
+
+using namespace sb;
+
+namespace {
+
+constexpr int kLayers = 2, kBs = 64, kK0 = 8;
+
+DstParams params() {
+  DstParams p;
+  p.k0 = kK0, p.max_change = 0.5, p.n_layers = kLayers;
+  return p;
+}
+
+}  // namespace
+
+// Each member's part is its pieces of the trainer's split, and simulate's predicted cost of it is
+// the trainer's: its own rows' linear work and kept blocks of the whole document, plus the whole
+// document's gating (every member gates it), at every budget, whatever else the rank holds.
+TEST(SimulateShard, PartsAreTheTrainersRowsAndCosts) {
+  const LatencyModel lm{ModelShape{kLayers, kBs, 1}};
+  const RecallModel rm{ModelShape{kLayers, kBs, 1}};
+  const DstParams p = params();
+  const int64_t len = 96 * kBs + 10;  // a ragged last block
+  const std::vector<ShardGroup> groups{{5, uint64_t(len), 1, 3}};
+  const ShardParts sp = shard_parts(groups, 4, lm, kK0, 2048);
+  ASSERT_EQ(sp.mbs.size(), 4u);
+  EXPECT_TRUE(sp.mbs[0].empty());
+  const auto pieces = split_document(len, 3, kBs, block_costs(len, kBs, true, kK0, 1, token_cost(lm)));
+  const MicroBatch other{{{9, 0, 1000}}, 1000};  // a planned micro-batch before the part
+  const double gating = kLayers * lm.part_ms(Part::Gating, double(len), LatencyModel::causal_blocks(len, kBs));
+  int64_t tokens = 0;
+  for (int m = 0; m < 3; ++m) {
+    const size_t r = size_t(1 + m);
+    ASSERT_EQ(sp.mbs[r].size(), 1u);
+    const MicroBatch& part = sp.mbs[r][0];
+    const MicroBatch want = piece_batch(5, pieces[size_t(m)]);
+    ASSERT_EQ(part.segs.size(), want.segs.size());
+    for (size_t i = 0; i < part.segs.size(); ++i) {
+      EXPECT_EQ(part.segs[i].doc, 5u);
+      EXPECT_EQ(part.segs[i].begin, want.segs[i].begin);
+      EXPECT_EQ(part.segs[i].len, want.segs[i].len);
+    }
+    EXPECT_EQ(sp.doc_len[r][0], len);
+    EXPECT_DOUBLE_EQ(sp.exchange_ms[r][0], shard_exchange_ms(lm, len, 3, 2048));
+    tokens += part.tokens;
+    // As the trainer's predict(): the rank's micro-batches, then its part with the document's length.
+    const std::vector<MicroBatch> mine{other, part};
+    const std::vector<int64_t> doc_len{0, len};
+    const DstItems it = build_items(mine, lm, rm, p, doc_len);
+    for (int j = 0; j < it.n_steps; ++j) {
+      const int k = it.ks[size_t(j)];
+      double kept = 0;
+      for (const Segment& s : part.segs)
+        kept += lm.kept_blocks(int64_t(s.begin + s.len), k) - (s.begin ? lm.kept_blocks(int64_t(s.begin), k) : 0.0);
+      const double want_ms = lm.part_ms(Part::Linear, double(part.tokens)) + gating +
+                             kLayers * lm.part_ms(Part::Attention, double(part.tokens), kept * kBs * kBs);
+      EXPECT_NEAR(item_ms(it, 1, std::vector<int>(kLayers, k)), want_ms, 1e-9 * want_ms) << "member " << m << " k " << k;
+    }
+  }
+  EXPECT_EQ(tokens, len);
+}
+
+// simulate with tuning = dst moves the sharded parts' budgets off k0 (within max_change); with
+// fixed they stay at k0.
+TEST(SimulateShard, DstTunesTheShardedParts) {
+  SimConfig c;
+  c.ranks = 8, c.micro_batches = 1, c.steps = 1, c.capacity = 4096, c.max_len = 16384;
+  c.shard_long = true, c.shard_docs = true, c.shard_part = 0.3;
+  c.dst = params();
+  const LatencyModel lm{ModelShape{kLayers, kBs, 1}};
+  const RecallModel rm{ModelShape{kLayers, kBs, 1}};
+  const SimResult r = simulate(c, lm, rm);
+  ASSERT_GT(r.sharded_per_step, 0);
+  for (const PolicyResult& pr : r.policies) {
+    if (pr.name == "sparse+fixed") {
+      EXPECT_EQ(pr.shard_k_lo, kK0);
+      EXPECT_EQ(pr.shard_k_hi, kK0);
+    }
+    if (pr.name == "sparse+dst") {
+      EXPECT_TRUE(pr.shard_k_lo < kK0 || pr.shard_k_hi > kK0) << pr.shard_k_lo << " " << pr.shard_k_hi;
+      EXPECT_GE(pr.shard_k_lo, 4);
+      EXPECT_LE(pr.shard_k_hi, 12);
+    }
+  }
+}
+
+// A member's exchange moves the (G - 1) / G of the document it does not hold; a member's cost in the
+// plan is its share of the document plus the whole document's gating and the exchange.
+TEST(SimulateShard, ExchangeAndGatingOfAMember) {
+  const LatencyModel lm{ModelShape{kLayers, kBs, 1}};
+  const int64_t len = 1 << 16;
+  const double full = kLayers * 3.0 * lm.allreduce_ms(double(len) * 1024);
+  EXPECT_EQ(shard_exchange_ms(lm, len, 1, 1024), 0.0);
+  EXPECT_DOUBLE_EQ(shard_exchange_ms(lm, len, 2, 1024), kLayers * 3.0 * lm.allreduce_ms(double(len) * 512));
+  EXPECT_LT(shard_exchange_ms(lm, len, 8, 1024), full);
+  const double W = lm.segment_cost(len, kK0), gate = shard_gating_ms(lm, len);
+  EXPECT_GT(gate, 0.0);
+  for (int G : {2, 5})
+    EXPECT_NEAR(shard_cost(Batching::Sparse, lm, len, G, kK0, 1024), (W - gate) / G + gate + shard_exchange_ms(lm, len, G, 1024), 1e-9 * W);
+  EXPECT_DOUBLE_EQ(shard_cost(Batching::Tokens, lm, len, 4, kK0, 1024), double(len) / 4);
+}
+
+// A group is sized on the step's mean load with its gating copies and exchange, not on the plain
+// fair share of whole costs: a 256K document whose 5-member part is just above the fair share but
+// within that mean gets 5 members, not 6 (one copy of its gating and of the exchange fewer).
+TEST(SimulateShard, GroupsAreSizedOnTheMeanLoadWithTheirOverheads) {
+  LatencyModel lm{ModelShape{32, 128, 1}};  // simulate's analytic model
+  lm.set_coeffs(Part::Linear, {2, 80e-3, 0});
+  lm.set_coeffs(Part::Attention, {0, 0, 560e-9});
+  lm.set_coeffs(Part::Gating, {0, 0, 10e-6});
+  const int64_t len = 262144, cap = 65536;
+  const int R = 8;
+  std::vector<std::pair<uint64_t, uint64_t>> docs{{0, uint64_t(len)}};
+  double total = lm.segment_cost(len, 32);
+  for (uint64_t i = 1; total < 72000; ++i) docs.push_back({i, 4096}), total += lm.segment_cost(4096, 32);
+  const double fair = total / R;
+  ASSERT_GT(shard_cost(Batching::Sparse, lm, len, 5, 32, 2048), fair);  // the plain share asks for 6
+  ASSERT_LT(shard_cost(Batching::Sparse, lm, len, 6, 32, 2048), fair);
+  std::vector<double> load;
+  const auto groups = place_long_docs(docs, cap, R, Batching::Sparse, lm, 32, 2048, false, load);
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].ranks, 5);
+  EXPECT_DOUBLE_EQ(load[size_t(groups[0].first)], shard_cost(Batching::Sparse, lm, len, 5, 32, 2048));
+}
