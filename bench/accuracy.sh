@@ -42,7 +42,8 @@
 # says `accuracy: done` or `accuracy: continue`.
 # Env: ACC_SCALE (tiny|gpu), SB (the binary), ACC_RUNS (runs/accuracy_$ACC_SCALE), OUT (copies of the
 # CSV, JSON, plot and logs; default $ACC_RUNS/out), ACC_STEPS ("pre short long" step counts),
-# ACC_EVAL_DOCS (eval.docs of the config), ACC_NP (ranks, default 1), ACC_UNTIL (stop after that stage).
+# ACC_EVAL_DOCS (eval.docs of the config), ACC_NP (ranks, default 1), ACC_UNTIL (stop after that stage),
+# ACC_INIT (a checkpoint or HF directory the first stage starts from, instead of random weights).
 # Writes: $ACC_RUNS/eval/<stage>_<step>.json (eval summaries), accuracy.csv (bench/accuracy_collect.py),
 # accuracy_summary.json, accuracy.png (jobs/plots/plot_accuracy.py).
 set -uo pipefail
@@ -125,6 +126,7 @@ for st in "${STAGES[@]}"; do
   if [ -z "$(final_ckpt "$st")" ]; then
     if [ "$(left)" -lt "$MIN_STAGE_S" ]; then status=continue; break; fi
     init=(); [ -n "$prev" ] && init=(--init-from "$(final_ckpt "$prev")")
+    [ -z "$prev" ] && [ -n "${ACC_INIT:-}" ] && init=(--init-from "$ACC_INIT")  # the first stage from a given model
     log "stage $st: ${!steps} steps, lr ${!lr}, batch ${!gb} tokens ($(left) s left in this call)"
     # SIGUSR1 before the deadline (less a margin for the checkpoint and the evaluation): the trainer
     # finishes its step, writes a checkpoint and exits 0; the next call resumes from it.

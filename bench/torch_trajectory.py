@@ -53,13 +53,15 @@ def read_optim(path):
     t = {"lr": 3e-3, "min_lr_ratio": 0.1, "warmup_steps": 4, "steps": 40, "weight_decay": 0.1, "beta1": 0.9,
          "beta2": 0.95, "adam_eps": 1e-8, "grad_clip": 1.0}  # the schema's defaults (src/config/KEYS.md)
     t.update({k: v for k, v in cfg.get("train", {}).items() if k in t})
+    decay = cfg.get("train", {}).get("decay_steps", 0)
+    t["decay_steps"] = decay if decay > 0 else t["steps"]  # the cosine's horizon (train.decay_steps)
     return t
 
 
 def lr_at(o, step):  # src/train/update.cpp lr_at
     if o["warmup_steps"] > 0 and step <= o["warmup_steps"]:
         return o["lr"] * step / o["warmup_steps"]
-    decay = o["steps"] - o["warmup_steps"]
+    decay = o["decay_steps"] - o["warmup_steps"]
     if decay <= 0:
         return o["lr"]
     t = min(1.0, (step - o["warmup_steps"]) / decay)

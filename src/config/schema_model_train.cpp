@@ -27,6 +27,7 @@ std::vector<KeySpec> schema_model_train() {
       {"train.lr", T::Float, "3e-3", 1e-12, 10, {}, "peak learning rate"},
       {"train.min_lr_ratio", T::Float, "0.1", 0, 1, {}, "cosine schedule floor as a fraction of lr"},
       {"train.warmup_steps", T::Int, "4", 0, BIG, {}, "linear warmup steps"},
+      {"train.decay_steps", T::Int, "0", 0, BIG, {}, "step at which the cosine reaches lr * min_lr_ratio, held after it (0 = train.steps): a short run follows the first steps of a longer run's schedule"},
       {"train.weight_decay", T::Float, "0.1", 0, 10, {}, "AdamW decoupled weight decay (not on norms)"},
       {"train.beta1", T::Float, "0.9", 0, 0.999999, {}, "AdamW beta1"},
       {"train.beta2", T::Float, "0.95", 0, 0.999999, {}, "AdamW beta2"},

@@ -48,7 +48,8 @@ ModelDims model_dims(const Config& cfg, int64_t data_vocab) {
 OptimSettings optim_settings(const Config& cfg) {
   return {cfg.f("train.lr"),    cfg.f("train.min_lr_ratio"), cfg.f("train.weight_decay"),
           cfg.f("train.beta1"), cfg.f("train.beta2"),        cfg.f("train.adam_eps"),
-          cfg.f("train.grad_clip"), cfg.i("train.warmup_steps"), cfg.i("train.steps")};
+          cfg.f("train.grad_clip"), cfg.i("train.warmup_steps"),
+          cfg.i("train.decay_steps") > 0 ? cfg.i("train.decay_steps") : cfg.i("train.steps")};
 }
 
 // [balance] keys shared by `train` and `simulate` (k0 and n_layers are the caller's).

@@ -18,7 +18,8 @@ struct OptimSettings {
   int64_t warmup_steps, total_steps;
 };
 
-// Linear warmup to lr over warmup_steps, then cosine decay to lr * min_lr_ratio at total_steps.
+// Linear warmup to lr over warmup_steps, then cosine decay to lr * min_lr_ratio at total_steps
+// (train.decay_steps, else train.steps), held at that floor after it.
 // `step` counts from 1.
 double lr_at(const OptimSettings& o, int64_t step);
 

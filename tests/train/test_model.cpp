@@ -6,6 +6,8 @@
 #include <random>
 
 #include "src/model/model.hpp"
+#include "src/config/config.hpp"
+#include "src/train/settings.hpp"
 #include "src/train/update.hpp"
 
 using namespace sb;
@@ -275,4 +277,25 @@ TEST(Update, ScheduleWarmupCosineAndClip) {
   EXPECT_NEAR(lr_at(o, 14), 0.1, 1e-12);
   std::vector<float> g = {3, 4};
   EXPECT_DOUBLE_EQ(global_norm(g), 5.0);
+}
+
+// train.decay_steps: a 6-step run follows the first 6 steps of the 30-step schedule exactly (the
+// GPU benchmarks' configs rely on it: a cosine over 6 steps spiked at step 6, bench/RESULTS.md), and
+// a run longer than its decay horizon holds the floor.
+TEST(Update, DecayStepsSetTheCosineHorizon) {
+  auto optim = [](const std::string& steps, const std::string& decay) {
+    sb::Config c;
+    c.set("train.lr", "3e-4", "test");
+    c.set("train.warmup_steps", "2", "test");
+    c.set("train.steps", steps, "test");
+    c.set("train.decay_steps", decay, "test");
+    return sb::optim_settings(c);
+  };
+  const auto long_run = optim("30", "0"), short_run = optim("6", "30"), plain_short = optim("6", "0");
+  EXPECT_EQ(long_run.total_steps, 30);
+  for (int s = 1; s <= 6; ++s) EXPECT_DOUBLE_EQ(lr_at(short_run, s), lr_at(long_run, s)) << "step " << s;
+  EXPECT_LT(lr_at(plain_short, 5), 0.3 * lr_at(short_run, 5));  // the 6-step cosine is near its floor by step 5
+  const auto held = optim("50", "20");
+  EXPECT_NEAR(lr_at(held, 20), 3e-5, 1e-15);
+  EXPECT_NEAR(lr_at(held, 50), 3e-5, 1e-15);
 }
