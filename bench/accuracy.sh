@@ -43,13 +43,20 @@
 # Env: ACC_SCALE (tiny|gpu), SB (the binary), ACC_RUNS (runs/accuracy_$ACC_SCALE), OUT (copies of the
 # CSV, JSON, plot and logs; default $ACC_RUNS/out), ACC_STEPS ("pre short long" step counts),
 # ACC_EVAL_DOCS (eval.docs of the config), ACC_NP (ranks, default 1), ACC_UNTIL (stop after that stage),
-# ACC_INIT (a checkpoint or HF directory the first stage starts from, instead of random weights).
+# ACC_INIT (a checkpoint or HF directory the first stage starts from, instead of random weights),
+# ACC_RECIPE (plain, the stages above; copymix, below: default runs runs/accuracy_${ACC_SCALE}_copymix),
+# ACC_MIX (copymix: copy shards of ~4M tokens mixed into each later stage; gpu 5, tiny 1).
 # Writes: $ACC_RUNS/eval/<stage>_<step>.json (eval summaries), accuracy.csv (bench/accuracy_collect.py),
 # accuracy_summary.json, accuracy.png (jobs/plots/plot_accuracy.py).
 set -uo pipefail
 SCALE=${ACC_SCALE:-tiny}
 SB=${SB:-build/src/sparsebalance}
-RUNS=${ACC_RUNS:-runs/accuracy_$SCALE}
+RECIPE=${ACC_RECIPE:-plain}
+case $RECIPE in
+  plain) RUNS=${ACC_RUNS:-runs/accuracy_$SCALE} ;;
+  copymix) RUNS=${ACC_RUNS:-runs/accuracy_${SCALE}_copymix} ;;
+  *) echo "accuracy.sh: ACC_RECIPE=$RECIPE: expected plain or copymix" >&2; exit 1 ;;
+esac
 OUTDIR=${OUT:-$RUNS/out}
 CFG=configs/accuracy_$SCALE.toml
 PY=${PYTHON:-/usr/bin/python3}
@@ -84,7 +91,19 @@ case $SCALE in
     FROM=1025 MIN_STAGE_S=5 EVAL_S=3 ;;
   *) echo "accuracy.sh: ACC_SCALE=$SCALE: expected tiny or gpu" >&2; exit 1 ;;
 esac
-if [ -n "${ACC_STEPS:-}" ]; then read -r STEPS_pre STEPS_short STEPS_long <<< "$ACC_STEPS"; fi
+# ACC_RECIPE=copymix (under test): a `copy` stage instead of `pre` (LM loss on repeated random
+# strings, bench/accuracy_copy_corpus.py: the copy heads form abruptly, at ~400 of 600 steps on the
+# H200, bench/RESULTS.md), then `short` and `long` with ACC_MIX of the copy corpus's shards mixed into
+# their corpora, so the copy signal stays while the answers are learned (the shipped `pre` stage,
+# started from a copy model, undid it: its first loss was 7.2).
+MIX=${ACC_MIX:-$([ "$SCALE" = gpu ] && echo 5 || echo 1)}
+if [ "$RECIPE" = copymix ]; then
+  STAGES=(copy short long)
+  if [ "$SCALE" = gpu ]; then PREP_copy="copy 16 300 80000 7"; STEPS_copy=600; GB_copy=131072
+  else PREP_copy="copy 16 100 600 7"; STEPS_copy=10; GB_copy=8192; fi
+  LR_copy=1e-3; WU_copy=$((STEPS_copy / 20 + 1)); EVERY_copy=$STEPS_copy
+fi
+if [ -n "${ACC_STEPS:-}" ]; then read -r "STEPS_${STAGES[0]}" "STEPS_${STAGES[1]}" "STEPS_${STAGES[2]}" <<< "$ACC_STEPS"; fi
 # ACC_UNTIL=STAGE: train up to that stage only, no evaluation (bench/accuracy_policies.sh starts from
 # the `short` stage: its GPU stage runs this first on a fresh machine).
 UNTIL=${ACC_UNTIL:-}
@@ -101,6 +120,12 @@ prep() {  # prep NAME: the corpus of a stage (or eval), made once
   local name=$1 spec preset lo hi docs seed mask ask
   spec=PREP_$name; read -r preset lo hi docs seed mask ask <<< "${!spec}"
   [ -f "$RUNS/data_$name/.done" ] && return 0
+  if [ "$preset" = copy ]; then  # the copymix recipe's copy corpus (no mask: every token trained)
+    "$PY" bench/accuracy_copy_corpus.py "$RUNS/copy.jsonl" --docs "$docs" --seed "$seed" --min-len "$lo" --max-len "$hi" &&
+      "$SB" prep text --input "$RUNS/copy.jsonl" --format jsonl --shard-tokens 4000000 --output "$RUNS/data_$name" --overwrite \
+        > "$RUNS/prep_$name.log" 2>&1 || { cat "$RUNS/prep_$name.log"; return 1; }
+    tail -1 "$RUNS/prep_$name.log"; touch "$RUNS/data_$name/.done"; return 0
+  fi
   "$SB" prep synth --preset "$preset" --min-len "$lo" --max-len "$hi" --docs "$docs" --seed "$seed" --mask "$mask" --ask "$ask" \
     --output "$RUNS/data_$name" --overwrite > "$RUNS/prep_$name.log" 2>&1 || { cat "$RUNS/prep_$name.log"; return 1; }
   tail -1 "$RUNS/prep_$name.log"
@@ -118,6 +143,15 @@ log "accuracy recipe, scale $SCALE, $SB, runs in $RUNS; this call has $(left) s"
 pids=()
 for n in "${STAGES[@]}" eval; do prep "$n" & pids+=($!); done
 for p in "${pids[@]}"; do wait "$p" || { echo "accuracy.sh: prep failed"; exit 1; }; done
+if [ "$RECIPE" = copymix ]; then  # the first MIX copy shards join the later stages' corpora (links)
+  for st in "${STAGES[@]:1}"; do
+    i=0
+    for f in "$RUNS"/data_copy/*.h5; do
+      [ $i -lt "$MIX" ] || break
+      ln -sf "../data_copy/$(basename "$f")" "$RUNS/data_$st/copy_$(basename "$f")"; i=$((i + 1))
+    done
+  done
+fi
 
 status=done
 prev=""
@@ -167,7 +201,7 @@ done
 STAGE_LIST=$(IFS=,; echo "${STAGES[*]}")
 if compgen -G "$RUNS/eval/*.json" > /dev/null; then
   "$PY" bench/accuracy_collect.py "$RUNS" --stages "$STAGE_LIST" --from "$FROM" \
-    --batch "pre=$GB_pre,short=$GB_short,long=$GB_long" --csv "$RUNS/accuracy.csv" \
+    --batch "$(for st in "${STAGES[@]}"; do gb=GB_$st; printf '%s=%s,' "$st" "${!gb}"; done)" --csv "$RUNS/accuracy.csv" \
     --summary "$RUNS/accuracy_summary.json" || exit 1
   "$PY" jobs/plots/plot_accuracy.py curve "$RUNS/accuracy.csv" --out "$RUNS/accuracy.png" \
     --title "accuracy recipe ($SCALE): held-out task accuracy" || echo "accuracy.sh: no plot (matplotlib?)"
