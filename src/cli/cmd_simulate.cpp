@@ -31,6 +31,7 @@ int run_simulate(const Args& args) {
     lm.set_coeffs(Part::Gating, {0, 0, ss.gating_ns_per_pair * 1e-6});
   }
   lm.set_ema(ss.ema);
+  lm.set_shard_gating(ss.shard_gating);  // as the engine of train.device gates sharded documents
   const ModelShape& shape = lm.shape();
   RecallModel rm(shape, ss.recall_alpha, ss.ema);
   const double a0 = ss.alpha_lo, a1 = ss.alpha_hi;
