@@ -73,7 +73,7 @@ int run_simulate(const Args& args) {
     std::printf("token-level bound at k0 %.1f ms (fixed budgets), with the unavoidable exchange %.1f ms (documents over capacity "
                 "on their fewest members)\n", res.token_bound_k0, res.token_bound_k0_exchange);
     if (sc.shard_long)
-      std::printf("and with those members' copies of the whole document's gating %.1f ms (what sharded plans can reach)\n",
+      std::printf("and with those members' gating beyond their share (shard_gating_ms) %.1f ms (what sharded plans can reach)\n",
                   res.token_bound_k0_floor);
   }
   if (args.has("summary") && comm.root()) {

@@ -29,7 +29,7 @@ DstParams params() {
 }  // namespace
 
 // The members' parts add up to the whole document: attention (kept blocks) and recall at every
-// budget; every member pays the whole document's gating; a late piece costs what its rows keep, far
+// budget; every member pays the whole document's gating (ShardGating::Whole); a late piece costs what its rows keep, far
 // more than a sequence of its length alone (what DST planned the parts on before).
 TEST(DstShard, PartsAreCostedAsTheirRowsOfTheWholeDocument) {
   LatencyModel lm{ModelShape{kLayers, kBs, 1}};
