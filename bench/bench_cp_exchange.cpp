@@ -2,7 +2,8 @@
 // all-gather against selective, on G = world MPI ranks, for one document of --len tokens sharded
 // over the world, dense and sparse (budget chosen for the --density given), random Q and K (--shared:
 // with a common query direction, below). Only the exchange runs
-// (the calls src/model/shard_attention.cpp makes, in its order), not the attention around it.
+// (the calls src/model/shard_attention.cpp makes, in its order), not the attention around it; and
+// each member's sparse gating, of the whole document's rows (as before) against its own rows only.
 //   mpirun -np 4 ./build/bench/bench_cp_exchange --len 32768 --density 0.1 [--shared 4] [--reps 5]
 #include <mpi.h>
 
@@ -76,6 +77,31 @@ int main(int argc, char** argv) {
     const k::GatingStats whole = sparse ? k::gate_blocks(Q.data(), K.data(), cu, 1, s, p, sel)
                                         : k::select_all_causal(cu, 1, s, sel);
     sb::keep_own_rows(sh, s, sel);
+    if (sparse) {  // each member's gating: every row of the document, then its own kept (before), or its own rows only
+      std::vector<char> own(size_t(nb), 0);
+      for (auto [b, e] : sh.pieces)
+        for (int i = b / bs; i * bs < e; ++i) own[size_t(i)] = 1;
+      std::vector<double> kbar(size_t(nb) * KD);
+      double t[2] = {1e300, 1e300};
+      for (int r = 0; r < reps; ++r) {
+        k::BlockSelection a, b;
+        comm.barrier();
+        double t0 = MPI_Wtime();
+        k::gate_blocks(Q.data(), K.data(), cu, 1, s, p, a);
+        sb::keep_own_rows(sh, s, a);
+        t[0] = std::min(t[0], MPI_Wtime() - t0);
+        comm.barrier();
+        t0 = MPI_Wtime();
+        k::pool_block_keys(K.data(), len, 0, nb, s, kbar.data());
+        k::gate_blocks_pooled(Q.data(), kbar.data(), len, s, p, b, own.data());
+        t[1] = std::min(t[1], MPI_Wtime() - t0);
+        if (a.cols != b.cols) std::fprintf(stderr, "bench_cp_exchange: own-row gating differs from the whole's rows\n");
+      }
+      MPI_Allreduce(MPI_IN_PLACE, t, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      if (comm.root())
+        std::printf("sparse gating per member (slowest): whole document's rows %8.2f ms, own rows %8.2f ms\n", t[0] * 1e3,
+                    t[1] * 1e3);
+    }
     const size_t n = size_t(sh.local_tokens());
     std::vector<float> mine(n * KD, 1.f), kv(n * 2 * KD, 1.f), doc(size_t(len) * KD);
     std::vector<double> pooled_mine, pooled(size_t(nb) * KD);

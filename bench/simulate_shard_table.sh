@@ -3,7 +3,8 @@
 # rank count in RANKS x 1 and 4 micro-batches, for each sharding setting; one Markdown row per run
 # against the token-level bound (total work / ranks at k0) and the bounds sharded plans add to it
 # (src/balance/README.md, "Sharded documents"; bench/RESULTS.md).
-# usage: bench/simulate_shard_table.sh [BIN] [label]   env: RANKS ("64 256 1024"), STEPS (2)
+# usage: bench/simulate_shard_table.sh [BIN] [label]   env: RANKS ("64 256 1024"), STEPS (2),
+#   SETS (more simulate arguments, e.g. "--set train.device=cuda": the members gate the whole document)
 set -euo pipefail
 BIN=${1:-build/src/sparsebalance}
 LABEL=${2:-}
@@ -17,7 +18,7 @@ for R in ${RANKS:-64 256 1024}; do for M in 1 4; do
     [ "$1" = shard_docs ] && X=(--set balance.shard_docs=true --set balance.shard_part=$2)
     f="$TMP/r$R-m$M-${cfg// /_}.json"
     "$BIN" simulate --set simulate.ranks=$R --set simulate.micro_batches=$M --set simulate.max_len=262144 \
-      --set simulate.steps=${STEPS:-2} --set simulate.long_docs=shard "${X[@]}" --summary "$f" > /dev/null
+      --set simulate.steps=${STEPS:-2} --set simulate.long_docs=shard "${X[@]}" ${SETS:-} --summary "$f" > /dev/null
     echo "$R $M ${cfg// /_} $f" >> "$TMP/list"
   done
 done; done

@@ -118,12 +118,15 @@ GatingStats gate_blocks(const T* q, const T* k, const int32_t* cu_seqlens, int n
 // pool_block_keys: the pooled keys gate_blocks uses, kbar (Hkv, D) per block in double, of the
 // blocks [b0, b1) of a document of L tokens, k (rows, Hkv, D) starting at block b0's first row.
 // gate_blocks_pooled: gate_blocks of that one document (cu_seqlens {0, L}) given every block's
-// pooled keys kbar (nb, Hkv, D): the same selection bit for bit.
+// pooled keys kbar (nb, Hkv, D): the same selection bit for bit. Non-null `query_blocks` (nb flags):
+// only the flagged query blocks are gated (a shard member's own rows: its gating is its share);
+// their rows are gate_blocks' bit for bit, the others' rows are empty (recall 0), and the stats
+// count the flagged rows only.
 template <class T>
 void pool_block_keys(const T* k, int L, int b0, int b1, AttnShape s, double* kbar);
 template <class T>
 GatingStats gate_blocks_pooled(const T* q, const double* kbar, int L, AttnShape s, GatingParams p,
-                               BlockSelection& sel);
+                               BlockSelection& sel, const char* query_blocks = nullptr);
 // Every causal block kept (dense attention through the same kernel); recall = 1.
 GatingStats select_all_causal(const int32_t* cu_seqlens, int ndocs, AttnShape s, BlockSelection& sel);
 

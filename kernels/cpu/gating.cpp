@@ -2,6 +2,7 @@
 // and the dense causal selection. Cost: O(N*H*D) pooling + O(nblocks^2 * D) scores per doc-head.
 #include <cmath>
 #include <limits>
+#include <span>
 
 #include "kernels/cpu/cpu_common.hpp"
 
@@ -27,10 +28,13 @@ static void pool_key(const T* k, int t0, int n, int g, int Hkv, int D, double* k
 }
 
 // Gate one (doc, kv head): fills cols of its rows (row r at lists[r - base]) and recall. Block j's
-// pooled key is kbar + j * kstride (D values); null kbar: pooled here from k.
+// pooled key is kbar + j * kstride (D values); null kbar: pooled here from k. Non-empty `only`
+// (flags, nb): only those query blocks are gated (pooled and scored); the other rows stay empty.
 template <class T>
 static void gate_doc_head(const T* q, const T* k, const double* kbar_in, int kstride, int t_begin, int L, int g,
-                          AttnShape s, GatingParams p, std::vector<int32_t>* lists, float* recall) {
+                          AttnShape s, GatingParams p, std::span<const char> only, std::vector<int32_t>* lists,
+                          float* recall) {
+  auto gated = [&](int i) { return only.empty() || only[size_t(i)]; };
   const int H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, Bs = s.block_size;
   const int G = H / Hkv, nb = cpu::num_blocks(L, Bs);
   // Pooled vectors in double: qbar (nb, D) over tokens x group heads, kbar (nb, D) over tokens.
@@ -42,6 +46,7 @@ static void gate_doc_head(const T* q, const T* k, const double* kbar_in, int kst
     kbar_in = kpool.data(), kstride = D;
   }
   for (int b = 0; b < nb; b++) {
+    if (!gated(b)) continue;
     int t0 = t_begin + b * Bs, n = std::min(Bs, L - b * Bs);
     double* qb = &qbar[size_t(b) * D];
     for (int t = t0; t < t0 + n; t++)
@@ -57,6 +62,7 @@ static void gate_doc_head(const T* q, const T* k, const double* kbar_in, int kst
   std::vector<char> keep(nb);
   std::vector<int> cand;
   for (int i = 0; i < nb; i++) {
+    if (!gated(i)) continue;
     // s_ij (j <= i) and p_ij = softmax_j s_ij
     double mx = -std::numeric_limits<double>::infinity();
     for (int j = 0; j <= i; j++) {
@@ -95,9 +101,9 @@ static void gate_doc_head(const T* q, const T* k, const double* kbar_in, int kst
   }
 }
 
-// The per-row lists into CSR, and the counts.
+// The per-row lists into CSR, and the counts (of the gated rows only: `only`, as in gate_doc_head).
 static GatingStats finish(const std::vector<std::vector<int32_t>>& lists, const int32_t* cu_seqlens, int ndocs,
-                          AttnShape s, BlockSelection& sel) {
+                          AttnShape s, BlockSelection& sel, std::span<const char> only = {}) {
   const int64_t rows = int64_t(lists.size());
   const int64_t* base = sel.doc_row_base.data();
   GatingStats st;
@@ -111,6 +117,7 @@ static GatingStats finish(const std::vector<std::vector<int32_t>>& lists, const 
     int nb = cpu::num_blocks(cu_seqlens[d + 1] - cu_seqlens[d], s.block_size);
     for (int64_t r = base[d]; r < base[d + 1]; r++) {
       int i = int((r - base[d]) % nb);
+      if (!only.empty() && !only[size_t(i)]) continue;
       st.rows += 1;
       st.kept_blocks += double(lists[r].size());
       st.causal_blocks += i + 1;
@@ -137,7 +144,7 @@ GatingStats gate_blocks(const T* q, const T* k, const int32_t* cu_seqlens, int n
     int d = int(task / Hkv), g = int(task % Hkv);
     int t0 = cu_seqlens[d], len = cu_seqlens[d + 1] - t0;
     if (len <= 0) return;
-    gate_doc_head(q, k, nullptr, 0, t0, len, g, s, p, L + base[d], recall + base[d]);
+    gate_doc_head(q, k, nullptr, 0, t0, len, g, s, p, {}, L + base[d], recall + base[d]);
   });
   return finish(lists, cu_seqlens, ndocs, s, sel);
 }
@@ -152,8 +159,10 @@ void pool_block_keys(const T* k, int L, int b0, int b1, AttnShape s, double* kba
 
 template <class T>
 GatingStats gate_blocks_pooled(const T* q, const double* kbar, int L, AttnShape s, GatingParams p,
-                               BlockSelection& sel) {
+                               BlockSelection& sel, const char* query_blocks) {
   const int32_t cu[2] = {0, L};
+  const std::span<const char> only = query_blocks ? std::span<const char>(query_blocks, size_t(cpu::num_blocks(L, s.block_size)))
+                                                  : std::span<const char>();
   make_row_base(cu, 1, s, sel);
   const int64_t rows = sel.doc_row_base[1];
   std::vector<std::vector<int32_t>> lists(rows);
@@ -163,9 +172,9 @@ GatingStats gate_blocks_pooled(const T* q, const double* kbar, int L, AttnShape 
   const int Hkv = s.n_kv_heads, D = s.head_dim;
   if (L > 0)
     cpu::host_for("gate_blocks", Hkv, [=](int64_t g) {
-      gate_doc_head(q, static_cast<const T*>(nullptr), kbar + size_t(g) * D, Hkv * D, 0, L, int(g), s, p, lp, recall);
+      gate_doc_head(q, static_cast<const T*>(nullptr), kbar + size_t(g) * D, Hkv * D, 0, L, int(g), s, p, only, lp, recall);
     });
-  return finish(lists, cu, 1, s, sel);
+  return finish(lists, cu, 1, s, sel, only);
 }
 
 GatingStats select_all_causal(const int32_t* cu_seqlens, int ndocs, AttnShape s, BlockSelection& sel) {
@@ -198,8 +207,8 @@ template GatingStats gate_blocks<double>(const double*, const double*, const int
 template void pool_block_keys<float>(const float*, int, int, int, AttnShape, double*);
 template void pool_block_keys<double>(const double*, int, int, int, AttnShape, double*);
 template GatingStats gate_blocks_pooled<float>(const float*, const double*, int, AttnShape, GatingParams,
-                                               BlockSelection&);
+                                               BlockSelection&, const char*);
 template GatingStats gate_blocks_pooled<double>(const double*, const double*, int, AttnShape, GatingParams,
-                                                BlockSelection&);
+                                                BlockSelection&, const char*);
 
 }  // namespace sb::kernels

@@ -23,6 +23,11 @@ namespace sb {
 enum class Part { Attention = 0, Gating = 1, Linear = 2, AllReduce = 3 };
 const char* part_name(Part p);
 
+// How a member of a sharded document's group gates it (context parallelism): OwnRows, only its own
+// query blocks, its gating split with its rows (the CPU engine, src/model/shard_attention.cpp);
+// Whole, the whole document, every member a full copy (the CUDA engine, shard_attention_cuda.cpp).
+enum class ShardGating { Whole, OwnRows };
+
 struct ModelShape {
   int n_layers = 1;
   int block_size = 128;   // Bs, tokens
@@ -62,12 +67,20 @@ class LatencyModel {
   double correction(Part part) const { return p_.correction[int(part)]; }
   void set_device(const std::string& d) { p_.device = d; }
   void set_ema(double ema) { ema_ = ema; }  // balance.ema
+  // A plain option of the costs of sharded documents (shard_cost, shard_gating_ms, build_items),
+  // not saved with the profile: the trainer sets it from train.device, simulate from its config.
+  void set_shard_gating(ShardGating g) { shard_gating_ = g; }
+  ShardGating shard_gating() const { return shard_gating_; }
 
   // Expected kept key blocks of one sequence of `len` tokens at budget k, summed over its query
   // blocks: anchors (sink, diagonal, w local) + density * min(k, remaining causal blocks).
   double kept_blocks(int64_t len, int k) const;
   // Causal block pairs of one sequence (what dense attention and gating touch).
   static double causal_blocks(int64_t len, int block_size);
+  // Those of its query blocks over rows [b, e) (b on the block grid): a shard member's own rows.
+  static double causal_blocks(int64_t b, int64_t e, int block_size) {
+    return causal_blocks(e, block_size) - causal_blocks(b, block_size);
+  }
 
   // One part's corrected time from its features.
   double part_ms(Part part, double tokens, double x2 = 0) const;
@@ -110,6 +123,7 @@ class LatencyModel {
   ModelShape shape_;
   LatencyProfile p_;
   double ema_ = 0.3;
+  ShardGating shard_gating_ = ShardGating::Whole;
 };
 
 }  // namespace sb

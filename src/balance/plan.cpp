@@ -475,6 +475,7 @@ double shard_exchange_ms(const LatencyModel& lm, int64_t len, int G, double kv_b
 }
 
 double shard_gating_ms(const LatencyModel& lm, int64_t len) {
+  if (lm.shard_gating() == ShardGating::OwnRows) return lm.shape().n_layers * lm.part_ms(Part::Gating, 0, 0);
   return lm.shape().n_layers * lm.part_ms(Part::Gating, double(len), LatencyModel::causal_blocks(len, lm.shape().block_size));
 }
 
@@ -489,9 +490,11 @@ double whole_cost(Batching batching, const LatencyModel& lm, int64_t len, int k0
 double shard_cost(Batching batching, const LatencyModel& lm, int64_t len, int G, int k0, double kv_bytes_per_token) {
   const double W = whole_cost(batching, lm, len, k0);
   if (batching == Batching::Tokens || batching == Batching::Sequential) return W / G;
-  // Each member gates the whole document (src/model/shard_attention.cpp): its gating is not split.
+  // Each member gates its own rows (ShardGating::OwnRows): the gating splits with the work, each
+  // member paying its per-layer constant; or the whole document (Whole): its gating is not split.
   const double gate = std::min(W, shard_gating_ms(lm, len));
-  return (W - gate) / G + gate + shard_exchange_ms(lm, len, G, kv_bytes_per_token);
+  const double split = lm.shard_gating() == ShardGating::OwnRows ? W : W - gate;
+  return split / G + gate + shard_exchange_ms(lm, len, G, kv_bytes_per_token);
 }
 
 std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t>>& docs, int64_t capacity, int ranks,
@@ -510,9 +513,10 @@ std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t
   const bool in_ms = batching == Batching::Quadratic || batching == Batching::Sparse;
   auto members = [&](int64_t len, double W, double cap) {
     const double gate = in_ms ? std::min(W, shard_gating_ms(lm, len)) : 0;                      // every member's
+    const double split = lm.shard_gating() == ShardGating::OwnRows ? W : W - gate;           // shard_cost's
     const double x_max = in_ms ? shard_exchange_ms(lm, len, ranks, kv_bytes_per_token) : 0;  // X(G) <= X(ranks)
-    int64_t g = cap > gate ? int64_t(std::ceil((W - gate) / (cap - gate) - 1e-9)) : int64_t(ranks);
-    const int64_t hi = cap > gate + x_max ? int64_t(std::ceil((W - gate) / (cap - gate - x_max) - 1e-9)) : int64_t(ranks);
+    int64_t g = cap > gate ? int64_t(std::ceil(split / (cap - gate) - 1e-9)) : int64_t(ranks);
+    const int64_t hi = cap > gate + x_max ? int64_t(std::ceil(split / (cap - gate - x_max) - 1e-9)) : int64_t(ranks);
     g = std::clamp<int64_t>(g, 1, ranks);
     while (g < std::min<int64_t>(hi, ranks) && shard_cost(batching, lm, len, int(g), k0, kv_bytes_per_token) > cap) ++g;
     return g;

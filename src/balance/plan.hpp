@@ -63,14 +63,16 @@ struct ShardGroup {
 };
 // One member's cost of a document of `len` tokens sharded over G ranks, in `batching`'s units
 // (tokens: len / G; quadratic and sparse: the document's predicted ms / G, the split being balanced
-// by work, except its gating, which every member runs over the whole document, plus the exchange).
+// by work, plus shard_gating_ms and the exchange; with ShardGating::Whole (lm.shard_gating()) the
+// gating is not split: every member runs the whole document's).
 double shard_cost(Batching batching, const LatencyModel& lm, int64_t len, int G, int k0, double kv_bytes_per_token);
 // The K/V exchange of one member of G per step: per layer an all-gather of K and of V in the
 // forward, again in the backward, and a reduce-scatter of dK and of dV, each member receiving the
 // (G - 1) / G of len x kv_bytes_per_token bytes that it does not hold (the bytes bench_cp_exchange
 // measures; the latency model's all-reduce of those bytes counts as two such collectives). 0 for G < 2.
 double shard_exchange_ms(const LatencyModel& lm, int64_t len, int G, double kv_bytes_per_token);
-// The whole document's gating (all layers), which every member of its group runs.
+// The gating (all layers) that every member of a group runs beyond its share: the whole document's
+// with ShardGating::Whole; with OwnRows (each member gates its own rows) the per-layer constant only.
 double shard_gating_ms(const LatencyModel& lm, int64_t len);
 // Moves the documents to shard out of `docs` (data order kept for the rest) into groups of
 // consecutive ranks, costliest first, each onto the window of ranks with the least load so far

@@ -42,8 +42,8 @@ struct PolicyResult {
   double planned_imbalance = 0;
   int shard_k_lo = 0, shard_k_hi = 0;  // lowest and highest budget of any sharded part (0: none sharded)
   // Where the time goes (per rank, mean over steps): the mean rank time; of it the sharded parts'
-  // exchange; and their cost beyond their documents' whole cost at k0 (each member gates the whole
-  // document; the cut's rounding to blocks): makespan = mean x imbalance.
+  // exchange; and their cost beyond their documents' whole cost at k0 (with ShardGating::Whole each
+  // member gates the whole document; the cut's rounding to blocks): makespan = mean x imbalance.
   double mean_ms = 0, exchange_ms = 0, split_extra_ms = 0;
 };
 
@@ -56,8 +56,9 @@ struct SimResult {
   double token_bound_k0 = 0;  // the token-level bound at k0: what fixed budgets (and DST's mean target) can reach
   double token_bound_k0_exchange = 0;  // plus the unavoidable exchange (shard_long: each document over capacity
                                        // on ceil(len / capacity) members, each paying shard_exchange_ms), / ranks
-  double token_bound_k0_floor = 0;     // plus, for those members, the whole document's gating each runs (the
-                                       // G - 1 copies beyond one): what sharded plans of this implementation cannot beat
+  double token_bound_k0_floor = 0;     // plus, for those members, the gating each runs beyond its share
+                                       // (shard_gating_ms: with Whole the G - 1 copies beyond one; with OwnRows
+                                       // the per-layer constants): what sharded plans of this implementation cannot beat
   double sharded_per_step = 0;  // documents sharded per step (shard_long)
   double lower_bound_k0 = 0;  // the same at k0 (floor for fixed budgets)
   int k_lo = 0;               // lowest allowed budget max(k_min, floor(k0 (1 - max_change)))

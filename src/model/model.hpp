@@ -166,8 +166,9 @@ double train_flops(const ModelDims& s, int64_t tokens, const std::vector<kernels
 // Attention of this rank's query rows of one sharded document against the whole document
 // (src/model/shard_attention.cpp). q, att, dq point at the shard's first packed row (local_tokens(),
 // H*D); k, v, dk, dv likewise (local_tokens(), Hkv*D); lse (local_tokens(), H). The forward gathers
-// K and V, gates (or selects all causal blocks) over the whole document, so a row keeps exactly the
-// blocks one rank holding the document would keep, and keeps only its own query rows in `sel`; it
+// K and V, gates its own query rows only (or selects all causal blocks) against every block of the
+// whole document, so a row keeps exactly the blocks one rank holding the document would keep, and
+// `sel` has only its own query rows; it
 // returns the gating statistics of those rows. The backward gathers K and V again (nothing of the
 // whole document stays in memory between the passes) and returns dK, dV to the keys' owners.
 template <class T>

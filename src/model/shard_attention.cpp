@@ -1,8 +1,9 @@
 // Attention of a sharded document (context parallelism, DocShard in model.hpp).
 //
 // Each rank runs the ordinary kernels over the whole document with every query row it does not own
-// emptied from the selection, so its work is its own rows' kept blocks only, and the kernels need no
-// change. K and V reach it one of two ways (ShardExchangeMode, attention.shard_exchange):
+// emptied from the selection, so its work is its own rows' kept blocks only. Sparse gating scores
+// only its own query blocks (gate_blocks_pooled's query_blocks) against every block's pooled key, so
+// a member's gating is its share of the document's, and each row's choice is one rank's. K and V reach it one of two ways (ShardExchangeMode, attention.shard_exchange):
 // - all-gather of K and V within the group (in the backward a reduce-scatter of dK and dV back to
 //   the keys' owners): simple, (G - 1) * L rows per tensor per member;
 // - selective: the pooled block keys (nb x Hkv*D, small) are gathered first, so gating picks
@@ -135,12 +136,12 @@ std::vector<std::pair<int32_t, int32_t>> needed_ranges(const DocShard& sh, const
 
 namespace {
 
-// Gating over the whole document from every block's pooled key (gathered: nb x Hkv*D doubles), so
-// each row keeps exactly the blocks one rank holding the document would keep. Q (L, H*D) is zero
-// outside this rank's rows; k is this rank's packed rows.
+// Gating of this rank's query blocks from every block's pooled key (gathered: nb x Hkv*D doubles),
+// so each of its rows keeps exactly the blocks one rank holding the document would keep; the other
+// rows are empty. Q (L, H*D) is zero outside this rank's rows; k is this rank's packed rows.
 template <class T>
-void gate_shared(const DocShard& sh, const ShardExchange<T>& ex, const T* Q, const T* kk, k::AttnShape s,
-                 k::GatingParams p, k::BlockSelection& sel) {
+k::GatingStats gate_shared(const DocShard& sh, const ShardExchange<T>& ex, const T* Q, const T* kk, k::AttnShape s,
+                           k::GatingParams p, k::BlockSelection& sel) {
   const int KD = s.n_kv_heads * s.head_dim, bs = s.block_size, L = sh.doc_len;
   std::vector<double> mine, whole(size_t((L + bs - 1) / bs) * KD);  // (blocks, Hkv*D)
   int32_t at = 0;  // packed row of the piece's start
@@ -152,7 +153,17 @@ void gate_shared(const DocShard& sh, const ShardExchange<T>& ex, const T* Q, con
     at += e - b;
   }
   ex.gather_blocks(sh, mine, whole, KD, bs);
-  k::gate_blocks_pooled(Q, whole.data(), L, s, p, sel);
+  return k::gate_blocks_pooled(Q, whole.data(), L, s, p, sel, owned_blocks(sh, bs, (L + bs - 1) / bs).data());
+}
+
+// The same from the whole document's keys K (L, Hkv*D, all-gathered): every block pooled here.
+template <class T>
+k::GatingStats gate_own(const DocShard& sh, const T* Q, const T* K, k::AttnShape s, k::GatingParams p,
+                        k::BlockSelection& sel) {
+  const int bs = s.block_size, L = sh.doc_len, nb = (L + bs - 1) / bs;
+  std::vector<double> kbar(size_t(nb) * s.n_kv_heads * s.head_dim);  // (blocks, Hkv*D)
+  k::pool_block_keys(K, L, 0, nb, s, kbar.data());
+  return k::gate_blocks_pooled(Q, kbar.data(), L, s, p, sel, owned_blocks(sh, bs, nb).data());
 }
 
 // Whole-document K and V (L, Hkv*D): this rank's rows plus what `sel`'s kept rows need (selective),
@@ -201,17 +212,17 @@ k::GatingStats shard_attention_fwd(const DocShard& sh, const ShardExchange<T>& e
   const int32_t cu[2] = {0, L};
   std::vector<T> K, V;  // (L, KD)
   // Row i's choice needs its own pooled queries (here) and every block's pooled keys: from the
-  // gathered K, or (selective) shared on their own.
-  if (ex.mode == ShardExchangeMode::AllGather) {
-    K = gather_whole(sh, ex, kk, KD), V = gather_whole(sh, ex, v, KD);
-    if (sparse) k::gate_blocks(Q.data(), K.data(), cu, 1, s, p, sel);
-    else k::select_all_causal(cu, 1, s, sel);
-  } else if (sparse) {
-    gate_shared(sh, ex, Q.data(), kk, s, p, sel);
-  } else {
+  // gathered K, or (selective) shared on their own. Only this rank's rows are gated.
+  if (ex.mode == ShardExchangeMode::AllGather) K = gather_whole(sh, ex, kk, KD), V = gather_whole(sh, ex, v, KD);
+  k::GatingStats st;
+  if (!sparse) {
     k::select_all_causal(cu, 1, s, sel);
+    st = keep_own_rows(sh, s, sel);
+  } else if (ex.mode == ShardExchangeMode::AllGather) {
+    st = gate_own(sh, Q.data(), K.data(), s, p, sel);
+  } else {
+    st = gate_shared(sh, ex, Q.data(), kk, s, p, sel);
   }
-  const k::GatingStats st = keep_own_rows(sh, s, sel);
   if (ex.mode != ShardExchangeMode::AllGather) whole_kv(sh, ex, kk, v, rows, s, sel, K, V);
   std::vector<T> O(size_t(L) * HD), S(size_t(L) * s.n_heads);  // (L, HD), (L, H)
   k::block_attention_fwd(Q.data(), K.data(), V.data(), cu, 1, s, sel, O.data(), S.data());

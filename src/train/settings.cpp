@@ -144,6 +144,7 @@ SimulateSettings simulate_settings(const Config& cfg) {
   sc.dst = dst_params(cfg, int(cfg.i("simulate.k")), s.shape.n_layers);
   sc.dst.tuning = Tuning::Dst;  // set per policy by simulate(); balance.tuning is not a simulate setting
   s.profile = cfg.s("balance.profile");
+  s.shard_gating = cfg.s("train.device") == "cuda" ? ShardGating::Whole : ShardGating::OwnRows;
   s.mb_overhead_ms = cfg.f("simulate.mb_overhead_ms");
   s.linear_us_per_token = cfg.f("simulate.linear_us_per_token");
   s.attn_ps_per_pair = cfg.f("simulate.attn_ps_per_pair");

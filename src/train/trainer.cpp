@@ -177,6 +177,8 @@ void Trainer::plan(StepState& st) {
   const int64_t cap = set_.train.micro_batch_tokens;
   st.gb = draw_global_batch(ds_, set_.data.seed, set_.data.val_fraction, set_.train.global_batch_tokens, cur_, order_);
   const BalanceSettings& b = set_.balance;
+  // How the engine gates a sharded document (costs of parts): the CPU its own rows, CUDA the whole.
+  lm_.set_shard_gating(set_.train.device == "cuda" ? ShardGating::Whole : ShardGating::OwnRows);
   // data.long_docs = "shard": the long documents' groups first, their load the plan's preload.
   std::vector<std::pair<uint64_t, uint64_t>> docs = st.gb.docs;
   std::vector<double> preload;
@@ -265,11 +267,16 @@ void Trainer::compute(StepState& st) {
     my.tokens += double(b.n());
     if (m < st.planned) {
       st.stats.add_micro_batch(me, mb, b.n(), a, ms, lm_.micro_batch_parts(mb, a.k), lm_, set_.balance.dst.k0, dims_);
-    } else {  // a sharded part: predicted as its share of the whole document, gating (done whole) as attention
+    } else {  // a sharded part: predicted as its share of the whole document, gating (its rows' or whole) as attention
       const DocShard& sh = st.shards[m - st.planned];
       const MicroBatch whole{{Segment{0, 0, uint64_t(sh.doc_len)}}, sh.doc_len};  // (costs ignore the id)
-      const PartTimes p = lm_.micro_batch_parts(whole, a.k);
+      PartTimes p = lm_.micro_batch_parts(whole, a.k);
       const double share = double(b.n()) / double(sh.doc_len);
+      if (lm_.shard_gating() == ShardGating::OwnRows) {
+        double pairs = 0;
+        for (auto [pb, pe] : sh.pieces) pairs += LatencyModel::causal_blocks(pb, pe, set_.attention.block_size);
+        p.gating = lm_.shape().n_layers * lm_.part_ms(Part::Gating, double(b.n()), pairs);
+      }
       AttnSettings no_cand = a;  // the candidate-density check assumes whole segments: not for a part
       no_cand.sparse = false;
       st.stats.add_micro_batch(me, mb, b.n(), no_cand, ms, PartTimes{p.attention * share + p.gating, 0, p.linear * share},

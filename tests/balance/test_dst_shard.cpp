@@ -29,7 +29,7 @@ DstParams params() {
 }  // namespace
 
 // The members' parts add up to the whole document: attention (kept blocks) and recall at every
-// budget; every member pays the whole document's gating; a late piece costs what its rows keep, far
+// budget; every member pays the whole document's gating (ShardGating::Whole); a late piece costs what its rows keep, far
 // more than a sequence of its length alone (what DST planned the parts on before).
 TEST(DstShard, PartsAreCostedAsTheirRowsOfTheWholeDocument) {
   LatencyModel lm{ModelShape{kLayers, kBs, 1}};
@@ -62,6 +62,34 @@ TEST(DstShard, PartsAreCostedAsTheirRowsOfTheWholeDocument) {
   EXPECT_GT(as_part.attn_ms[size_t(as_part.i0)], 1.2 * as_seq.attn_ms[size_t(as_seq.i0)]);
   EXPECT_LT(as_part.rec[size_t(as_part.i0)], as_seq.rec[size_t(as_seq.i0)]);
   EXPECT_THROW(build_items(parts, lm, rm, p, one), std::logic_error);
+}
+
+// Own-row gating (the CPU engine, ShardGating::OwnRows): each member's gating is its rows' causal
+// pairs, and the members' gating adds up to one whole document's but for the per-layer constant
+// each pays; with Whole every member pays all of it (the CUDA engine).
+TEST(DstShard, OwnRowGatingCostsEachMemberItsRowsOnly) {
+  LatencyModel lm{ModelShape{kLayers, kBs, 1}};
+  lm.set_coeffs(Part::Gating, {0.5, 1e-3, 0.25});
+  RecallModel rm{ModelShape{kLayers, kBs, 1}};
+  const DstParams p = params();
+  const std::vector<MicroBatch> parts{part({{0, 16 * kBs}, {48 * kBs, kDoc}}), part({{16 * kBs, 48 * kBs}})};
+  const std::vector<int64_t> len{kDoc, kDoc};
+  const DstItems whole = build_items(parts, lm, rm, p, len);
+  lm.set_shard_gating(ShardGating::OwnRows);
+  const DstItems own = build_items(parts, lm, rm, p, len);
+  const double all = kLayers * lm.part_ms(Part::Gating, double(kDoc), LatencyModel::causal_blocks(kDoc, kBs));
+  double sum = 0;
+  for (int m = 0; m < 2; ++m) {
+    const double linear = lm.part_ms(Part::Linear, double(parts[size_t(m)].tokens));
+    EXPECT_NEAR(whole.fixed_ms[size_t(m)] - linear, all, 1e-9 * all);
+    sum += own.fixed_ms[size_t(m)] - linear;
+    EXPECT_LT(own.fixed_ms[size_t(m)] - linear, 0.8 * all);
+    EXPECT_EQ(own.attn_ms, whole.attn_ms);  // only the gating changes
+  }
+  EXPECT_NEAR(sum, all + kLayers * 0.5, 1e-9 * all);
+  // Member 1 holds the middle half: rows of blocks 16..47, (17 + ... + 48) causal pairs.
+  const double mid = kLayers * lm.part_ms(Part::Gating, 32.0 * kBs, (17 + 48) * 32 / 2.0);
+  EXPECT_NEAR(own.fixed_ms[1] - lm.part_ms(Part::Linear, 32.0 * kBs), mid, 1e-9 * mid);
 }
 
 // Two ranks share a document; rank 0 also holds a long micro-batch of its own. The lighter rank 1

@@ -148,4 +148,38 @@ TEST(ShardPlan, ThePlanBalancesAroundThePreload) {
   EXPECT_NE(sbtest::error_of([&] { sb::make_plan(segs, 4, 4, 1024, sb::Batching::Tokens, lm, 4, {}, std::vector<double>(3)); }), "");
 }
 
+// A member's cost of a sharded document: with own-row gating (the CPU engine) the gating splits
+// with the rows, one per-layer constant per member; with whole gating (CUDA) each pays it all, so
+// its members are lighter.
+TEST(ShardPlan, OwnRowGatingSplitsTheGatingOverTheMembers) {
+  sb::LatencyModel lm{sb::ModelShape{4, 64, 1}};
+  lm.set_coeffs(sb::Part::Gating, {0.05, 1e-4, 2e-3});
+  const int64_t len = 64 * 256;  // 256 blocks
+  const double W = lm.segment_cost(len, 8), X = sb::shard_exchange_ms(lm, len, 8, 512);
+  const double gw = 4 * lm.part_ms(sb::Part::Gating, double(len), sb::LatencyModel::causal_blocks(len, 64));
+  ASSERT_LT(gw, W);
+  EXPECT_NEAR(sb::shard_gating_ms(lm, len), gw, 1e-9 * gw);
+  const double whole = sb::shard_cost(sb::Batching::Sparse, lm, len, 8, 8, 512);
+  EXPECT_NEAR(whole, (W - gw) / 8 + gw + X, 1e-9 * whole);
+  lm.set_shard_gating(sb::ShardGating::OwnRows);
+  EXPECT_NEAR(sb::shard_gating_ms(lm, len), 4 * 0.05, 1e-12);
+  const double own = sb::shard_cost(sb::Batching::Sparse, lm, len, 8, 8, 512);
+  EXPECT_NEAR(own, W / 8 + 4 * 0.05 + X, 1e-9 * own);
+  EXPECT_LT(own, whole - 0.5 * gw);
+  // The group a long document gets and its busiest member: lighter with own-row gating.
+  Docs shorts;
+  for (uint64_t i = 0; i < 60; ++i) shorts.push_back({i, 2000});
+  shorts.push_back({100, uint64_t(len)});
+  auto busiest = [&](sb::ShardGating g) {
+    lm.set_shard_gating(g);
+    Docs d = shorts;
+    std::vector<double> load;
+    const auto groups = sb::place_long_docs(d, 8192, 64, sb::Batching::Sparse, lm, 8, 512, false, load);
+    EXPECT_EQ(groups.size(), 1u);
+    EXPECT_GE(groups.empty() ? 0 : groups[0].ranks, 2);
+    return *std::max_element(load.begin(), load.end());
+  };
+  EXPECT_LT(busiest(sb::ShardGating::OwnRows), busiest(sb::ShardGating::Whole));
+}
+
 }  // namespace

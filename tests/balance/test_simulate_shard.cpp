@@ -91,7 +91,8 @@ TEST(SimulateShard, DstTunesTheShardedParts) {
 }
 
 // A member's exchange moves the (G - 1) / G of the document it does not hold; a member's cost in the
-// plan is its share of the document plus the whole document's gating and the exchange.
+// plan is its share of the document plus the whole document's gating (ShardGating::Whole, the
+// default: the CUDA engine) and the exchange.
 TEST(SimulateShard, ExchangeAndGatingOfAMember) {
   const LatencyModel lm{ModelShape{kLayers, kBs, 1}};
   const int64_t len = 1 << 16;

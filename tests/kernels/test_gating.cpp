@@ -212,3 +212,35 @@ TEST(KernelsGating, PooledKeysSelectExactlyAsTheKeys) {
     EXPECT_LT(sa.density(), 1.0);
   }
 }
+
+// A shard member gates only its own query blocks: those rows are whole gating's bit for bit, the
+// others are empty, and the stats count the gated rows only (random q, k; an uneven subset).
+TEST(KernelsGating, OwnQueryBlocksGateAsTheWholeDocument) {
+  Rng rng(44);
+  const int L = 61, nb = (L + kShape.block_size - 1) / kShape.block_size, KD = kShape.n_kv_heads * kShape.head_dim;
+  auto q = rng.vec<double>(size_t(L) * kShape.n_heads * kShape.head_dim, 2.0);
+  auto kk = rng.vec<double>(size_t(L) * KD, 2.0);
+  std::vector<double> kbar(size_t(nb) * KD);
+  k::pool_block_keys(kk.data(), L, 0, nb, kShape, kbar.data());
+  std::vector<char> only(size_t(nb), 0);
+  for (int i : {0, 2, 3, nb - 1}) only[size_t(i)] = 1;  // the sink's, inner and the partial last block
+  const int32_t cu[2] = {0, L};
+  const k::GatingParams p{2, 1, 0.3};
+  k::BlockSelection whole, part;
+  k::gate_blocks<double>(q.data(), kk.data(), cu, 1, kShape, p, whole);
+  const k::GatingStats st = k::gate_blocks_pooled<double>(q.data(), kbar.data(), L, kShape, p, part, only.data());
+  ASSERT_EQ(part.row_ptr.size(), whole.row_ptr.size());
+  k::GatingStats want;
+  for (int64_t r = 0; r + 1 < int64_t(whole.row_ptr.size()); ++r) {
+    const int i = int(r % nb);
+    const std::vector<int32_t> w(whole.cols.begin() + whole.row_ptr[r], whole.cols.begin() + whole.row_ptr[r + 1]),
+        g(part.cols.begin() + part.row_ptr[r], part.cols.begin() + part.row_ptr[r + 1]);
+    EXPECT_EQ(g, only[size_t(i)] ? w : std::vector<int32_t>{}) << "row " << r;
+    EXPECT_EQ(part.recall[size_t(r)], only[size_t(i)] ? whole.recall[size_t(r)] : 0.0f) << "row " << r;
+    if (only[size_t(i)]) want.rows += 1, want.kept_blocks += double(w.size()), want.causal_blocks += i + 1;
+  }
+  EXPECT_EQ(st.rows, want.rows);
+  EXPECT_EQ(st.kept_blocks, want.kept_blocks);
+  EXPECT_EQ(st.causal_blocks, want.causal_blocks);
+  EXPECT_GT(st.kept_blocks, 0);
+}
