@@ -59,7 +59,6 @@ DstItems build_items(std::span<const MicroBatch> mbs, const LatencyModel& lm, co
   it.n_mb = int(mbs.size()), it.n_layers = p.n_layers, it.n_steps = int(it.ks.size());
   const int S = it.n_steps, L = it.n_layers;
   const auto& sh = lm.shape();
-  const bool own_rows = lm.shard_gating() == ShardGating::OwnRows;  // a part gates its own rows, or the whole document
   double bs2 = double(sh.block_size) * sh.block_size;
   it.fixed_ms.assign(size_t(it.n_mb), 0), it.attn_ms.assign(size_t(it.n_mb * S), 0);
   it.rec.assign(size_t(it.n_mb) * L * S, 0), it.weight.assign(size_t(it.n_mb), 0);
@@ -67,7 +66,7 @@ DstItems build_items(std::span<const MicroBatch> mbs, const LatencyModel& lm, co
   for (int m = 0; m < it.n_mb; ++m) {
     const auto& mb = mbs[size_t(m)];
     const int64_t whole = doc_len.empty() ? 0 : doc_len[size_t(m)];  // > 0: a sharded document's part
-    double tokens = double(mb.tokens), pairs = 0, gate_tokens = tokens;
+    double tokens = double(mb.tokens), pairs = 0;
     std::fill(kept.begin(), kept.end(), 0.0);
     double* rec = &it.rec[size_t(m) * L * S];
     for (const auto& s : mb.segs) {
@@ -75,7 +74,6 @@ DstItems build_items(std::span<const MicroBatch> mbs, const LatencyModel& lm, co
       const int64_t b = whole ? int64_t(s.begin) : 0, e = b + int64_t(s.len), n = whole ? whole : e;
       const int64_t nb = (e + sh.block_size - 1) / sh.block_size;
       if (!whole) pairs += LatencyModel::causal_blocks(n, sh.block_size);
-      else if (own_rows) pairs += LatencyModel::causal_blocks(b, e, sh.block_size);  // its rows' gating
       for (int j = 0; j < S; ++j) kept[size_t(j)] += lm.kept_blocks(e, it.ks[size_t(j)]) - (b ? lm.kept_blocks(b, it.ks[size_t(j)]) : 0.0);
       if (nb <= sh.local_blocks + 2 + it.ks[0]) {  // dense at every allowed budget: recall 1
         for (int x = 0; x < L * S; ++x) rec[x] += double(e - b);
@@ -85,9 +83,9 @@ DstItems build_items(std::span<const MicroBatch> mbs, const LatencyModel& lm, co
         for (int j = 0; j < S; ++j)
           rec[l * S + j] += whole ? piece_recall_tokens(rm, l, b, e, it.ks[size_t(j)]) : rm.recall_tokens(l, n, it.ks[size_t(j)]);
     }
-    if (whole && !own_rows) pairs = LatencyModel::causal_blocks(whole, sh.block_size), gate_tokens = double(whole);
-    it.fixed_ms[size_t(m)] = lm.part_ms(Part::Linear, tokens) + L * lm.part_ms(Part::Gating, gate_tokens, pairs) +
-                             (fixed_extra_ms.empty() ? 0.0 : fixed_extra_ms[size_t(m)]);
+    // A part's gating: its rows' or the whole document's, as the engine gates it (part_gating_ms).
+    const double gating = whole ? lm.part_gating_ms(mb, whole) : L * lm.part_ms(Part::Gating, tokens, pairs);
+    it.fixed_ms[size_t(m)] = lm.part_ms(Part::Linear, tokens) + gating + (fixed_extra_ms.empty() ? 0.0 : fixed_extra_ms[size_t(m)]);
     for (int j = 0; j < S; ++j) it.attn_ms[size_t(m * S + j)] = lm.part_ms(Part::Attention, tokens, kept[size_t(j)] * bs2);
     it.weight[size_t(m)] = tokens * L;
   }

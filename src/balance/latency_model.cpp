@@ -86,6 +86,14 @@ PartTimes LatencyModel::micro_batch_parts(const MicroBatch& mb, std::span<const 
   return t;
 }
 
+double LatencyModel::part_gating_ms(const MicroBatch& part, int64_t doc_len) const {
+  if (shard_gating_ == ShardGating::Whole)
+    return shape_.n_layers * part_ms(Part::Gating, double(doc_len), causal_blocks(doc_len, shape_.block_size));
+  double pairs = 0;
+  for (const auto& s : part.segs) pairs += causal_blocks(int64_t(s.begin), int64_t(s.begin + s.len), shape_.block_size);
+  return shape_.n_layers * part_ms(Part::Gating, double(part.tokens), pairs);
+}
+
 double LatencyModel::micro_batch_ms(const MicroBatch& mb, std::span<const int> k_per_layer) const {
   return micro_batch_parts(mb, k_per_layer).total();
 }

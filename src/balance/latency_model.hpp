@@ -81,6 +81,10 @@ class LatencyModel {
   static double causal_blocks(int64_t b, int64_t e, int block_size) {
     return causal_blocks(e, block_size) - causal_blocks(b, block_size);
   }
+  // The gating (all layers) of one member's part of a sharded document of doc_len tokens (`part`'s
+  // segments: its rows [begin, begin + len)), as shard_gating() says the engine runs it: its own
+  // rows' block pairs (OwnRows) or the whole document's (Whole).
+  double part_gating_ms(const MicroBatch& part, int64_t doc_len) const;
 
   // One part's corrected time from its features.
   double part_ms(Part part, double tokens, double x2 = 0) const;

@@ -125,6 +125,10 @@ Settings from_config(const Config& cfg, int64_t data_vocab) {
   return s;
 }
 
+ShardGating shard_gating_of(const std::string& device) {
+  return device == "cuda" ? ShardGating::Whole : ShardGating::OwnRows;
+}
+
 SimulateSettings simulate_settings(const Config& cfg) {
   SimulateSettings s;
   SimConfig& sc = s.sim;
@@ -144,7 +148,7 @@ SimulateSettings simulate_settings(const Config& cfg) {
   sc.dst = dst_params(cfg, int(cfg.i("simulate.k")), s.shape.n_layers);
   sc.dst.tuning = Tuning::Dst;  // set per policy by simulate(); balance.tuning is not a simulate setting
   s.profile = cfg.s("balance.profile");
-  s.shard_gating = cfg.s("train.device") == "cuda" ? ShardGating::Whole : ShardGating::OwnRows;
+  s.shard_gating = shard_gating_of(cfg.s("train.device"));
   s.mb_overhead_ms = cfg.f("simulate.mb_overhead_ms");
   s.linear_us_per_token = cfg.f("simulate.linear_us_per_token");
   s.attn_ps_per_pair = cfg.f("simulate.attn_ps_per_pair");

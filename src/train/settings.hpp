@@ -112,8 +112,11 @@ struct SimulateSettings {
   double mb_overhead_ms = 0, linear_us_per_token = 0, attn_ps_per_pair = 0, gating_ns_per_pair = 0;
   double alpha_lo = 0, alpha_hi = 0;  // recall exponents of the first and last layer
   double ema = 0, recall_alpha = 0;
-  ShardGating shard_gating = ShardGating::OwnRows;  // train.device: "cuda" gates sharded documents whole
+  ShardGating shard_gating = ShardGating::OwnRows;  // shard_gating_of(train.device)
 };
 SimulateSettings simulate_settings(const Config& cfg);
+// How the engine of train.device gates a sharded document (the costs of its parts): the CPU engine
+// its own rows, CUDA (src/model/shard_attention_cuda.cpp) the whole document.
+ShardGating shard_gating_of(const std::string& device);
 
 }  // namespace sb

@@ -177,8 +177,7 @@ void Trainer::plan(StepState& st) {
   const int64_t cap = set_.train.micro_batch_tokens;
   st.gb = draw_global_batch(ds_, set_.data.seed, set_.data.val_fraction, set_.train.global_batch_tokens, cur_, order_);
   const BalanceSettings& b = set_.balance;
-  // How the engine gates a sharded document (costs of parts): the CPU its own rows, CUDA the whole.
-  lm_.set_shard_gating(set_.train.device == "cuda" ? ShardGating::Whole : ShardGating::OwnRows);
+  lm_.set_shard_gating(shard_gating_of(set_.train.device));  // the costs of sharded parts
   // data.long_docs = "shard": the long documents' groups first, their load the plan's preload.
   std::vector<std::pair<uint64_t, uint64_t>> docs = st.gb.docs;
   std::vector<double> preload;
@@ -271,12 +270,8 @@ void Trainer::compute(StepState& st) {
       const DocShard& sh = st.shards[m - st.planned];
       const MicroBatch whole{{Segment{0, 0, uint64_t(sh.doc_len)}}, sh.doc_len};  // (costs ignore the id)
       PartTimes p = lm_.micro_batch_parts(whole, a.k);
+      p.gating = lm_.part_gating_ms(mb, sh.doc_len);  // mb: its pieces
       const double share = double(b.n()) / double(sh.doc_len);
-      if (lm_.shard_gating() == ShardGating::OwnRows) {
-        double pairs = 0;
-        for (auto [pb, pe] : sh.pieces) pairs += LatencyModel::causal_blocks(pb, pe, set_.attention.block_size);
-        p.gating = lm_.shape().n_layers * lm_.part_ms(Part::Gating, double(b.n()), pairs);
-      }
       AttnSettings no_cand = a;  // the candidate-density check assumes whole segments: not for a part
       no_cand.sparse = false;
       st.stats.add_micro_batch(me, mb, b.n(), no_cand, ms, PartTimes{p.attention * share + p.gating, 0, p.linear * share},
