@@ -68,7 +68,7 @@ print(f"sparsebalance,{name},{L},{mode},{rc},{dens:.4f},{ms:.1f},{tps:.0f},{fpt 
 PY
     rm -rf runs/gpu_e2e/ckpt_$tag  # 5.6 GB each (weights and moments)
     if [ "$TORCH" = 1 ]; then
-      dens=$(tail -1 "$CSV" | cut -d, -f4)
+      dens=$(tail -1 "$CSV" | cut -d, -f6)
       targs=(--attention dense)
       [ $mode = sparse ] && targs=(--attention sparse --density "$dens")
       rm -f "$OUTDIR/torch_$tag.csv"
