@@ -1,5 +1,6 @@
 #include "src/train/engine.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -13,14 +14,16 @@ namespace sb {
 namespace {
 
 // The host path: Model<float> with OpenBLAS/Kokkos kernels, bucketed MPI_Allreduce. With
-// train.zero = 1 (opt sharded, ZeRO-1): the gradients are reduce-scattered into this rank's slice,
-// the norm is one all-reduce of the slices' squared sums, AdamW updates the slice of the weights
-// and the updated slices are all-gathered, so every rank again holds every weight.
+// train.zero = 1 (opt sharded, ZeRO-1): the gradients are reduced to their owners range by range
+// in the order of the CUDA engine's overlapped reduction (reduction_ranges; MPI_Reduce per piece,
+// after the backward: the CPU model has no per-layer hook), this rank's slice is kept, the norm
+// is one all-reduce of the slices' squared sums, AdamW updates the slice of the weights and the
+// updated slices are all-gathered, so every rank again holds every weight.
 class CpuEngine final : public Engine {
  public:
   CpuEngine(const TrainSettings& t, const Comm& comm, Model<float>& model, AdamW& opt)
       : comm_(comm), model_(model), opt_(opt), reducer_(comm, size_t(t.bucket_mb * 1024 * 1024)), zero_(t.zero) {
-    if (zero_) g_mine_.resize(opt.shard().size());
+    if (zero_) g_mine_.resize(opt.shard().size()), ranges_ = reduction_ranges(model.layout(), model.weights().size());
   }
   void zero_grads() override { model_.zero_grads(); }
   MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool) override {
@@ -34,10 +37,10 @@ class CpuEngine final : public Engine {
   }
   void reduce_gradients() override {
     std::vector<float>& g = model_.grads();
-    if (zero_)
-      reducer_.reduce_scatter_sum(g.data(), g.size(), g_mine_.data());
-    else
-      reducer_.allreduce_sum(g.data(), g.size());
+    if (!zero_) return reducer_.allreduce_sum(g.data(), g.size());
+    for (const Slice& r : ranges_) reducer_.reduce_to_owners(g.data(), g.size(), r);
+    const Slice sh = opt_.shard();
+    std::copy(g.begin() + long(sh.lo), g.begin() + long(sh.hi), g_mine_.begin());
   }
   double gradient_norm() override {
     if (!zero_) return global_norm(model_.grads());
@@ -73,9 +76,23 @@ class CpuEngine final : public Engine {
   MpiGradReducer reducer_;
   bool zero_;
   std::vector<float> g_mine_;  // zero: the reduced gradient of opt_.shard()
+  std::vector<Slice> ranges_;  // zero: the ranges reduced to their owners, in order
 };
 
 }  // namespace
+
+std::vector<Slice> reduction_ranges(const ParamLayout& layout, size_t n) {
+  const int L = int(layout.layers.size());
+  bool tile = L > 0;
+  for (int l = 0; tile && l + 1 < L; ++l) tile = layout.layer_range(l).second == layout.layer_range(l + 1).first;
+  if (!tile) return {{0, n}};
+  std::vector<Slice> out;
+  for (int l = L - 1; l >= 0; --l) out.push_back({layout.layer_range(l).first, layout.layer_range(l).second});
+  const size_t first = out.back().lo, end = out.front().hi;
+  if (first > 0) out.push_back({0, first});
+  if (end < n) out.push_back({end, n});
+  return out;
+}
 
 std::string cpu_device_name(const Comm& comm) {
   std::ifstream in("/proc/cpuinfo");

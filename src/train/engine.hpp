@@ -57,6 +57,12 @@ class Engine {
 // references to model, opt and comm. Errors name train.device when this build or machine cannot.
 std::unique_ptr<Engine> make_engine(const Settings& s, const Comm& comm, Model<float>& model, AdamW& opt);
 
+// The ranges of the flat gradient buffer (n values) that the reduction runs over, in the order
+// every rank starts them: the layers from the last to the first (the order the backward finishes
+// them), then the parameters before them (embedding) and after them (final norm, head). One range
+// [0, n) when the layers' ranges do not follow one another without gaps. They tile [0, n).
+std::vector<Slice> reduction_ranges(const ParamLayout& layout, size_t n);
+
 // "cpu: <model name> (<n> ranks)" from /proc/cpuinfo.
 std::string cpu_device_name(const Comm& comm);
 
