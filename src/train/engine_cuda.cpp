@@ -53,11 +53,11 @@ class CudaEngine final : public Engine {
     if (!s.train.zero) m_.resize(gpu_->size()), v_.resize(gpu_->size());
     const size_t bucket = size_t(s.train.bucket_mb * 1024 * 1024);
     ZeroReducer* zred = nullptr;
-    // The reduction range by range (ranges_: the layers, last first, then the rest) when the layers
-    // tile their part of the buffer: all-reduced (NCCL only), or with train.zero = 1 reduced to
-    // their owners (NCCL, or through the host when ranks share a GPU: same code path, no overlap).
-    ranges_ = reduction_ranges(model.layout(), gpu_->size());
-    const bool by_range = s.train.overlap_reduce && ranges_.size() > 1;
+    // The reduction range by range (LayerReduction) when the layers tile their part of the buffer:
+    // all-reduced (NCCL only), or with train.zero = 1 reduced to their owners (NCCL, or through the
+    // host when ranks share a GPU: the same code path, without the overlap).
+    layers_ = std::make_unique<LayerReduction>(model.layout(), gpu_->size(), [this](Slice r) { start_range(r); });
+    const bool by_range = s.train.overlap_reduce && layers_->on();
     if (shared) {
       auto host = std::make_unique<HostStagedGradReducer>(comm, bucket, gpu_->stream());
       zred = host.get();
@@ -70,7 +70,6 @@ class CudaEngine final : public Engine {
     }
     if (by_range && s.train.zero) owners_ = zred;
     if (s.train.zero) zero_ = std::make_unique<ZeroCuda>(comm, *gpu_, model.layout(), opt, *zred, bucket, owners_);
-    reduced_.assign(size_t(model.shape().n_layers), 0);
     const bool any_shared = comm.allreduce_max(shared ? 1.0 : 0.0) > 0;
     cudaDeviceProp p{};
     SB_CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
@@ -96,7 +95,10 @@ class CudaEngine final : public Engine {
   MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool last) override {
     if (!last || (!nccl_ && !owners_) || !b.shards.empty())
       return gpu_->forward_backward(b, a, loss_scale, {}, shard_exchange);
-    return gpu_->forward_backward(b, a, loss_scale, [this](int l) { start_layer(l); });
+    return gpu_->forward_backward(b, a, loss_scale, [this](int l) {
+      gpu_->phases().mark(Phase::allreduce, gpu_->stream());
+      layers_->layer_done(l);
+    });
   }
   MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax) override {
     return gpu_->forward(b, a, argmax);
@@ -118,13 +120,9 @@ class CudaEngine final : public Engine {
       reducer_->allreduce_sum(gpu_->grads(), gpu_->size());
       return;
     }
-    const int L = int(reduced_.size());
-    for (int l = L - 1; l >= 0; --l)
-      if (!reduced_[size_t(l)]) start_layer(l);
-    for (size_t i = size_t(L); i < ranges_.size(); ++i) start_range(ranges_[i]);
+    layers_->rest();
     if (nccl_) nccl_->finish();
     else owners_->finish();
-    std::fill(reduced_.begin(), reduced_.end(), 0);
   }
   double gradient_norm() override {
     gpu_->phases().mark(Phase::optimizer, gpu_->stream());
@@ -199,12 +197,6 @@ class CudaEngine final : public Engine {
  private:
   const Comm& comm_;
   std::string gpu_name_;
-  // ranges_ holds layer l at L - 1 - l (reduction_ranges: last layer first).
-  void start_layer(int l) {
-    gpu_->phases().mark(Phase::allreduce, gpu_->stream());
-    start_range(ranges_[reduced_.size() - 1 - size_t(l)]);
-    reduced_[size_t(l)] = 1;
-  }
   void start_range(Slice r) {
     if (nccl_) nccl_->allreduce_sum_async(gpu_->grads() + r.lo, r.size(), gpu_->stream());
     else owners_->reduce_to_owners_async(gpu_->grads(), gpu_->size(), r, gpu_->stream());
@@ -226,8 +218,7 @@ class CudaEngine final : public Engine {
   std::unique_ptr<GradReducer> reducer_;
   NcclGradReducer* nccl_ = nullptr;  // set when train.overlap_reduce and NCCL: sums overlap the last backward
   ZeroReducer* owners_ = nullptr;    // the same with train.zero = 1: each range reduced to its owners
-  std::vector<Slice> ranges_;        // reduction_ranges: the layers (last first), then the rest
-  std::vector<char> reduced_;        // per layer: its sum started this step
+  std::unique_ptr<LayerReduction> layers_;  // which ranges this step has started
   std::vector<float> scratch_;
   std::chrono::steady_clock::time_point phase_t0_ = std::chrono::steady_clock::now();
 

@@ -59,9 +59,11 @@ sb::Checkpoint random_checkpoint(const std::vector<std::vector<int64_t>>& shapes
 TEST(Zero, ShardedOptimizerTrainsAsPlainDataParallel) {
   sb::Comm comm;
   std::string dir = scratch(comm, "zero");
-  // grad_clip low enough to clip every step; bucket_mb 0.01 splits the collectives into rounds.
+  // grad_clip low enough to clip every step; bucket_mb 0.01 splits the collectives into rounds;
+  // 3 micro-batches of 512 tokens a step: ranks with 2, 1 and none of them start their layers'
+  // reductions to the owners in different places (the last backward, or the reduce phase).
   const std::string base = "--set train.steps=4 --set balance.self_profile=false --set train.grad_clip=0.05"
-                           " --set checkpoint.every=2 --set train.bucket_mb=0.01";
+                           " --set checkpoint.every=2 --set train.bucket_mb=0.01 --set train.global_batch_tokens=1536";
   sb::Config c0 = tiny_config(dir, base + " --set checkpoint.dir=" + dir + "/c0 --set log.path=" + dir + "/m0.h5");
   sb::Config c1 = tiny_config(dir, base + " --set checkpoint.dir=" + dir + "/c1 --set log.path=" + dir +
                                        "/m1.h5 --set train.zero=1");
@@ -241,8 +243,25 @@ TEST(Zero, OwnerPiecesCoverEachSliceOnceInBoundedPieces) {
           for (size_t i = sb::shard_of(n, r, ranks).lo; i < sb::shard_of(n, r, ranks).hi; ++i)
             ASSERT_EQ(owner[i], r) << "n " << n << " ranks " << ranks << " value " << i;
       }
+  // LayerReduction: some layers started by the backward, the rest in the reduce phase, start the
+  // same ranges in the same order as the reduce phase alone; the next step starts afresh.
   sb::ModelDims d;
   d.n_layers = 3, d.tied = false, d.qkv_bias = true;
+  {
+    const sb::ParamLayout lay(d);
+    std::vector<size_t> seen;
+    sb::LayerReduction red(lay, lay.size, [&](sb::Slice r) { seen.push_back(r.lo); });
+    ASSERT_TRUE(red.on());
+    red.rest();
+    const std::vector<size_t> alone = seen;
+    ASSERT_EQ(alone.size(), sb::reduction_ranges(lay, lay.size).size());
+    for (int step = 0; step < 2; ++step) {
+      seen.clear();
+      red.layer_done(2), red.layer_done(1), red.layer_done(1);
+      red.rest();
+      EXPECT_EQ(seen, alone) << "step " << step;
+    }
+  }
   const sb::ParamLayout layout(d);
   const std::vector<sb::Slice> rs = sb::reduction_ranges(layout, layout.size);
   ASSERT_GE(rs.size(), 4u);
