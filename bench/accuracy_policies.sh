@@ -14,13 +14,15 @@
 # (`sparsebalance profile`), with the online correction off (balance.ema = 0): ranks sharing a device
 # slow each other down, and a corrected model would chase that. So the step times here order the
 # policies by the work they planned; they are not speed figures.
-# Start: the recipe's `short` stage (the model that retrieves at up to 4K; POL_INIT overrides); data:
-# the recipe's `long` corpus (4K-16K); eval: the recipe's held-out corpus (data_eval), dense and sparse
+# Start: the recipe's finished POL_FROM stage (default `long`: the dense model that retrieves at
+# 8K-16K, so the policies are sparse fine-tunes of a model that solves the tasks, as the paper
+# fine-tunes pretrained models; `short`: the model that retrieves up to 4K only; POL_INIT overrides);
+# data: the recipe's `long` corpus (4K-16K); eval: the recipe's held-out corpus (data_eval), dense and sparse
 # at k0. Seeds (POL_SEEDS, default "1 2 3") set data.seed (the document order) and train.seed.
 # Resumable in bounded calls like bench/accuracy.sh (ACC_DEADLINE / ACC_BUDGET_S; last line
 # `policies: done` or `policies: continue`). Writes $POL_RUNS/policies.csv, policies.md (tables for
 # bench/RESULTS.md) and policies.png (accuracy against step time), copied to $OUT.
-# Env: POL_SCALE (tiny|gpu), SB, ACC_RUNS (the recipe's runs), POL_RUNS (runs/policies_$POL_SCALE),
+# Env: POL_SCALE (tiny|gpu), SB, ACC_RUNS (the recipe's runs), POL_FROM, POL_RUNS (runs/policies_$POL_SCALE),
 # POL_STEPS, POL_BATCH (global batch tokens), POL_NP, POL_SEEDS, POL_POLICIES, POL_MAX_CHANGE (0.25),
 # POL_EVAL_DOCS (gpu: 256 of the 384 held-out documents), OUT.
 set -uo pipefail
@@ -46,9 +48,10 @@ case $SCALE in
   *) echo "accuracy_policies.sh: POL_SCALE=$SCALE: expected tiny or gpu" >&2; exit 1 ;;
 esac
 [ -x "$SB" ] || { echo "accuracy_policies.sh: $SB not found (build sparsebalance, or set SB)" >&2; exit 1; }
-INIT=${POL_INIT:-$(cat "$ACC/final_short" 2>/dev/null)}
+FROM_STAGE=${POL_FROM:-long}
+INIT=${POL_INIT:-$(cat "$ACC/final_$FROM_STAGE" 2>/dev/null)}
 for f in "$INIT" "$ACC/data_long/.done" "$ACC/data_eval/.done"; do
-  [ -n "$f" ] && [ -f "$f" ] || { echo "accuracy_policies.sh: ${f:-the finished short stage ($ACC/final_short)} missing: run ACC_SCALE=$SCALE [ACC_UNTIL=short] bash bench/accuracy.sh first (or set POL_INIT)" >&2; exit 1; }
+  [ -n "$f" ] && [ -f "$f" ] || { echo "accuracy_policies.sh: ${f:-the finished $FROM_STAGE stage ($ACC/final_$FROM_STAGE)} missing: run ACC_SCALE=$SCALE [ACC_UNTIL=$FROM_STAGE] bash bench/accuracy.sh first (or set POL_INIT)" >&2; exit 1; }
 done
 mkdir -p "$RUNS" "$OUTDIR"
 # mpirun as root on the GPU machine; the private prefix's libraries (LD_LIBRARY_PATH) and NVLink

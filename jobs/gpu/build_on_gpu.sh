@@ -24,8 +24,8 @@
 #             after it, one rank per GPU (NGPU, L, STEPS, ROUNDS pass through)
 #   accuracy  bench/accuracy.sh ACC_SCALE=gpu: the accuracy recipe, resumable; this call stops it
 #             ACC_CALL_S (default 530) seconds after this script started (repeat until `accuracy: done`)
-#   policies  bench/accuracy_policies.sh: the policy comparison from the recipe's `short` stage (run
-#             first if missing: ACC_UNTIL=short), resumable the same way (until `policies: done`)
+#   policies  bench/accuracy_policies.sh: the policy comparison from the recipe's POL_FROM (default
+#             long) stage (run first if missing: ACC_UNTIL), resumable the same way (until `policies: done`)
 #   memory3b  bench/gpu_3b_memory.sh: the Qwen2.5-3B shape at 32K context on one GPU, train.zero = 0
 #             and 1: peak GPU memory, tokens/s, optimizer state per rank (STEPS, L, ZEROS pass through)
 #   fixtures  bench/hf_fixtures.sh: transformers fixtures of tests/convert ($OUT/fixtures.tar)
@@ -134,9 +134,9 @@ for st in $STAGES; do
         bash bench/accuracy.sh 2>&1 | tee "$OUTDIR/accuracy.log" || rc=1 ;;
     policies)
       log "accuracy policies"
-      # The recipe's pre and short stages first (kept when done: a no-op on the machine that ran the recipe).
+      # The recipe's stages up to POL_FROM first (kept when done: a no-op on the machine that ran the recipe).
       (export SB=$B/src/sparsebalance OUT=$OUTDIR ACC_SCALE=gpu POL_SCALE=gpu ACC_DEADLINE=$((T0 + ${ACC_CALL_S:-530}))
-       ACC_UNTIL=short bash bench/accuracy.sh && { [ ! -s runs/accuracy_gpu/final_short ] || bash bench/accuracy_policies.sh; }) 2>&1 | tee "$OUTDIR/policies.log" || rc=1 ;;
+       ACC_UNTIL=${POL_FROM:-long} bash bench/accuracy.sh && { [ ! -s runs/accuracy_gpu/final_${POL_FROM:-long} ] || bash bench/accuracy_policies.sh; }) 2>&1 | tee "$OUTDIR/policies.log" || rc=1 ;;
     memory3b)
       log "memory3b"
       SB=$B/src/sparsebalance OUT=$OUTDIR timeout 560 bash bench/gpu_3b_memory.sh 2>&1 | tee "$OUTDIR/memory3b.log" || rc=1 ;;
