@@ -505,7 +505,8 @@ std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t
     throw Error("place_long_docs: part " + std::to_string(fitting_part) + " of the fair share must be in (0, 1] (balance.shard_part)");
   std::vector<ShardGroup> out;
   double total = 0;
-  for (const auto& d : docs) total += whole_cost(batching, lm, int64_t(d.second), k0);
+  std::vector<double> wc(docs.size());  // [doc] whole cost, compacted with docs below
+  for (size_t i = 0; i < docs.size(); ++i) total += wc[i] = whole_cost(batching, lm, int64_t(docs[i].second), k0);
   const double fair = total / ranks;
   const double part = shard_fitting ? fitting_part * fair : fair;  // what one part of a fitting document may cost
   // Enough members that one's part, exchange and whole-document gating included, is within `cap`
@@ -523,11 +524,12 @@ std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t
     return g;
   };
   size_t kept = 0;
-  for (const auto& [doc, len] : docs) {
-    const double W = whole_cost(batching, lm, int64_t(len), k0);
+  for (size_t j = 0; j < docs.size(); ++j) {
+    const auto [doc, len] = docs[j];
+    const double W = wc[j];
     const bool long_doc = int64_t(len) > capacity;
     if (!long_doc && !(shard_fitting && W > part)) {
-      docs[kept++] = {doc, len};
+      wc[kept] = W, docs[kept++] = {doc, len};
       continue;
     }
     // A long document's parts stay within the fair share (finer parts cost more exchange, and its
@@ -536,7 +538,7 @@ std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t
     int64_t G = (int64_t(len) + capacity - 1) / capacity;
     if (G <= ranks) G = std::max(G, members(int64_t(len), W, long_doc ? fair : part));
     if (G < 2 && !long_doc) {  // a fitting document not worth sharding after all
-      docs[kept++] = {doc, len};
+      wc[kept] = W, docs[kept++] = {doc, len};
       continue;
     }
     if (G > ranks)
@@ -599,7 +601,7 @@ std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t
   constexpr double kBig = 0.4;
   std::vector<double> big;
   for (size_t i = 0; i < kept; ++i)
-    if (const double c = whole_cost(batching, lm, int64_t(docs[i].second), k0); c > kBig * mean) big.push_back(c);
+    if (wc[i] > kBig * mean) big.push_back(wc[i]);
   std::sort(big.begin(), big.end(), std::greater<>());
   const std::vector<double> start = load;  // the load to return: the groups' costs on it
   {
