@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <climits>
+#include <functional>
 #include <map>
 #include <queue>
 #include <set>
@@ -504,7 +505,8 @@ std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t
     throw Error("place_long_docs: part " + std::to_string(fitting_part) + " of the fair share must be in (0, 1] (balance.shard_part)");
   std::vector<ShardGroup> out;
   double total = 0;
-  for (const auto& d : docs) total += whole_cost(batching, lm, int64_t(d.second), k0);
+  std::vector<double> wc(docs.size());  // [doc] whole cost, compacted with docs below
+  for (size_t i = 0; i < docs.size(); ++i) total += wc[i] = whole_cost(batching, lm, int64_t(docs[i].second), k0);
   const double fair = total / ranks;
   const double part = shard_fitting ? fitting_part * fair : fair;  // what one part of a fitting document may cost
   // Enough members that one's part, exchange and whole-document gating included, is within `cap`
@@ -522,11 +524,12 @@ std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t
     return g;
   };
   size_t kept = 0;
-  for (const auto& [doc, len] : docs) {
-    const double W = whole_cost(batching, lm, int64_t(len), k0);
+  for (size_t j = 0; j < docs.size(); ++j) {
+    const auto [doc, len] = docs[j];
+    const double W = wc[j];
     const bool long_doc = int64_t(len) > capacity;
     if (!long_doc && !(shard_fitting && W > part)) {
-      docs[kept++] = {doc, len};
+      wc[kept] = W, docs[kept++] = {doc, len};
       continue;
     }
     // A long document's parts stay within the fair share (finer parts cost more exchange, and its
@@ -535,7 +538,7 @@ std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t
     int64_t G = (int64_t(len) + capacity - 1) / capacity;
     if (G <= ranks) G = std::max(G, members(int64_t(len), W, long_doc ? fair : part));
     if (G < 2 && !long_doc) {  // a fitting document not worth sharding after all
-      docs[kept++] = {doc, len};
+      wc[kept] = W, docs[kept++] = {doc, len};
       continue;
     }
     if (G > ranks)
@@ -583,10 +586,36 @@ std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t
   // load takes up to kGrow more members while that lowers its window's top: the last groups then
   // fill the least loaded ranks instead of stacking on them (one micro-batch per rank, bench/RESULTS.md).
   constexpr int kGrow = 4;
-  const int grow = shard_fitting && fitting_part < 1 ? kGrow : 0;
   double mean = total;  // the step's mean load with the groups' exchange
   for (size_t i = 0; i < out.size(); ++i) mean += cost[i] * out[i].ranks - whole_cost(batching, lm, int64_t(out[i].len), k0);
   mean /= ranks;
+  // A whole document costing more than kBig x the mean load fits beside a part only if the part is
+  // small, and beside few others: it needs (nearly) a rank of its own. Such documents (many at one
+  // micro-batch per rank, none at four) are set down first, LPT onto the least loaded ranks (from
+  // rank 0), while the groups are placed, then lifted (make_plan's LPT places them, onto the ranks
+  // the groups left them), so that the groups leave them room; the last groups, finding no free
+  // window, grow (as above) onto the least loaded ranks instead of leaving a big document no gap
+  // that fits it. Plain shard at 64 ranks x 1 micro-batch was 1.085x the token-level bound with
+  // DST (a rank with a 34K-token part and a 40K-token document), 1.024x with this; 0.5 left the
+  // documents just under it (27K tokens) no gap; 0.25-0.33 gave the same (bench/RESULTS.md).
+  constexpr double kBig = 0.4;
+  std::vector<double> big;
+  for (size_t i = 0; i < kept; ++i)
+    if (wc[i] > kBig * mean) big.push_back(wc[i]);
+  std::sort(big.begin(), big.end(), std::greater<>());
+  const std::vector<double> start = load;  // the load to return: the groups' costs on it
+  {
+    std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>, std::greater<>> q;  // (load, rank)
+    for (int r = 0; r < ranks && !big.empty(); ++r) q.push({load[size_t(r)], r});
+    for (double c : big) {
+      const int r = q.top().second;
+      q.pop();
+      load[size_t(r)] += c;
+      q.push({load[size_t(r)], r});
+    }
+  }
+  const int grow = (shard_fitting && fitting_part < 1) || !big.empty() ? kGrow : 0;
+  std::vector<double> placed_cost;
   for (size_t i : order) {
     ShardGroup g = out[i];
     double c = cost[i];
@@ -601,7 +630,12 @@ std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t
     }
     for (int r = g.first; r < g.first + g.ranks; ++r) load[size_t(r)] += c;
     log.push_back({g.first, g.ranks});
-    placed.push_back(g);
+    placed.push_back(g), placed_cost.push_back(c);
+  }
+  if (!big.empty()) {  // lift the big documents: the load is the groups' alone
+    load = start;
+    for (size_t i = 0; i < placed.size(); ++i)
+      for (int r = placed[i].first; r < placed[i].first + placed[i].ranks; ++r) load[size_t(r)] += placed_cost[i];
   }
   return placed;
 }

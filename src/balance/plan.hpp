@@ -85,7 +85,10 @@ double shard_gating_ms(const LatencyModel& lm, int64_t len);
 // small parts fill the gaps that whole documents and long documents' parts leave (one micro-batch
 // per rank needs 0.1, bench/RESULTS.md), at the price of more members' exchange; then a group whose
 // least busy window would end above the mean load (exchange included) takes up to 4 more members
-// while that lowers the window's top. `load`
+// while that lowers the window's top. Whole documents that stay in `docs` and cost more than 0.4 x
+// that mean load hold their ranks (LPT, from rank 0) while the groups are placed, and any group
+// then grows as above: the groups leave such a document a rank where it fits (one micro-batch per
+// rank); they are lifted before returning, make_plan places them. `load`
 // (one per rank, zeros to start) gets every member's shard_cost. Groups come back in placement
 // order, the order in which every member runs them (the lowest pending group's members are all at
 // it: no deadlock). An sb::Error naming data.long_docs and train.micro_batch_tokens when a document

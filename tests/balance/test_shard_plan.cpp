@@ -182,4 +182,31 @@ TEST(ShardPlan, OwnRowGatingSplitsTheGatingOverTheMembers) {
   EXPECT_LT(busiest(sb::ShardGating::OwnRows), busiest(sb::ShardGating::Whole));
 }
 
+// Whole documents that need a rank of their own (over 0.4 x the mean load) keep it while the groups
+// are placed: a long document's group grows around them rather than leaving one of them no gap that
+// fits it. 4 ranks, one micro-batch each: a 1,200-token document (2 members by memory) and three
+// whole ones of 700 (mean 825). Groups first onto idle ranks put the third 700 beside a 600 part
+// (1,300, 1.58x the mean: plain shard at 64 x 1 was 1.085x the token-level bound so); around them
+// the group takes all 4 ranks, 300 each, and the step is 1,000.
+TEST(ShardPlan, GroupsLeaveBigWholeDocumentsARankOfTheirOwn) {
+  const sb::LatencyModel lm;
+  const Docs batch = {{0, 700}, {1, 1200}, {2, 700}, {3, 700}};
+  Docs docs = batch;
+  std::vector<double> load;
+  const auto groups = sb::place_long_docs(docs, 1000, 4, sb::Batching::Tokens, lm, 4, 0, false, load);
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].doc, 1u);
+  EXPECT_EQ(groups[0].ranks, 4);
+  EXPECT_EQ(load, std::vector<double>(4, 300.0));  // the groups' load alone: the big documents are lifted
+  ASSERT_EQ(docs.size(), 3u);
+  const sb::Plan p = sb::make_plan(sb::make_segments(docs, 1000, false), 4, 1, 1000, sb::Batching::Tokens, lm, 4, {}, load);
+  double top = 0;
+  for (int r = 0; r < 4; ++r) {
+    double t = load[size_t(r)];
+    for (const auto& mb : p.ranks[size_t(r)]) t += double(mb.tokens);
+    top = std::max(top, t);
+  }
+  EXPECT_EQ(top, 1000.0);
+}
+
 }  // namespace

@@ -129,3 +129,26 @@ TEST(SimulateShard, GroupsAreSizedOnTheMeanLoadWithTheirOverheads) {
   EXPECT_EQ(groups[0].ranks, 5);
   EXPECT_DOUBLE_EQ(load[size_t(groups[0].first)], shard_cost(Batching::Sparse, lm, len, 5, 32, 2048));
 }
+
+// Issue 21's must-show on the cell that regressed (bench/RESULTS.md, "Sharded documents beside big
+// whole documents"): longalign up to 256K, 64 ranks x 1 micro-batch, plain shard, simulate's
+// analytic model and defaults: DST within 3% of the token-level bound at k0 (was 1.085x: a part and
+// a 40K-token document on one rank, the groups placed first on idle ranks).
+TEST(SimulateShard, PlainShardAtOneMicroBatchIsNearTheTokenBound) {
+  LatencyModel lm{ModelShape{32, 128, 1}};  // simulate's analytic model
+  lm.set_coeffs(Part::Linear, {2, 80e-3, 0});
+  lm.set_coeffs(Part::Attention, {0, 0, 560e-9});
+  lm.set_coeffs(Part::Gating, {0, 0, 10e-6});
+  lm.set_ema(0.3);
+  lm.set_shard_gating(ShardGating::OwnRows);  // train.device = cpu
+  RecallModel rm{lm.shape(), 0.5, 0.3};
+  for (int l = 0; l < 32; ++l) rm.set_alpha(l, 0.3 + 0.4 * l / 31);
+  SimConfig c;
+  c.ranks = 64, c.micro_batches = 1, c.steps = 2, c.max_len = 262144, c.shard_long = true;
+  c.dst.k0 = 32, c.dst.max_change = 0.2, c.dst.n_layers = 32;
+  const SimResult r = simulate(c, lm, rm);
+  const PolicyResult& dst = r.policies.back();
+  ASSERT_EQ(dst.name, "sparse+dst");
+  EXPECT_LT(dst.makespan, 1.03 * r.token_bound_k0);
+  EXPECT_GT(r.whole_doc_bound, 3 * r.token_bound_k0);  // where the whole-document bound is far above it
+}
