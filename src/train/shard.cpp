@@ -21,7 +21,7 @@ std::optional<DocShard> ShardGroups::add(int first, int32_t doc_len, std::vector
     throw Error("a document sharded over ranks [" + std::to_string(first) + ", " + std::to_string(first + G) +
                 ") needs " + std::to_string(first + G) + " ranks; the run has " + std::to_string(world_.size()));
   const bool member = me >= first && me < first + G;
-  auto e = std::make_unique<Entry>(Entry{Group(world_, member ? first : -1, me), std::move(pieces), doc_len});
+  auto e = std::make_unique<Entry>(Entry{Group(world_, member ? first : -1, me), std::move(pieces), doc_len, first});
   DocShard sh;
   sh.group = int(groups_.size());
   sh.doc_len = doc_len;
@@ -29,6 +29,11 @@ std::optional<DocShard> ShardGroups::add(int first, int32_t doc_len, std::vector
   groups_.push_back(std::move(e));
   if (!member) return std::nullopt;
   return sh;
+}
+
+ShardGroups::View ShardGroups::view(int g) const {
+  const Entry& e = *groups_.at(size_t(g));
+  return {e.comm, e.pieces, e.first, e.doc_len};
 }
 
 namespace {
