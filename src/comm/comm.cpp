@@ -189,6 +189,28 @@ Slice ZeroRounds::piece(int r, size_t c) const {
   return {a, std::min(s.hi, a + w)};
 }
 
+std::vector<OwnerPiece> owner_pieces(size_t n, Slice range, size_t bucket, int ranks) {
+  const size_t b = std::max<size_t>(1, std::min<size_t>(bucket, INT_MAX));
+  std::vector<OwnerPiece> out;
+  for (int r = 0; r < ranks; ++r) {
+    const Slice s = shard_of(n, r, ranks);
+    const size_t lo = std::max(s.lo, range.lo), hi = std::min(s.hi, range.hi);
+    for (size_t a = lo; a < hi; a += b) out.push_back({r, {a, std::min(hi, a + b)}});
+  }
+  return out;
+}
+
+void MpiGradReducer::reduce_to_owners(float* full, size_t n, Slice range) {
+  const int me = comm_.rank();
+  if (comm_.size() == 1) return;
+  for (const OwnerPiece& p : owner_pieces(n, range, bucket_, comm_.size())) {
+    float* at = full + p.s.lo;
+    const int cnt = int(p.s.size());
+    if (p.owner == me) MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, at, cnt, MPI_FLOAT, MPI_SUM, p.owner, MPI_COMM_WORLD));
+    else MPI_CHECK(MPI_Reduce(at, nullptr, cnt, MPI_FLOAT, MPI_SUM, p.owner, MPI_COMM_WORLD));
+  }
+}
+
 void MpiGradReducer::reduce_scatter_sum(const float* full, size_t n, float* mine) {
   const int R = comm_.size(), me = comm_.rank();
   const Slice my = shard_of(n, me, R);

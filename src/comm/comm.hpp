@@ -69,6 +69,18 @@ struct ZeroRounds {
   Slice piece(int r, size_t c) const;
 };
 
+// ZeRO-1 reduced range by range (a layer's gradients, as the last backward finishes it; see
+// CudaEngine): owner r's part of `range` is shard_of(n, r, ranks) ∩ range, reduced to r alone.
+// owner_pieces lists the non-empty parts in rank order, each cut into pieces of at most `bucket`
+// values (and INT_MAX), so messages stay bounded as for the all-reduce. Every rank computes the
+// same list, so the collectives match by order; ranges that tile [0, n) reduce each rank's
+// whole slice.
+struct OwnerPiece {
+  int owner;
+  Slice s;
+};
+std::vector<OwnerPiece> owner_pieces(size_t n, Slice range, size_t bucket, int ranks);
+
 // A group of ranks cut out of MPI_COMM_WORLD (MPI_Comm_split): the context-parallel group of a
 // sharded document (src/train/shard.hpp). Collective over every rank of the world to create;
 // a rank passing color < 0 belongs to none (valid() is false).
@@ -131,6 +143,10 @@ class MpiGradReducer final : public GradReducer {
   // it), so no count or displacement passes int and messages stay bounded as for the all-reduce.
   void reduce_scatter_sum(const float* full, size_t n, float* mine);
   void allgather(float* full, size_t n);
+  // The sum over ranks of full[range] (full: n values on every rank) to the owners of its parts
+  // (owner_pieces; one MPI_Reduce per piece), in place: this rank's part of range then holds the
+  // sum, the rest of range is left as it was.
+  void reduce_to_owners(float* full, size_t n, Slice range);
 
  private:
   const Comm& comm_;

@@ -38,10 +38,31 @@ void NcclGradReducer::sum_buckets(float* data, size_t n, cudaStream_t s) {
     SB_NCCL_CHECK(ncclAllReduce(data + off, data + off, std::min(bucket_, n - off), ncclFloat, ncclSum, nccl_, s));
 }
 
-void NcclGradReducer::allreduce_sum_async(float* data, size_t n, cudaStream_t after) {
+void NcclGradReducer::wait_for(cudaStream_t after) {
   SB_CUDA_CHECK(cudaEventRecord(ready_, after));
   SB_CUDA_CHECK(cudaStreamWaitEvent(comm_, ready_, 0));  // captures the event now: it may be re-recorded
+}
+
+void NcclGradReducer::allreduce_sum_async(float* data, size_t n, cudaStream_t after) {
+  wait_for(after);
   sum_buckets(data, n, comm_);
+}
+
+// A group of reduces with different roots runs them together; groups of at most kGroup keep
+// each launch's op count small whatever the rank count (a range spans many owners at scale).
+void NcclGradReducer::reduce_to_owners_async(float* full, size_t n, Slice range, cudaStream_t after) {
+  if (ranks_ == 1) return;  // the whole buffer is this rank's, already summed
+  wait_for(after);
+  constexpr size_t kGroup = 64;
+  const std::vector<OwnerPiece> pieces = owner_pieces(n, range, bucket_, ranks_);
+  for (size_t g = 0; g < pieces.size(); g += kGroup) {
+    SB_NCCL_CHECK(ncclGroupStart());
+    for (size_t i = g; i < std::min(pieces.size(), g + kGroup); ++i) {
+      float* at = full + pieces[i].s.lo;  // in place: the root's sum lands in its own buffer
+      SB_NCCL_CHECK(ncclReduce(at, at, pieces[i].s.size(), ncclFloat, ncclSum, pieces[i].owner, nccl_, comm_));
+    }
+    SB_NCCL_CHECK(ncclGroupEnd());
+  }
 }
 
 void NcclGradReducer::finish() { SB_CUDA_CHECK(cudaStreamSynchronize(comm_)); }
@@ -141,6 +162,28 @@ void HostStagedGradReducer::allgather(const float* mine, size_t n, const Sink& s
     sink(piece_, off, len);
   }
   SB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void HostStagedGradReducer::reduce_to_owners_async(float* full, size_t n, Slice range, cudaStream_t) {
+  pending_.push_back({full, n, range});
+}
+
+// Each range through the host: its values down, the owners' sums by MPI, this rank's part back.
+void HostStagedGradReducer::finish() {
+  for (const Pending& p : pending_) {
+    const Slice r = p.range, my = shard_of(p.n, comm_.rank(), comm_.size());
+    const Slice mine{std::max(r.lo, my.lo), std::min(r.hi, my.hi)};
+    host_.resize(p.n);
+    SB_CUDA_CHECK(cudaMemcpyAsync(host_.data() + r.lo, p.full + r.lo, r.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                                  stream_));
+    SB_CUDA_CHECK(cudaStreamSynchronize(stream_));  // also the backward that wrote the gradients
+    mpi_.reduce_to_owners(host_.data(), p.n, r);
+    if (mine.lo < mine.hi)
+      SB_CUDA_CHECK(cudaMemcpyAsync(p.full + mine.lo, host_.data() + mine.lo, mine.size() * sizeof(float),
+                                    cudaMemcpyHostToDevice, stream_));
+  }
+  SB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  pending_.clear();
 }
 
 void HostStagedGradReducer::allreduce_sum(float* data, size_t n) {

@@ -180,8 +180,9 @@ struct Model<T>::Layer {
 
 template <class T>
 MicroBatchStats Model<T>::forward_backward(const PackedBatch& b, const AttnSettings& a, T loss_scale,
-                                           const ShardExchange<T>* ex) {
-  return run(b, a, loss_scale, true, nullptr, ex);
+                                           const ShardExchange<T>* ex,
+                                           const std::function<void(int)>& layer_done) {
+  return run(b, a, loss_scale, true, nullptr, ex, layer_done);
 }
 
 template <class T>
@@ -256,7 +257,8 @@ void Model<T>::layer_forward(int l, const PackedBatch& b, const AttnSettings& a,
 
 template <class T>
 MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T loss_scale, bool backward,
-                              std::vector<int32_t>* argmax, const ShardExchange<T>* ex) {
+                              std::vector<int32_t>* argmax, const ShardExchange<T>* ex,
+                              const std::function<void(int)>& layer_done) {
   const auto t_start = Clock::now();
   const ModelDims& s = shape_;
   const int N = b.n(), C = s.d_model, H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, F = s.ffn_dim,
@@ -342,6 +344,7 @@ MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T los
     k::linear_bwd(A.xn.data(), W(I.v), dv.data(), dxn.data(), G(I.v), N, C, KD);
     k::rmsnorm_bwd(A.x_in.data(), W(I.ln1), A.rstd1.data(), dxn.data(), dx.data(), G(I.ln1), N, C);
     A = Layer{};  // free this layer's activations early
+    if (layer_done) layer_done(l);
   }
   k::embedding_bwd(b.tokens.data(), dx.data(), G(layout_.embed), N, C);
   st.total_ms = ms_since(t_start);

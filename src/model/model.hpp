@@ -198,9 +198,12 @@ class Model {
 
   // Forward and backward of one micro-batch. Gradients are ACCUMULATED into grads(),
   // scaled by `loss_scale` (1 / global target count makes the sum over ranks the mean).
-  // A batch with shards needs `ex` (collective over each shard's group).
+  // A batch with shards needs `ex` (collective over each shard's group). layer_done (optional) is
+  // called with l once layer l's backward is done: its gradients (layer_range(l)) are complete
+  // (the engine starts their reduction there, as on the GPU).
   MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, T loss_scale,
-                                   const ShardExchange<T>* ex = nullptr);
+                                   const ShardExchange<T>* ex = nullptr,
+                                   const std::function<void(int)>& layer_done = {});
   // Forward only (eval); `argmax` (optional, N) receives greedy predictions.
   MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax = nullptr,
                           const ShardExchange<T>* ex = nullptr);
@@ -215,7 +218,8 @@ class Model {
  private:
   struct Layer;  // saved activations of one layer
   MicroBatchStats run(const PackedBatch& b, const AttnSettings& a, T loss_scale, bool backward,
-                      std::vector<int32_t>* argmax, const ShardExchange<T>* ex);
+                      std::vector<int32_t>* argmax, const ShardExchange<T>* ex,
+                      const std::function<void(int)>& layer_done = {});
   void layer_forward(int l, const PackedBatch& b, const AttnSettings& a, std::vector<T>& x, Layer& A, bool gate,
                      MicroBatchStats& st, const ShardExchange<T>* ex);
   T* W(size_t idx) { return w_.data() + layout_.params[idx].offset; }

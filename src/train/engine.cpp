@@ -1,5 +1,6 @@
 #include "src/train/engine.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -13,18 +14,26 @@ namespace sb {
 namespace {
 
 // The host path: Model<float> with OpenBLAS/Kokkos kernels, bucketed MPI_Allreduce. With
-// train.zero = 1 (opt sharded, ZeRO-1): the gradients are reduce-scattered into this rank's slice,
-// the norm is one all-reduce of the slices' squared sums, AdamW updates the slice of the weights
-// and the updated slices are all-gathered, so every rank again holds every weight.
+// train.zero = 1 (opt sharded, ZeRO-1): the gradients are reduced to their owners range by range
+// as the CUDA engine does (LayerReduction: each layer as the step's last backward finishes it, the
+// rest in the reduce phase; MPI_Reduce per piece, synchronous), this rank's slice is kept, the norm
+// is one all-reduce of the slices' squared sums, AdamW updates the slice of the weights and the
+// updated slices are all-gathered, so every rank again holds every weight.
 class CpuEngine final : public Engine {
  public:
   CpuEngine(const TrainSettings& t, const Comm& comm, Model<float>& model, AdamW& opt)
-      : comm_(comm), model_(model), opt_(opt), reducer_(comm, size_t(t.bucket_mb * 1024 * 1024)), zero_(t.zero) {
+      : comm_(comm), model_(model), opt_(opt), reducer_(comm, size_t(t.bucket_mb * 1024 * 1024)), zero_(t.zero),
+        owners_(model.layout(), model.weights().size(), [this](Slice r) {
+          reducer_.reduce_to_owners(model_.grads().data(), model_.grads().size(), r);
+        }) {
     if (zero_) g_mine_.resize(opt.shard().size());
   }
   void zero_grads() override { model_.zero_grads(); }
-  MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool) override {
-    return model_.forward_backward(b, a, loss_scale, shard_exchange);
+  // As on the GPU, a batch with shards leaves the per-layer start off (its members exchange rows
+  // inside the backward).
+  MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool last) override {
+    if (!zero_ || !last || !b.shards.empty()) return model_.forward_backward(b, a, loss_scale, shard_exchange);
+    return model_.forward_backward(b, a, loss_scale, shard_exchange, [this](int l) { owners_.layer_done(l); });
   }
   MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax) override {
     return model_.forward(b, a, argmax);
@@ -34,10 +43,10 @@ class CpuEngine final : public Engine {
   }
   void reduce_gradients() override {
     std::vector<float>& g = model_.grads();
-    if (zero_)
-      reducer_.reduce_scatter_sum(g.data(), g.size(), g_mine_.data());
-    else
-      reducer_.allreduce_sum(g.data(), g.size());
+    if (!zero_) return reducer_.allreduce_sum(g.data(), g.size());
+    owners_.rest();
+    const Slice sh = opt_.shard();
+    std::copy(g.begin() + long(sh.lo), g.begin() + long(sh.hi), g_mine_.begin());
   }
   double gradient_norm() override {
     if (!zero_) return global_norm(model_.grads());
@@ -73,9 +82,39 @@ class CpuEngine final : public Engine {
   MpiGradReducer reducer_;
   bool zero_;
   std::vector<float> g_mine_;  // zero: the reduced gradient of opt_.shard()
+  LayerReduction owners_;      // zero: the gradients reduced to their owners, range by range
 };
 
 }  // namespace
+
+std::vector<Slice> reduction_ranges(const ParamLayout& layout, size_t n) {
+  const int L = int(layout.layers.size());
+  bool tile = L > 0;
+  for (int l = 0; tile && l + 1 < L; ++l) tile = layout.layer_range(l).second == layout.layer_range(l + 1).first;
+  if (!tile) return {{0, n}};
+  std::vector<Slice> out;
+  for (int l = L - 1; l >= 0; --l) out.push_back({layout.layer_range(l).first, layout.layer_range(l).second});
+  const size_t first = out.back().lo, end = out.front().hi;
+  if (first > 0) out.push_back({0, first});
+  if (end < n) out.push_back({end, n});
+  return out;
+}
+
+LayerReduction::LayerReduction(const ParamLayout& layout, size_t n, std::function<void(Slice)> start)
+    : ranges_(reduction_ranges(layout, n)), started_(layout.layers.size(), 0), start_(std::move(start)) {}
+
+void LayerReduction::layer_done(int l) {
+  if (!on() || started_[size_t(l)]) return;
+  start_(ranges_[started_.size() - 1 - size_t(l)]);
+  started_[size_t(l)] = 1;
+}
+
+void LayerReduction::rest() {
+  if (!on()) return start_(ranges_[0]);
+  for (int l = int(started_.size()) - 1; l >= 0; --l) layer_done(l);
+  for (size_t i = started_.size(); i < ranges_.size(); ++i) start_(ranges_[i]);
+  std::fill(started_.begin(), started_.end(), 0);
+}
 
 std::string cpu_device_name(const Comm& comm) {
   std::ifstream in("/proc/cpuinfo");

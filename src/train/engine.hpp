@@ -7,6 +7,7 @@
 //                           asked (checkpoints, sync checks).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,6 +61,30 @@ class Engine {
 // By train.device: "cpu" or "cuda" (one GPU per rank, chosen by node-local rank). The engine keeps
 // references to model, opt and comm. Errors name train.device when this build or machine cannot.
 std::unique_ptr<Engine> make_engine(const Settings& s, const Comm& comm, Model<float>& model, AdamW& opt);
+
+// The ranges of the flat gradient buffer (n values) that the reduction runs over, in the order
+// every rank starts them: the layers from the last to the first (the order the backward finishes
+// them), then the parameters before them (embedding) and after them (final norm, head). One range
+// [0, n) when the layers' ranges do not follow one another without gaps. They tile [0, n).
+std::vector<Slice> reduction_ranges(const ParamLayout& layout, size_t n);
+
+// The reduction range by range over reduction_ranges, both engines: layer_done(l) starts layer l's
+// range as the step's last backward finishes it, rest() starts the layers not started yet (last
+// first: e.g. all of them on a rank without micro-batches) and then the rest, so every rank starts
+// the same ranges in the same order whatever its micro-batches. `start` begins one range's
+// reduction (it may return before it is done; the engine waits after rest()).
+class LayerReduction {
+ public:
+  LayerReduction(const ParamLayout& layout, size_t n, std::function<void(Slice)> start);
+  bool on() const { return ranges_.size() > 1; }  // the layers tile their part of the buffer
+  void layer_done(int l);
+  void rest();  // ends the step's starts; the next step starts afresh
+
+ private:
+  std::vector<Slice> ranges_;  // layer l at L - 1 - l, then the rest
+  std::vector<char> started_;  // per layer, this step
+  std::function<void(Slice)> start_;
+};
 
 // "cpu: <model name> (<n> ranks)" from /proc/cpuinfo.
 std::string cpu_device_name(const Comm& comm);

@@ -54,18 +54,23 @@ class CudaEngine final : public Engine {
     if (!s.train.zero) m_.resize(gpu_->size()), v_.resize(gpu_->size());
     const size_t bucket = size_t(s.train.bucket_mb * 1024 * 1024);
     ZeroReducer* zred = nullptr;
+    // The reduction range by range (LayerReduction) when the layers tile their part of the buffer:
+    // all-reduced (NCCL only), or with train.zero = 1 reduced to their owners (NCCL, or through the
+    // host when ranks share a GPU: the same code path, without the overlap).
+    layers_ = std::make_unique<LayerReduction>(model.layout(), gpu_->size(), [this](Slice r) { start_range(r); });
+    const bool by_range = s.train.overlap_reduce && layers_->on();
     if (shared) {
       auto host = std::make_unique<HostStagedGradReducer>(comm, bucket, gpu_->stream());
       zred = host.get();
       reducer_ = std::move(host);
     } else {
       auto nccl = std::make_unique<NcclGradReducer>(comm, bucket, gpu_->stream());
-      if (s.train.overlap_reduce && layers_tile() && !s.train.zero) nccl_ = nccl.get();
+      if (by_range && !s.train.zero) nccl_ = nccl.get();
       zred = nccl.get();
       reducer_ = std::move(nccl);
     }
-    if (s.train.zero) zero_ = std::make_unique<ZeroCuda>(comm, *gpu_, model.layout(), opt, *zred, bucket);
-    reduced_.assign(size_t(model.shape().n_layers), 0);
+    if (by_range && s.train.zero) owners_ = zred;
+    if (s.train.zero) zero_ = std::make_unique<ZeroCuda>(comm, *gpu_, model.layout(), opt, *zred, bucket, owners_);
     const bool any_shared = comm.allreduce_max(shared ? 1.0 : 0.0) > 0;
     // Sharded documents by the gradients' rule (collective: every rank the same choice).
     if (s.data.shard_long) shard_dev_ = std::make_unique<ShardExchangeDevice>(comm, !any_shared);
@@ -74,10 +79,13 @@ class CudaEngine final : public Engine {
     gpu_name_ = p.name;
     if (comm.root()) {
       std::printf("device: %s (cuda:%d on rank 0); gradients: %s%s%s%s\n", p.name, dev,
-                  any_shared ? "MPI through host memory (more ranks than GPUs on a node)"
-                  : nccl_    ? "NCCL all-reduce, per layer during the last backward"
-                  : zero_    ? "NCCL reduce-scatter"
-                             : "NCCL all-reduce",
+                  any_shared && owners_ ? "MPI through host memory (more ranks than GPUs on a node), reduced to "
+                                          "each slice's owner range by range after the backward"
+                  : any_shared          ? "MPI through host memory (more ranks than GPUs on a node)"
+                  : nccl_               ? "NCCL all-reduce, per layer during the last backward"
+                  : owners_ ? "NCCL reduce to each slice's owner, per layer during the last backward"
+                  : zero_   ? "NCCL reduce-scatter"
+                            : "NCCL all-reduce",
                   zero_ ? ", ZeRO-1 (train.zero = 1): AdamW on this rank's slice, the weights all-gathered" : "",
                   shard_dev_ ? "; sharded documents' K/V: " : "", shard_dev_ ? shard_dev_->describe() : "");
     }
@@ -91,8 +99,11 @@ class CudaEngine final : public Engine {
   MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool last) override {
     if (shard_dev_) shard_dev_->set_groups(shard_groups);
     const ShardExchangeCuda* ex = shard_dev_ ? &shard_dev_->exchange() : nullptr;
-    if (!last || !nccl_ || !b.shards.empty()) return gpu_->forward_backward(b, a, loss_scale, {}, ex);
-    return gpu_->forward_backward(b, a, loss_scale, [this](int l) { start_layer(l); });
+    if (!last || (!nccl_ && !owners_) || !b.shards.empty()) return gpu_->forward_backward(b, a, loss_scale, {}, ex);
+    return gpu_->forward_backward(b, a, loss_scale, [this](int l) {
+      gpu_->phases().mark(Phase::allreduce, gpu_->stream());
+      layers_->layer_done(l);
+    });
   }
   MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax) override {
     return gpu_->forward(b, a, argmax);
@@ -104,23 +115,19 @@ class CudaEngine final : public Engine {
   // Every rank starts the same sums in the same order: the layers from the last to the first (those
   // its last backward has not started yet, e.g. all of them on a rank without micro-batches), then
   // the parameters outside the layers (embedding, final norm, head: the embedding's gradient is
-  // complete only after the whole backward).
+  // complete only after the whole backward). With train.zero = 1 each range goes to its owners,
+  // and ZeroCuda reads this rank's slice of the gradients in place.
   void reduce_gradients() override {
     gpu_->phases().mark(Phase::allreduce, gpu_->stream());
     SB_CUDA_CHECK(cudaStreamSynchronize(gpu_->stream()));
-    if (zero_) return zero_->reduce_gradients();
-    if (!nccl_) {
+    if (!nccl_ && !owners_) {
+      if (zero_) return zero_->reduce_gradients();
       reducer_->allreduce_sum(gpu_->grads(), gpu_->size());
       return;
     }
-    const int L = int(reduced_.size());
-    for (int l = L - 1; l >= 0; --l)
-      if (!reduced_[size_t(l)]) start_layer(l);
-    const size_t first = gpu_->layer_range(0).first, end = gpu_->layer_range(L - 1).second;
-    if (first > 0) nccl_->allreduce_sum_async(gpu_->grads(), first, gpu_->stream());
-    if (end < gpu_->size()) nccl_->allreduce_sum_async(gpu_->grads() + end, gpu_->size() - end, gpu_->stream());
-    nccl_->finish();
-    std::fill(reduced_.begin(), reduced_.end(), 0);
+    layers_->rest();
+    if (nccl_) nccl_->finish();
+    else owners_->finish();
   }
   double gradient_norm() override {
     gpu_->phases().mark(Phase::optimizer, gpu_->stream());
@@ -195,20 +202,9 @@ class CudaEngine final : public Engine {
  private:
   const Comm& comm_;
   std::string gpu_name_;
-  void start_layer(int l) {
-    gpu_->phases().mark(Phase::allreduce, gpu_->stream());
-    const auto [lo, hi] = gpu_->layer_range(l);
-    nccl_->allreduce_sum_async(gpu_->grads() + lo, hi - lo, gpu_->stream());
-    reduced_[size_t(l)] = 1;
-  }
-  // The layers' ranges follow one another without gaps (params order), so layers + the rest cover
-  // the buffer exactly once; otherwise the overlap stays off.
-  bool layers_tile() const {
-    const int L = int(model_.shape().n_layers);
-    if (L == 0) return false;
-    for (int l = 0; l + 1 < L; ++l)
-      if (gpu_->layer_range(l).second != gpu_->layer_range(l + 1).first) return false;
-    return true;
+  void start_range(Slice r) {
+    if (nccl_) nccl_->allreduce_sum_async(gpu_->grads() + r.lo, r.size(), gpu_->stream());
+    else owners_->reduce_to_owners_async(gpu_->grads(), gpu_->size(), r, gpu_->stream());
   }
   void download(const DeviceArray<float>& d, std::vector<float>& h) {
     h.resize(gpu_->size());
@@ -227,7 +223,8 @@ class CudaEngine final : public Engine {
   std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<ShardExchangeDevice> shard_dev_;  // data.long_docs = "shard": K/V of sharded documents
   NcclGradReducer* nccl_ = nullptr;  // set when train.overlap_reduce and NCCL: sums overlap the last backward
-  std::vector<char> reduced_;        // per layer: its sum started this step
+  ZeroReducer* owners_ = nullptr;    // the same with train.zero = 1: each range reduced to its owners
+  std::unique_ptr<LayerReduction> layers_;  // which ranges this step has started
   std::vector<float> scratch_;
   std::chrono::steady_clock::time_point phase_t0_ = std::chrono::steady_clock::now();
 

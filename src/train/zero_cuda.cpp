@@ -11,14 +11,16 @@ namespace sb {
 namespace kc = kernels::cuda;
 
 ZeroCuda::ZeroCuda(const Comm& comm, ModelCuda& gpu, const ParamLayout& layout, AdamW& opt, ZeroReducer& red,
-                   size_t bucket_bytes)
+                   size_t bucket_bytes, bool in_place)
     : comm_(comm), gpu_(gpu), layout_(layout), opt_(opt), red_(red), host_(comm, bucket_bytes), sh_(opt.shard()) {
   if (gpu.has_master() || sh_.hi > gpu.size() || opt.params() != gpu.size())
     throw std::logic_error("ZeroCuda: the model keeps its own master, or the slice does not fit it");
   master_.resize(sh_.size()), m_.resize(sh_.size()), v_.resize(sh_.size());
-  // One rank: the slice is everything and the reduction the identity, so AdamW reads the gradients in place.
-  if (comm.size() > 1) g_mine_ = g_.resize(sh_.size());
-  else g_mine_ = gpu.grads();
+  // One rank: the slice is everything and the reduction the identity, so AdamW reads the gradients
+  // in place; so it does when the engine reduced them to their owners in place.
+  own_g_ = comm.size() > 1 && !in_place;
+  if (own_g_) g_mine_ = g_.resize(sh_.size());
+  else g_mine_ = gpu.grads() + sh_.lo;
 }
 
 void ZeroCuda::reduce_gradients() {

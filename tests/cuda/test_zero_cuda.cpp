@@ -1,6 +1,9 @@
 // Issue 22, ZeRO-1 in the CUDA engine (needs a GPU; skipped without one), at 1 and 2 ranks (2 ranks
 // share the one GPU of the test machine: the host-staged path, MPI reduce-scatter and all-gather):
-// - train.zero = 1 trains as train.zero = 0: losses at every step, the final weights and the
+// - train.zero = 1 trains as train.zero = 0, with the gradients reduced to their owners layer by
+//   layer during the last backward (train.overlap_reduce, the default: NCCL reduces on its own
+//   stream with a GPU per rank, the host-staged MPI reduces when ranks share one) and with the
+//   reduce-scatter after it (overlap_reduce = false): losses at every step, the final weights and the
 //   checkpoint's moments agree to rounding (relative L2; the GPU's backward sums in no fixed order),
 //   with the clip active, q/k/v biases (fp32 copies beside the bf16 weights) and collectives in many
 //   rounds (train.bucket_mb = 0.01); train.sync_check_every = 1 checks the gathered weights agree.
@@ -69,6 +72,11 @@ TEST(ZeroCuda, ShardedOptimizerTrainsAsPlainDataParallelAndResumes) {
     EXPECT_NEAR(zero.r.losses[s], plain.r.losses[s], tol * plain.r.losses[s]) << "step " << s + 1;
   EXPECT_LT(zero.r.losses.back(), zero.r.losses.front());
   EXPECT_LT(rel_l2(zero.w, plain.w), tol);
+  const Trained scattered = train(comm, dir, "z1rs", "--set train.zero=1 --set train.overlap_reduce=false");
+  ASSERT_EQ(scattered.r.losses.size(), 6u);
+  for (size_t s = 0; s < 6; ++s)
+    EXPECT_NEAR(scattered.r.losses[s], plain.r.losses[s], tol * plain.r.losses[s]) << "reduce-scatter, step " << s + 1;
+  EXPECT_LT(rel_l2(scattered.w, plain.w), tol);
   if (comm.root()) {  // the sharded checkpoint (every rank's slice of the moments) holds what the plain one does
     for (int s : {3, 6}) {
       const sb::Checkpoint a = sb::read_checkpoint(sb::checkpoint_path(dir + "/ckpt_z0", s));

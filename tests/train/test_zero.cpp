@@ -3,7 +3,9 @@
 // relative, with the clip active and the collectives in many rounds), and the sharded checkpoint
 // writers (collective and streamed) write the file write_checkpoint writes, which h5py reads; the
 // slice reader of a resume reads what read_checkpoint reads, in bounded pieces, and refuses a
-// corrupt file on every rank.
+// corrupt file on every rank. The reduction range by range to each slice's owner (what the CUDA
+// engine overlaps with the backward, and the CPU engine's zero path): its pieces, and its sums
+// against MPI_Reduce_scatter.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -16,6 +18,7 @@
 #include "io/checkpoint.hpp"
 #include "io/h5.hpp"
 #include "src/comm/comm.hpp"
+#include "src/train/engine.hpp"
 #include "src/train/trainer.hpp"
 #include "train_test_util.hpp"
 
@@ -56,9 +59,11 @@ sb::Checkpoint random_checkpoint(const std::vector<std::vector<int64_t>>& shapes
 TEST(Zero, ShardedOptimizerTrainsAsPlainDataParallel) {
   sb::Comm comm;
   std::string dir = scratch(comm, "zero");
-  // grad_clip low enough to clip every step; bucket_mb 0.01 splits the collectives into rounds.
+  // grad_clip low enough to clip every step; bucket_mb 0.01 splits the collectives into rounds;
+  // 3 micro-batches of 512 tokens a step: ranks with 2, 1 and none of them start their layers'
+  // reductions to the owners in different places (the last backward, or the reduce phase).
   const std::string base = "--set train.steps=4 --set balance.self_profile=false --set train.grad_clip=0.05"
-                           " --set checkpoint.every=2 --set train.bucket_mb=0.01";
+                           " --set checkpoint.every=2 --set train.bucket_mb=0.01 --set train.global_batch_tokens=1536";
   sb::Config c0 = tiny_config(dir, base + " --set checkpoint.dir=" + dir + "/c0 --set log.path=" + dir + "/m0.h5");
   sb::Config c1 = tiny_config(dir, base + " --set checkpoint.dir=" + dir + "/c1 --set log.path=" + dir +
                                        "/m1.h5 --set train.zero=1");
@@ -203,4 +208,100 @@ TEST(Zero, SliceReaderReadsWhatTheWholeReaderReads) {
     MPI_Comm_free(&group);
   }
   comm.barrier();
+}
+
+// owner_pieces over random tilings of [0, n): every piece non-empty, at most the bucket, inside its
+// range and its owner's slice, in rank order within a range; together they cover [0, n) once, each
+// value with its slice's owner. reduction_ranges of a model layout tiles the buffer, layers last first.
+TEST(Zero, OwnerPiecesCoverEachSliceOnceInBoundedPieces) {
+  std::mt19937 rng(11);
+  for (size_t n : {0, 1, 3, 7, 100, 1001})
+    for (int ranks : {1, 2, 3, 4, 7})
+      for (size_t bucket : {1, 5, 64, 5000}) {
+        std::vector<size_t> cuts{0, n};
+        for (int i = 0; i < 4 && n > 1; ++i) cuts.push_back(rng() % n);
+        std::sort(cuts.begin(), cuts.end());
+        std::vector<int> owner(n, -1);
+        for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+          const sb::Slice range{cuts[c], cuts[c + 1]};
+          int last = -1;
+          for (const sb::OwnerPiece& p : sb::owner_pieces(n, range, bucket, ranks)) {
+            const sb::Slice sh = sb::shard_of(n, p.owner, ranks);
+            ASSERT_GT(p.s.size(), 0u);
+            ASSERT_LE(p.s.size(), bucket);
+            ASSERT_TRUE(p.s.lo >= range.lo && p.s.hi <= range.hi && p.s.lo >= sh.lo && p.s.hi <= sh.hi)
+                << "n " << n << " ranks " << ranks << " piece [" << p.s.lo << ", " << p.s.hi << ")";
+            ASSERT_GE(p.owner, last);
+            last = p.owner;
+            for (size_t i = p.s.lo; i < p.s.hi; ++i) {
+              ASSERT_EQ(owner[i], -1) << "value " << i << " twice";
+              owner[i] = p.owner;
+            }
+          }
+        }
+        for (int r = 0; r < ranks; ++r)
+          for (size_t i = sb::shard_of(n, r, ranks).lo; i < sb::shard_of(n, r, ranks).hi; ++i)
+            ASSERT_EQ(owner[i], r) << "n " << n << " ranks " << ranks << " value " << i;
+      }
+  // LayerReduction: some layers started by the backward, the rest in the reduce phase, start the
+  // same ranges in the same order as the reduce phase alone; the next step starts afresh.
+  sb::ModelDims d;
+  d.n_layers = 3, d.tied = false, d.qkv_bias = true;
+  {
+    const sb::ParamLayout lay(d);
+    std::vector<size_t> seen;
+    sb::LayerReduction red(lay, lay.size, [&](sb::Slice r) { seen.push_back(r.lo); });
+    ASSERT_TRUE(red.on());
+    red.rest();
+    const std::vector<size_t> alone = seen;
+    ASSERT_EQ(alone.size(), sb::reduction_ranges(lay, lay.size).size());
+    for (int step = 0; step < 2; ++step) {
+      seen.clear();
+      red.layer_done(2), red.layer_done(1), red.layer_done(1);
+      red.rest();
+      EXPECT_EQ(seen, alone) << "step " << step;
+    }
+  }
+  const sb::ParamLayout layout(d);
+  const std::vector<sb::Slice> rs = sb::reduction_ranges(layout, layout.size);
+  ASSERT_GE(rs.size(), 4u);
+  for (int l = 0; l < 3; ++l) EXPECT_EQ(rs[size_t(2 - l)].lo, layout.layer_range(l).first);
+  std::vector<sb::Slice> sorted = rs;
+  std::sort(sorted.begin(), sorted.end(), [](sb::Slice a, sb::Slice b) { return a.lo < b.lo; });
+  EXPECT_EQ(sorted.front().lo, 0u);
+  EXPECT_EQ(sorted.back().hi, layout.size);
+  for (size_t i = 0; i + 1 < sorted.size(); ++i) EXPECT_EQ(sorted[i].hi, sorted[i + 1].lo);
+}
+
+// Real ranks: random integers (exact sums in fp32) reduced range by range to their owners, in
+// pieces of 7 values, give this rank's slice exactly as MPI_Reduce_scatter of the same data, and
+// leave the rest of the buffer as it was; n = 3 leaves ranks without a slice at 4 ranks.
+TEST(Zero, OwnerReductionSumsAsReduceScatter) {
+  sb::Comm comm;
+  const int R = comm.size(), me = comm.rank();
+  for (size_t n : {size_t(3), size_t(1037)}) {
+    std::mt19937 rng(uint32_t(100 + me));
+    std::uniform_int_distribution<int> val(-1000, 1000);
+    std::vector<float> g(n);
+    for (float& x : g) x = float(val(rng));
+    const std::vector<float> orig = g;
+    std::vector<int> counts(static_cast<size_t>(R));
+    for (int r = 0; r < R; ++r) counts[size_t(r)] = int(sb::shard_of(n, r, R).size());
+    const sb::Slice my = sb::shard_of(n, me, R);
+    std::vector<float> want(my.size() + 1);
+    ASSERT_EQ(MPI_Reduce_scatter(orig.data(), want.data(), counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+              MPI_SUCCESS);
+    want.resize(my.size());
+    // The same tiling on every rank, not aligned with the slices; reduced last range first.
+    std::vector<sb::Slice> ranges;
+    for (size_t lo = 0; lo < n; lo += 101) ranges.push_back({lo, std::min(n, lo + 101)});
+    std::reverse(ranges.begin(), ranges.end());
+    sb::MpiGradReducer red(comm, 7 * sizeof(float));
+    for (const sb::Slice& r : ranges) red.reduce_to_owners(g.data(), n, r);
+    EXPECT_EQ(std::vector<float>(g.begin() + long(my.lo), g.begin() + long(my.hi)), want) << "n " << n;
+    for (size_t i = 0; i < n; ++i) {
+      if (i >= my.lo && i < my.hi) continue;
+      ASSERT_EQ(g[i], orig[i]) << "n " << n << " value " << i << " outside the slice";
+    }
+  }
 }
