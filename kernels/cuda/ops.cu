@@ -231,6 +231,13 @@ __global__ void __launch_bounds__(kThreads) to_bf16_kernel(const float* x, bf16*
 __global__ void __launch_bounds__(kThreads) add_inplace_kernel(float* x, const float* y, size_t n) {
   SB_GRID_LOOP(i, n) x[i] += y[i];
 }
+__global__ void __launch_bounds__(kThreads) sum_blocks_kernel(const bf16* in, int G, size_t n, bf16* out) {
+  SB_GRID_LOOP(i, n) {
+    float s = 0.f;
+    for (int m = 0; m < G; ++m) s = __fadd_rn(s, __bfloat162float(in[size_t(m) * n + i]));  // no contraction
+    out[i] = __float2bfloat16(s);
+  }
+}
 __global__ void __launch_bounds__(kThreads) scale_inplace_kernel(float* x, float c, size_t n) {
   SB_GRID_LOOP(i, n) x[i] *= c;
 }
@@ -346,6 +353,11 @@ void add_inplace(float* x, const float* y, size_t n, cudaStream_t stream) {
   if (n == 0) return;
   add_inplace_kernel<<<grid_for(int64_t(n)), kThreads, 0, stream>>>(x, y, n);
   SB_CUDA_CHECK_LAUNCH("add_inplace_kernel");
+}
+void sum_blocks(const bf16* in, int G, size_t n, bf16* out, cudaStream_t stream) {
+  if (n == 0) return;
+  sum_blocks_kernel<<<grid_for(int64_t(n)), kThreads, 0, stream>>>(in, G, n, out);
+  SB_CUDA_CHECK_LAUNCH("sum_blocks_kernel");
 }
 void scale_inplace(float* x, float c, size_t n, cudaStream_t stream) {
   if (n == 0) return;

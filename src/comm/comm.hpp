@@ -95,6 +95,7 @@ class Group {
   bool valid() const { return comm_ != MPI_COMM_NULL; }
   int rank() const { return rank_; }
   int size() const { return size_; }
+  MPI_Comm mpi() const { return comm_; }  // the point-to-point of src/comm/row_exchange.hpp, NCCL's id
   // Every member's `mine` (counts[r] values for member r) into `all` (sum of counts), member order.
   void allgatherv(std::span<const float> mine, std::span<float> all, std::span<const int> counts) const;
   void allgatherv(std::span<const double> mine, std::span<double> all, std::span<const int> counts) const;

@@ -317,7 +317,7 @@ void ModelCuda::shards_backward(int l, const PackedBatch& b, const AttnSettings&
 
 MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool backward,
                                std::vector<int32_t>* argmax, const std::function<void(int)>& layer_done,
-                               const ShardExchange<float>* ex) {
+                               const ShardExchangeCuda* ex) {
   const auto t_start = Clock::now();
   const ModelDims& s = dims_;
   const int N = b.n(), C = s.d_model, H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, F = s.ffn_dim,

@@ -40,27 +40,41 @@ class DeviceArray {
   size_t cap_ = 0;
 };
 
+// The exchange of a sharded document's rows on device buffers (bf16), passed in by the trainer
+// (src/train/shard_cuda.hpp: NCCL with one GPU per rank, MPI through host memory when ranks share a
+// GPU): the model never communicates. Collective over the shard's group, called in the same order
+// on every member (layer by layer, the shards in batch order); the work is enqueued on `stream` and
+// may still be running when the call returns.
+struct ShardExchangeCuda {
+  using bf16 = kernels::cuda::bf16;
+  // This rank's rows (local_tokens() x width) -> the whole document's (doc_len x width), in
+  // document order, from every member.
+  std::function<void(const DocShard&, const bf16* mine, bf16* whole, int width, cudaStream_t)> gather;
+  // The sum over the group of every member's whole-document rows (doc_len x width) -> the rows this
+  // rank owns (local_tokens() x width, packed order): summed in fp32 in member order, rounded to
+  // bf16 once (as the float sum of the bf16 contributions on the host would be).
+  std::function<void(const DocShard&, const bf16* whole, bf16* mine, int width, cudaStream_t)> reduce_scatter;
+};
+
 // Scratch of a sharded document's attention on the GPU (shard_attention_cuda.cpp): the whole
-// document's rows on the device, grown as needed, and the host staging of the exchange.
+// document's rows on the device, grown as needed.
 struct ShardScratchCuda {
   DeviceArray<kernels::cuda::bf16> q, o, dout, dq;  // (doc_len, H*D)
   DeviceArray<kernels::cuda::bf16> k, v, dk, dv;    // (doc_len, Hkv*D)
   DeviceArray<float> lse;                           // (doc_len, H)
   DeviceArray<unsigned char> ws;                    // the backward's workspace
-  std::vector<kernels::cuda::bf16> h16;             // host copies of device rows
-  std::vector<float> mine, whole;                   // what the exchange moves: this rank's rows, the document's
 };
 
 // shard_attention_fwd/bwd (model.hpp) on device buffers, with the same arguments (q, att, dq at the
-// shard's first packed row, and so on) and the trainer's float exchange, staged through host memory.
+// shard's first packed row, and so on) and the trainer's device exchange.
 // The forward builds `sel` (on the host, uploaded) when `gate`, else reuses it (recomputation).
-kernels::GatingStats shard_attention_fwd_cuda(const DocShard& sh, const ShardExchange<float>& ex,
+kernels::GatingStats shard_attention_fwd_cuda(const DocShard& sh, const ShardExchangeCuda& ex,
                                               const kernels::cuda::bf16* q, const kernels::cuda::bf16* k,
                                               const kernels::cuda::bf16* v, kernels::AttnShape s, bool sparse,
                                               kernels::GatingParams p, bool gate, kernels::cuda::DeviceSelection& sel,
                                               kernels::cuda::bf16* att, float* lse, ShardScratchCuda& h,
                                               cudaStream_t stream);
-void shard_attention_bwd_cuda(const DocShard& sh, const ShardExchange<float>& ex, const kernels::cuda::bf16* q,
+void shard_attention_bwd_cuda(const DocShard& sh, const ShardExchangeCuda& ex, const kernels::cuda::bf16* q,
                               const kernels::cuda::bf16* k, const kernels::cuda::bf16* v,
                               const kernels::cuda::bf16* att, const float* lse, const kernels::cuda::bf16* datt,
                               kernels::AttnShape s, const kernels::cuda::DeviceSelection& sel, kernels::cuda::bf16* dq,
@@ -93,10 +107,10 @@ class ModelCuda {
   // layer_done (optional) is called with l once the backward of layer l is enqueued on stream():
   // its gradients (layer_range(l)) are complete when the stream gets there.
   // A batch with shards (data.long_docs = "shard") needs `ex`, collective over each shard's group
-  // (as Model::forward_backward; shard_attention_cuda.cpp stages it through host memory).
+  // (as Model::forward_backward, on device buffers: ShardExchangeCuda).
   MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale,
                                    const std::function<void(int)>& layer_done = {},
-                                   const ShardExchange<float>* ex = nullptr) {
+                                   const ShardExchangeCuda* ex = nullptr) {
     return run(b, a, loss_scale, true, nullptr, layer_done, ex);
   }
   // As Model::forward (evaluation): loss and, when asked, the greedy prediction of every token; no
@@ -129,7 +143,7 @@ class ModelCuda {
   struct Timers;
   MicroBatchStats run(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool backward,
                       std::vector<int32_t>* argmax, const std::function<void(int)>& layer_done = {},
-                      const ShardExchange<float>* ex = nullptr);
+                      const ShardExchangeCuda* ex = nullptr);
   void layer_forward(int l, const PackedBatch& b, const AttnSettings& a, Layer& A, float* x_out, bool gate,
                      bool dev_sel, MicroBatchStats& st, Timers& timers, Timers& gtimers);
   // The rows of b.shards (after the whole sequences) through shard_attention_*_cuda.
@@ -165,7 +179,7 @@ class ModelCuda {
   DeviceArray<unsigned char> attn_ws_;
   std::unique_ptr<kernels::cuda::DeviceGating> gating_;  // sparse selection on the device
   PhaseClock phases_;
-  const ShardExchange<float>* shard_ex_ = nullptr;  // run()'s exchange, for the shards' layers
+  const ShardExchangeCuda* shard_ex_ = nullptr;  // run()'s exchange, for the shards' layers
   std::unique_ptr<ShardScratchCuda> shard_ws_;
 };
 

@@ -10,7 +10,8 @@
 //   exactly one rank's blocks; then each member fetches only the rows of the blocks its own rows
 //   keep from their owners (alltoallv), and the backward sends those blocks' dK, dV back to the
 //   owners, who add them. Auto takes it when it moves below kAutoShare of the all-gather.
-// The CUDA path (shard_attention_cuda.cpp) all-gathers on device buffers, staged through host memory.
+// The CUDA path (shard_attention_cuda.cpp) all-gathers on device buffers (NCCL, or MPI through host
+// memory when ranks share a GPU: src/train/shard_cuda.hpp).
 #include <algorithm>
 #include <optional>
 #include <stdexcept>

@@ -1,13 +1,15 @@
 // Attention of a sharded document on the GPU (context parallelism; the CPU path and the method are
 // in shard_attention.cpp). The same steps on device buffers: K and V of the whole document gathered
-// through the trainer's ShardExchange<float>, the selection built over the whole document with only
-// this rank's query rows kept (keep_own_rows, shared with the CPU), the ordinary CUDA kernels, and
-// in the backward dK, dV reduce-scattered back to the keys' owners.
+// through the trainer's device exchange (ShardExchangeCuda, model_cuda.hpp), the selection built
+// over the whole document with only this rank's query rows kept (keep_own_rows, shared with the
+// CPU), the ordinary CUDA kernels, and in the backward dK, dV reduce-scattered back to the keys'
+// owners.
 //
-// The exchange is staged through host memory: bf16 rows down, widened to float, the same comm call
-// as the CPU path (MPI allgatherv / reduce_scatter in src/train/shard.cpp), rounded to bf16 and up
-// again. That is what runs when several ranks share one GPU, and it keeps the model free of
-// communication; an NCCL all-gather on device buffers (one GPU per rank) is not built yet.
+// The exchange is the trainer's (src/train/shard_cuda.hpp), by the engine's rule for gradients:
+// NCCL point-to-point on device buffers, on this stream, when every rank has its own GPU; MPI
+// through host memory when ranks share one. Both run the same plans (src/comm/row_exchange.hpp).
+// The gather is not overlapped with the local chunk's attention: src/model/README.md ("Sharded
+// documents") has the estimate of what that would save.
 #include <cuda_bf16.h>
 
 #include "base/cuda_check.hpp"
@@ -20,23 +22,6 @@ namespace kc = kernels::cuda;
 using bf16 = kc::bf16;
 
 namespace {
-
-// Device rows (n values, bf16) -> host floats in h.mine or h.whole (`out`).
-void to_host(const bf16* d, size_t n, ShardScratchCuda& h, std::vector<float>& out, cudaStream_t s) {
-  h.h16.resize(n);
-  SB_CUDA_CHECK(cudaMemcpyAsync(h.h16.data(), d, n * sizeof(bf16), cudaMemcpyDeviceToHost, s));
-  SB_CUDA_CHECK(cudaStreamSynchronize(s));
-  out.resize(n);
-  for (size_t i = 0; i < n; ++i) out[i] = __bfloat162float(h.h16[i]);
-}
-
-// Host floats -> device rows (bf16); returns once the copy is done (h.h16 is reused).
-void to_device(const std::vector<float>& in, bf16* d, ShardScratchCuda& h, cudaStream_t s) {
-  h.h16.resize(in.size());
-  for (size_t i = 0; i < in.size(); ++i) h.h16[i] = __float2bfloat16(in[i]);
-  SB_CUDA_CHECK(cudaMemcpyAsync(d, h.h16.data(), in.size() * sizeof(bf16), cudaMemcpyHostToDevice, s));
-  SB_CUDA_CHECK(cudaStreamSynchronize(s));
-}
 
 // This rank's packed rows (local_tokens x width) -> their document rows of `whole` (doc_len x
 // width); the other rows of `whole` are zero. Device to device, one copy per piece.
@@ -62,38 +47,20 @@ void gather_pieces(const DocShard& sh, const T* whole, int width, T* mine, cudaS
   }
 }
 
-// K or V of the whole document (doc_len x width, device) from every member's rows (mine, device).
-void gather_whole(const DocShard& sh, const ShardExchange<float>& ex, const bf16* mine, int width, bf16* whole,
-                  ShardScratchCuda& h, cudaStream_t s) {
-  to_host(mine, size_t(sh.local_tokens()) * width, h, h.mine, s);
-  h.whole.resize(size_t(sh.doc_len) * width);
-  ex.gather(sh, h.mine, h.whole, width);
-  to_device(h.whole, whole, h, s);
-}
-
-// The group's sum of every member's whole-document rows (whole, device) -> this rank's rows (mine).
-void reduce_to_owners(const DocShard& sh, const ShardExchange<float>& ex, const bf16* whole, int width, bf16* mine,
-                      ShardScratchCuda& h, cudaStream_t s) {
-  to_host(whole, size_t(sh.doc_len) * width, h, h.whole, s);
-  h.mine.resize(size_t(sh.local_tokens()) * width);
-  ex.reduce_scatter(sh, h.whole, h.mine, width);
-  to_device(h.mine, mine, h, s);
-}
-
 // Q and K, V of the whole document into h.q, h.k, h.v: Q zero outside this rank's rows.
-void whole_qkv(const DocShard& sh, const ShardExchange<float>& ex, const bf16* q, const bf16* k, const bf16* v,
+void whole_qkv(const DocShard& sh, const ShardExchangeCuda& ex, const bf16* q, const bf16* k, const bf16* v,
                kernels::AttnShape s, ShardScratchCuda& h, cudaStream_t cs) {
   const int HD = s.n_heads * s.head_dim, KD = s.n_kv_heads * s.head_dim;
   const size_t L = size_t(sh.doc_len);
   check_shard_pieces(sh, s.block_size);
   scatter_pieces(sh, q, HD, h.q.resize(L * HD), cs);
-  gather_whole(sh, ex, k, KD, h.k.resize(L * KD), h, cs);
-  gather_whole(sh, ex, v, KD, h.v.resize(L * KD), h, cs);
+  ex.gather(sh, k, h.k.resize(L * KD), KD, cs);
+  ex.gather(sh, v, h.v.resize(L * KD), KD, cs);
 }
 
 }  // namespace
 
-kernels::GatingStats shard_attention_fwd_cuda(const DocShard& sh, const ShardExchange<float>& ex, const bf16* q,
+kernels::GatingStats shard_attention_fwd_cuda(const DocShard& sh, const ShardExchangeCuda& ex, const bf16* q,
                                               const bf16* k, const bf16* v, kernels::AttnShape s, bool sparse,
                                               kernels::GatingParams p, bool gate, kc::DeviceSelection& sel,
                                               bf16* att, float* lse, ShardScratchCuda& h, cudaStream_t cs) {
@@ -117,7 +84,7 @@ kernels::GatingStats shard_attention_fwd_cuda(const DocShard& sh, const ShardExc
   return st;
 }
 
-void shard_attention_bwd_cuda(const DocShard& sh, const ShardExchange<float>& ex, const bf16* q, const bf16* k,
+void shard_attention_bwd_cuda(const DocShard& sh, const ShardExchangeCuda& ex, const bf16* q, const bf16* k,
                               const bf16* v, const bf16* att, const float* lse, const bf16* datt, kernels::AttnShape s,
                               const kc::DeviceSelection& sel, bf16* dq, bf16* dk, bf16* dv, ShardScratchCuda& h,
                               cudaStream_t cs) {
@@ -132,8 +99,8 @@ void shard_attention_bwd_cuda(const DocShard& sh, const ShardExchange<float>& ex
   kc::block_attention_bwd(h.q.data(), h.k.data(), h.v.data(), h.o.data(), h.lse.data(), h.dout.data(), sel, s, dQ,
                           dK, dV, ws, cs);
   gather_pieces(sh, dQ, HD, dq, cs);
-  reduce_to_owners(sh, ex, dK, KD, dk, h, cs);  // every member's contribution to the keys this rank owns
-  reduce_to_owners(sh, ex, dV, KD, dv, h, cs);
+  ex.reduce_scatter(sh, dK, dk, KD, cs);  // every member's contribution to the keys this rank owns
+  ex.reduce_scatter(sh, dV, dv, KD, cs);
 }
 
 }  // namespace sb

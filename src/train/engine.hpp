@@ -19,12 +19,16 @@
 
 namespace sb {
 
+class ShardGroups;
+
 class Engine {
  public:
   virtual ~Engine() = default;
   // The exchange of sharded documents' rows (data.long_docs = "shard", src/train/shard.hpp), for a
-  // batch with shards (both engines; the CUDA one stages it through host memory).
+  // batch with shards: the CPU engine passes shard_exchange to the model; the CUDA one runs its
+  // device exchange (src/train/shard_cuda.hpp) over the groups.
   const ShardExchange<float>* shard_exchange = nullptr;
+  const ShardGroups* shard_groups = nullptr;
   virtual void zero_grads() = 0;
   // Gradients accumulate over the step's micro-batches, scaled by loss_scale (Model::forward_backward).
   // `last`: the step's last micro-batch on this rank; an engine may then start reducing the

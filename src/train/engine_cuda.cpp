@@ -14,6 +14,7 @@
 #include "src/comm/nccl_cuda.hpp"
 #include "src/model/model_cuda.hpp"
 #include "src/train/engine.hpp"
+#include "src/train/shard_cuda.hpp"
 #include "src/train/zero_cuda.hpp"
 
 namespace sb {
@@ -71,11 +72,13 @@ class CudaEngine final : public Engine {
     if (by_range && s.train.zero) owners_ = zred;
     if (s.train.zero) zero_ = std::make_unique<ZeroCuda>(comm, *gpu_, model.layout(), opt, *zred, bucket, owners_);
     const bool any_shared = comm.allreduce_max(shared ? 1.0 : 0.0) > 0;
+    // Sharded documents by the gradients' rule (collective: every rank the same choice).
+    if (s.data.shard_long) shard_dev_ = std::make_unique<ShardExchangeDevice>(comm, !any_shared);
     cudaDeviceProp p{};
     SB_CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
     gpu_name_ = p.name;
     if (comm.root()) {
-      std::printf("device: %s (cuda:%d on rank 0); gradients: %s%s\n", p.name, dev,
+      std::printf("device: %s (cuda:%d on rank 0); gradients: %s%s%s%s\n", p.name, dev,
                   any_shared && owners_ ? "MPI through host memory (more ranks than GPUs on a node), reduced to "
                                           "each slice's owner range by range after the backward"
                   : any_shared          ? "MPI through host memory (more ranks than GPUs on a node)"
@@ -83,18 +86,20 @@ class CudaEngine final : public Engine {
                   : owners_ ? "NCCL reduce to each slice's owner, per layer during the last backward"
                   : zero_   ? "NCCL reduce-scatter"
                             : "NCCL all-reduce",
-                  zero_ ? ", ZeRO-1 (train.zero = 1): AdamW on this rank's slice, the weights all-gathered" : "");
+                  zero_ ? ", ZeRO-1 (train.zero = 1): AdamW on this rank's slice, the weights all-gathered" : "",
+                  shard_dev_ ? "; sharded documents' K/V: " : "", shard_dev_ ? shard_dev_->describe() : "");
     }
   }
   void zero_grads() override { gpu_->zero_grads(); }
   // With overlap, the step's last backward starts each layer's sum as soon as that layer is done:
   // layer l's gradients are final then (the earlier micro-batches are already accumulated).
-  // Sharded documents (data.long_docs = "shard") exchange their rows through the trainer's MPI
-  // exchange, staged through host memory (src/model/shard_attention_cuda.cpp). Their batches leave
-  // the overlap off: a member blocked in that exchange must not hold NCCL sums that wait for it.
+  // Sharded documents (data.long_docs = "shard") exchange their rows through the device exchange
+  // (src/train/shard_cuda.hpp: NCCL, or MPI through host memory). Their batches leave the overlap
+  // off: a member waiting in that exchange must not hold gradient sums that wait for it.
   MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool last) override {
-    if (!last || (!nccl_ && !owners_) || !b.shards.empty())
-      return gpu_->forward_backward(b, a, loss_scale, {}, shard_exchange);
+    if (shard_dev_) shard_dev_->set_groups(shard_groups);
+    const ShardExchangeCuda* ex = shard_dev_ ? &shard_dev_->exchange() : nullptr;
+    if (!last || (!nccl_ && !owners_) || !b.shards.empty()) return gpu_->forward_backward(b, a, loss_scale, {}, ex);
     return gpu_->forward_backward(b, a, loss_scale, [this](int l) {
       gpu_->phases().mark(Phase::allreduce, gpu_->stream());
       layers_->layer_done(l);
@@ -216,6 +221,7 @@ class CudaEngine final : public Engine {
   DeviceArray<float> m_, v_;  // (n) AdamW moments (train.zero = 0)
   std::unique_ptr<ZeroCuda> zero_;  // train.zero = 1: the sliced master, moments and reduced gradient
   std::unique_ptr<GradReducer> reducer_;
+  std::unique_ptr<ShardExchangeDevice> shard_dev_;  // data.long_docs = "shard": K/V of sharded documents
   NcclGradReducer* nccl_ = nullptr;  // set when train.overlap_reduce and NCCL: sums overlap the last backward
   ZeroReducer* owners_ = nullptr;    // the same with train.zero = 1: each range reduced to its owners
   std::unique_ptr<LayerReduction> layers_;  // which ranges this step has started

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "base/error.hpp"
+#include "src/comm/row_exchange.hpp"
 
 namespace sb {
 
@@ -21,7 +22,7 @@ std::optional<DocShard> ShardGroups::add(int first, int32_t doc_len, std::vector
     throw Error("a document sharded over ranks [" + std::to_string(first) + ", " + std::to_string(first + G) +
                 ") needs " + std::to_string(first + G) + " ranks; the run has " + std::to_string(world_.size()));
   const bool member = me >= first && me < first + G;
-  auto e = std::make_unique<Entry>(Entry{Group(world_, member ? first : -1, me), std::move(pieces), doc_len});
+  auto e = std::make_unique<Entry>(Entry{Group(world_, member ? first : -1, me), std::move(pieces), doc_len, first});
   DocShard sh;
   sh.group = int(groups_.size());
   sh.doc_len = doc_len;
@@ -29,6 +30,11 @@ std::optional<DocShard> ShardGroups::add(int first, int32_t doc_len, std::vector
   groups_.push_back(std::move(e));
   if (!member) return std::nullopt;
   return sh;
+}
+
+ShardGroups::View ShardGroups::view(int g) const {
+  const Entry& e = *groups_.at(size_t(g));
+  return {e.comm, e.pieces, e.first, e.doc_len};
 }
 
 namespace {
@@ -72,26 +78,17 @@ size_t local_row(const std::vector<Piece>& mine, int32_t t) {
 }
 
 // Every member's rows of its `pieces` (units of rows: tokens or blocks; mine: this member's, packed)
-// -> whole, in document order.
+// -> whole, in document order: the device exchange's plan (src/comm/row_exchange.hpp) on MPI.
 template <class T>
 void allgather_pieces(const Group& g, const std::vector<std::vector<Piece>>& pieces, std::span<const T> mine,
                       std::span<T> whole, int width, ShardGroups::Traffic& traffic) {
-  std::vector<int> counts;
-  for (const auto& ps : pieces) {
-    int64_t n = 0;
-    for (auto [b, x] : ps) n += x - b;
-    counts.push_back(int(n * width));
-  }
-  std::vector<T> by_member(whole.size());
+  const RowPlan p = gather_plan(pieces, g.rank(), int32_t(whole.size() / size_t(width)));
+  if (p.in_rows * size_t(width) != mine.size() || p.out_rows * size_t(width) != whole.size())
+    throw Error("shard exchange: gather buffers of " + std::to_string(mine.size()) + " and " +
+                std::to_string(whole.size()) + " values do not match the pieces");
   Timed tm{traffic, double((whole.size() - mine.size()) * sizeof(T))};
-  g.allgatherv(mine, std::span<T>(by_member), counts);
-  size_t at = 0;  // member order -> document order
-  for (const auto& ps : pieces)
-    for (auto [b, x] : ps) {
-      const size_t n = size_t(x - b) * width;
-      std::copy_n(by_member.begin() + at, n, whole.begin() + size_t(b) * width);
-      at += n;
-    }
+  MpiRowTransport t(g);
+  run_plan(p, t, mine.data(), whole.data(), size_t(width) * sizeof(T));
 }
 
 }  // namespace
@@ -102,20 +99,27 @@ void ShardGroups::gather(const DocShard& sh, std::span<const T> mine, std::span<
   allgather_pieces(e.comm, e.pieces, mine, whole, width, traffic_);
 }
 
+// Every member's contribution to this rank's rows (scatter_plan: G blocks, member order), summed in
+// member order: the order the device exchange sums in, the same on every run.
 template <class T>
 void ShardGroups::reduce_scatter(const DocShard& sh, std::span<const T> whole, std::span<T> mine, int width) const {
   const Entry& e = *groups_.at(size_t(sh.group));
-  std::vector<int> counts;
-  std::vector<T> by_member;  // document order -> member order
-  by_member.reserve(whole.size());
-  for (const auto& ps : e.pieces) {
-    const size_t before = by_member.size();
-    for (auto [b, x] : ps)
-      by_member.insert(by_member.end(), whole.begin() + size_t(b) * width, whole.begin() + size_t(x) * width);
-    counts.push_back(int(by_member.size() - before));
+  const RowPlan p = scatter_plan(e.pieces, e.comm.rank(), e.doc_len);
+  const size_t n = mine.size(), G = size_t(p.members);
+  if (p.in_rows * size_t(width) != whole.size() || p.out_rows * size_t(width) != G * n)
+    throw Error("shard exchange: reduce-scatter buffers of " + std::to_string(whole.size()) + " and " +
+                std::to_string(n) + " values do not match the pieces");
+  std::vector<T> stage(G * n);
+  {
+    Timed tm{traffic_, double((G - 1) * n * sizeof(T))};
+    MpiRowTransport t(e.comm);
+    run_plan(p, t, whole.data(), stage.data(), size_t(width) * sizeof(T));
   }
-  Timed tm{traffic_, double(size_t(e.comm.size() - 1) * mine.size() * sizeof(T))};
-  e.comm.reduce_scatter(std::span<const T>(by_member), mine, counts);
+  for (size_t i = 0; i < n; ++i) {
+    T sum = 0;
+    for (size_t m = 0; m < G; ++m) sum += stage[m * n + i];
+    mine[i] = sum;
+  }
 }
 
 void ShardGroups::gather_blocks(const DocShard& sh, std::span<const double> mine, std::span<double> whole, int width,

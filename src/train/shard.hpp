@@ -47,12 +47,22 @@ class ShardGroups {
   };
   const Traffic& traffic() const { return traffic_; }
   void reset_traffic() { traffic_ = {}; }
+  // Group g as the device exchange (shard_cuda.hpp) needs it: its MPI group, every member's pieces,
+  // its first world rank (member m is world rank first + m).
+  struct View {
+    const Group& comm;
+    const std::vector<std::vector<Piece>>& pieces;
+    int first;
+    int32_t doc_len;
+  };
+  View view(int g) const;
 
  private:
   struct Entry {
     Group comm;
     std::vector<std::vector<Piece>> pieces;  // every member's
     int32_t doc_len = 0;
+    int first = 0;
   };
   template <class T>
   void gather(const DocShard& sh, std::span<const T> mine, std::span<T> whole, int width) const;

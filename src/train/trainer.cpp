@@ -73,6 +73,7 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
     throw Error("balance.shard_docs = true needs data.long_docs = \"shard\" (documents are sharded by the same machinery)");
   shard_groups_.set_mode(set_.attention.shard_exchange);
   engine_->shard_exchange = &shard_groups_.exchange_f32();
+  engine_->shard_groups = &shard_groups_;
   if (!set_.attention.sparse && set_.balance.dst.tuning == Tuning::Dst)
     throw Error("balance.tuning = \"dst\" needs attention.mode = \"sparse\" (dense attention has no budget to tune)");
 

@@ -1,6 +1,7 @@
-// Context parallelism on the GPU (issue 21), at 2 real MPI ranks sharing one GPU: the exchange is
-// the trainer's MPI one (ShardGroups), staged through host memory by ModelCuda, as it runs when
-// several ranks share a GPU. Needs a GPU; skipped without one.
+// Context parallelism on the GPU (issue 21), at 2 real MPI ranks: the device exchange
+// (ShardExchangeDevice, src/train/shard_cuda.hpp) through host memory and MPI, as it runs when the
+// ranks share one GPU, and, when each rank has a GPU of its own (a 2-GPU machine), through NCCL
+// point-to-point too. Needs a GPU; skipped without one.
 // - One micro-batch: a document of 2 x micro_batch_tokens sharded over the 2 ranks, each rank also
 //   holding a short document of its own, gives the loss, the gradients and the gating statistics
 //   of one rank holding everything in a 2x micro-batch on the GPU (bf16 tolerance), and of
@@ -19,6 +20,7 @@
 #include "src/comm/comm.hpp"
 #include "src/model/model_cuda.hpp"
 #include "src/train/shard.hpp"
+#include "src/train/shard_cuda.hpp"
 #include "src/train/trainer.hpp"
 #include "tests/cuda/gpu_test_util.hpp"
 #include "tests/train/train_test_util.hpp"
@@ -54,7 +56,7 @@ struct Case {
   int cap = 256;   // train.micro_batch_tokens
 };
 
-void check_case(const Case& c) {
+void check_case(const Case& c, sb::ShardExchangeDevice& dev) {
   sb::Comm comm;
   const int G = comm.size(), me = comm.rank();
   sb::ModelDims d;
@@ -93,7 +95,8 @@ void check_case(const Case& c) {
   mine.shards.push_back(sh);
   sb::ModelCuda cp(d, host.layout());
   cp.upload_weights(host.weights());
-  const sb::MicroBatchStats ms = cp.forward_backward(mine, a, float(scale), {}, &groups.exchange_f32());
+  dev.set_groups(&groups);
+  const sb::MicroBatchStats ms = cp.forward_backward(mine, a, float(scale), {}, &dev.exchange());
   std::vector<float> g = grads_of(cp);
   MPI_Allreduce(MPI_IN_PLACE, g.data(), int(g.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
 
@@ -127,19 +130,32 @@ void check_case(const Case& c) {
     }
   }
   if (comm.root())
-    std::printf("%s, L %d, block %d: loss rel %.1e (one GPU rank), %.1e (double); worst gradient rel %.1e, %.1e\n",
-                c.sparse ? "sparse" : "dense", L, c.block, e1, er, worst1, worstr);
+    std::printf("%s: %s, L %d, block %d: loss rel %.1e (one GPU rank), %.1e (double); worst gradient rel %.1e, %.1e\n",
+                dev.nccl() ? "nccl" : "host-staged", c.sparse ? "sparse" : "dense", L, c.block, e1, er, worst1, worstr);
 }
 
 }  // namespace
 
+// Host-staged always (it runs wherever the ranks are); NCCL too when every rank has a GPU of its own.
 TEST(ShardCuda, OneDocumentOverTwoRanksEqualsOneRank) {
   if (!have_gpu()) GTEST_SKIP();
-  if (sb::Comm().size() != 2) GTEST_SKIP() << "the case is 2 ranks";
-  for (const Case& c : {Case{false, 0}, Case{true, 0}, Case{false, 20}, Case{true, 37}, Case{true, 0, 128, 512}}) {
-    SCOPED_TRACE(std::string(c.sparse ? "sparse" : "dense") + ", tail " + std::to_string(c.tail) + ", block " +
-                 std::to_string(c.block));
-    check_case(c);
+  sb::Comm comm;
+  if (comm.size() != 2) GTEST_SKIP() << "the case is 2 ranks";
+  int gpus = 0;
+  SB_CUDA_CHECK(cudaGetDeviceCount(&gpus));
+  const bool own_gpu = comm.allreduce_max(comm.local_size() > gpus ? 1.0 : 0.0) == 0;
+  if (own_gpu) SB_CUDA_CHECK(cudaSetDevice(comm.local_rank()));
+  for (const bool nccl : {false, true}) {
+    if (nccl && !own_gpu) {
+      if (comm.root()) std::printf("nccl: not run (the 2 ranks share a GPU; NCCL needs one each)\n");
+      continue;
+    }
+    sb::ShardExchangeDevice dev(comm, nccl);
+    for (const Case& c : {Case{false, 0}, Case{true, 0}, Case{false, 20}, Case{true, 37}, Case{true, 0, 128, 512}}) {
+      SCOPED_TRACE(std::string(nccl ? "nccl, " : "host-staged, ") + (c.sparse ? "sparse" : "dense") + ", tail " +
+                   std::to_string(c.tail) + ", block " + std::to_string(c.block));
+      check_case(c, dev);
+    }
   }
 }
 

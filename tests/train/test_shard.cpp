@@ -11,9 +11,11 @@
 #include <numeric>
 #include <random>
 
+#include "base/error.hpp"
 #include "base/hash.hpp"
 #include "io/checkpoint.hpp"
 #include "src/comm/comm.hpp"
+#include "src/comm/row_exchange.hpp"
 #include "src/train/shard.hpp"
 #include "src/train/trainer.hpp"
 #include "train_test_util.hpp"
@@ -162,6 +164,80 @@ TEST(Shard, GroupAlltoallvDeliversEachMembersPart) {
   EXPECT_EQ(at, recv.size());
   rc[0] += 1;  // counts that disagree with the buffer are an error naming the call
   EXPECT_THROW(g.alltoallv(std::span<const double>(send), sc, std::span<double>(recv), rc), std::exception);
+}
+
+// The row plans of the device exchange (src/comm/row_exchange.hpp) on MPI with host buffers, as the
+// GPU's host-staged path runs them and NCCL runs them on device buffers: random tilings of a
+// document (several pieces a member, members without any), random bf16 rows. The gather gives every
+// member the whole document bit for bit (and the same rows as ShardGroups' allgatherv path in
+// float); the reduce-scatter gives each owner the fp32 sum in member order of every member's rows,
+// rounded once.
+TEST(Shard, RowPlansGatherAndReduceScatterExactly) {
+  sb::Comm comm;
+  sb::Group g(comm, 0, comm.rank());
+  const int G = g.size(), me = g.rank(), W = 3;
+  EXPECT_EQ(sb::float_to_bf16_bits(1.0f), 0x3f80);
+  EXPECT_EQ(sb::float_to_bf16_bits(1.0f + 1.0f / 256), 0x3f80);  // a tie rounds to even
+  EXPECT_EQ(sb::float_to_bf16_bits(1.0f + 3.0f / 256), 0x3f82);
+  EXPECT_EQ(sb::bf16_bits_to_float(0xc0a0), -5.0f);
+  for (int trial = 0; trial < 6; ++trial) {
+    std::mt19937_64 rng(uint64_t(77 + trial));  // the same on every rank
+    const int32_t L = int32_t(40 + rng() % 160);
+    std::vector<sb::RowRanges> pieces(static_cast<size_t>(G));
+    for (int32_t b = 0; b < L;) {  // pieces of 1-24 tokens to random members (member 0 none in trial 1)
+      const int32_t e = std::min(L, b + 1 + int32_t(rng() % 24));
+      int m = int(rng() % uint64_t(G));
+      if (trial == 1 && G > 1 && m == 0) m = 1;
+      pieces[size_t(m)].push_back({b, e});
+      b = e;
+    }
+    // value of member m's row t in the reduce-scatter (and of row t in the gather: m = -1)
+    auto value = [&](int m, int32_t t, int j) {
+      std::mt19937 r(uint32_t(1000003 * (m + 1) + 31 * t + j));
+      return sb::float_to_bf16_bits(std::uniform_real_distribution<float>(-4, 4)(r));
+    };
+    std::vector<uint16_t> mine;
+    for (auto [b, e] : pieces[size_t(me)])
+      for (int32_t t = b; t < e; ++t)
+        for (int j = 0; j < W; ++j) mine.push_back(value(-1, t, j));
+    sb::MpiRowTransport tr(g);
+    const sb::RowPlan gp = sb::gather_plan(pieces, me, L);
+    std::vector<uint16_t> whole(size_t(L) * W);
+    sb::run_plan(gp, tr, mine.data(), whole.data(), W * sizeof(uint16_t));
+    int bad = 0;  // counted, not asserted: a member leaving early would hang the others
+    for (int32_t t = 0; t < L; ++t)
+      for (int j = 0; j < W; ++j) bad += whole[size_t(t) * W + j] != value(-1, t, j);
+    EXPECT_EQ(bad, 0) << "gathered values differ, trial " << trial;
+
+    std::vector<uint16_t> contrib(size_t(L) * W);  // this member's rows for every owner
+    for (int32_t t = 0; t < L; ++t)
+      for (int j = 0; j < W; ++j) contrib[size_t(t) * W + j] = value(me, t, j);
+    const sb::RowPlan sp = sb::scatter_plan(pieces, me, L);
+    std::vector<uint16_t> stage(sp.out_rows * W), sum(mine.size());
+    sb::run_plan(sp, tr, contrib.data(), stage.data(), W * sizeof(uint16_t));
+    sb::sum_blocks_bf16(stage.data(), G, mine.size(), sum.data());
+    size_t at = 0;
+    for (auto [b, e] : pieces[size_t(me)])
+      for (int32_t t = b; t < e; ++t)
+        for (int j = 0; j < W; ++j, ++at) {
+          float s = 0;
+          for (int m = 0; m < G; ++m) s += sb::bf16_bits_to_float(value(m, t, j));
+          bad += sum[at] != sb::float_to_bf16_bits(s);
+        }
+    EXPECT_EQ(bad, 0) << "sums differ, trial " << trial;
+
+    // The same gather in float as ShardGroups' path (allgatherv and reorder): the same rows.
+    sb::ShardGroups groups(comm);
+    const sb::DocShard sh = groups.add(0, L, pieces).value();
+    std::vector<float> minef(mine.size()), wf(whole.size()), wg(whole.size());
+    for (size_t i = 0; i < mine.size(); ++i) minef[i] = sb::bf16_bits_to_float(mine[i]);
+    sb::run_plan(gp, tr, minef.data(), wf.data(), W * sizeof(float));
+    groups.exchange_f32().gather(sh, minef, wg, W);
+    EXPECT_EQ(wf, wg);
+  }
+  std::vector<sb::RowRanges> gap(static_cast<size_t>(G));  // pieces that leave a row without an owner
+  gap[0] = {{0, 5}, {6, 10}};
+  EXPECT_THROW(sb::gather_plan(gap, me, 10), sb::Error);
 }
 
 // DST gives the members of a group different budgets (balance.tuning = "dst"). Each member gates
