@@ -36,14 +36,35 @@ std::vector<std::vector<Piece>> split_document(int64_t len, int G, int block_siz
   std::vector<double> prefix(size_t(nb) + 1, 0.0);  // prefix[j]: work of blocks [0, j)
   std::partial_sum(costs.begin(), costs.end(), prefix.begin() + 1);
   const int chunks = 2 * G;
-  std::vector<int64_t> cut(size_t(chunks) + 1, nb);  // chunk c is blocks [cut[c], cut[c+1])
-  cut[0] = 0;
-  for (int c = 1; c < chunks; ++c) {  // the block boundary nearest to c/chunks of the work
-    const double goal = prefix.back() * c / chunks;
-    int64_t j = std::lower_bound(prefix.begin(), prefix.end(), goal) - prefix.begin();
-    if (j > 0 && goal - prefix[size_t(j - 1)] <= prefix[size_t(j)] - goal) j -= 1;
-    cut[size_t(c)] = std::max(cut[size_t(c - 1)], std::min(j, nb));
-  }
+  // Chunk c is blocks [cut[c], cut[c+1]), cut at the block boundaries nearest to c/chunks of `p`'s total.
+  auto cuts = [&](const std::vector<double>& p) {
+    std::vector<int64_t> cut(size_t(chunks) + 1, nb);
+    cut[0] = 0;
+    for (int c = 1; c < chunks; ++c) {
+      const double goal = p.back() * c / chunks;
+      int64_t j = std::lower_bound(p.begin(), p.end(), goal) - p.begin();
+      if (j > 0 && goal - p[size_t(j - 1)] <= p[size_t(j)] - goal) j -= 1;
+      cut[size_t(c)] = std::max(cut[size_t(c - 1)], std::min(j, nb));
+    }
+    return cut;
+  };
+  auto max_work = [&](const std::vector<int64_t>& cut) {  // the busiest member's work
+    double hi = 0;
+    for (int r = 0; r < G; ++r) {
+      const size_t a = size_t(r), b = size_t(chunks - 1 - r);
+      hi = std::max(hi, prefix[size_t(cut[a + 1])] - prefix[size_t(cut[a])] + prefix[size_t(cut[b + 1])] -
+                            prefix[size_t(cut[b])]);
+    }
+    return hi;
+  };
+  // Equal work per chunk, or Megatron's zigzag (equal blocks per chunk), whichever leaves the busiest
+  // member less: equal-work chunks win for sparse rows (their cost stops growing at the budget); for
+  // dense rows zigzag's pairs cancel the linear growth exactly, where equal-work chunks round to
+  // whole blocks (up to ~1% at 8 members of a 128K document).
+  std::vector<double> blocks(size_t(nb) + 1);
+  std::iota(blocks.begin(), blocks.end(), 0.0);
+  std::vector<int64_t> cut = cuts(prefix);
+  if (const std::vector<int64_t> zz = cuts(blocks); max_work(zz) < max_work(cut)) cut = zz;
   auto tokens = [&](int c) {
     return Piece{int32_t(cut[size_t(c)] * block_size), int32_t(std::min<int64_t>(cut[size_t(c) + 1] * block_size, len))};
   };

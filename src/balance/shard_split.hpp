@@ -27,10 +27,11 @@ std::vector<double> block_costs(int64_t len, int block_size, bool sparse, int k,
 // the attention time of one kept block pair.
 double token_cost(const LatencyModel& lm);
 
-// The pieces of each of G members: the document's blocks cut into 2G contiguous chunks of equal
-// predicted work (`costs`, one per block), member r taking chunks r and 2G-1-r (adjacent chunks of
-// one member merge). With equal costs this is Megatron's zigzag; with sparse costs the early
-// chunks, whose rows keep fewer blocks, grow longer. Every piece is block-aligned.
+// The pieces of each of G members: the document's blocks cut into 2G contiguous chunks, member r
+// taking chunks r and 2G-1-r (adjacent chunks of one member merge). The chunks are of equal
+// predicted work (`costs`, one per block: with sparse costs the early chunks, whose rows keep fewer
+// blocks, grow longer) or of equal length (Megatron's zigzag), whichever leaves the busiest member
+// less work (zigzag for dense rows, whose linear growth its pairs cancel). Every piece is block-aligned.
 std::vector<std::vector<Piece>> split_document(int64_t len, int G, int block_size, std::span<const double> costs);
 
 // A member's pieces of document `doc` as its extra micro-batch (segments [begin, begin + len) of

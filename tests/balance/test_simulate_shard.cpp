@@ -152,3 +152,37 @@ TEST(SimulateShard, PlainShardAtOneMicroBatchIsNearTheTokenBound) {
   EXPECT_LT(dst.makespan, 1.03 * r.token_bound_k0);
   EXPECT_GT(r.whole_doc_bound, 3 * r.token_bound_k0);  // where the whole-document bound is far above it
 }
+
+// The split against Megatron's zigzag (equal-token chunks, member r taking r and 2G-1-r): never
+// worse; for sparse rows, whose cost stops growing at the budget, zigzag gives the members holding
+// the first chunks less work and the split balances it (for dense rows the split is zigzag).
+// Work per member = the sum of its blocks' predicted costs (the costs the planner uses).
+TEST(SimulateShard, SplitBalancesSparseWorkWhereZigzagDoesNot) {
+  const LatencyModel lm{ModelShape{32, 128, 1}};
+  const double tc = token_cost(lm);
+  const int64_t len = 131072;
+  for (const int G : {2, 4, 8}) {
+    for (const bool sparse : {false, true}) {
+      const std::vector<double> costs = block_costs(len, 128, sparse, 32, 1, tc);
+      const std::vector<double> equal(costs.size(), 1.0);  // equal costs: the split is zigzag
+      auto spread = [&](const std::vector<std::vector<Piece>>& parts) {
+        double hi = 0, sum = 0;
+        for (const auto& pieces : parts) {
+          double w = 0;
+          for (auto [b, e] : pieces)
+            for (int32_t i = b / 128; i < (e + 127) / 128; ++i) w += costs[size_t(i)];
+          hi = std::max(hi, w), sum += w;
+        }
+        return hi / (sum / double(parts.size()));  // max member / mean member
+      };
+      const double ours = spread(split_document(len, G, 128, costs));
+      const double zigzag = spread(split_document(len, G, 128, equal));
+      std::printf("G %d %s: max/mean work, split %.4f, zigzag %.4f\n", G, sparse ? "sparse" : "dense", ours, zigzag);
+      EXPECT_LE(ours, zigzag + 1e-12) << "G " << G << (sparse ? " sparse" : " dense");
+      EXPECT_LT(ours, 1.002) << "G " << G << (sparse ? " sparse" : " dense");
+      if (sparse) {
+        EXPECT_LT(ours, zigzag - 0.005) << "G " << G;  // zigzag under-loads the first chunks' members
+      }
+    }
+  }
+}
