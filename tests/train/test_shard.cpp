@@ -280,7 +280,9 @@ TEST(Shard, MembersAtDifferentBudgetsKeepTheirOwnRowsChoice) {
       EXPECT_EQ(g.rows, h.rows);
       EXPECT_EQ(g.kept_blocks, h.kept_blocks);
       EXPECT_EQ(g.recall_sum, h.recall_sum);
-      if (layers == 1) EXPECT_EQ(mixed.loss_sum, same.loss_sum);
+      if (layers == 1) {
+        EXPECT_EQ(mixed.loss_sum, same.loss_sum);
+      }
     }
     EXPECT_LT(kept[0], kept[2]);  // the budgets do change this member's rows' selection
   }
