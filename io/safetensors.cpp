@@ -38,15 +38,6 @@ StDtype parse_st_dtype(const std::string& s, const std::string& what) {
   throw Error(what + ": dtype '" + s + "' is not supported (expected BF16, F16 or F32)");
 }
 
-float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(uint32_t(h) << 16); }
-
-uint16_t f32_to_bf16(float f) {
-  uint32_t u = std::bit_cast<uint32_t>(f);
-  if (std::isnan(f)) return uint16_t((u >> 16) | 0x40);  // stays a (quiet) NaN
-  u += 0x7fff + ((u >> 16) & 1);                         // round to nearest, ties to even
-  return uint16_t(u >> 16);
-}
-
 float f16_to_f32(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
   if (exp == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (man << 13));  // inf, NaN

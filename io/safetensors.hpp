@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "base/bf16.hpp"
+
 namespace sb {
 
 enum class StDtype { F32, F16, BF16 };
@@ -25,9 +27,8 @@ size_t st_dtype_size(StDtype t);
 // "bf16" | "f16" | "f32" (the --dtype flag) or the header's "BF16" | "F16" | "F32"; throws naming `what`.
 StDtype parse_st_dtype(const std::string& s, const std::string& what);
 
-// Exact widening, and round-to-nearest-even narrowing (exact for values that came from the type).
-float bf16_to_f32(uint16_t h);
-uint16_t f32_to_bf16(float f);
+// Exact widening, and round-to-nearest-even narrowing (exact for values that came from the type);
+// bf16's pair is base/bf16.hpp's bf16_to_f32 / f32_to_bf16.
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "base/bf16.hpp"
 #include "base/error.hpp"
 #include "src/comm/comm.hpp"
 #include "src/comm/mpi_check.hpp"
@@ -132,25 +133,11 @@ void MpiRowTransport::end() {
   reqs_.clear();
 }
 
-float bf16_bits_to_float(uint16_t b) {
-  const uint32_t u = uint32_t(b) << 16;
-  float x;
-  std::memcpy(&x, &u, sizeof x);
-  return x;
-}
-
-uint16_t float_to_bf16_bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // NaN stays a (quiet) NaN
-  return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);                 // round to nearest even
-}
-
 void sum_blocks_bf16(const uint16_t* stage, int members, size_t n, uint16_t* out) {
   for (size_t i = 0; i < n; ++i) {
     float s = 0;
-    for (int m = 0; m < members; ++m) s += bf16_bits_to_float(stage[size_t(m) * n + i]);
-    out[i] = float_to_bf16_bits(s);
+    for (int m = 0; m < members; ++m) s += bf16_to_f32(stage[size_t(m) * n + i]);
+    out[i] = f32_to_bf16(s);
   }
 }
 

@@ -73,10 +73,8 @@ class MpiRowTransport final : public RowTransport {
   std::vector<MPI_Request> reqs_;
 };
 
-// bf16 as its 16 bits (the device's rows on the host): to float, from float (round to nearest even),
-// and the reduce-scatter's sum: out[i] = bf16(sum over m in member order of float(stage[m * n + i])).
-float bf16_bits_to_float(uint16_t b);
-uint16_t float_to_bf16_bits(float x);
+// The reduce-scatter's sum on bf16 bits (the device's rows on the host; conversions in base/bf16.hpp):
+// out[i] = bf16(sum over m in member order of float(stage[m * n + i])).
 void sum_blocks_bf16(const uint16_t* stage, int members, size_t n, uint16_t* out);
 
 }  // namespace sb

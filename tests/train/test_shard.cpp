@@ -11,6 +11,7 @@
 #include <numeric>
 #include <random>
 
+#include "base/bf16.hpp"
 #include "base/error.hpp"
 #include "base/hash.hpp"
 #include "io/checkpoint.hpp"
@@ -176,10 +177,10 @@ TEST(Shard, RowPlansGatherAndReduceScatterExactly) {
   sb::Comm comm;
   sb::Group g(comm, 0, comm.rank());
   const int G = g.size(), me = g.rank(), W = 3;
-  EXPECT_EQ(sb::float_to_bf16_bits(1.0f), 0x3f80);
-  EXPECT_EQ(sb::float_to_bf16_bits(1.0f + 1.0f / 256), 0x3f80);  // a tie rounds to even
-  EXPECT_EQ(sb::float_to_bf16_bits(1.0f + 3.0f / 256), 0x3f82);
-  EXPECT_EQ(sb::bf16_bits_to_float(0xc0a0), -5.0f);
+  EXPECT_EQ(sb::f32_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(sb::f32_to_bf16(1.0f + 1.0f / 256), 0x3f80);  // a tie rounds to even
+  EXPECT_EQ(sb::f32_to_bf16(1.0f + 3.0f / 256), 0x3f82);
+  EXPECT_EQ(sb::bf16_to_f32(0xc0a0), -5.0f);
   for (int trial = 0; trial < 6; ++trial) {
     std::mt19937_64 rng(uint64_t(77 + trial));  // the same on every rank
     const int32_t L = int32_t(40 + rng() % 160);
@@ -194,7 +195,7 @@ TEST(Shard, RowPlansGatherAndReduceScatterExactly) {
     // value of member m's row t in the reduce-scatter (and of row t in the gather: m = -1)
     auto value = [&](int m, int32_t t, int j) {
       std::mt19937 r(uint32_t(1000003 * (m + 1) + 31 * t + j));
-      return sb::float_to_bf16_bits(std::uniform_real_distribution<float>(-4, 4)(r));
+      return sb::f32_to_bf16(std::uniform_real_distribution<float>(-4, 4)(r));
     };
     std::vector<uint16_t> mine;
     for (auto [b, e] : pieces[size_t(me)])
@@ -221,8 +222,8 @@ TEST(Shard, RowPlansGatherAndReduceScatterExactly) {
       for (int32_t t = b; t < e; ++t)
         for (int j = 0; j < W; ++j, ++at) {
           float s = 0;
-          for (int m = 0; m < G; ++m) s += sb::bf16_bits_to_float(value(m, t, j));
-          bad += sum[at] != sb::float_to_bf16_bits(s);
+          for (int m = 0; m < G; ++m) s += sb::bf16_to_f32(value(m, t, j));
+          bad += sum[at] != sb::f32_to_bf16(s);
         }
     EXPECT_EQ(bad, 0) << "sums differ, trial " << trial;
 
@@ -230,7 +231,7 @@ TEST(Shard, RowPlansGatherAndReduceScatterExactly) {
     sb::ShardGroups groups(comm);
     const sb::DocShard sh = groups.add(0, L, pieces).value();
     std::vector<float> minef(mine.size()), wf(whole.size()), wg(whole.size());
-    for (size_t i = 0; i < mine.size(); ++i) minef[i] = sb::bf16_bits_to_float(mine[i]);
+    for (size_t i = 0; i < mine.size(); ++i) minef[i] = sb::bf16_to_f32(mine[i]);
     sb::run_plan(gp, tr, minef.data(), wf.data(), W * sizeof(float));
     groups.exchange_f32().gather(sh, minef, wg, W);
     EXPECT_EQ(wf, wg);
