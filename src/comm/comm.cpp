@@ -113,25 +113,6 @@ void Group::gatherv(std::span<const T> mine, std::span<T> all, std::span<const i
   MPI_CHECK(MPI_Allgatherv(mine.data(), int(mine.size()), t, all.data(), counts.data(), displ.data(), t, comm_));
 }
 
-template <class T>
-void Group::rscatter(std::span<const T> all, std::span<T> mine, std::span<const int> counts, MPI_Datatype t) const {
-  displacements(counts, size_, all.size(), mine.size(), rank_, "Group::reduce_scatter");
-  MPI_CHECK(MPI_Reduce_scatter(all.data(), mine.data(), counts.data(), t, MPI_SUM, comm_));
-}
-
-void Group::allgatherv(std::span<const float> mine, std::span<float> all, std::span<const int> counts) const {
-  gatherv(mine, all, counts, MPI_FLOAT);
-}
-void Group::allgatherv(std::span<const double> mine, std::span<double> all, std::span<const int> counts) const {
-  gatherv(mine, all, counts, MPI_DOUBLE);
-}
-void Group::reduce_scatter(std::span<const float> all, std::span<float> mine, std::span<const int> counts) const {
-  rscatter(all, mine, counts, MPI_FLOAT);
-}
-void Group::reduce_scatter(std::span<const double> all, std::span<double> mine, std::span<const int> counts) const {
-  rscatter(all, mine, counts, MPI_DOUBLE);
-}
-
 void Group::allgatherv(std::span<const int32_t> mine, std::span<int32_t> all, std::span<const int> counts) const {
   gatherv(mine, all, counts, MPI_INT32_T);
 }

@@ -97,12 +97,7 @@ class Group {
   int size() const { return size_; }
   MPI_Comm mpi() const { return comm_; }  // the point-to-point of src/comm/row_exchange.hpp, NCCL's id
   // Every member's `mine` (counts[r] values for member r) into `all` (sum of counts), member order.
-  void allgatherv(std::span<const float> mine, std::span<float> all, std::span<const int> counts) const;
-  void allgatherv(std::span<const double> mine, std::span<double> all, std::span<const int> counts) const;
-  // The sum over members of `all` (sum of counts; member r's part at offset counts[0..r)); member r
-  // gets its part of the sum in `mine` (counts[r] values).
-  void reduce_scatter(std::span<const float> all, std::span<float> mine, std::span<const int> counts) const;
-  void reduce_scatter(std::span<const double> all, std::span<double> mine, std::span<const int> counts) const;
+  // (Rows of sharded documents move by row plans instead: src/comm/row_exchange.hpp.)
   void allgatherv(std::span<const int32_t> mine, std::span<int32_t> all, std::span<const int> counts) const;
   // Every member's x, in member order.
   std::vector<int> allgather(int x) const;
@@ -119,8 +114,6 @@ class Group {
             MPI_Datatype t) const;
   template <class T>
   void gatherv(std::span<const T> mine, std::span<T> all, std::span<const int> counts, MPI_Datatype t) const;
-  template <class T>
-  void rscatter(std::span<const T> all, std::span<T> mine, std::span<const int> counts, MPI_Datatype t) const;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = -1, size_ = 0;
 };
