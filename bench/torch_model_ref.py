@@ -137,7 +137,16 @@ def sparse_block_mask(seq_doc, docs, density, seed, bs, device):
 
 # The block mask, read by the attention modules from this holder rather than passed as a forward
 # argument, so activation checkpointing and the compiled regions take only tensors.
-_FLEX = {"mask": None}
+_FLEX = {"mask": None, "opts": None}
+
+
+def flex_kernel_options(bs):
+    """FlexAttention's Triton tiles must divide the mask's blocks; its default tiles are 128, so a
+    block of 64 (configs/qwen2.5-0.5b.toml) needs 64-wide tiles forward and backward, or the compile
+    fails ("Q and KV block size must be divisible by BLOCK_M and BLOCK_N")."""
+    if bs >= 128:
+        return None
+    return {k: bs for k in ("BLOCK_M", "BLOCK_N", "BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2")}
 
 
 class Cfg:
@@ -208,7 +217,8 @@ class Attention(nn.Module):
             k = k.repeat_interleave(self.H // self.Hkv, dim=1)
             v = v.repeat_interleave(self.H // self.Hkv, dim=1)
         if self.sparse:
-            o = self.flex_fn(q, k, v, block_mask=_FLEX["mask"], enable_gqa=self.gqa)
+            o = self.flex_fn(q, k, v, block_mask=_FLEX["mask"], enable_gqa=self.gqa,
+                             kernel_options=_FLEX["opts"])
         else:
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.gqa)
         return self.o_proj(o.transpose(1, 2).reshape(B, S, self.H * self.D))
@@ -437,7 +447,7 @@ def run_bench(a, c, compile_mode):
         row["attn_backend"] = backend
         print(f"attention backend: {backend}")
         pairs, kept, bm = attn_pairs(a, seq_doc, sparse, a.density)
-        _FLEX["mask"] = bm
+        _FLEX["mask"], _FLEX["opts"] = bm, flex_kernel_options(a.block)
         row["kept_frac"] = f"{kept:.4f}"
         fpt, fattn = flops_per_token(c, a, pairs)
         row["flops_per_token"] = f"{fpt:.6e}"
@@ -516,7 +526,7 @@ def run_check(a, compile_mode):
         else:
             gqa_repeat, backend = choose_dense_path(a, c, seq_doc)
         pairs, kept, bm = attn_pairs(a, seq_doc, sparse, dens)
-        _FLEX["mask"] = bm
+        _FLEX["mask"], _FLEX["opts"] = bm, flex_kernel_options(a.block)
         model, opt, tokens, targets, cos, sin = build(a, c, sparse, gqa_repeat, compile_mode, seq_doc)
         n_actual = sum(p.numel() for p in model.parameters())
         step = make_step(model, opt, tokens, targets, cos, sin, a.grad_clip)

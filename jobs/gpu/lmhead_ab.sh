@@ -13,6 +13,7 @@ OUTDIR=${OUT:-gpu-out}
 LENS=${LENS:-"16384"}
 STEPS=${STEPS:-6}
 CHUNK=${CHUNK:-4096}
+WHOLE=1073741824  # a chunk of at least the micro-batch: the whole logits (0 would pick a chunk)
 mkdir -p "$OUTDIR" runs/lmhead_ab
 if [ -x "$TEST" ]; then
   "$TEST" --gtest_filter='ModelCuda.*' > "$OUTDIR/lmhead_tests.log" 2>&1; echo "test_train_cuda ModelCuda.*: rc $?"
@@ -29,10 +30,10 @@ for L in $LENS; do
   for model in 0p5b qwen; do
     shape=(); [ $model = qwen ] && shape=("${QWEN[@]}")
     for variant in none chunk recompute both; do
-      ex=(--set model.lm_head_chunk=0 --set train.recompute=none)
+      ex=(--set model.lm_head_chunk=$WHOLE --set train.recompute=none)
       case $variant in
         chunk) ex=(--set model.lm_head_chunk="$CHUNK" --set train.recompute=none) ;;
-        recompute) ex=(--set model.lm_head_chunk=0 --set train.recompute=layer) ;;
+        recompute) ex=(--set model.lm_head_chunk=$WHOLE --set train.recompute=layer) ;;
         both) ex=(--set model.lm_head_chunk="$CHUNK" --set train.recompute=layer) ;;
       esac
       tag=${model}_${L}_$variant

@@ -291,7 +291,7 @@ MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T los
   std::vector<uint8_t> correct(N, 0);
   std::vector<T> dxf(backward ? size_t(N) * C : 0);
   if (argmax) argmax->assign(N, 0);
-  st.loss_sum = k::lm_head_loss(xf.data(), W(layout_.head), b.targets.data(), N, C, V, exec_.lm_head_chunk, loss_scale,
+  st.loss_sum = k::lm_head_loss(xf.data(), W(layout_.head), b.targets.data(), N, C, V, exec_.head_rows(N, V), loss_scale,
                                 backward ? dxf.data() : nullptr, backward ? G(layout_.head) : nullptr, correct.data(),
                                 argmax ? argmax->data() : nullptr);
   for (int t = 0; t < N; ++t) st.targets += b.targets[t] >= 0, st.correct += correct[t];

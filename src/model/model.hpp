@@ -6,6 +6,7 @@
 // Reads top to bottom in model.cpp: embed -> L x (RMSNorm, attention with RoPE and GQA,
 // residual, RMSNorm, SwiGLU MLP, residual) -> RMSNorm -> LM head -> cross-entropy.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -35,8 +36,18 @@ struct ModelDims {
 // gradients unchanged (up to the order of floating-point sums). From model.lm_head_chunk and
 // train.recompute (src/model/README.md).
 struct ModelExec {
-  int lm_head_chunk = 0;   // tokens per LM head + cross-entropy chunk (0 = all tokens at once)
+  int lm_head_chunk = 0;   // tokens per LM head + cross-entropy chunk (0 = auto, head_rows)
   bool recompute = false;  // keep only each layer's input in the forward, recompute it in the backward
+
+  // Tokens per chunk of the head for N tokens at vocabulary V: lm_head_chunk when set, else (0) the
+  // most whose fp32 logits fit in kAutoHeadBytes, a multiple of 128 (all N when they fit, as with a
+  // byte vocabulary): a large vocabulary never holds the whole (N, V) logits by default.
+  static constexpr int64_t kAutoHeadBytes = int64_t(1) << 30;
+  int head_rows(int N, int V) const {
+    if (lm_head_chunk > 0) return std::min(lm_head_chunk, N);
+    const int64_t fit = kAutoHeadBytes / (int64_t(std::max(V, 1)) * int64_t(sizeof(float)));
+    return fit >= N ? N : int(std::min<int64_t>(N, std::max<int64_t>(128, fit / 128 * 128)));
+  }
 };
 
 struct ParamInfo {

@@ -365,7 +365,7 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   // LM head and loss in chunks of `rows` tokens, never the whole (N, V) logits: logits (rows, V)
   // fp32 and dlogits (rows, V) bf16 are reused by every chunk, and the head's backward runs per
   // chunk (fused): dxf (N, C) = dlogits W, the head's gradient += dlogits^T xf.
-  const int rows = exec_.lm_head_chunk > 0 ? std::min(exec_.lm_head_chunk, N) : N;
+  const int rows = exec_.head_rows(N, V);
   float* logits = logits_.resize(size_t(rows) * V);
   bf16* dlogits = backward ? dlogits_.resize(size_t(rows) * V) : nullptr;
   float* dxf = backward ? dxf_.resize(NC) : nullptr;
