@@ -3,7 +3,8 @@
 
 usage: accuracy_policies.py RUNS [--from 8193] --csv OUT.csv --md OUT.md
 
-Reads RUNS/<policy>_s<seed>/{train.json,eval.json}. CSV: one row per (policy, seed, attention of
+Reads RUNS/<policy>_s<seed>/{train.json,eval.json}, and RUNS/start/eval.json when there (the
+starting checkpoint evaluated before any fine-tuning: the first rows of the tables, dense and sparse). CSV: one row per (policy, seed, attention of
 the eval pass, length range, task) with the run's step time, mean recall, budgets above/below k0
 and eval losses (lengths as in bench/accuracy_collect.py: buckets, "all", "target" = buckets from
 --from up). Tables: per policy, mean +- sample standard deviation over seeds [min..max], accuracy
@@ -77,6 +78,20 @@ def main():
            "| policy | seeds | " + " | ".join(TASKS) + " | eval loss (dense) | eval loss (sparse) | "
            "loss on answers | mean recall | budgets >k0 / <k0 | step ms |",
            "|---|---:|" + "---:|" * (len(TASKS) + 6)]
+    start_path = os.path.join(a.runs, "start", "eval.json")
+    start = []  # (label, attention) rows of the starting checkpoint, read both ways
+    if os.path.exists(start_path):
+        with open(start_path) as f:
+            sev = json.load(f)
+        srows = rows_of(sev, "start", sev.get("step", 0), 0, a.lo)
+        start = [(f"start ({att} eval)", [r for r in srows if r["attention"] == att]) for att in ("dense", "sparse")]
+
+    def start_acc(rs, lengths, task):
+        return [float(r["accuracy"]) for r in rs if r["lengths"] == lengths and r["task"] == task]
+
+    for label, rs in start:
+        out.append(f"| {label} | - | " + " | ".join(spread(start_acc(rs, "target", t)) for t in TASKS) +
+                   f" | {sev['loss']:.4f} | {sev['loss_sparse']:.4f} | {sev.get('loss_masked', 0.0):.4f} | - | - | - |")
     for p in pols:
         rs = runs[p]
         loss = [ev["loss"] for _, _, ev in rs]
@@ -95,6 +110,8 @@ def main():
             buckets.append(r["lengths"])
     out += ["", "Overall exact match per document length (same reading):", "",
             "| policy | " + " | ".join(buckets) + " | all |", "|---|" + "---:|" * (len(buckets) + 1)]
+    for label, rs in start:
+        out.append(f"| {label} | " + " | ".join(spread(start_acc(rs, b, "overall")) for b in buckets + ["all"]) + " |")
     for p in pols:
         out.append(f"| {p} | " + " | ".join(spread(acc(p, b, "overall")) for b in buckets + ["all"]) + " |")
     out += ["", "Step times: ranks sharing one device, budgets planned from a one-rank latency profile "

@@ -24,7 +24,9 @@
 # bench/RESULTS.md) and policies.png (accuracy against step time), copied to $OUT.
 # Env: POL_SCALE (tiny|gpu), SB, ACC_RUNS (the recipe's runs), POL_FROM, POL_RUNS (runs/policies_$POL_SCALE),
 # POL_STEPS, POL_BATCH (global batch tokens), POL_NP, POL_SEEDS, POL_POLICIES, POL_MAX_CHANGE (0.25),
-# POL_EVAL_DOCS (gpu: 256 of the 384 held-out documents), OUT.
+# POL_LR (the fine-tunes' peak train.lr; unset: the config's), POL_EVAL_DOCS (gpu: 256 of the 384
+# held-out documents), OUT. The starting checkpoint itself is evaluated first ($POL_RUNS/start):
+# the tables' first rows, so what the fine-tunes add or lose is read against where they began.
 set -uo pipefail
 SCALE=${POL_SCALE:-tiny}
 SB=${SB:-build/src/sparsebalance}
@@ -38,6 +40,7 @@ NP=${POL_NP:-2}
 SEEDS=${POL_SEEDS:-"1 2 3"}
 POLICIES=${POL_POLICIES:-"dense fixed dst_mean dst_max dst_recall"}
 MAXC=${POL_MAX_CHANGE:-0.25}
+LR_SETS=(); [ -n "${POL_LR:-}" ] && LR_SETS=(--set train.lr="$POL_LR")
 START=$(date +%s)
 if [ -n "${ACC_DEADLINE:-}" ]; then DEADLINE=$ACC_DEADLINE
 elif [ -n "${ACC_BUDGET_S:-}" ]; then DEADLINE=$((START + ACC_BUDGET_S))
@@ -86,6 +89,14 @@ policy_sets() {  # policy_sets NAME: its --set flags
   esac
 }
 
+# The starting checkpoint, evaluated as the policies will be (dense and sparse at k0).
+if [ ! -f "$RUNS/start/eval.json" ] && [ "$(left)" -ge "$EVAL_S" ]; then
+  mkdir -p "$RUNS/start"
+  "$SB" eval --checkpoint "$INIT" "${EVAL_SETS[@]}" --summary "$RUNS/start/eval.json.tmp" > "$RUNS/start/eval.log" 2>&1 \
+    && mv "$RUNS/start/eval.json.tmp" "$RUNS/start/eval.json" || { echo "accuracy_policies.sh: eval of $INIT failed:"; tail -5 "$RUNS/start/eval.log"; exit 1; }
+  echo "start: $(grep -E 'task overall' "$RUNS/start/eval.log" | sed 's/^ *//')"
+fi
+
 status=done
 for seed in $SEEDS; do
   for pol in $POLICIES; do
@@ -99,7 +110,7 @@ for seed in $SEEDS; do
       # shellcheck disable=SC2086  # $sets: one word per flag
       timeout -s USR1 -k 60 $(( $(left) - EVAL_S )) "${MPI[@]}" "$SB" train "$CFG" --resume --init-from "$INIT" $sets \
         --set balance.batching=sparse --set balance.profile="$RUNS/profile.h5" --set balance.ema=0 \
-        --set balance.self_profile=false --set balance.max_change="$MAXC" \
+        --set balance.self_profile=false --set balance.max_change="$MAXC" "${LR_SETS[@]}" \
         --set data.path="$ACC/data_long" --set data.seed="$seed" --set train.seed="$seed" \
         --set train.steps="$STEPS" --set train.global_batch_tokens="$GB" --set train.warmup_steps=$((STEPS / 10)) \
         --set checkpoint.dir="$d/ckpt" --set checkpoint.every=0 --set checkpoint.keep=1 \

@@ -60,19 +60,20 @@ grep -qE '^\| 1 \| - \| 1\.\.6 \|' "$D/report/report.md" && grep -qE '^\| 2 \| -
 
 # The accuracy tools (bench/accuracy.sh's and bench/accuracy_policies.sh's readers) on a real eval
 # of the 1-rank run: the CSV's per-bucket task counts add up to the overall ones, both plots drawn.
-mkdir -p "$D/acc/eval" "$D/pol/dense_s1"
+mkdir -p "$D/acc/eval" "$D/pol/dense_s1" "$D/pol/start"
 run "$BIN" prep synth --preset uniform --docs 30 --min-len 100 --max-len 400 --seed 5 --mask answers \
   --output "$D/evaldata" > "$D/prep2.log" 2>&1 || { cat "$D/prep2.log"; fail "prep synth (eval corpus)"; }
 run "$BIN" eval --checkpoint "$D/study/n1/ckpt/ckpt_00000006.h5" --set data.path="$D/evaldata" --set data.val_fraction=0.9 \
   --set eval.docs=12 --set eval.buckets=200,300 \
   --summary "$D/acc/eval/pre_6.json" > "$D/eval.log" 2>&1 || { cat "$D/eval.log"; fail "eval"; }
 cp "$D/study/n1/metrics.h5" "$D/acc/metrics_pre.h5"
-cp "$D/acc/eval/pre_6.json" "$D/pol/dense_s1/eval.json" && cp "$D/study/n1.json" "$D/pol/dense_s1/train.json"
+cp "$D/acc/eval/pre_6.json" "$D/pol/dense_s1/eval.json" && cp "$D/acc/eval/pre_6.json" "$D/pol/start/eval.json" && cp "$D/study/n1.json" "$D/pol/dense_s1/train.json"
 "$PY" "$SRC/bench/accuracy_collect.py" "$D/acc" --stages pre --from 201 --csv "$D/acc/accuracy.csv" \
   --summary "$D/acc/summary.json" > "$D/collect.log" 2>&1 || { cat "$D/collect.log"; fail "accuracy_collect.py"; }
 "$PY" "$SRC/bench/accuracy_policies.py" "$D/pol" --from 201 --csv "$D/pol/policies.csv" --md "$D/pol/policies.md" \
   > "$D/policies.log" 2>&1 || { cat "$D/policies.log"; fail "accuracy_policies.py"; }
 grep -qE '^\| dense \| 1 \|' "$D/pol/policies.md" || { cat "$D/pol/policies.md"; fail "policies.md lacks the dense row"; }
+grep -qE '^\| start \(sparse eval\) \| - \|' "$D/pol/policies.md" || { cat "$D/pol/policies.md"; fail "policies.md lacks the start rows"; }
 for k in curve:acc/accuracy policies:pol/policies; do
   "$PY" "$SRC/jobs/plots/plot_accuracy.py" "${k%%:*}" "$D/${k#*:}.csv" --out "$D/plots/${k%%:*}.png" > "$D/pa.log" 2>&1 \
     || { cat "$D/pa.log"; fail "plot_accuracy.py ${k%%:*}"; }
