@@ -7,6 +7,9 @@
 #   CONFIG=configs/qwen2.5-0.5b.toml NAME=qwen LENS=16384 bash bench/gpu_e2e.sh   # another shape
 #   RECOMPUTE=1 LENS=131072 MODES=dense bash bench/gpu_e2e.sh  # train.recompute = layer beside
 #     --checkpoint-layers in PyTorch (the 128K row); MODES narrows dense/sparse
+#   CONFIG=configs/qwen2.5-0.5b.toml NAME=qwen_b128 BLOCK=128 K=8 bash bench/gpu_e2e.sh
+#     BLOCK (both sides' attention block) and K (our attention.k) override CONFIG's [attention]
+#     (the wgmma kernels take blocks of 128 only: kernels/cuda/attention_fwd_sm90.cu)
 # CONFIG's [model] gives both sides their shape (torch_model_ref.py has no q/k/v biases: the Qwen
 # row's PyTorch side is a little cheaper). Peak GPU memory of each run in the last column.
 # tokens/s: our steps 3.. (the first two include cuBLAS/allocator warm-up), median step time.
@@ -34,8 +37,12 @@ print(m["n_layers"], m["d_model"], m["n_heads"], m["n_kv_heads"], m["ffn_dim"], 
       int(m.get("tie_embeddings", True)), a.get("block_size", 128))
 PY
 ) || { echo "cannot read [model] of $CONFIG"; exit 1; }
+BLK=${BLOCK:-$BLK}
 shape=(--layers "$NL" --d-model "$C" --heads "$H" --kv-heads "$HKV" --ffn "$F" --vocab "$V" --block "$BLK")
 [ "$TIED" = 1 ] || shape+=(--untied)
+att_sets=()
+[ -n "${BLOCK:-}" ] && att_sets+=(--set attention.block_size="$BLOCK")
+[ -n "${K:-}" ] && att_sets+=(--set attention.k="$K")
 rc_sets=(); rc_torch=(); rc_name=none
 [ "$RECOMPUTE" = 1 ] && { rc_sets=(--set train.recompute=layer); rc_torch=(--checkpoint-layers); rc_name=layer; }
 for L in $LENS; do
@@ -47,7 +54,7 @@ for L in $LENS; do
     tag=${NAME}_${L}_${mode}_$rc_name
     sum=runs/gpu_e2e/sb_$tag.json
     rm -rf runs/gpu_e2e/ckpt_$tag
-    "$SB" train "$CONFIG" --set data.path="$data" --set data.val_fraction=0 "${rc_sets[@]}" \
+    "$SB" train "$CONFIG" --set data.path="$data" --set data.val_fraction=0 "${rc_sets[@]}" "${att_sets[@]}" \
       --set train.micro_batch_tokens="$L" --set train.global_batch_tokens=$((2 * L)) --set train.steps="$STEPS" \
       --set attention.mode=$mode --set balance.tuning=$tuning --set checkpoint.dir=runs/gpu_e2e/ckpt_$tag \
       --set log.path=runs/gpu_e2e/metrics_$tag.h5 --summary "$sum" > "$OUTDIR/sb_$tag.log" 2>&1 \
