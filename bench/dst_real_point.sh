@@ -2,7 +2,7 @@
 # One real point of "Where DST pays for speed" (bench/RESULTS.md, bench/dst_share_sweep.sh): DST
 # alone (sequential+dst over sequential+fixed, same batches) measured by real CPU training at a large
 # attention share, beside what `simulate` predicts for the same setup.
-#   bash bench/dst_real_point.sh [BUILD_DIR] [ROUNDS] [STEPS]      # defaults: build 4 40 (~6 min on 2 cores)
+#   bash bench/dst_real_point.sh [BUILD_DIR] [ROUNDS] [STEPS]      # defaults: build 4 40 (~7 min on 2 cores)
 #   env: OUT (bench/out/dst_real), NP (2 ranks, one core and one BLAS thread each: do not oversubscribe)
 # Steps, all with configs/dst_real.toml (d_model 32, 2 layers, Bs 32, k0 16, max_change 0.3):
 #   1. prep synth --preset longalign --max-len 8192 (2000 documents) -> OUT/data
