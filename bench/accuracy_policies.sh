@@ -65,7 +65,11 @@ MPI=(mpirun -np "$NP" -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_D
 log() { echo "== $(date -u +%H:%M:%S) $*"; }
 left() { echo $((DEADLINE - $(date +%s))); }
 MICRO=$(grep -E '^micro_batch_tokens' "$CFG" | sed -E 's/[^=]*= *([0-9]+).*/\1/')
-EVAL_SETS=(--set data.path="$ACC/data_eval" --set data.val_fraction=0.9 --set train.micro_batch_tokens="$MICRO")
+# data.seed picks the held-out split: the recipe's (the config's), not each run's training seed, so
+# every policy and seed is read on the same documents as the recipe's own evaluation.
+EVAL_SEED=$(grep -E '^seed' "$CFG" | head -1 | sed -E 's/[^=]*= *([0-9]+).*/\1/')
+EVAL_SETS=(--set data.path="$ACC/data_eval" --set data.val_fraction=0.9 --set train.micro_batch_tokens="$MICRO"
+           --set data.seed="${EVAL_SEED:-1234}")
 [ "$SCALE" = gpu ] && EVAL_SETS+=(--set eval.docs="${POL_EVAL_DOCS:-256}")
 [ "$SCALE" != gpu ] && [ -n "${POL_EVAL_DOCS:-}" ] && EVAL_SETS+=(--set eval.docs="$POL_EVAL_DOCS")
 log "policies ($SCALE): $POLICIES x seeds $SEEDS, $STEPS steps of $GB tokens, $NP ranks on one device, from $INIT; $(left) s in this call"

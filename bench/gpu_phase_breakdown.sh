@@ -7,6 +7,8 @@
 # stream sync per layer: the old path) and device (kernels/cuda/select_device.cu).
 # Run on the GPU machine after jobs/gpu/build_on_gpu.sh (SB = the binary it built):
 #   L=32768 STEPS=6 SELECTS="host device" bash bench/gpu_phase_breakdown.sh
+#   CONFIG=configs/qwen2.5-0.5b.toml MODE=dense SELECTS=device L=16384 bash bench/gpu_phase_breakdown.sh
+#     another shape (CONFIG), dense (MODE; tuning fixed) or sparse (tuning dst, the default)
 # Per path one plain run (tokens/s) and one with the events; prints the per-step phase lines and a
 # table ($OUT/phase_table.md): median over steps 3.. (the first two warm up).
 set -uo pipefail
@@ -15,6 +17,9 @@ OUTDIR=${OUT:-gpu-out}
 L=${L:-32768}
 STEPS=${STEPS:-6}
 SELECTS=${SELECTS:-"host device"}
+CONFIG=${CONFIG:-configs/gpu_0p5b.toml}
+MODE=${MODE:-sparse}
+TUNING=dst; [ "$MODE" = dense ] && TUNING=fixed
 mkdir -p "$OUTDIR" runs/gpu_e2e
 data=runs/gpu_e2e/data_$L
 [ -f "$data/shard_00000.h5" ] || "$SB" prep synth --preset fixed --docs 24 --max-len "$L" --min-len "$L" \
@@ -24,9 +29,9 @@ for sel in $SELECTS; do
   for pt in 0 1; do
     run=${sel}_$pt
     rm -rf runs/gpu_e2e/ckpt_phase_$run
-    SB_SELECT=$sel SB_PHASE_TIMES=$pt "$SB" train configs/gpu_0p5b.toml --set data.path="$data" --set data.val_fraction=0 \
+    SB_SELECT=$sel SB_PHASE_TIMES=$pt "$SB" train "$CONFIG" --set data.path="$data" --set data.val_fraction=0 \
       --set train.micro_batch_tokens="$L" --set train.global_batch_tokens=$((2 * L)) --set train.steps="$STEPS" \
-      --set attention.mode=sparse --set balance.tuning=dst --set checkpoint.dir=runs/gpu_e2e/ckpt_phase_$run \
+      --set attention.mode="$MODE" --set balance.tuning=$TUNING --set checkpoint.dir=runs/gpu_e2e/ckpt_phase_$run \
       --set log.path=runs/gpu_e2e/metrics_phase_$run.h5 --summary runs/gpu_e2e/phase_$run.json \
       > "$OUTDIR/phase_$run.log" 2>&1 || { echo "train failed (SB_SELECT=$sel SB_PHASE_TIMES=$pt):"; tail -20 "$OUTDIR/phase_$run.log"; continue; }
     rm -rf runs/gpu_e2e/ckpt_phase_$run
