@@ -79,7 +79,7 @@ def main():
            "loss on answers | mean recall | budgets >k0 / <k0 | step ms |",
            "|---|---:|" + "---:|" * (len(TASKS) + 6)]
     start_path = os.path.join(a.runs, "start", "eval.json")
-    start = []  # (label, attention) rows of the starting checkpoint, read both ways
+    start = []  # (label, its rows) of the starting checkpoint, once per attention of the eval
     if os.path.exists(start_path):
         with open(start_path) as f:
             sev = json.load(f)

@@ -67,9 +67,10 @@ left() { echo $((DEADLINE - $(date +%s))); }
 MICRO=$(grep -E '^micro_batch_tokens' "$CFG" | sed -E 's/[^=]*= *([0-9]+).*/\1/')
 # data.seed picks the held-out split: the recipe's (the config's), not each run's training seed, so
 # every policy and seed is read on the same documents as the recipe's own evaluation.
-EVAL_SEED=$(grep -E '^seed' "$CFG" | head -1 | sed -E 's/[^=]*= *([0-9]+).*/\1/')
+# (1234 is the schema's default of data.seed, for a config without one.)
+EVAL_SEED=$("$PY" -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb")).get("data", {}).get("seed", 1234))' "$CFG") || exit 1
 EVAL_SETS=(--set data.path="$ACC/data_eval" --set data.val_fraction=0.9 --set train.micro_batch_tokens="$MICRO"
-           --set data.seed="${EVAL_SEED:-1234}")
+           --set data.seed="$EVAL_SEED")
 [ "$SCALE" = gpu ] && EVAL_SETS+=(--set eval.docs="${POL_EVAL_DOCS:-256}")
 [ "$SCALE" != gpu ] && [ -n "${POL_EVAL_DOCS:-}" ] && EVAL_SETS+=(--set eval.docs="$POL_EVAL_DOCS")
 log "policies ($SCALE): $POLICIES x seeds $SEEDS, $STEPS steps of $GB tokens, $NP ranks on one device, from $INIT; $(left) s in this call"

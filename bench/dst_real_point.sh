@@ -30,6 +30,7 @@ SB=$BUILD/src/sparsebalance
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 MPI="mpirun -np $NP --bind-to core"
 CFG=configs/dst_real.toml
+K0=$(/usr/bin/python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["attention"]["k"])' "$CFG")
 mkdir -p "$OUT"
 DATA=$OUT/data
 [ -f "$DATA/shard_00000.h5" ] || $SB prep synth --preset longalign --docs 2000 --seed 7 --max-len 8192 --min-len 64 \
@@ -38,7 +39,7 @@ COMMON=(--set data.path="$DATA" --set train.steps="$STEPS" --set train.global_ba
         --set balance.ema=0 --set balance.self_profile=false --set log.progress=false)
 $MPI $SB profile $CFG "${COMMON[@]}" --output "$OUT/profile.h5" --summary "$OUT/profile.json" > "$OUT/profile.log"
 $SB simulate $CFG "${COMMON[@]}" --profile "$OUT/profile.h5" --set simulate.ranks="$NP" --set simulate.micro_batches=2 \
-  --set simulate.capacity=8192 --set simulate.max_len=8192 --set simulate.k=16 --set simulate.fill=1 \
+  --set simulate.capacity=8192 --set simulate.max_len=8192 --set simulate.k="$K0" --set simulate.fill=1 \
   --set simulate.steps=200 --set simulate.preset=longalign --summary "$OUT/simulate.json" > "$OUT/simulate.log"
 
 run() {  # run NAME --set ...
@@ -56,10 +57,10 @@ for i in $(seq 1 "$ROUNDS"); do
 done
 for k in $KS; do run "k$k-fixed" --set balance.tuning=fixed --set attention.k="$k"; done
 
-/usr/bin/python3 - "$OUT" "$ROUNDS" "$DATA" $KS <<'PY'
+/usr/bin/python3 - "$OUT" "$ROUNDS" "$DATA" "$K0" $KS <<'PY'
 import json, sys, glob
 import h5py, numpy as np
-out, rounds, data, ks = sys.argv[1], int(sys.argv[2]), sys.argv[3], [int(k) for k in sys.argv[4:]]
+out, rounds, data, k0, ks = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), [int(k) for k in sys.argv[5:]]
 ROW = "| {} | {:.1f} | {:.1f} | {:.3f} | {:.3f} | {:.4f} | {} / {} | {:.1f} | {:.2f} |"
 
 def load(name):
@@ -79,7 +80,6 @@ def load(name):
 # Attention share from the profile's fitted parts (coeffs [part][c0, c1, c2], ms; density 1 = theta keeps all).
 with h5py.File(f"{out}/profile.h5", "r") as f:
     g = f["latency"]; c = g["coeffs"][:]; L, Bs, w = int(g.attrs["n_layers"]), int(g.attrs["block_size"]), int(g.attrs["local_blocks"])
-k0 = 16
 def kept(n, k):  # LatencyModel::kept_blocks
     nb = -(-n // Bs); m = w + 2; t = min(nb, m)
     anch = t * (t + 1) / 2 + (nb - t) * m
