@@ -7,6 +7,7 @@
 #   CONFIG=configs/qwen2.5-0.5b.toml NAME=qwen LENS=16384 bash bench/gpu_e2e.sh   # another shape
 #   RECOMPUTE=1 LENS=131072 MODES=dense bash bench/gpu_e2e.sh  # train.recompute = layer beside
 #     --checkpoint-layers in PyTorch (the 128K row); MODES narrows dense/sparse
+#   TORCH_STEPS=2 TORCH_WARMUP=1: PyTorch's timed and warm-up steps (default 6 and 3)
 #   CONFIG=configs/qwen2.5-0.5b.toml NAME=qwen_b128 BLOCK=128 K=8 bash bench/gpu_e2e.sh
 #     BLOCK (both sides' attention block) and K (our attention.k) override CONFIG's [attention]
 #     (the wgmma kernels take blocks of 128 only: kernels/cuda/attention_fwd_sm90.cu)
@@ -26,6 +27,8 @@ CONFIG=${CONFIG:-configs/gpu_0p5b.toml}
 NAME=${NAME:-0p5b}
 MODES=${MODES:-"dense sparse"}
 RECOMPUTE=${RECOMPUTE:-0}
+TORCH_STEPS=${TORCH_STEPS:-6}    # PyTorch timed steps and warm-up steps (fewer for 128K)
+TORCH_WARMUP=${TORCH_WARMUP:-3}
 mkdir -p "$OUTDIR" runs/gpu_e2e
 CSV=$OUTDIR/gpu_e2e.csv
 [ -f "$CSV" ] || echo "impl,model,L,attention,recompute,density,step_ms,tokens_per_s,mfu,first_loss,last_loss,peak_gib" > "$CSV"
@@ -50,13 +53,14 @@ for L in $LENS; do
   [ -f "$data/shard_00000.h5" ] || "$SB" prep synth --preset fixed --docs 24 --max-len "$L" --min-len "$L" \
       --output "$data" > /dev/null || exit 1
   for mode in $MODES; do
-    tuning=fixed; [ $mode = sparse ] && tuning=dst
+    # dense runs fixed budgets: no latency model to fit, so no self-profile (~40-60 s a run at 64K+)
+    tuning=fixed; prof=false; [ $mode = sparse ] && { tuning=dst; prof=true; }
     tag=${NAME}_${L}_${mode}_$rc_name
     sum=runs/gpu_e2e/sb_$tag.json
     rm -rf runs/gpu_e2e/ckpt_$tag
     "$SB" train "$CONFIG" --set data.path="$data" --set data.val_fraction=0 "${rc_sets[@]}" "${att_sets[@]}" \
       --set train.micro_batch_tokens="$L" --set train.global_batch_tokens=$((2 * L)) --set train.steps="$STEPS" \
-      --set attention.mode=$mode --set balance.tuning=$tuning --set checkpoint.dir=runs/gpu_e2e/ckpt_$tag \
+      --set attention.mode=$mode --set balance.tuning=$tuning --set balance.self_profile=$prof --set checkpoint.dir=runs/gpu_e2e/ckpt_$tag \
       --set log.path=runs/gpu_e2e/metrics_$tag.h5 --summary "$sum" > "$OUTDIR/sb_$tag.log" 2>&1 \
       || { echo "sparsebalance train failed ($tag):"; tail -20 "$OUTDIR/sb_$tag.log"; continue; }
     python3 - "$sum" "$L" "$mode" "$NAME" "$rc_name" $NL $C $H $HKV $F $V $TIED >> "$CSV" <<'PY'
@@ -79,7 +83,7 @@ PY
       targs=(--attention dense)
       [ $mode = sparse ] && targs=(--attention sparse --density "$dens")
       rm -f "$OUTDIR/torch_$tag.csv"
-      timeout 300 python3 bench/torch_model_ref.py --seq "$L" "${targs[@]}" "${shape[@]}" "${rc_torch[@]}" --steps 6 --warmup 3 \
+      timeout 300 python3 bench/torch_model_ref.py --seq "$L" "${targs[@]}" "${shape[@]}" "${rc_torch[@]}" --steps "$TORCH_STEPS" --warmup "$TORCH_WARMUP" \
         --csv "$OUTDIR/torch_$tag.csv" > "$OUTDIR/torch_$tag.log" 2>&1 || { echo "torch ref failed ($tag)"; tail -5 "$OUTDIR/torch_$tag.log"; }
       [ -f "$OUTDIR/torch_$tag.csv" ] && python3 - "$OUTDIR/torch_$tag.csv" "$NAME" "$rc_name" >> "$CSV" <<'PY'
 import csv, sys

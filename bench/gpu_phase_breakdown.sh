@@ -19,7 +19,7 @@ STEPS=${STEPS:-6}
 SELECTS=${SELECTS:-"host device"}
 CONFIG=${CONFIG:-configs/gpu_0p5b.toml}
 MODE=${MODE:-sparse}
-TUNING=dst; [ "$MODE" = dense ] && TUNING=fixed
+TUNING=dst; PROF=true; [ "$MODE" = dense ] && { TUNING=fixed; PROF=false; }  # dense: no latency model to fit
 mkdir -p "$OUTDIR" runs/gpu_e2e
 data=runs/gpu_e2e/data_$L
 [ -f "$data/shard_00000.h5" ] || "$SB" prep synth --preset fixed --docs 24 --max-len "$L" --min-len "$L" \
@@ -31,7 +31,7 @@ for sel in $SELECTS; do
     rm -rf runs/gpu_e2e/ckpt_phase_$run
     SB_SELECT=$sel SB_PHASE_TIMES=$pt "$SB" train "$CONFIG" --set data.path="$data" --set data.val_fraction=0 \
       --set train.micro_batch_tokens="$L" --set train.global_batch_tokens=$((2 * L)) --set train.steps="$STEPS" \
-      --set attention.mode="$MODE" --set balance.tuning=$TUNING --set checkpoint.dir=runs/gpu_e2e/ckpt_phase_$run \
+      --set attention.mode="$MODE" --set balance.tuning=$TUNING --set balance.self_profile=$PROF --set checkpoint.dir=runs/gpu_e2e/ckpt_phase_$run \
       --set log.path=runs/gpu_e2e/metrics_phase_$run.h5 --summary runs/gpu_e2e/phase_$run.json \
       > "$OUTDIR/phase_$run.log" 2>&1 || { echo "train failed (SB_SELECT=$sel SB_PHASE_TIMES=$pt):"; tail -20 "$OUTDIR/phase_$run.log"; continue; }
     rm -rf runs/gpu_e2e/ckpt_phase_$run

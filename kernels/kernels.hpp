@@ -129,6 +129,8 @@ GatingStats gate_blocks_pooled(const T* q, const double* kbar, int L, AttnShape 
                                BlockSelection& sel, const char* query_blocks = nullptr);
 // Every causal block kept (dense attention through the same kernel); recall = 1.
 GatingStats select_all_causal(const int32_t* cu_seqlens, int ndocs, AttnShape s, BlockSelection& sel);
+// The stats select_all_causal returns, without building the selection.
+GatingStats all_causal_stats(const int32_t* cu_seqlens, int ndocs, AttnShape s);
 
 // Attention over the kept blocks only, causal inside each document, softmax scale 1/sqrt(D).
 // q,out (N,H,D); k,v (N,Hkv,D); lse (N,H) log-sum-exp saved for backward.

@@ -183,7 +183,6 @@ GatingStats select_all_causal(const int32_t* cu_seqlens, int ndocs, AttnShape s,
   sel.row_ptr.assign(rows + 1, 0);
   sel.cols.clear();
   sel.recall.assign(rows, 1.0f);
-  GatingStats st;
   int64_t r = 0;
   for (int d = 0; d < ndocs; d++) {
     int nb = cpu::num_blocks(cu_seqlens[d + 1] - cu_seqlens[d], s.block_size);
@@ -191,12 +190,20 @@ GatingStats select_all_causal(const int32_t* cu_seqlens, int ndocs, AttnShape s,
       for (int i = 0; i < nb; i++, r++) {
         for (int j = 0; j <= i; j++) sel.cols.push_back(j);
         sel.row_ptr[r + 1] = int64_t(sel.cols.size());
-        st.rows += 1;
-        st.kept_blocks += i + 1;
-        st.causal_blocks += i + 1;
-        st.recall_sum += 1.0;
       }
   }
+  return all_causal_stats(cu_seqlens, ndocs, s);
+}
+
+GatingStats all_causal_stats(const int32_t* cu_seqlens, int ndocs, AttnShape s) {
+  GatingStats st;
+  for (int d = 0; d < ndocs; d++) {
+    const double nb = cpu::num_blocks(cu_seqlens[d + 1] - cu_seqlens[d], s.block_size);
+    st.rows += s.n_kv_heads * nb;
+    st.kept_blocks += s.n_kv_heads * nb * (nb + 1) / 2;
+  }
+  st.causal_blocks = st.kept_blocks;
+  st.recall_sum = st.rows;
   return st;
 }
 

@@ -249,6 +249,10 @@ bool use_sm90(int block_size) {
   return g_prefer == 1 && block_size == kBS && wgmma_attention_available();
 }
 
+int dense_block_size(AttnShape s) {
+  return (s.head_dim == 64 || s.head_dim == 128) && use_sm90(kBS) ? kBS : s.block_size;
+}
+
 void launch_fwd_sm90(const FwdParams& p, int head_dim, int n_blocks, int64_t n_tokens, cudaStream_t stream) {
   if (head_dim == 128) launch<128>(p, n_blocks, n_tokens, stream);
   else if (head_dim == 64) launch<64>(p, n_blocks, n_tokens, stream);

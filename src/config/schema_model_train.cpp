@@ -51,7 +51,7 @@ std::vector<KeySpec> schema_model_train() {
       {"train.inject_error_phase", T::String, "compute", 0, 0, {"plan", "predict", "exchange", "tune", "compute", "reduce", "update", "measure", "record", "checkpoint"}, "testing aid: the phase of the step that throws (checkpoint: in the checkpoint write)"},
       // [attention]
       {"attention.mode", T::String, "sparse", 0, 0, {"dense", "sparse"}, "dense or block-sparse attention"},
-      {"attention.block_size", T::Int, "32", 4, 4096, {}, "block size Bs in tokens"},
+      {"attention.block_size", T::Int, "32", 4, 4096, {}, "block size Bs in tokens: the gating's unit (on an H200, dense CUDA attention tiles at 128 whatever it is)"},
       {"attention.k", T::Int, "4", 0, 1 << 20, {}, "default budget k0: blocks per query row besides the anchors"},
       {"attention.local_blocks", T::Int, "1", 0, 1 << 20, {}, "w local blocks before the diagonal, always kept"},
       {"attention.theta", T::Float, "8", 0, 1e30, {}, "threshold: drop blocks scoring below anchor - theta"},

@@ -179,7 +179,7 @@ void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a
   const int N = b.n(), C = s.d_model, H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, F = s.ffn_dim;
   const int HD = H * D, KD = Hkv * D, nd = b.ndocs();
   const size_t NC = size_t(N) * C, NF = size_t(N) * F;
-  const kernels::AttnShape ashape{H, Hkv, D, a.block_size};
+  const kernels::AttnShape ashape = attn_shape(a);
   const float eps = float(s.norm_eps);
   cudaStream_t cs = stream_;
   kc::Blas& bl = *blas_;
@@ -227,9 +227,13 @@ void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a
     SB_CUDA_CHECK(cudaStreamSynchronize(cs));
     const auto tg = Clock::now();
     kernels::BlockSelection sel;
-    st.gating[l] = a.sparse ? kc::gate_blocks(A.q.data(), A.k.data(), b.cu_seqlens.data(), nd, ashape,
-                                              kernels::GatingParams{a.k[l], a.local_blocks, a.theta}, sel, cs)
-                            : kernels::select_all_causal(b.cu_seqlens.data(), nd, ashape, sel);
+    if (a.sparse) {
+      st.gating[l] = kc::gate_blocks(A.q.data(), A.k.data(), b.cu_seqlens.data(), nd, ashape,
+                                     kernels::GatingParams{a.k[l], a.local_blocks, a.theta}, sel, cs);
+    } else {  // the stats in the gating's blocks, as the CPU engine and the latency model count them
+      kernels::select_all_causal(b.cu_seqlens.data(), nd, ashape, sel);
+      st.gating[l] = kernels::all_causal_stats(b.cu_seqlens.data(), nd, {H, Hkv, D, a.block_size});
+    }
     K.sel.upload(sel, b.cu_seqlens.data(), nd, ashape, cs);
     K.selp = &K.sel;
     st.gating_ms += ms_since(tg);
@@ -278,6 +282,12 @@ void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a
   } else {
     kc::add_rmsnorm_fwd(x_out, xm, W(layout_.norm), xf_.resize(NC), rstdf_.resize(N), N, C, eps, cs);
   }
+}
+
+kernels::AttnShape ModelCuda::attn_shape(const AttnSettings& a) const {
+  kernels::AttnShape s{dims_.n_heads, dims_.n_kv_heads, dims_.head_dim, a.block_size};
+  if (!a.sparse) s.block_size = kc::dense_block_size(s);
+  return s;
 }
 
 // A sharded document's rows attend through the exchange; gate = false (recomputation) reuses the
@@ -329,7 +339,7 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   MicroBatchStats st;
   st.gating.resize(L);
   if (N == 0) return st;
-  const kernels::AttnShape ashape{H, Hkv, D, a.block_size};
+  const kernels::AttnShape ashape = attn_shape(a);
   const float eps = float(s.norm_eps);
   cudaStream_t cs = stream_;
   kc::Blas& bl = *blas_;

@@ -146,6 +146,9 @@ class ModelCuda {
                       const ShardExchangeCuda* ex = nullptr);
   void layer_forward(int l, const PackedBatch& b, const AttnSettings& a, Layer& A, float* x_out, bool gate,
                      bool dev_sel, MicroBatchStats& st, Timers& timers, Timers& gtimers);
+  // The shape of the whole sequences' attention: dense tiles at kc::dense_block_size (every causal
+  // block is kept whatever the block), sparse at the gating's block. Sharded parts keep the gating's.
+  kernels::AttnShape attn_shape(const AttnSettings& a) const;
   // The rows of b.shards (after the whole sequences) through shard_attention_*_cuda.
   void shards_forward(int l, const PackedBatch& b, const AttnSettings& a, Layer& A, bool gate);
   void shards_backward(int l, const PackedBatch& b, const AttnSettings& a, const Layer& A, const bf16* datt, bf16* dq,

@@ -180,6 +180,11 @@ TEST(KernelsGating, EverythingKeptHasRecallOneAndFloatMatchesDouble) {
   EXPECT_EQ(st.density(), 1.0);
   EXPECT_EQ(sd.rows, st.rows);
   EXPECT_EQ(sd.causal_blocks, st.causal_blocks);
+  // select_all_causal's stats are all_causal_stats (which dense CUDA attention reports in the
+  // gating's blocks while it tiles at 128): the counts of the list it built
+  EXPECT_EQ(sd.kept_blocks, st.kept_blocks);
+  EXPECT_EQ(sd.kept_blocks, double(dense.row_ptr.back()));
+  EXPECT_EQ(sd.rows, double(dense.row_ptr.size() - 1));
   // float inputs: same selection (no near-ties at this seed), recall within float rounding.
   std::vector<float> qf(q.begin(), q.end()), kf(kk.begin(), kk.end());
   k::BlockSelection sf, sdbl;
