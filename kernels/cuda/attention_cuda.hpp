@@ -78,7 +78,7 @@ bool wgmma_attention_available();  // built for sm_90a and running on a compute-
 void prefer_wgmma_attention(bool on);
 // The block size to run dense attention of shape s at. Dense keeps every causal block whatever the
 // block, so it need not tile at the gating's block: 128 where the wgmma kernels take the shape (they
-// tile at 128 only; the Qwen2.5-0.5B shape's dense step at block 64 ran the mma.sync kernels at 0.78x
+// tile at 128 only; the Qwen2.5-0.5B shape's dense step at block 64 ran the mma.sync kernels at 0.79x
 // the tokens/s, bench/RESULTS.md), else s.block_size.
 int dense_block_size(AttnShape s);
 // The wgmma backward's column split: a (key block, kv head) column of more than `tiles` 64-query
