@@ -26,6 +26,9 @@
 #             ACC_CALL_S (default 530) seconds after this script started (repeat until `accuracy: done`)
 #   policies  bench/accuracy_policies.sh: the policy comparison from the recipe's POL_FROM (default
 #             long) stage (run first if missing: ACC_UNTIL), resumable the same way (until `policies: done`)
+#   scaling   bench/gpu_scaling.sh: weak and strong scaling over 1, 2, 4, .. NGPU GPUs, a long document
+#             sharded over them against one GPU, train.zero = 0 and 1 on all (NGPU, STEPS, PARTS, TPG,
+#             CP_LEN, ZLEN, LONG pass through; SCALING_TIMEOUT, default 560 s)
 #   memory3b  bench/gpu_3b_memory.sh: the Qwen2.5-3B shape at 32K context on one GPU, train.zero = 0
 #             and 1: peak GPU memory, tokens/s, optimizer state per rank (STEPS, L, ZEROS pass through)
 #   fixtures  bench/hf_fixtures.sh: transformers fixtures of tests/convert ($OUT/fixtures.tar)
@@ -137,6 +140,9 @@ for st in $STAGES; do
       # The recipe's stages up to POL_FROM first (kept when done: a no-op on the machine that ran the recipe).
       (export SB=$B/src/sparsebalance OUT=$OUTDIR ACC_SCALE=gpu POL_SCALE=gpu ACC_DEADLINE=$((T0 + ${ACC_CALL_S:-530}))
        ACC_UNTIL=${POL_FROM:-long} bash bench/accuracy.sh && { [ ! -s runs/accuracy_gpu/final_${POL_FROM:-long} ] || bash bench/accuracy_policies.sh; }) 2>&1 | tee "$OUTDIR/policies.log" || rc=1 ;;
+    scaling)
+      log "scaling"
+      SB=$B/src/sparsebalance OUT=$OUTDIR timeout ${SCALING_TIMEOUT:-560} bash bench/gpu_scaling.sh 2>&1 | tee "$OUTDIR/scaling.log" || rc=1 ;;
     memory3b)
       log "memory3b"
       SB=$B/src/sparsebalance OUT=$OUTDIR timeout 560 bash bench/gpu_3b_memory.sh 2>&1 | tee "$OUTDIR/memory3b.log" || rc=1 ;;

@@ -120,4 +120,20 @@ for p in want:
     bad += not ok
 sys.exit(1 if bad else 0)
 PY
+# bench/gpu_scaling.sh's dry run on the CPU, its context-parallel part (one 2,048-token document a
+# step: whole on one rank, in windows of 1,024, sharded over 2 ranks), and bench/gpu_scaling_report.py
+# on it: the sharded run's losses equal the whole run's (fp32 on the CPU), every row is there.
+say "bench/gpu_scaling.sh dry run (PARTS=cp, 2 ranks)"
+(cd "$D" && run SB="$BIN" PYTHON="$PY" OUT="$D/scaling" RUNS="$D/scaling_runs" NGPU=2 STEPS=2 PARTS=cp CP_LEN=2048 \
+   EXTRA="--set train.device=cpu --set model.n_layers=2 --set model.d_model=64 --set model.n_heads=1 --set model.n_kv_heads=1 --set model.ffn_dim=128" \
+   bash "$SRC/bench/gpu_scaling.sh") > "$D/scaling.log" 2>&1 || { cat "$D/scaling.log"; fail "bench/gpu_scaling.sh"; }
+"$PY" - "$D/scaling/gpu_scaling.md" <<'PY' || { cat "$D/scaling.log"; fail "gpu_scaling report"; }
+import sys
+rows = {l.split("|")[1].strip(): [c.strip() for c in l.split("|")[2:-1]] for l in open(sys.argv[1]) if l.startswith("| ")}
+for want in ("one GPU, whole (layer recomputation)", "one GPU, windows of 1/2", "sharded over 2"):
+    assert want in rows and rows[want][1] not in ("", "failed"), f"row {want!r}: {rows.get(want)}"
+diff = float(rows["sharded over 2"][3])
+print(f"sharded over 2 against whole: max rel loss diff {diff:.2e}")
+assert diff < 1e-5, diff
+PY
 say "PASS"
