@@ -1,12 +1,15 @@
 // GPU block-sparse attention benchmark: forward, backward and forward+backward times (median of
-// --reps runs, CUDA events) on one document of L tokens, MHA, bf16, over the mask family the GPU
+// --reps runs, CUDA events) on one document of L tokens, bf16, over the mask family the GPU
 // issue fixes: query block i keeps block 0, block i and round(density*(i+1))-2 further blocks drawn
 // uniformly from 1..i-1 (splitmix64, identical to bench/flex_attention_ref.py). Effective TFLOP/s
 // counts only computed blocks, causal: a diagonal block as half; forward = 2 matmuls (4*Bs*Bs*D per
-// block and head), forward+backward = 3.5x forward.
+// block and head), backward = 2.5x forward, forward+backward = 3.5x forward.
 //   bench_attention_cuda [--lens 8192,16384,32768,65536] [--densities 1,0.5,0.25,0.1] [--heads 32]
-//                        [--dim 128] [--block 128] [--reps 10] [--seed 1234] [--csv FILE]
+//                        [--kv-heads H] [--dim 128] [--block 128] [--reps 10] [--seed 1234] [--csv FILE]
 //                        [--kernels wgmma,mma] [--ref FLEX.csv]
+// --kv-heads: grouped-query attention (default = --heads, MHA); each kv head's query blocks keep the
+// same blocks for the whole group, as the gating selects (--heads 14 --kv-heads 2 --dim 64 is the
+// Qwen2.5-0.5B shape). --ref is MHA only (flex_attention_ref.py's shape).
 // --kernels: the kernel generations to time, side by side on the same inputs and masks (wgmma only
 // where it runs: sm_90a build, block 128); "x mma" is the mma.sync time over this line's.
 // --ref: bench/flex_attention_ref.py's CSV from the same device call (same shape, masks and seed):
@@ -144,7 +147,7 @@ const RefPoint* find_ref(const std::vector<RefPoint>& ref, int L, double d) {
 
 int main(int argc, char** argv) {
   std::vector<double> lens = {8192, 16384, 32768, 65536}, dens = {1, 0.5, 0.25, 0.1};
-  int H = 32, D = 128, Bs = 128, reps = 10;
+  int H = 32, Hkv = 0, D = 128, Bs = 128, reps = 10;
   uint64_t seed = 1234;
   const char* csv = nullptr;
   std::vector<RefPoint> ref;
@@ -153,6 +156,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[a], "--lens")) lens = parse_list(argv[a + 1]);
     else if (!std::strcmp(argv[a], "--densities")) dens = parse_list(argv[a + 1]);
     else if (!std::strcmp(argv[a], "--heads")) H = std::atoi(argv[a + 1]);
+    else if (!std::strcmp(argv[a], "--kv-heads")) Hkv = std::atoi(argv[a + 1]);
     else if (!std::strcmp(argv[a], "--dim")) D = std::atoi(argv[a + 1]);
     else if (!std::strcmp(argv[a], "--block")) Bs = std::atoi(argv[a + 1]);
     else if (!std::strcmp(argv[a], "--reps")) reps = std::atoi(argv[a + 1]);
@@ -162,6 +166,15 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[a], "--ref")) ref = read_ref(argv[a + 1]);
     else { std::fprintf(stderr, "unknown option %s\n", argv[a]); return 2; }
   }
+  if (Hkv == 0) Hkv = H;
+  if (H < 1 || Hkv < 1 || H % Hkv != 0) {
+    std::fprintf(stderr, "--kv-heads %d must divide --heads %d\n", Hkv, H);
+    return 2;
+  }
+  if (!ref.empty() && Hkv != H) {
+    std::fprintf(stderr, "--ref: flex_attention_ref.py times MHA; drop --ref or --kv-heads\n");
+    return 2;
+  }
   std::string why;
   if (!C::device_available(&why)) {
     std::printf("SKIP: no usable CUDA device (%s)\n", why.c_str());
@@ -169,7 +182,7 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp prop;
   SB_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device %s, %d SMs; H=%d Hkv=%d D=%d Bs=%d, median of %d\n", prop.name, prop.multiProcessorCount, H, H,
+  std::printf("device %s, %d SMs; H=%d Hkv=%d D=%d Bs=%d, median of %d\n", prop.name, prop.multiProcessorCount, H, Hkv,
               D, Bs, reps);
   std::vector<bool> gens;  // true: wgmma, false: mma.sync
   for (size_t p0 = 0; p0 <= kernels.size();) {
@@ -187,41 +200,42 @@ int main(int argc, char** argv) {
   }
   FILE* fc = csv ? std::fopen(csv, "w") : nullptr;
   if (fc)
-    std::fprintf(fc, "kernels,L,density,kept_frac,fwd_ms,bwd_ms,fwdbwd_ms,fwd_tflops,fwdbwd_tflops,flex_ms,cudnn_ms\n");  // flex/cudnn from --ref
-  std::printf("%6s %5s %6s %5s | %8s %8s %9s | %7s %8s | %8s %7s %8s %7s %6s\n", "L", "dens", "kept", "kern", "fwd ms",
-              "bwd ms", "f+b ms", "fwd TF", "f+b TF", "flex ms", "x flex", "cudnn ms", "x cudnn", "x mma");
-  const K::AttnShape s{H, H, D, Bs};
+    std::fprintf(fc, "kernels,L,density,kept_frac,fwd_ms,bwd_ms,fwdbwd_ms,fwd_tflops,fwdbwd_tflops,flex_ms,cudnn_ms,bwd_tflops\n");  // flex/cudnn from --ref
+  std::printf("%6s %5s %6s %5s | %8s %8s %9s | %7s %7s %8s | %8s %7s %8s %7s %6s\n", "L", "dens", "kept", "kern",
+              "fwd ms", "bwd ms", "f+b ms", "fwd TF", "bwd TF", "f+b TF", "flex ms", "x flex", "cudnn ms", "x cudnn", "x mma");
+  const K::AttnShape s{H, Hkv, D, Bs};
   for (double Ld : lens) {
     const int L = int(Ld);
-    const size_t n = size_t(L) * H * D;
+    const size_t n = size_t(L) * H * D, nkv = size_t(L) * Hkv * D;  // q, o, dO, dq; k, v, dk, dv
     bf16 *q, *k, *v, *o, *dO, *dq, *dk, *dv;
     float* lse;
     void* ws;
-    for (bf16** p : {&q, &k, &v, &o, &dO, &dq, &dk, &dv}) SB_CUDA_CHECK(cudaMalloc(p, n * sizeof(bf16)));
+    for (bf16** p : {&q, &o, &dO, &dq}) SB_CUDA_CHECK(cudaMalloc(p, n * sizeof(bf16)));
+    for (bf16** p : {&k, &v, &dk, &dv}) SB_CUDA_CHECK(cudaMalloc(p, nkv * sizeof(bf16)));
     SB_CUDA_CHECK(cudaMalloc(&lse, size_t(L) * H * sizeof(float)));
     SB_CUDA_CHECK(cudaMalloc(&ws, C::block_attention_bwd_workspace(L, s)));
     int sd = 1;
     for (bf16* p : {q, k, v, dO}) {
-      fill_random<<<1024, 256>>>(p, n, seed * 7919 + sd++, 1.0f);
+      fill_random<<<1024, 256>>>(p, p == k || p == v ? nkv : n, seed * 7919 + sd++, 1.0f);
       SB_CUDA_CHECK_LAUNCH("fill_random");
     }
     const int32_t cu[2] = {0, L};
     const int nb = (L + Bs - 1) / Bs;
     for (double dd : dens) {
       K::BlockSelection sel;
-      sel.doc_row_base = {0, int64_t(H) * nb};
+      sel.doc_row_base = {0, int64_t(Hkv) * nb};
       sel.row_ptr.assign(1, 0);
       double flops_fwd = 0;
-      for (int g = 0; g < H; g++)
+      for (int g = 0; g < Hkv; g++)
         for (int i = 0; i < nb; i++) {
           for (int32_t j : row_blocks(i, dd, seed)) {
             sel.cols.push_back(j);
-            flops_fwd += 4.0 * Bs * Bs * D * (j == i ? 0.5 : 1.0);
+            flops_fwd += 4.0 * Bs * Bs * D * (H / Hkv) * (j == i ? 0.5 : 1.0);  // every head of the group
           }
           sel.row_ptr.push_back(int64_t(sel.cols.size()));
         }
-      sel.recall.assign(size_t(H) * nb, 1.f);
-      const double kept_frac = double(sel.cols.size()) / (double(H) * nb * (nb + 1) / 2);
+      sel.recall.assign(size_t(Hkv) * nb, 1.f);
+      const double kept_frac = double(sel.cols.size()) / (double(Hkv) * nb * (nb + 1) / 2);
       C::DeviceSelection dsel;
       dsel.upload(sel, cu, 1, s);
       struct T { float f, b, fb; };
@@ -243,13 +257,14 @@ int main(int argc, char** argv) {
       const double fr = rp ? rp->flex_ms : NAN, cr = rp ? rp->cudnn_ms : NAN;
       for (size_t gi = 0; gi < gens.size(); gi++) {
         const double tff = flops_fwd / (t[gi].f * 1e-3) / 1e12, tfbf = 3.5 * flops_fwd / (t[gi].fb * 1e-3) / 1e12;
+        const double tfb = 2.5 * flops_fwd / (t[gi].b * 1e-3) / 1e12;
         const char* kn = gens[gi] ? "wgmma" : "mma";
-        std::printf("%6d %5.2f %6.3f %5s | %8.3f %8.3f %9.3f | %7.1f %8.1f | %8.2f %7.2f %8.2f %7.2f %6.2f\n", L, dd,
-                    kept_frac, kn, t[gi].f, t[gi].b, t[gi].fb, tff, tfbf, fr, fr / t[gi].fb, cr, cr / t[gi].fb,
+        std::printf("%6d %5.2f %6.3f %5s | %8.3f %8.3f %9.3f | %7.1f %7.1f %8.1f | %8.2f %7.2f %8.2f %7.2f %6.2f\n", L,
+                    dd, kept_frac, kn, t[gi].f, t[gi].b, t[gi].fb, tff, tfb, tfbf, fr, fr / t[gi].fb, cr, cr / t[gi].fb,
                     t_mma / t[gi].fb);
         if (fc)
-          std::fprintf(fc, "%s,%d,%g,%.4f,%.4f,%.4f,%.4f,%.1f,%.1f,%g,%g\n", kn, L, dd, kept_frac, t[gi].f, t[gi].b,
-                       t[gi].fb, tff, tfbf, fr, cr);
+          std::fprintf(fc, "%s,%d,%g,%.4f,%.4f,%.4f,%.4f,%.1f,%.1f,%g,%g,%.1f\n", kn, L, dd, kept_frac, t[gi].f, t[gi].b,
+                       t[gi].fb, tff, tfbf, fr, cr, tfb);
       }
       std::fflush(stdout);
       C::prefer_wgmma_attention(true);

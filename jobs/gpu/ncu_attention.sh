@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine, after jobs/gpu/build_on_gpu.sh built build-gpu: Nsight Compute on one launch of
 # each wgmma attention kernel (forward, backward) at L tokens / density (default 16384 / 1): speed of
-# light, tensor-pipe use, issue slots and warp stall reasons, as text under $OUT.
+# light, tensor-pipe use, issue slots and warp stall reasons, as text under $OUT. BENCH_ARGS: more
+# bench_attention_cuda flags, e.g. the Qwen2.5-0.5B shape: BENCH_ARGS="--heads 14 --kv-heads 2 --dim 64".
 set -uo pipefail
 B=${BUILD_DIR:-build-gpu}
 O=${OUT:-gpu-out}
@@ -16,7 +17,7 @@ for k in fwd_sm90_kernel bwd_sm90_kernel; do
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
     --section SchedulerStats --section MemoryWorkloadAnalysis --section Occupancy \
     --metrics sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio \
-    "$B/kernels/bench_attention_cuda" --lens "$L" --densities "$DENS" --reps 1 --kernels wgmma \
+    "$B/kernels/bench_attention_cuda" --lens "$L" --densities "$DENS" --reps 1 --kernels wgmma ${BENCH_ARGS:-} \
     > "$O/ncu_$k.txt" 2>&1
   grep -vE "^==PROF==|^ +-+ +-+" "$O/ncu_$k.txt" | grep -E "stalled|Throughput|Duration|gmma|pipe_xu|Issue|Eligible|Active Warps|Stall|stall|inst_executed|Warp Cycles|L2 Hit|Mem Busy|Max Bandwidth|Registers|Achieved" | head -80
 done
