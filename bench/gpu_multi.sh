@@ -9,29 +9,39 @@
 # bit-identical parameters after every step (train.sync_check_every = 1; a mismatch stops the run).
 # Run on the GPU machine after jobs/gpu/build_on_gpu.sh (stage `multi` calls this):
 #   NGPU=2 STEPS=30 bash bench/gpu_multi.sh        # tables on stdout and in $OUT/gpu_multi.md
+#   CFG=configs/gpu_0p5b.toml MAXLEN=65536 LONG=shard NGPU=8 bash bench/gpu_multi.sh
+#     another model (CFG; its micro-batch sets the global batch, 4 micro-batches per GPU), a corpus up
+#     to MAXLEN tokens (default 16384) whose documents longer than a micro-batch are windowed
+#     (LONG=window, the default) or sharded over ranks (LONG=shard); RUNS the run directory
 set -uo pipefail
 SB=${SB:-build-gpu/src/sparsebalance}
 OUTDIR=${OUT:-gpu-out}
 NGPU=${NGPU:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 STEPS=${STEPS:-30}
 DOCS=${DOCS:-4000}
-CFG=configs/gpu_longtail.toml
-R=runs/gpu_multi
+CFG=${CFG:-configs/gpu_longtail.toml}
+MAXLEN=${MAXLEN:-16384}
+LONG=${LONG:-window}
+R=${RUNS:-runs/gpu_multi}
 # NVLink multicast stays off (jobs/gpu/README.md): it can take a shared host's GPUs out of service.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPI=(mpirun -np "$NGPU" -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x LD_LIBRARY_PATH)
-GB=$((NGPU * 4 * 16384))  # 4 micro-batches of 16K per GPU
+MB=${MB:-$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["train"]["micro_batch_tokens"])' "$CFG")} ||
+  { echo "gpu_multi: cannot read train.micro_batch_tokens of $CFG"; exit 2; }
+GB=$((NGPU * 4 * MB))  # 4 micro-batches per GPU
 mkdir -p "$OUTDIR" $R
 log() { echo "== $(date -u +%H:%M:%S) $*"; }
 nvidia-smi topo -m > "$OUTDIR/topo.txt" 2>&1 || true
 
-[ -f $R/data/shard_00000.h5 ] || "$SB" prep synth --preset longalign --docs "$DOCS" --seed 7 --max-len 16384 \
-  --min-len 64 --output $R/data > "$OUTDIR/prep.log" 2>&1 || { cat "$OUTDIR/prep.log"; exit 1; }
-COMMON=(--set data.path=$R/data --set train.steps="$STEPS" --set train.global_batch_tokens=$GB)
+DATA=$R/data_$MAXLEN
+[ -f $DATA/shard_00000.h5 ] || "$SB" prep synth --preset longalign --docs "$DOCS" --seed 7 --max-len "$MAXLEN" \
+  --min-len 64 --output $DATA > "$OUTDIR/prep.log" 2>&1 || { cat "$OUTDIR/prep.log"; exit 1; }
+COMMON=(--set data.path=$DATA --set data.long_docs=$LONG --set train.steps="$STEPS" --set train.global_batch_tokens=$GB)
 # EXTRA: more --set flags for every command (a dry run of this script on CPU:
 #   EXTRA="--set train.device=cpu --set model.n_layers=2 --set model.d_model=64 --set model.n_heads=1
-#          --set model.ffn_dim=128 --set train.micro_batch_tokens=2048" DOCS=300 NGPU=2 bash bench/gpu_multi.sh)
+#          --set model.ffn_dim=128 --set train.micro_batch_tokens=2048" MB=2048 DOCS=300 NGPU=2 bash bench/gpu_multi.sh;
+#   MB is the micro-batch the global batch is made of, default CFG's)
 read -r -a EX <<< "${EXTRA:-}"
 COMMON+=("${EX[@]}")
 
@@ -64,7 +74,10 @@ for p in sequential:fixed sparse:fixed sequential:dst sparse:dst; do
   run "$b+$t" "$NGPU" --set balance.batching=$b --set balance.tuning=$t && evaluate "$b+$t"
 done
 run "sparse+dst_ema0" "$NGPU" --set balance.batching=sparse --set balance.tuning=dst --set balance.ema=0
-run "sequential+fixed_1gpu" 1 --set balance.batching=sequential --set balance.tuning=fixed
+# One GPU cannot shard: with LONG=shard it takes every document whole (micro-batches of MAXLEN,
+# layer recomputation); attention is per document, so the step's loss is the same to rounding.
+one=(); [ "$LONG" = shard ] && one=(--set data.long_docs=window --set train.micro_batch_tokens=$MAXLEN --set train.recompute=layer)
+run "sequential+fixed_1gpu" 1 --set balance.batching=sequential --set balance.tuning=fixed "${one[@]}"
 rm -rf $R/*/ckpt/*.h5.tmp
 
 python3 bench/gpu_multi_report.py "$OUTDIR" "$R" "$NGPU" | tee "$OUTDIR/gpu_multi.md"
