@@ -4,7 +4,8 @@
 # atomics overlapping the next tile's first products), SB_ATTN_BWD_VARIANT=1 (float2 atomics from
 # registers, not overlapped) and =2 (staged, one bulk reduce-add per row by the TMA engine): the
 # kernel test under 1 and 2 (the default is tested by the `test` stage), then the three timed in
-# one process each, alternating, at LENS. Logs and CSVs under $OUT.
+# one process each, alternating, at LENS. Logs and CSVs under $OUT. BENCH_ARGS: more
+# bench_attention_cuda flags, e.g. the Qwen2.5-0.5B shape: BENCH_ARGS="--heads 14 --kv-heads 2 --dim 64".
 set -uo pipefail
 B=${BUILD_DIR:-build-gpu}
 O=${OUT:-gpu-out}
@@ -17,7 +18,7 @@ for v in 1 2; do
 done
 for v in 0 1 2; do
   echo "== bench SB_ATTN_BWD_VARIANT=$v"
-  SB_ATTN_BWD_VARIANT=$v timeout 150 "$B/kernels/bench_attention_cuda" --lens "$LENS" --kernels wgmma --csv "$O/v$v.csv" > "$O/v$v.log" 2>&1
+  SB_ATTN_BWD_VARIANT=$v timeout 150 "$B/kernels/bench_attention_cuda" --lens "$LENS" --kernels wgmma ${BENCH_ARGS:-} --csv "$O/v$v.csv" > "$O/v$v.log" 2>&1
 done
 python3 - "$O" <<'PY'
 import csv, sys
