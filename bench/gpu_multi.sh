@@ -23,12 +23,12 @@ CFG=${CFG:-configs/gpu_longtail.toml}
 MAXLEN=${MAXLEN:-16384}
 LONG=${LONG:-window}
 R=${RUNS:-runs/gpu_multi}
-# NVLink multicast stays off (jobs/gpu/README.md): it can take a shared host's GPUs out of service.
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-MPI=(mpirun -np "$NGPU" -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x LD_LIBRARY_PATH)
-MB=${MB:-$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["train"]["micro_batch_tokens"])' "$CFG")} ||
-  { echo "gpu_multi: cannot read train.micro_batch_tokens of $CFG"; exit 2; }
+source "$(dirname "$0")/gpu_mpi.sh"
+# EXTRA: more --set flags for every command (a dry run of this script on CPU:
+#   EXTRA="--set train.device=cpu --set model.n_layers=2 --set model.d_model=64 --set model.n_heads=1
+#          --set model.ffn_dim=128 --set train.micro_batch_tokens=2048" DOCS=300 NGPU=2 bash bench/gpu_multi.sh)
+read -r -a EX <<< "${EXTRA:-}"
+MB=$(micro_batch_of "$CFG" "${EX[@]}") || { echo "gpu_multi: cannot read train.micro_batch_tokens of $CFG"; exit 2; }
 GB=$((NGPU * 4 * MB))  # 4 micro-batches per GPU
 mkdir -p "$OUTDIR" $R
 log() { echo "== $(date -u +%H:%M:%S) $*"; }
@@ -38,15 +38,10 @@ DATA=$R/data_$MAXLEN
 [ -f $DATA/shard_00000.h5 ] || "$SB" prep synth --preset longalign --docs "$DOCS" --seed 7 --max-len "$MAXLEN" \
   --min-len 64 --output $DATA > "$OUTDIR/prep.log" 2>&1 || { cat "$OUTDIR/prep.log"; exit 1; }
 COMMON=(--set data.path=$DATA --set data.long_docs=$LONG --set train.steps="$STEPS" --set train.global_batch_tokens=$GB)
-# EXTRA: more --set flags for every command (a dry run of this script on CPU:
-#   EXTRA="--set train.device=cpu --set model.n_layers=2 --set model.d_model=64 --set model.n_heads=1
-#          --set model.ffn_dim=128 --set train.micro_batch_tokens=2048" MB=2048 DOCS=300 NGPU=2 bash bench/gpu_multi.sh;
-#   MB is the micro-batch the global batch is made of, default CFG's)
-read -r -a EX <<< "${EXTRA:-}"
 COMMON+=("${EX[@]}")
 
 log "profile on one GPU"
-CUDA_VISIBLE_DEVICES=0 mpirun -np 1 -x NCCL_NVLS_ENABLE "$SB" profile $CFG "${COMMON[@]}" --output $R/profile_1gpu.h5 \
+gpu_mpirun 1 "$SB" profile $CFG "${COMMON[@]}" --output $R/profile_1gpu.h5 \
   --summary "$OUTDIR/profile_1gpu.json" > "$OUTDIR/profile.log" 2>&1 || { tail -20 "$OUTDIR/profile.log"; exit 1; }
 cat "$OUTDIR/profile.log"
 
@@ -55,17 +50,14 @@ run() {  # name, ranks, extra flags...
   local dir=$R/$name
   rm -rf "$dir"; mkdir -p "$dir"
   log "train $name ($np GPU)"
-  local env=()
-  [ "$np" = 1 ] && env=(env CUDA_VISIBLE_DEVICES=0)
-  "${env[@]}" mpirun -np "$np" -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS \
-    -x LD_LIBRARY_PATH "$SB" train $CFG "${COMMON[@]}" --set balance.profile=$R/profile_1gpu.h5 \
+  gpu_mpirun "$np" "$SB" train $CFG "${COMMON[@]}" --set balance.profile=$R/profile_1gpu.h5 \
     --set checkpoint.dir="$dir/ckpt" --set log.path="$dir/metrics.h5" "$@" --summary "$OUTDIR/train_$name.json" \
     > "$OUTDIR/train_$name.log" 2>&1 || { echo "train $name failed:"; tail -20 "$OUTDIR/train_$name.log"; return 1; }
   grep -E "^(device|latency|done)" "$OUTDIR/train_$name.log"
 }
 evaluate() {  # name
   local dir=$R/$1
-  "${MPI[@]}" "$SB" eval $CFG "${COMMON[@]}" --set checkpoint.dir="$dir/ckpt" --checkpoint latest \
+  gpu_mpirun "$NGPU" "$SB" eval $CFG "${COMMON[@]}" --set checkpoint.dir="$dir/ckpt" --checkpoint latest \
     --summary "$OUTDIR/eval_$1.json" > "$OUTDIR/eval_$1.log" 2>&1 || { echo "eval $1 failed:"; tail -5 "$OUTDIR/eval_$1.log"; }
 }
 

@@ -18,9 +18,7 @@ L=${L:-2048}
 STEPS=${STEPS:-10}
 ROUNDS=${ROUNDS:-2}
 [ "$NGPU" -ge 1 ] || { echo "gpu_overlap: no GPU (set NGPU)"; exit 2; }
-# NVLink multicast stays off (jobs/gpu/README.md): it can take a shared host's GPUs out of service.
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+source "$(dirname "$0")/gpu_mpi.sh"
 R=runs/gpu_overlap
 mkdir -p "$OUTDIR" $R
 read -r -a EX <<< "${EXTRA:-}"
@@ -30,8 +28,7 @@ data=$R/data_$L
 for r in $(seq 1 "$ROUNDS"); do
   for ov in true false; do
     rm -rf $R/ckpt
-    mpirun -np "$NGPU" -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x LD_LIBRARY_PATH \
-      "$SB" train configs/gpu_0p5b.toml --set data.path="$data" --set data.val_fraction=0 \
+    gpu_mpirun "$NGPU" "$SB" train configs/gpu_0p5b.toml --set data.path="$data" --set data.val_fraction=0 \
       --set train.micro_batch_tokens="$L" --set train.global_batch_tokens=$((NGPU * 2 * L)) --set train.steps="$STEPS" \
       --set attention.mode=dense --set balance.tuning=fixed --set balance.self_profile=false \
       --set train.overlap_reduce=$ov --set checkpoint.dir=$R/ckpt --set log.path=$R/metrics_${ov}_$r.h5 "${EX[@]}" \

@@ -38,23 +38,11 @@ LONG=${LONG:-window}  # weak/strong: documents longer than a micro-batch windowe
 R=${RUNS:-runs/gpu_scaling}  # data, profile, metrics (relative to the working directory)
 [ "$NGPU" -ge 1 ] 2>/dev/null || { echo "gpu_scaling: NGPU must be a GPU count >= 1 (got '$NGPU')"; exit 2; }
 read -r -a EX <<< "${EXTRA:-}"
-# micro-batch of CFG after EXTRA (the last --set of the key wins, as in the program)
-MB=$("$PY" - "$CFG" "${EX[@]}" <<'PY'
-import sys, tomllib
-mb = tomllib.load(open(sys.argv[1], "rb"))["train"]["micro_batch_tokens"]
-a = sys.argv[2:]
-for i, x in enumerate(a):
-    if x == "--set" and i + 1 < len(a) and a[i + 1].startswith("train.micro_batch_tokens="):
-        mb = int(a[i + 1].split("=", 1)[1])
-print(mb)
-PY
-) || { echo "gpu_scaling: cannot read train.micro_batch_tokens of $CFG"; exit 2; }
+source "$ROOT/bench/gpu_mpi.sh"
+MB=$(micro_batch_of "$CFG" "${EX[@]}") || { echo "gpu_scaling: cannot read train.micro_batch_tokens of $CFG"; exit 2; }
 TPG=${TPG:-$((4 * MB))}
 COUNTS=""; for ((n = 1; n <= NGPU; n *= 2)); do COUNTS="$COUNTS $n"; done
 [ $((NGPU & (NGPU - 1))) = 0 ] || COUNTS="$COUNTS $NGPU"
-# NVLink multicast stays off (jobs/gpu/README.md): it can take a shared host's GPUs out of service.
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$OUTDIR" $R
 log() { echo "== $(date -u +%H:%M:%S) $*"; }
 echo "gpu_scaling: NGPU=$NGPU counts:$COUNTS tokens per GPU $TPG, steps $STEPS, parts: $PARTS" | tee "$OUTDIR/gpu_scaling_args.txt"
@@ -63,12 +51,10 @@ echo "gpu_scaling: NGPU=$NGPU counts:$COUNTS tokens per GPU $TPG, steps $STEPS, 
 # flags come after EXTRA's, so they win (the cp runs' micro-batches)
 run() {
   local name=$1 np=$2 cfg=$3; shift 3
-  local dir=$R/$name env=()
+  local dir=$R/$name
   rm -rf "$dir"; mkdir -p "$dir"
-  [ "$np" = 1 ] && env=(env CUDA_VISIBLE_DEVICES=0)
   log "train $name ($np rank(s))"
-  "${env[@]}" mpirun -np "$np" -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS \
-    -x LD_LIBRARY_PATH "$SB" train "$cfg" --set train.steps="$STEPS" "${EX[@]}" "$@" \
+  gpu_mpirun "$np" "$SB" train "$cfg" --set train.steps="$STEPS" "${EX[@]}" "$@" \
     --set checkpoint.dir="${CKPT:-$dir/ckpt}" --set log.path="$dir/metrics.h5" --summary "$OUTDIR/scaling_$name.json" \
     > "$OUTDIR/scaling_$name.log" 2>&1 || { echo "train $name failed:"; tail -20 "$OUTDIR/scaling_$name.log"; return 1; }
   rm -rf "$dir/ckpt"  # weights and moments: not wanted here
@@ -84,7 +70,7 @@ case " $PARTS " in *" weak "*|*" strong "*)
   synth $R/data_longtail --preset longalign --docs "$DOCS" --seed 7 --max-len "$MAXLEN" --min-len 64
   D=(--set data.path=$R/data_longtail --set data.long_docs=$LONG)
   log "latency model on one GPU"
-  CUDA_VISIBLE_DEVICES=0 mpirun -np 1 -x NCCL_NVLS_ENABLE "$SB" profile "$CFG" "${D[@]}" "${EX[@]}" \
+  gpu_mpirun 1 "$SB" profile "$CFG" "${D[@]}" "${EX[@]}" \
     --output $R/profile_1gpu.h5 > "$OUTDIR/scaling_profile.log" 2>&1 || { tail -20 "$OUTDIR/scaling_profile.log"; exit 1; }
   P=(--set balance.profile=$R/profile_1gpu.h5 --set balance.batching=sparse --set balance.tuning=dst)
   for n in $COUNTS; do
