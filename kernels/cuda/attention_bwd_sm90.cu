@@ -68,21 +68,36 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     tma_tile<kBS, D>(sK, &maps.k, bars, g, b.t0);
     tma_tile<kBS, D>(sV, &maps.v, bars, g, b.t0);
   }
-  auto decode = [&](int it, int& h, int& i, int& qt0, int& nvalid) {
-    const int x = it0 + it, sub = x & 1, rest = x >> 1;
-    const int hh = G == 1 ? 0 : rest / nq;  // no integer division for MHA: the kernel is issue-bound
-    h = g * G + hh;
-    i = p.col_rows[r0 + rest - hh * nq];
-    qt0 = b.doc_t0 + i * kBS + sub * kQT;
-    nvalid = max(0, min(kQT, doc_end - qt0));
+  // Tile it is x = it0 + it = (hh * nq + row) * 2 + sub: query head g * G + hh, column row `row`
+  // (query block col_rows[r0 + row]), half `sub`. Two cursors step through x, one for the tile
+  // computed and one for the tile loaded two ahead: the kernel is issue-bound, and a division by nq
+  // and a load per tile cost ~70 of its ~800 instructions a tile (ncu, head_dim 64, 7 heads a group).
+  struct Cursor {
+    int hh, row, sub;
+  };
+  auto cursor_at = [&](int it) {
+    const int x = it0 + it, rest = x >> 1, hh = G == 1 ? 0 : rest / nq;
+    return Cursor{hh, rest - hh * nq, x & 1};
+  };
+  auto advance = [&](Cursor& c) {
+    if (++c.sub == 2) {
+      c.sub = 0;
+      if (++c.row == nq) c.row = 0, ++c.hh;
+    }
   };
   // Q, dO (TMA) and lse, Delta (cp.async, one commit group per tile, empty past the end) of tile
-  // it. Query rows past the document hold the next document's Q and dO (zeros past the tensor) and
-  // lse, Delta 0: their P^T is masked to 0, so they add nothing to dV, dK; their dQ is not written.
+  // it (called for it = 0, 1, 2, ..: `ld` is its cursor); returns the tile's query block, which the
+  // loop uses two iterations later. Query rows past the document hold the next document's Q and dO
+  // (zeros past the tensor) and lse, Delta 0: their P^T is masked to 0, so they add nothing to dV,
+  // dK; their dQ is not written.
+  Cursor ld = cursor_at(0);
   auto issue = [&](int it) {
+    int i = 0;
     if (it < niter) {
-      int h, i, qt0, nv;
-      decode(it, h, i, qt0, nv);
+      i = p.col_rows[r0 + ld.row];
+      const int h = g * G + ld.hh, qt0 = b.doc_t0 + i * kBS + ld.sub * kQT;
+      const int nv = max(0, min(kQT, doc_end - qt0));
+      advance(ld);
       const int buf = it % kStages;
       if (tid == 0) {
         mbar_expect(barQ(it), 2 * TQ);
@@ -98,6 +113,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
       }
     }
     cp_async_commit();
+    return i;
   };
 
   float dk[D / 2], dv[D / 2];  // (64 keys of this warpgroup, D)
@@ -109,40 +125,53 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   constexpr int QK = KS ? 4 : 8;  // dQ k-steps (16 keys each)
   const int qkey0 = KS ? kr0 : 0, qpanel = KS ? 0 : wg;
 
+  // Operand descriptors built once; each product moves them by a constant (k_step, mn_step), the
+  // Q/dO ones by the stage. Rebuilding them took ~5 instructions per wgmma.
+  const uint64_t dK = desc_k<kBS>(sK, kr0, 0), dV = desc_k<kBS>(sV, kr0, 0);   // S^T, dP^T: A
+  const uint64_t dQk = desc_k<kQT>(sQ, 0, 0), dOk = desc_k<kQT>(sdO, 0, 0);    // S^T, dP^T: B
+  const uint64_t dQm = desc_mn<kQT>(sQ, 0, 0), dOm = desc_mn<kQT>(sdO, 0, 0);  // dK, dV: B
+  const uint64_t dSm = desc_mn<kBS>(sdS, qkey0, 0), dKm = desc_mn<kBS>(sK, qkey0, qpanel);  // dQ
+
   float st[32], dpt[32];  // S^T, dP^T: (64 keys, 64 queries)
   // S^T = K Q^T and dP^T = V dO^T of iteration it (two commit groups)
   auto st_dpt = [&](int it) {
-    const int buf = it % kStages;
+    const uint32_t so = uint32_t(it % kStages) * TQ;
+    const uint64_t q = desc_add(dQk, so), o = desc_add(dOk, so);
     wg_fence();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; kk++)
-      wgmma_ss_n64<0, 0>(st, desc_k<kBS>(sK, kr0, kk * 16), desc_k<kQT>(sQ + buf * TQ, 0, kk * 16), kk > 0);
+    for (int kk = 0; kk < D / 16; kk++) wgmma_ss_n64<0, 0>(st, k_step<kBS>(dK, kk * 16), k_step<kQT>(q, kk * 16), kk > 0);
     wg_commit();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; kk++)
-      wgmma_ss_n64<0, 0>(dpt, desc_k<kBS>(sV, kr0, kk * 16), desc_k<kQT>(sdO + buf * TQ, 0, kk * 16), kk > 0);
+    for (int kk = 0; kk < D / 16; kk++) wgmma_ss_n64<0, 0>(dpt, k_step<kBS>(dV, kk * 16), k_step<kQT>(o, kk * 16), kk > 0);
     wg_commit();
   };
 
-  issue(0);
-  issue(1);
+  int i_cur = issue(0), i_next = issue(1);  // query blocks of tiles it, it + 1
   cp_async_wait<1>();
   __syncthreads();  // lse, Delta of tile 0 from every thread
   mbar_wait(bars, 0);  // K, V
 
   float* stg = sdQ + wg * 64 * SLD;
-  // float4 atomics of a staged dQ tile, a warp on two consecutive rows. The tile is rewritten only
-  // after the next CTA barrier, which every thread of the warpgroup reaches after these reads.
+  // float4 atomics of a staged dQ tile, a warp on two consecutive rows: thread wt takes column
+  // chunk wt % 16 of rows wt / 16 + 8j (the address once, then a stride; no row test on a full
+  // tile: the index arithmetic and tests were ~120 of ~800 instructions a tile). The tile is
+  // rewritten only after the next CTA barrier, which every thread of the warpgroup reaches after
+  // these reads.
+  static_assert(NQ * 2 == 16, "16 float4 a staged row");
   auto add_staged = [&](int h, int qt0, int nv) {
-    constexpr int C4 = NQ * 2;  // float4 per row
-    const int wt = tid & 127;
-    float* dst = p.dq_acc + (int64_t(qt0) * p.H + h) * D + qpanel * 64;
+    const int wt = tid & 127, r = wt >> 4, c4 = 4 * (wt & 15);
+    const int64_t step = int64_t(8) * p.H * D;  // 8 rows
+    float* dst = p.dq_acc + ((int64_t(qt0) + r) * p.H + h) * D + qpanel * 64 + c4;
+    const float* src = stg + r * SLD + c4;
+    if (nv == kQT) {  // all but a document's last tile
 #pragma unroll
-    for (int idx = wt; idx < 64 * C4; idx += 128) {
-      const int qr = idx / C4, c = idx % C4;
-      if (qr < nv)
-        atomicAdd(reinterpret_cast<float4*>(dst + int64_t(qr) * p.H * D + 4 * c),
-                  *reinterpret_cast<const float4*>(stg + qr * SLD + 4 * c));
+      for (int j = 0; j < 8; j++)
+        atomicAdd(reinterpret_cast<float4*>(dst + j * step), *reinterpret_cast<const float4*>(src + j * 8 * SLD));
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; j++)
+        if (r + 8 * j < nv)
+          atomicAdd(reinterpret_cast<float4*>(dst + j * step), *reinterpret_cast<const float4*>(src + j * 8 * SLD));
     }
   };
 
@@ -151,13 +180,14 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   // stages: tile it + 1 lands during iterations it - 1 .. it, it + 2 goes out right after the barrier.
   const bool staged_atomics = p.variant != 1 && p.variant != 2;  // the default
   int ph = 0, pqt0 = 0, pnv = 0;  // the previous tile's dQ destination
+  Cursor cur = cursor_at(0);
   for (int it = 0; it < niter; it++) {
     const int buf = it % kStages;
-    const uint32_t tQ = sQ + buf * TQ, tdO = sdO + buf * TQ;
+    const uint32_t so = uint32_t(buf) * TQ;
     const float* tL = sL + buf * kQT;
     const float* tDl = sDl + buf * kQT;
-    int h, i, qt0, nv;
-    decode(it, h, i, qt0, nv);
+    const int i = i_cur, h = g * G + cur.hh, qt0 = b.doc_t0 + i * kBS + cur.sub * kQT;
+    const int nv = max(0, min(kQT, doc_end - qt0));
     const bool diag = (i == b.i);
     const int qpos0 = qt0 - b.doc_t0 + 2 * (lane & 3);
 
@@ -198,8 +228,9 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
       for (int e = 0; e < 4; e++) pt[kk][e] = pack_bf16(st[8 * kk + 2 * e], st[8 * kk + 2 * e + 1]);
     // dV += P^T dO (in flight while dS^T is formed)
     wg_fence();
+    const uint64_t om = desc_add(dOm, so);
 #pragma unroll
-    for (int kk = 0; kk < 4; kk++) wgmma_rs<1>(dv, pt[kk], desc_mn<kQT>(tdO, kk * 16, 0));
+    for (int kk = 0; kk < 4; kk++) wgmma_rs<1>(dv, pt[kk], mn_step<kQT>(om, kk * 16, 0));
     wg_commit();
     wg_wait<1>();  // dP^T (dV in flight)
     reg_fence(dpt);
@@ -220,8 +251,9 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     }
     // dK += dS^T Q
     wg_fence();
+    const uint64_t qm = desc_add(dQm, so);
 #pragma unroll
-    for (int kk = 0; kk < 4; kk++) wgmma_rs<1>(dk, ds[kk], desc_mn<kQT>(tQ, kk * 16, 0));
+    for (int kk = 0; kk < 4; kk++) wgmma_rs<1>(dk, ds[kk], mn_step<kQT>(qm, kk * 16, 0));
     wg_commit();
     // One CTA barrier per tile: dS^T is complete in shared memory, tile it + 1 has landed in every
     // thread, and every warp is past iteration it - 1, so its stage (that of it + 2) is free.
@@ -229,13 +261,12 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     if (p.variant == 2) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");  // staging tile read
     fence_async_smem();  // dS^T is read by wgmma next
     __syncthreads();
-    issue(it + 2);
+    const int i_after = issue(it + 2);
     // dQ = dS K over this warpgroup's share: (64 queries, D) or (64 queries, 64 columns)
     float dq[KS ? D / 2 : 32];
     wg_fence();
 #pragma unroll
-    for (int kk = 0; kk < QK; kk++)
-      wgmma_ss<1, 1>(dq, desc_mn<kBS>(sdS, qkey0 + kk * 16, 0), desc_mn<kBS>(sK, qkey0 + kk * 16, qpanel), kk > 0);
+    for (int kk = 0; kk < QK; kk++) wgmma_ss<1, 1>(dq, mn_step<kBS>(dSm, kk * 16, 0), mn_step<kBS>(dKm, kk * 16, 0), kk > 0);
     wg_commit();
     wg_wait<0>();
     reg_fence(dq);
@@ -285,6 +316,8 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
         asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
       }
     }
+    i_cur = i_next, i_next = i_after;
+    advance(cur);
   }
   if (niter > 0 && staged_atomics) add_staged(ph, pqt0, pnv);
   cp_async_wait<0>();

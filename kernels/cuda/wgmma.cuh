@@ -37,6 +37,23 @@ __device__ __forceinline__ uint64_t desc_mn(uint32_t tile, int k0, int panel) {
   return gmma_desc(tile + panel * R * 128 + k0 * 128, R * 128, 1024);
 }
 
+// A descriptor moved by `bytes` (a multiple of 16): only the 14-bit address field (bits 0..13, the
+// address / 16 of an operand below 256 KiB) changes, so the add stays in the low word, one
+// instruction where rebuilding a descriptor takes five. With desc_k(tile, row0, 0) or
+// desc_mn(tile, 0, 0) as d, k_step / mn_step give desc_k(tile, row0, k0) / desc_mn(tile, k0, panel).
+__device__ __forceinline__ uint64_t desc_add(uint64_t d, uint32_t bytes) {
+  const uint32_t lo = uint32_t(d) + (bytes >> 4), hi = uint32_t(d >> 32);
+  return (uint64_t(hi) << 32) | lo;
+}
+template <int R>
+__device__ __forceinline__ uint64_t k_step(uint64_t d, int k0) {
+  return desc_add(d, uint32_t((k0 >> 6) * R * 128 + (k0 & 63) * 2));
+}
+template <int R>
+__device__ __forceinline__ uint64_t mn_step(uint64_t d, int k0, int panel) {
+  return desc_add(d, uint32_t(panel * R * 128 + k0 * 128));
+}
+
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int n>

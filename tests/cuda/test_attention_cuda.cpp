@@ -233,6 +233,8 @@ int main(int argc, char** argv) {
       {"D128 Bs128 GQA4 random", 128, 128, 4, 1, {1300, 128, 555}, Case::kRandom},
       {"D128 Bs64 MHA dense", 128, 64, 2, 2, {700, 333}, Case::kDense},
       {"D64 Bs128 GQA3 random", 64, 128, 6, 2, {900, 5, 260}, Case::kRandom},
+      // the Qwen2.5-0.5B grouping (7 query heads a KV head): the columns of 238 tiles are split
+      {"D64 Bs128 GQA7 dense", 64, 128, 7, 1, {2100, 300}, Case::kDense},
       {"D128 Bs128 MHA dense", 128, 128, 2, 2, {1500, 129}, Case::kDense},
       {"D64 Bs64 GQA2 gated", 64, 64, 4, 2, {1200, 300}, Case::kGate},
       {"D128 Bs128 GQA2 gated", 128, 128, 4, 2, {2000, 700}, Case::kGate},
