@@ -9,7 +9,7 @@
 //                        [--kernels wgmma,mma] [--ref FLEX.csv]
 // --kv-heads: grouped-query attention (default = --heads, MHA); each kv head's query blocks keep the
 // same blocks for the whole group, as the gating selects (--heads 14 --kv-heads 2 --dim 64 is the
-// Qwen2.5-0.5B shape). --ref is MHA only (flex_attention_ref.py's shape).
+// Qwen2.5-0.5B shape).
 // --kernels: the kernel generations to time, side by side on the same inputs and masks (wgmma only
 // where it runs: sm_90a build, block 128); "x mma" is the mma.sync time over this line's.
 // --ref: bench/flex_attention_ref.py's CSV from the same device call (same shape, masks and seed):
@@ -111,6 +111,7 @@ float median_ms(int reps, F&& f) {
 struct RefPoint {
   int L;
   double density, flex_ms, cudnn_ms;
+  int heads = 0, kv_heads = 0, dim = 0;  // the shape it was timed at (0: an older CSV without it)
 };
 std::vector<RefPoint> read_ref(const char* path) {
   std::vector<RefPoint> out;
@@ -129,7 +130,10 @@ std::vector<RefPoint> read_ref(const char* path) {
     RefPoint r{};
     double kept = 0, tf = 0;
     char cud[64] = "";
-    if (std::sscanf(line, "%d,%lf,%lf,%lf,%lf,%63s", &r.L, &r.density, &kept, &r.flex_ms, &tf, cud) < 5) continue;
+    // L,density,kept_frac,flex ms,flex TF,cudnn ms[,heads,kv_heads,dim]
+    if (std::sscanf(line, "%d,%lf,%lf,%lf,%lf,%63[^,\n],%d,%d,%d", &r.L, &r.density, &kept, &r.flex_ms, &tf, cud,
+                    &r.heads, &r.kv_heads, &r.dim) < 5)
+      continue;
     r.cudnn_ms = cud[0] ? std::strtod(cud, nullptr) : NAN;
     if (r.cudnn_ms <= 0) r.cudnn_ms = NAN;
     out.push_back(r);
@@ -171,9 +175,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--kv-heads %d must divide --heads %d\n", Hkv, H);
     return 2;
   }
-  if (!ref.empty() && Hkv != H) {
-    std::fprintf(stderr, "--ref: flex_attention_ref.py times MHA; drop --ref or --kv-heads\n");
-    return 2;
+  for (const auto& r : ref) {  // an older CSV without the shape was MHA at its defaults
+    const int rh = r.heads ? r.heads : 32, rkv = r.kv_heads ? r.kv_heads : rh, rd = r.dim ? r.dim : 128;
+    if (rh != H || rkv != Hkv || rd != D) {
+      std::fprintf(stderr, "--ref: timed at heads %d, kv_heads %d, dim %d; this run is --heads %d --kv-heads %d --dim %d\n",
+                   rh, rkv, rd, H, Hkv, D);
+      return 2;
+    }
   }
   std::string why;
   if (!C::device_available(&why)) {

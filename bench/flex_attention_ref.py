@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """PyTorch FlexAttention (and cuDNN SDPA, dense) forward+backward on the same block masks as
-bench/bench_attention_cuda.cu: one document of L tokens, MHA, bf16, block 128; query block i keeps
+bench/bench_attention_cuda.cu: one document of L tokens, MHA (or GQA with --kv-heads), bf16, block 128; query block i keeps
 block 0, block i and round(density*(i+1))-2 further blocks drawn uniformly from 1..i-1 (the same
 splitmix64 draws as the C++ program, so the masks are identical). Median of --reps CUDA-event timings
 after warm-ups. Effective TFLOP/s as in the C++ program (computed causal blocks; diagonal = half;
 forward+backward = 3.5 x forward's two matmuls).
 
   python3 bench/flex_attention_ref.py [--lens 8192,16384,32768,65536] [--densities 1,0.5,0.25,0.1]
-                                      [--heads 32] [--dim 128] [--reps 10] [--seed 1234] [--csv FILE]
+                                      [--heads 32] [--kv-heads H] [--dim 128] [--reps 10] [--seed 1234]
+                                      [--csv FILE]
+The Qwen2.5-0.5B shape: --heads 14 --kv-heads 2 --dim 64 (both sides take K, V of 2 heads, enable_gqa).
 """
 import argparse
 import math
@@ -91,6 +93,7 @@ def main():
     ap.add_argument("--lens", default="8192,16384,32768,65536")
     ap.add_argument("--densities", default="1,0.5,0.25,0.1")
     ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--kv-heads", type=int, default=0, help="K/V heads (GQA); 0: as --heads")
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--block", type=int, default=128)
     ap.add_argument("--reps", type=int, default=10)
@@ -100,13 +103,17 @@ def main():
     a = ap.parse_args()
     dev = "cuda"
     H, D, bs = a.heads, a.dim, a.block
+    Hkv = a.kv_heads or H
+    if H % Hkv:
+        sys.exit(f"flex_attention_ref: --heads {H} is not a multiple of --kv-heads {Hkv}")
+    gqa = Hkv != H
     flex = torch.compile(flex_attention, dynamic=False)
-    print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}; H={H} D={D} Bs={bs}, median of {a.reps}")
+    print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}; H={H} Hkv={Hkv} D={D} Bs={bs}, median of {a.reps}")
     rows = []
     print(f"{'L':>6} {'dens':>5} {'kept':>6} | {'flex f+b ms':>11} {'TF':>6} | {'cudnn f+b ms':>12}")
     for L in [int(x) for x in a.lens.split(",")]:
         g = torch.Generator(device=dev).manual_seed(a.seed)
-        q, k, v, do = (torch.randn(1, H, L, D, device=dev, dtype=torch.bfloat16, generator=g) for _ in range(4))
+        q, k, v, do = (torch.randn(1, h, L, D, device=dev, dtype=torch.bfloat16, generator=g) for h in (H, Hkv, Hkv, H))
         for t in (q, k, v):
             t.requires_grad_(True)
         cud = float("nan")
@@ -115,7 +122,7 @@ def main():
 
             def sdpa():
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                    o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                    o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
                 torch.autograd.grad(o, (q, k, v), do)
             try:
                 cud = median_ms(sdpa, a.reps)
@@ -125,7 +132,7 @@ def main():
             bm, nblk, kept = block_mask(L, d, a.seed, bs, dev)
 
             def fb():
-                o = flex(q, k, v, block_mask=bm)
+                o = flex(q, k, v, block_mask=bm, enable_gqa=gqa)
                 torch.autograd.grad(o, (q, k, v), do)
             ms = median_ms(fb, a.reps)
             flops = 3.5 * 4.0 * bs * bs * D * H * nblk
@@ -137,9 +144,10 @@ def main():
         torch.cuda.empty_cache()
     if a.csv:
         with open(a.csv, "w") as f:
-            f.write("L,density,kept_frac,flex_fwdbwd_ms,flex_tflops,cudnn_fwdbwd_ms\n")
+            # the shape last: bench_attention_cuda --ref checks it against its own
+            f.write("L,density,kept_frac,flex_fwdbwd_ms,flex_tflops,cudnn_fwdbwd_ms,heads,kv_heads,dim\n")
             for r in rows:
-                f.write(",".join(str(x) for x in r) + "\n")
+                f.write(",".join(str(x) for x in (*r, H, Hkv, D)) + "\n")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 # each wgmma attention kernel (forward, backward) at L tokens / density (default 16384 / 1): speed of
 # light, tensor-pipe use, issue slots and warp stall reasons, as text under $OUT. BENCH_ARGS: more
 # bench_attention_cuda flags, e.g. the Qwen2.5-0.5B shape: BENCH_ARGS="--heads 14 --kv-heads 2 --dim 64".
+# KERNELS narrows the kernels profiled (default "fwd_sm90_kernel bwd_sm90_kernel").
 set -uo pipefail
 B=${BUILD_DIR:-build-gpu}
 O=${OUT:-gpu-out}
@@ -11,7 +12,7 @@ DENS=${DENS:-1}
 mkdir -p "$O"
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 [ -x "$NCU" ] || { echo "ncu_attention: no ncu on this machine"; exit 2; }
-for k in fwd_sm90_kernel bwd_sm90_kernel; do
+for k in ${KERNELS:-fwd_sm90_kernel bwd_sm90_kernel}; do
   echo "== $k L=$L density=$DENS"
   timeout 240 "$NCU" --kernel-name regex:"$k" --launch-skip 2 --launch-count 1 \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
