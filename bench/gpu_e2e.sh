@@ -63,10 +63,11 @@ for L in $LENS; do
       --set attention.mode=$mode --set balance.tuning=$tuning --set balance.self_profile=$prof --set checkpoint.dir=runs/gpu_e2e/ckpt_$tag \
       --set log.path=runs/gpu_e2e/metrics_$tag.h5 --summary "$sum" > "$OUTDIR/sb_$tag.log" 2>&1 \
       || { echo "sparsebalance train failed ($tag):"; tail -20 "$OUTDIR/sb_$tag.log"; continue; }
-    python3 - "$sum" "$L" "$mode" "$NAME" "$rc_name" $NL $C $H $HKV $F $V $TIED >> "$CSV" <<'PY'
+    python3 - "$sum" "$L" "$mode" "$NAME" "$rc_name" $NL $C $H $HKV $F $V >> "$CSV" <<'PY'
 import json, statistics, sys
 s = json.load(open(sys.argv[1])); L = int(sys.argv[2]); mode = sys.argv[3]; name, rc = sys.argv[4:6]
-Lyr, C, H, Hkv, F, V, tied = map(int, sys.argv[6:13]); D = C // H
+Lyr, C, H, Hkv, F, V = map(int, sys.argv[6:12]); D = C // H
+# tied or not, the LM head's V x C matmul is computed: it counts either way
 n_lin = Lyr * (2 * C + C * H * D + 2 * C * Hkv * D + H * D * C + 3 * C * F) + C + V * C
 ms = statistics.median(s["step_ms"][2:] or s["step_ms"])
 tok = 2 * L  # two micro-batches of one L-token document per step
