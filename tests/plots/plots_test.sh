@@ -136,4 +136,32 @@ diff = float(rows["sharded over 2"][3])
 print(f"sharded over 2 against whole: max rel loss diff {diff:.2e}")
 assert diff < 1e-5, diff
 PY
+# jobs/gpu/sass_mix.py (Nsight Compute's per-SASS export, here a hand-made one of its layout): the
+# opcode totals with the predicate guard stripped, --per, the top stall site, and a clear error on a CSV
+# that is not such an export.
+say "jobs/gpu/sass_mix.py on an ncu source-page export"
+cat > "$D/sass.csv" <<'CSV'
+"Kernel Name","void k<64>(P)",
+"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)","Instructions Executed"
+"0x10","      FFMA R1, R2, R3, R4","5","4","300"
+"0x20","@!P0  FFMA R5, R2, R3, R4","7","6","100"
+"0x30","      HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], RZ","90","80","200"
+"0x40","      IMAD.MOV.U32 R1, RZ, RZ, R2","0","0","400"
+CSV
+"$PY" "$SRC/jobs/gpu/sass_mix.py" "$D/sass.csv" --per 100 --top 2 > "$D/sass.out" 2> "$D/sass.err" \
+  || { cat "$D/sass.err"; fail "sass_mix.py"; }
+"$PY" - "$D/sass.out" <<'PY' || { cat "$D/sass.out"; fail "sass_mix.py output"; }
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+assert "4 SASS instructions, 1,000 executed (warp level), 102 stall samples" in lines[1], lines[1]
+ops = {l.split()[0]: l.split()[1:] for l in lines[3:6]}
+assert ops["FFMA"][:2] == ["4.0", "40.0%"], ops  # 300 + 100 (the guarded one), / 100
+assert ops["IMAD"][:2] == ["4.0", "40.0%"] and ops["HGMMA"][0] == "2.0", ops
+assert ops["HGMMA"][2] == "88.2%", ops  # 90 of 102 samples
+top = [l for l in lines if l.strip().startswith("2 ")]
+assert top and "HGMMA" in top[0] and "90" in top[0], lines
+PY
+printf 'L,density\n1,2\n' > "$D/notsass.csv"
+if "$PY" "$SRC/jobs/gpu/sass_mix.py" "$D/notsass.csv" > /dev/null 2> "$D/sass.err"; then fail "sass_mix.py took a non-ncu CSV"; fi
+grep -q "no 'Address' header row" "$D/sass.err" || { cat "$D/sass.err"; fail "sass_mix.py error message"; }
 say "PASS"
