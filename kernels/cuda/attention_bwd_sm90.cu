@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     int hh, row, sub;
   };
   auto cursor_at = [&](int it) {
-    const int x = it0 + it, rest = x >> 1, hh = G == 1 ? 0 : rest / nq;
+    const int x = it0 + it, rest = x >> 1, hh = G == 1 || nq == 0 ? 0 : rest / nq;  // nq 0: an empty column
     return Cursor{hh, rest - hh * nq, x & 1};
   };
   auto advance = [&](Cursor& c) {
