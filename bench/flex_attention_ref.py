@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch FlexAttention (and cuDNN SDPA, dense) forward+backward on the same block masks as
-bench/bench_attention_cuda.cu: one document of L tokens, MHA (or GQA with --kv-heads), bf16, block 128; query block i keeps
-block 0, block i and round(density*(i+1))-2 further blocks drawn uniformly from 1..i-1 (the same
-splitmix64 draws as the C++ program, so the masks are identical). Median of --reps CUDA-event timings
+bench/bench_attention_cuda.cu: one document of L tokens, MHA (or GQA with --kv-heads), bf16, block
+128; query block i keeps block 0, block i and round(density*(i+1))-2 further blocks drawn uniformly
+from 1..i-1 (the same splitmix64 draws as the C++ program, so the masks are identical). Median of --reps CUDA-event timings
 after warm-ups. Effective TFLOP/s as in the C++ program (computed causal blocks; diagonal = half;
 forward+backward = 3.5 x forward's two matmuls).
 

@@ -75,10 +75,10 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   struct Cursor {
     int hh, row, sub;
   };
-  auto cursor_at = [&](int it) {
-    const int x = it0 + it, rest = x >> 1, hh = G == 1 || nq == 0 ? 0 : rest / nq;  // nq 0: an empty column
-    return Cursor{hh, rest - hh * nq, x & 1};
-  };
+  const Cursor first = [&] {  // tile 0 (x = it0): the one division
+    const int rest = it0 >> 1, hh = G == 1 || nq == 0 ? 0 : rest / nq;  // nq 0: an empty column
+    return Cursor{hh, rest - hh * nq, it0 & 1};
+  }();
   auto advance = [&](Cursor& c) {
     if (++c.sub == 2) {
       c.sub = 0;
@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   // loop uses two iterations later. Query rows past the document hold the next document's Q and dO
   // (zeros past the tensor) and lse, Delta 0: their P^T is masked to 0, so they add nothing to dV,
   // dK; their dQ is not written.
-  Cursor ld = cursor_at(0);
+  Cursor ld = first;
   auto issue = [&](int it) {
     int i = 0;
     if (it < niter) {
@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   // stages: tile it + 1 lands during iterations it - 1 .. it, it + 2 goes out right after the barrier.
   const bool staged_atomics = p.variant != 1 && p.variant != 2;  // the default
   int ph = 0, pqt0 = 0, pnv = 0;  // the previous tile's dQ destination
-  Cursor cur = cursor_at(0);
+  Cursor cur = first;
   for (int it = 0; it < niter; it++) {
     const int buf = it % kStages;
     const uint32_t so = uint32_t(buf) * TQ;

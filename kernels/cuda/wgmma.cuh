@@ -26,15 +26,25 @@ __device__ __forceinline__ uint64_t gmma_desc(uint32_t addr, uint32_t lbo, uint3
   return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t((lbo >> 4) & 0x3FFFu) << 16) |
          (uint64_t((sbo >> 4) & 0x3FFFu) << 32) | (uint64_t(1) << 62);
 }
+// Byte offsets in a tile of R rows: K-major, row row0 and k-slice k0 (k0 % 16 == 0); MN-major, k-row
+// k0 and 64-wide panel `panel` of the M/N dimension.
+template <int R>
+__device__ __forceinline__ uint32_t k_offset(int row0, int k0) {
+  return uint32_t((k0 >> 6) * R * 128 + row0 * 128 + (k0 & 63) * 2);
+}
+template <int R>
+__device__ __forceinline__ uint32_t mn_offset(int k0, int panel) {
+  return uint32_t(panel * R * 128 + k0 * 128);
+}
 // K-major operand: rows row0.. of a tile with R rows, k-slice k0..k0+15 (k0 % 16 == 0).
 template <int R>
 __device__ __forceinline__ uint64_t desc_k(uint32_t tile, int row0, int k0) {
-  return gmma_desc(tile + (k0 >> 6) * R * 128 + row0 * 128 + (k0 & 63) * 2, 16, 1024);
+  return gmma_desc(tile + k_offset<R>(row0, k0), 16, 1024);
 }
 // MN-major operand: k-rows k0..k0+15 of a tile with R rows, M/N from 64-wide panel `panel` on.
 template <int R>
 __device__ __forceinline__ uint64_t desc_mn(uint32_t tile, int k0, int panel) {
-  return gmma_desc(tile + panel * R * 128 + k0 * 128, R * 128, 1024);
+  return gmma_desc(tile + mn_offset<R>(k0, panel), R * 128, 1024);
 }
 
 // A descriptor moved by `bytes` (a multiple of 16): only the 14-bit address field (bits 0..13, the
@@ -47,11 +57,11 @@ __device__ __forceinline__ uint64_t desc_add(uint64_t d, uint32_t bytes) {
 }
 template <int R>
 __device__ __forceinline__ uint64_t k_step(uint64_t d, int k0) {
-  return desc_add(d, uint32_t((k0 >> 6) * R * 128 + (k0 & 63) * 2));
+  return desc_add(d, k_offset<R>(0, k0));
 }
 template <int R>
 __device__ __forceinline__ uint64_t mn_step(uint64_t d, int k0, int panel) {
-  return desc_add(d, uint32_t(panel * R * 128 + k0 * 128));
+  return desc_add(d, mn_offset<R>(k0, panel));
 }
 
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
