@@ -2,7 +2,8 @@
 # Run on the GPU machine after jobs/gpu/build_on_gpu.sh has built build-gpu (any stage): the wgmma
 # backward's dQ accumulation variants side by side. The default (staged in shared memory, float4
 # atomics overlapping the next tile's first products), SB_ATTN_BWD_VARIANT=1 (float2 atomics from
-# registers, not overlapped) and =2 (staged, one bulk reduce-add per row by the TMA engine): the
+# registers, not overlapped) and =2 (staged, one bulk reduce-add per row by the TMA engine), =5 (head_dim
+# 64 in 64-query tiles, its default 128, with the default dQ staging): the
 # kernel test under each (the default is tested by the `test` stage), then all timed in one process
 # each, one after another, at LENS. Logs and CSVs under $OUT. VARIANTS (default "1 2") picks them.
 # BENCH_ARGS: more bench_attention_cuda flags, e.g. the Qwen2.5-0.5B shape:

@@ -252,12 +252,13 @@ void launch_bwd(const BwdParams& p, int n_blocks, cudaStream_t stream) {
 //     per row (measured 5% slower on the H200, 2026-11-29: 27.7 vs 26.2 ms backward at L=16K dense).
 //   wgmma: staged in shared memory, float4 atomics overlapping the next tile (default); 1 float2
 //     atomics from registers before the next tile starts; 2 staged, then one bulk reduce-add per row
-//     (bench/RESULTS.md compares them).
+//     (bench/RESULTS.md compares them). 1, 2 and 5 run head_dim 64 in 64-query tiles, not 128 (5:
+//     with the default's dQ accumulation), as that kernel did before 128 became its default.
 int bwd_variant() {
   static const int v = [] {
     const char* e = std::getenv("SB_ATTN_BWD_VARIANT");
     const int x = e ? std::atoi(e) : 0;
-    return x == 1 || x == 2 || x == 4 ? x : 0;
+    return x == 1 || x == 2 || x == 4 || x == 5 ? x : 0;
   }();
   return v;
 }

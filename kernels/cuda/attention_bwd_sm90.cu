@@ -1,8 +1,9 @@
 // Block-sparse attention backward with Hopper warpgroup MMA (sm_90a), block size 128: one CTA of two
 // warpgroups per (key block, kv head); warpgroup w owns keys 64w..64w+63 with K, V resident in
 // shared memory and dK, dV in registers. It walks every query head of the group x every query block
-// keeping this key block (the transposed selection) in 64-query tiles, Q/dO in three stages (TMA
-// loads completing mbarriers; lse, Delta by cp.async):
+// keeping this key block (the transposed selection) in query tiles (head_dim 64: 128 queries, two
+// Q/dO stages; head_dim 128: 64 queries, three stages), Q/dO by TMA loads completing mbarriers, lse
+// and Delta by cp.async:
 //   S^T = K Q^T and dP^T = V dO^T (wgmma, shared x shared), P^T = exp(S^T - lse),
 //   dV += P^T dO and dK += dS^T Q with P^T, dS^T = P^T (dP^T - Delta) straight from registers,
 //   dQ = dS K from dS^T staged in shared memory (head_dim 128: warpgroup w takes columns 64w..;
@@ -21,26 +22,35 @@ namespace sb::kernels::cuda {
 namespace {
 using namespace dev;
 
-constexpr int kBS = 128, kQT = 64, kThreads = 256, kStages = 3;  // Q/dO/lse/Delta stages
+constexpr int kBS = 128, kThreads = 256;
 
-// KS (key split): each warpgroup adds dQ of its own 64 keys (64 queries x D), so dS^T need only be
+// QT: queries a tile, 64 or 128 (head_dim 64 only: S^T and dP^T of 128 queries fill 128 registers).
+// A 128-query tile issues fewer instructions per product (n128 wgmmas, one barrier and wait set per
+// 128 queries: the kernel is issue-bound); its Q/dO stages are twice the size, so there are two of
+// them, not three, and a stage is freed by waiting for dK, dV before the tile's CTA barrier. (Freeing
+// it later through "empty" mbarriers, FlashAttention-3's way, measured the same: bench/RESULTS.md.)
+// KS (key split): each warpgroup adds dQ of its own 64 keys (QT queries x D), so dS^T need only be
 // visible within the warpgroup; otherwise (head_dim 128) warpgroup w takes dQ columns 64w.. over all
 // 128 keys, half the atomics but a CTA-wide barrier.
-template <int D, bool KS>
+template <int D, bool KS, int QT>
 __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p, const __grid_constant__ BwdMaps maps) {
   static_assert(KS || D == 128, "the column split needs head_dim 128");
+  static_assert(QT == 64 || (QT == 128 && D == 64 && KS), "128-query tiles: head_dim 64 with the key split");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int TK = kBS * D * 2, TQ = kQT * D * 2, DN = D / 8;  // tile bytes; n8 chunks of dK/dV
+  constexpr int kStages = QT == 64 ? 3 : 2;  // Q/dO/lse/Delta stages
+  constexpr int kSub = kBS / QT;             // tiles a query block
+  constexpr int NH = QT / 64;                // 64-query halves of a tile (dQ products)
+  constexpr int TK = kBS * D * 2, TQ = QT * D * 2, DN = D / 8;  // tile bytes; n8 chunks of dK/dV
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t sK = base, sV = base + TK, sQ = base + 2 * TK;  // Q: kStages buffers
   const uint32_t sdO = sQ + kStages * TQ;                        // kStages buffers
-  const uint32_t sdS = sdO + kStages * TQ;                       // dS^T (128 keys x 64 queries)
-  float* sL = reinterpret_cast<float*>(smem_raw + (sdS + kBS * kQT * 2 - smem_u32(smem_raw)));  // kStages x QT
-  float* sDl = sL + kStages * kQT;                                                              // kStages x QT
+  const uint32_t sdS = sdO + kStages * TQ;                       // dS^T (128 keys x QT queries)
+  float* sL = reinterpret_cast<float*>(smem_raw + (sdS + kBS * QT * 2 - smem_u32(smem_raw)));  // kStages x QT
+  float* sDl = sL + kStages * QT;                                                              // kStages x QT
   constexpr int NQ = KS ? D / 8 : 8, SLD = NQ * 8 + 4;  // n8 column chunks of dQ per warpgroup; staging stride
-  float* sdQ = sDl + kStages * kQT;  // fp32 dQ staging, per warpgroup 64 x SLD
-  const uint32_t bars = (smem_u32(sdQ + 2 * 64 * SLD) + 7u) & ~7u;  // mbarriers: K/V, then Q/dO stages
+  float* sdQ = sDl + kStages * QT;  // fp32 dQ staging, per warpgroup QT x SLD
+  const uint32_t bars = (smem_u32(sdQ + 2 * QT * SLD) + 7u) & ~7u;  // mbarriers: K/V, then Q/dO stages
   auto barQ = [&](int t) { return bars + 8 * (1 + t % kStages); };
   auto parity = [](int t) { return uint32_t(t / kStages) & 1u; };
 
@@ -49,13 +59,15 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   const BlockInfo b = w.b;  // key block j = b.i
   const int g = w.g, G = p.H / p.Hkv, nq = w.n, doc_end = b.doc_t0 + b.doc_len;
   const int64_t r0 = w.lo;
-  // The column's tiles (head x query block x half); with the column split this CTA takes chunk s
-  // of them (the last chunk any remainder, so a low bound on the host loses nothing).
-  const int total = G * nq * (kBS / kQT), s = int(blockIdx.x) % p.n_split;
-  const bool split = p.chunk > 0 && total > p.chunk;
-  if (s > 0 && (!split || s * p.chunk >= total)) return;  // a spare CTA: the whole CTA leaves
-  const int it0 = split ? s * p.chunk : 0;
-  const int niter = !split ? total : s == p.n_split - 1 ? total - it0 : min(p.chunk, total - it0);
+  // The column's tiles (head x query block x sub-tile); with the column split this CTA takes chunk
+  // s of them (the last chunk any remainder, so a low bound on the host loses nothing). p.chunk
+  // counts 64-query tiles; whether a column is split is decided on those, as dkv_convert_kernel does.
+  const int total = G * nq * kSub, s = int(blockIdx.x) % p.n_split;
+  const bool split = p.chunk > 0 && G * nq * (kBS / 64) > p.chunk;
+  const int chunk = (p.chunk + NH - 1) / NH;
+  if (s > 0 && (!split || s * chunk >= total)) return;  // a spare CTA: the whole CTA leaves
+  const int it0 = split ? s * chunk : 0;
+  const int niter = !split ? total : s == p.n_split - 1 ? total - it0 : min(chunk, total - it0);
 
   // K, V, Q and dO by TMA from thread 0, each load completing an mbarrier; lse and Delta by cp.async.
   if (tid == 0) {
@@ -68,19 +80,19 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     tma_tile<kBS, D>(sK, &maps.k, bars, g, b.t0);
     tma_tile<kBS, D>(sV, &maps.v, bars, g, b.t0);
   }
-  // Tile it is x = it0 + it = (hh * nq + row) * 2 + sub: query head g * G + hh, column row `row`
-  // (query block col_rows[r0 + row]), half `sub`. Two cursors step through x, one for the tile
+  // Tile it is x = it0 + it = (hh * nq + row) * kSub + sub: query head g * G + hh, column row `row`
+  // (query block col_rows[r0 + row]), sub-tile `sub`. Two cursors step through x, one for the tile
   // computed and one for the tile loaded two ahead: the kernel is issue-bound, and a division by nq
   // and a load per tile cost ~70 of its ~800 instructions a tile (ncu, head_dim 64, 7 heads a group).
   struct Cursor {
     int hh, row, sub;
   };
   const Cursor first = [&] {  // tile 0 (x = it0): the one division
-    const int rest = it0 >> 1, hh = G == 1 || nq == 0 ? 0 : rest / nq;  // nq 0: an empty column
-    return Cursor{hh, rest - hh * nq, it0 & 1};
+    const int rest = it0 / kSub, hh = G == 1 || nq == 0 ? 0 : rest / nq;  // nq 0: an empty column
+    return Cursor{hh, rest - hh * nq, it0 % kSub};
   }();
   auto advance = [&](Cursor& c) {
-    if (++c.sub == 2) {
+    if (++c.sub == kSub) {
       c.sub = 0;
       if (++c.row == nq) c.row = 0, ++c.hh;
     }
@@ -95,21 +107,21 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     int i = 0;
     if (it < niter) {
       i = p.col_rows[r0 + ld.row];
-      const int h = g * G + ld.hh, qt0 = b.doc_t0 + i * kBS + ld.sub * kQT;
-      const int nv = max(0, min(kQT, doc_end - qt0));
+      const int h = g * G + ld.hh, qt0 = b.doc_t0 + i * kBS + ld.sub * QT;
+      const int nv = max(0, min(QT, doc_end - qt0));
       advance(ld);
       const int buf = it % kStages;
       if (tid == 0) {
         mbar_expect(barQ(it), 2 * TQ);
-        tma_tile<kQT, D>(sQ + buf * TQ, &maps.q, barQ(it), h, qt0);
-        tma_tile<kQT, D>(sdO + buf * TQ, &maps.dout, barQ(it), h, qt0);
+        tma_tile<QT, D>(sQ + buf * TQ, &maps.q, barQ(it), h, qt0);
+        tma_tile<QT, D>(sdO + buf * TQ, &maps.dout, barQ(it), h, qt0);
       }
-      if (tid < 2 * kQT) {
-        const int r = tid & (kQT - 1);
+      if (tid < 2 * QT) {
+        const int r = tid & (QT - 1);
         const bool ok = r < nv;
         const int64_t e = ok ? (int64_t(qt0) + r) * p.H + h : 0;
-        if (tid < kQT) cp_async4(smem_u32(sL + buf * kQT + r), p.lse + e, ok);
-        else cp_async4(smem_u32(sDl + buf * kQT + r), p.delta + e, ok);
+        if (tid < QT) cp_async4(smem_u32(sL + buf * QT + r), p.lse + e, ok);
+        else cp_async4(smem_u32(sDl + buf * QT + r), p.delta + e, ok);
       }
     }
     cp_async_commit();
@@ -127,22 +139,22 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
 
   // Operand descriptors built once; each product moves them by a constant (k_step, mn_step), the
   // Q/dO ones by the stage. Rebuilding them took ~5 instructions per wgmma.
-  const uint64_t dK = desc_k<kBS>(sK, kr0, 0), dV = desc_k<kBS>(sV, kr0, 0);   // S^T, dP^T: A
-  const uint64_t dQk = desc_k<kQT>(sQ, 0, 0), dOk = desc_k<kQT>(sdO, 0, 0);    // S^T, dP^T: B
-  const uint64_t dQm = desc_mn<kQT>(sQ, 0, 0), dOm = desc_mn<kQT>(sdO, 0, 0);  // dK, dV: B
+  const uint64_t dK = desc_k<kBS>(sK, kr0, 0), dV = desc_k<kBS>(sV, kr0, 0);  // S^T, dP^T: A
+  const uint64_t dQk = desc_k<QT>(sQ, 0, 0), dOk = desc_k<QT>(sdO, 0, 0);     // S^T, dP^T: B
+  const uint64_t dQm = desc_mn<QT>(sQ, 0, 0), dOm = desc_mn<QT>(sdO, 0, 0);   // dK, dV: B
   const uint64_t dSm = desc_mn<kBS>(sdS, qkey0, 0), dKm = desc_mn<kBS>(sK, qkey0, qpanel);  // dQ
 
-  float st[32], dpt[32];  // S^T, dP^T: (64 keys, 64 queries)
+  float st[QT / 2], dpt[QT / 2];  // S^T, dP^T: (64 keys, QT queries)
   // S^T = K Q^T and dP^T = V dO^T of iteration it (two commit groups)
   auto st_dpt = [&](int it) {
     const uint32_t so = uint32_t(it % kStages) * TQ;
     const uint64_t q = desc_add(dQk, so), o = desc_add(dOk, so);
     wg_fence();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) wgmma_ss_n64<0, 0>(st, k_step<kBS>(dK, kk * 16), k_step<kQT>(q, kk * 16), kk > 0);
+    for (int kk = 0; kk < D / 16; kk++) wgmma_ss<0, 0>(st, k_step<kBS>(dK, kk * 16), k_step<QT>(q, kk * 16), kk > 0);
     wg_commit();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) wgmma_ss_n64<0, 0>(dpt, k_step<kBS>(dV, kk * 16), k_step<kQT>(o, kk * 16), kk > 0);
+    for (int kk = 0; kk < D / 16; kk++) wgmma_ss<0, 0>(dpt, k_step<kBS>(dV, kk * 16), k_step<QT>(o, kk * 16), kk > 0);
     wg_commit();
   };
 
@@ -151,7 +163,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   __syncthreads();  // lse, Delta of tile 0 from every thread
   mbar_wait(bars, 0);  // K, V
 
-  float* stg = sdQ + wg * 64 * SLD;
+  float* stg = sdQ + wg * QT * SLD;
   // float4 atomics of a staged dQ tile, a warp on two consecutive rows: thread wt takes column
   // chunk wt % 16 of rows wt / 16 + 8j (the address once, then a stride; no row test on a full
   // tile: the index arithmetic and tests were ~120 of ~800 instructions a tile). The tile is
@@ -163,31 +175,35 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     const int64_t step = int64_t(8) * p.H * D;  // 8 rows
     float* dst = p.dq_acc + ((int64_t(qt0) + r) * p.H + h) * D + qpanel * 64 + c4;
     const float* src = stg + r * SLD + c4;
-    if (nv == kQT) {  // all but a document's last tile
+    if (nv == QT) {  // all but a document's last tile
 #pragma unroll
-      for (int j = 0; j < 8; j++)
+      for (int j = 0; j < QT / 8; j++)
         atomicAdd(reinterpret_cast<float4*>(dst + j * step), *reinterpret_cast<const float4*>(src + j * 8 * SLD));
     } else {
 #pragma unroll
-      for (int j = 0; j < 8; j++)
+      for (int j = 0; j < QT / 8; j++)
         if (r + 8 * j < nv)
           atomicAdd(reinterpret_cast<float4*>(dst + j * step), *reinterpret_cast<const float4*>(src + j * 8 * SLD));
     }
   };
 
   // Iteration it: S^T and dP^T of tile it go out first, the staged dQ atomics of tile it - 1 run
-  // under them, the exponentials under dP^T; then dV, dK, dQ. One CTA barrier per tile; three Q/dO
-  // stages: tile it + 1 lands during iterations it - 1 .. it, it + 2 goes out right after the barrier.
-  const bool staged_atomics = p.variant != 1 && p.variant != 2;  // the default
+  // under them, the exponentials under dP^T; then dV, dK, dQ. One CTA barrier per tile. Three
+  // stages: tile it + 1 lands during iterations it - 1 .. it, it + 2 goes out right after the
+  // barrier. Two: the same, with dK and dV finished before the barrier so that tile it's stage is
+  // free for it + 2.
+  // dQ: staged (the default) or, for comparison at 64 queries a tile, variants 1 and 2
+  const int dq_variant = QT == 64 ? p.variant : 0;
+  const bool staged_atomics = dq_variant != 1 && dq_variant != 2;
   int ph = 0, pqt0 = 0, pnv = 0;  // the previous tile's dQ destination
   Cursor cur = first;
   for (int it = 0; it < niter; it++) {
     const int buf = it % kStages;
     const uint32_t so = uint32_t(buf) * TQ;
-    const float* tL = sL + buf * kQT;
-    const float* tDl = sDl + buf * kQT;
-    const int i = i_cur, h = g * G + cur.hh, qt0 = b.doc_t0 + i * kBS + cur.sub * kQT;
-    const int nv = max(0, min(kQT, doc_end - qt0));
+    const float* tL = sL + buf * QT;
+    const float* tDl = sDl + buf * QT;
+    const int i = i_cur, h = g * G + cur.hh, qt0 = b.doc_t0 + i * kBS + cur.sub * QT;
+    const int nv = max(0, min(QT, doc_end - qt0));
     const bool diag = (i == b.i);
     const int qpos0 = qt0 - b.doc_t0 + 2 * (lane & 3);
 
@@ -200,9 +216,9 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     reg_fence(st);
     // P^T = exp2(S^T * scale*log2e - lse*log2e); causal on the diagonal block, query columns past
     // the document zeroed on the document's last tile (a separate loop: most tiles need neither)
-    if (diag || nv < kQT) {
+    if (diag || nv < QT) {
 #pragma unroll
-      for (int n = 0; n < 8; n++) {
+      for (int n = 0; n < QT / 8; n++) {
         const int qc = n * 8 + 2 * (lane & 3);
         const float l0 = tL[qc] * 1.4426950408889634f, l1 = tL[qc + 1] * 1.4426950408889634f;
 #pragma unroll
@@ -214,23 +230,24 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
       }
     } else {
 #pragma unroll
-      for (int n = 0; n < 8; n++) {
+      for (int n = 0; n < QT / 8; n++) {
         const int qc = n * 8 + 2 * (lane & 3);
         const float l0 = tL[qc] * 1.4426950408889634f, l1 = tL[qc + 1] * 1.4426950408889634f;
 #pragma unroll
         for (int e = 0; e < 4; e++) st[4 * n + e] = ex2(fmaf(st[4 * n + e], p.scale_log2, -((e & 1) ? l1 : l0)));
       }
     }
-    uint32_t pt[4][4], ds[4][4];  // bf16 A fragments (16 queries each) of P^T and dS^T
+    constexpr int KQ = QT / 16;  // k-steps of dV and dK (16 queries each)
+    uint32_t pt[KQ][4], ds[KQ][4];  // bf16 A fragments (16 queries each) of P^T and dS^T
 #pragma unroll
-    for (int kk = 0; kk < 4; kk++)
+    for (int kk = 0; kk < KQ; kk++)
 #pragma unroll
       for (int e = 0; e < 4; e++) pt[kk][e] = pack_bf16(st[8 * kk + 2 * e], st[8 * kk + 2 * e + 1]);
     // dV += P^T dO (in flight while dS^T is formed)
     wg_fence();
     const uint64_t om = desc_add(dOm, so);
 #pragma unroll
-    for (int kk = 0; kk < 4; kk++) wgmma_rs<1>(dv, pt[kk], mn_step<kQT>(om, kk * 16, 0));
+    for (int kk = 0; kk < KQ; kk++) wgmma_rs<1>(dv, pt[kk], mn_step<QT>(om, kk * 16, 0));
     wg_commit();
     wg_wait<1>();  // dP^T (dV in flight)
     reg_fence(dpt);
@@ -239,7 +256,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     if constexpr (!KS)
       if (it > 0) bar_sync(3 + (wg ^ 1), 256);
 #pragma unroll
-    for (int n = 0; n < 8; n++) {
+    for (int n = 0; n < QT / 8; n++) {
       const int qc = n * 8 + 2 * (lane & 3);
       const float d0 = tDl[qc], d1 = tDl[qc + 1];
       const uint32_t lo = pack_bf16(st[4 * n] * (dpt[4 * n] - d0), st[4 * n + 1] * (dpt[4 * n + 1] - d1));
@@ -253,27 +270,42 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     wg_fence();
     const uint64_t qm = desc_add(dQm, so);
 #pragma unroll
-    for (int kk = 0; kk < 4; kk++) wgmma_rs<1>(dk, ds[kk], mn_step<kQT>(qm, kk * 16, 0));
+    for (int kk = 0; kk < KQ; kk++) wgmma_rs<1>(dk, ds[kk], mn_step<QT>(qm, kk * 16, 0));
     wg_commit();
+    if constexpr (kStages == 2) {  // tile it's Q, dO read: its stage takes tile it + 2 after the barrier
+      wg_wait<0>();
+      reg_fence(dk);
+      reg_fence(dv);
+#pragma unroll
+      for (int kk = 0; kk < KQ; kk++) {
+        reg_fence(pt[kk]);
+        reg_fence(ds[kk]);
+      }
+    }
     // One CTA barrier per tile: dS^T is complete in shared memory, tile it + 1 has landed in every
-    // thread, and every warp is past iteration it - 1, so its stage (that of it + 2) is free.
+    // thread, and every warp is past iteration it - 1 (three stages: its stage is that of it + 2).
     cp_async_wait<0>();  // lse, Delta of tile it + 1, the only group in flight
-    if (p.variant == 2) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");  // staging tile read
+    if (dq_variant == 2) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");  // staging tile read
     fence_async_smem();  // dS^T is read by wgmma next
     __syncthreads();
     const int i_after = issue(it + 2);
-    // dQ = dS K over this warpgroup's share: (64 queries, D) or (64 queries, 64 columns)
-    float dq[KS ? D / 2 : 32];
+    // dQ = dS K over this warpgroup's share: (QT queries, D) or (64 queries, 64 columns), one
+    // product per 64-query half (panel hf of dS^T)
+    float dq[NH][KS ? D / 2 : 32];
     wg_fence();
 #pragma unroll
-    for (int kk = 0; kk < QK; kk++) wgmma_ss<1, 1>(dq, mn_step<kBS>(dSm, kk * 16, 0), mn_step<kBS>(dKm, kk * 16, 0), kk > 0);
+    for (int hf = 0; hf < NH; hf++)
+#pragma unroll
+      for (int kk = 0; kk < QK; kk++)
+        wgmma_ss<1, 1>(dq[hf], mn_step<kBS>(dSm, kk * 16, hf), mn_step<kBS>(dKm, kk * 16, 0), kk > 0);
     wg_commit();
     wg_wait<0>();
-    reg_fence(dq);
+#pragma unroll
+    for (int hf = 0; hf < NH; hf++) reg_fence(dq[hf]);
     reg_fence(dk);
     reg_fence(dv);
 #pragma unroll
-    for (int kk = 0; kk < 4; kk++) {
+    for (int kk = 0; kk < KQ; kk++) {
       reg_fence(pt[kk]);
       reg_fence(ds[kk]);
     }
@@ -281,31 +313,35 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
       if (it + 1 < niter) bar_arrive(3 + wg, 256);
     // dQ leaves the registers (staged in shared memory; added at the top of the next iteration,
     // under its first products, or after the loop) without holding 32-64 more registers there.
-    if (p.variant == 1) {  // float2 atomics straight from the registers, not overlapped
+    if (dq_variant == 1) {  // float2 atomics straight from the registers, not overlapped
 #pragma unroll
-      for (int r = 0; r < 2; r++) {
-        const int qr = wq * 16 + (lane >> 2) + r * 8;
-        if (qr < nv) {
-          float* dst = p.dq_acc + ((int64_t(qt0) + qr) * p.H + h) * D + qpanel * 64 + 2 * (lane & 3);
+      for (int hf = 0; hf < NH; hf++)
 #pragma unroll
-          for (int n = 0; n < NQ; n++)
-            atomicAdd(reinterpret_cast<float2*>(dst + n * 8), make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]));
+        for (int r = 0; r < 2; r++) {
+          const int qr = hf * 64 + wq * 16 + (lane >> 2) + r * 8;
+          if (qr < nv) {
+            float* dst = p.dq_acc + ((int64_t(qt0) + qr) * p.H + h) * D + qpanel * 64 + 2 * (lane & 3);
+#pragma unroll
+            for (int n = 0; n < NQ; n++)
+              atomicAdd(reinterpret_cast<float2*>(dst + n * 8), make_float2(dq[hf][4 * n + 2 * r], dq[hf][4 * n + 2 * r + 1]));
+          }
         }
-      }
     } else {
 #pragma unroll
-      for (int r = 0; r < 2; r++) {
-        const int qr = wq * 16 + (lane >> 2) + r * 8;
+      for (int hf = 0; hf < NH; hf++)
 #pragma unroll
-        for (int n = 0; n < NQ; n++)
-          *reinterpret_cast<float2*>(stg + qr * SLD + n * 8 + 2 * (lane & 3)) =
-              make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
-      }
-      if (p.variant == 2) fence_async_smem();  // the bulk reduce reads the tile through the async proxy
+        for (int r = 0; r < 2; r++) {
+          const int qr = hf * 64 + wq * 16 + (lane >> 2) + r * 8;
+#pragma unroll
+          for (int n = 0; n < NQ; n++)
+            *reinterpret_cast<float2*>(stg + qr * SLD + n * 8 + 2 * (lane & 3)) =
+                make_float2(dq[hf][4 * n + 2 * r], dq[hf][4 * n + 2 * r + 1]);
+        }
+      if (dq_variant == 2) fence_async_smem();  // the bulk reduce reads the tile through the async proxy
       bar_sync(1 + wg, 128);  // this warpgroup's tile staged
     }
-    if (p.variant == 2) {
-      // one bulk reduce-add (TMA engine) per row, issued by 64 threads; they wait for its reads of
+    if (dq_variant == 2) {
+      // one bulk reduce-add (TMA engine) per row, issued by QT threads; they wait for its reads of
       // the staging tile before the next tile's CTA barrier, after which the tile is rewritten
       const int wt = tid & 127;
       if (wt < nv) {
@@ -321,7 +357,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   }
   if (niter > 0 && staged_atomics) add_staged(ph, pqt0, pnv);
   cp_async_wait<0>();
-  if (p.variant == 2) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  if (dq_variant == 2) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 
   const int64_t kv_elems = p.n_tokens * p.Hkv * D;
 #pragma unroll
@@ -359,7 +395,7 @@ __global__ void dkv_convert_kernel(const BwdParams p) {
   const int bi = int(blockIdx.x) / p.Hkv, g = int(blockIdx.x) % p.Hkv;
   const BlockInfo b = p.blocks[bi];
   const int64_t x = p.row_base[b.doc] + int64_t(g) * b.nb + b.i;
-  const int total = (p.H / p.Hkv) * int(p.col_ptr[x + 1] - p.col_ptr[x]) * (kBS / kQT);
+  const int total = (p.H / p.Hkv) * int(p.col_ptr[x + 1] - p.col_ptr[x]) * (kBS / 64);  // 64-query tiles
   if (total <= p.chunk) return;
   const int64_t kv = p.n_tokens * p.Hkv * D;
   for (int e = 2 * int(threadIdx.x); e < b.len * D; e += 2 * int(blockDim.x)) {
@@ -371,16 +407,18 @@ __global__ void dkv_convert_kernel(const BwdParams p) {
   }
 }
 
-template <int D, bool KS>
+template <int D, bool KS, int QT>
 void launch(const BwdParams& p, int n_blocks, int64_t n_tokens, cudaStream_t stream) {
-  // K, V; kStages x (Q, dO); dS^T; lse and Delta (kStages x QT each); dQ staging; mbarriers; slack
-  constexpr size_t stage = size_t(2) * 64 * ((KS ? D : 64) + 4) * 4;
-  constexpr size_t smem = size_t(2) * kBS * D * 2 + size_t(2 * kStages) * kQT * D * 2 + kBS * kQT * 2 +
-                          size_t(2 * kStages) * kQT * 4 + stage + 8 * (1 + kStages) + 8 + 1024;
-  SB_CUDA_CHECK(cudaFuncSetAttribute(bwd_sm90_kernel<D, KS>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  const BwdMaps maps{tile_map(p.q, n_tokens, p.H, D, kQT), tile_map(p.dout, n_tokens, p.H, D, kQT),
+  // K, V; stages x (Q, dO); dS^T; lse and Delta (stages x QT each); dQ staging; mbarriers; slack
+  constexpr size_t stages = QT == 64 ? 3 : 2;
+  constexpr size_t stage = size_t(2) * QT * ((KS ? D : 64) + 4) * 4;
+  constexpr size_t smem = size_t(2) * kBS * D * 2 + 2 * stages * QT * D * 2 + size_t(kBS) * QT * 2 +
+                          2 * stages * QT * 4 + stage + 8 * (1 + stages) + 8 + 1024;
+  static_assert(smem <= 227 * 1024, "more shared memory than an H100/H200 SM has");
+  SB_CUDA_CHECK(cudaFuncSetAttribute(bwd_sm90_kernel<D, KS, QT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const BwdMaps maps{tile_map(p.q, n_tokens, p.H, D, QT), tile_map(p.dout, n_tokens, p.H, D, QT),
                      tile_map(p.k, n_tokens, p.Hkv, D, kBS), tile_map(p.v, n_tokens, p.Hkv, D, kBS)};
-  bwd_sm90_kernel<D, KS><<<n_blocks * p.Hkv * p.n_split, kThreads, smem, stream>>>(p, maps);
+  bwd_sm90_kernel<D, KS, QT><<<n_blocks * p.Hkv * p.n_split, kThreads, smem, stream>>>(p, maps);
   SB_CUDA_CHECK_LAUNCH("bwd_sm90_kernel");
   if (p.chunk > 0) {
     dkv_convert_kernel<D><<<n_blocks * p.Hkv, 256, 0, stream>>>(p);
@@ -391,8 +429,11 @@ void launch(const BwdParams& p, int n_blocks, int64_t n_tokens, cudaStream_t str
 
 void launch_bwd_sm90(const BwdParams& p, int head_dim, int n_blocks, int64_t n_tokens, cudaStream_t stream) {
   // head_dim 128 splits dQ by columns: the key split there was 1.26x slower (bench/RESULTS.md)
-  if (head_dim == 128) launch<128, false>(p, n_blocks, n_tokens, stream);
-  else if (head_dim == 64) launch<64, true>(p, n_blocks, n_tokens, stream);
+  if (head_dim == 128) launch<128, false, 64>(p, n_blocks, n_tokens, stream);
+  // head_dim 64: 128-query tiles (5% faster than 64 at the Qwen2.5-0.5B shape, bench/RESULTS.md);
+  // SB_ATTN_BWD_VARIANT 1, 2 and 5 take 64 (1, 2: their dQ accumulation; 5: the default's)
+  else if (head_dim == 64 && p.variant == 0) launch<64, true, 128>(p, n_blocks, n_tokens, stream);
+  else if (head_dim == 64) launch<64, true, 64>(p, n_blocks, n_tokens, stream);
   else throw Error("cuda::launch_bwd_sm90: head_dim must be 64 or 128");
 }
 
