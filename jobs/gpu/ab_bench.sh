@@ -4,7 +4,8 @@
 # then times the working tree and the baseline side by side, alternating (ROUNDS times each, the
 # median kept), plus the working tree with the head-outer CTA order (SB_ATTN_ORDER=heads), and
 # prints per point the ratios baseline/new and heads/new of forward, backward and f+b time (above 1:
-# the new code is faster). LENS, DENS pass to the benchmark; CSVs and logs under $OUT.
+# the new code is faster). LENS, DENS and BENCH_ARGS (more flags, e.g. the Qwen2.5-0.5B shape
+# "--heads 14 --kv-heads 2 --dim 64") pass to the benchmark; CSVs and logs under $OUT.
 set -uo pipefail
 ROOT=$(pwd)
 B=${BUILD_DIR:-$ROOT/build-gpu}
@@ -21,7 +22,7 @@ echo "== baseline $(cat .baseline/REV): build"
 [ -x "$BB/kernels/bench_attention_cuda" ] || { echo "ab_bench: baseline build failed (see $O/base/build.log)"; exit 1; }
 run() {  # name binary [env...]
   local name=$1 bin=$2; shift 2
-  env "$@" timeout 300 "$bin" --lens "$LENS" --densities "$DENS" --kernels wgmma --csv "$O/ab_${name}_$r.csv" \
+  env "$@" timeout 300 "$bin" --lens "$LENS" --densities "$DENS" --kernels wgmma ${BENCH_ARGS:-} --csv "$O/ab_${name}_$r.csv" \
     > "$O/ab_${name}_$r.log" 2>&1 || echo "ab_bench: $name round $r failed (rc $?)"
 }
 for r in $(seq 1 "$ROUNDS"); do
