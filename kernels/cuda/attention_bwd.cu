@@ -20,7 +20,10 @@ constexpr int QT = 64;  // query tile
 
 // Delta[t, h] = sum_d dO * O (fp32), one warp per (t, h); also zeroes the dq accumulator row.
 template <int D>
-__global__ void bwd_prep_kernel(const bf16* out, const bf16* dout, float* delta, float* dq_acc, int64_t rows) {
+// Delta = rowsum(dO * O), the dQ workspace zeroed, and lse in log2 units (lse * log2(e), for the
+// wgmma kernel's exp2: one multiply a row here instead of one per query per CTA that reads it).
+__global__ void bwd_prep_kernel(const bf16* out, const bf16* dout, const float* lse, float* delta, float* lse2,
+                                float* dq_acc, int64_t rows) {
   const int64_t r = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (r >= rows) return;
@@ -34,7 +37,10 @@ __global__ void bwd_prep_kernel(const bf16* out, const bf16* dout, float* delta,
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  if (lane == 0) delta[r] = acc;
+  if (lane == 0) {
+    delta[r] = acc;
+    lse2[r] = lse[r] * 1.4426950408889634f;
+  }
 }
 
 __global__ void dq_convert_kernel(const float* dq_acc, bf16* dq, float scale, int64_t n2) {
@@ -253,12 +259,12 @@ void launch_bwd(const BwdParams& p, int n_blocks, cudaStream_t stream) {
 //   wgmma: staged in shared memory, float4 atomics overlapping the next tile (default); 1 float2
 //     atomics from registers before the next tile starts; 2 staged, then one bulk reduce-add per row
 //     (bench/RESULTS.md compares them). 1, 2 and 5 run head_dim 64 in 64-query tiles, not 128 (5:
-//     with the default's dQ accumulation), as that kernel did before 128 became its default.
+//     with the default's dQ accumulation); 6 in 128-query tiles with dQ split by keys, not queries.
 int bwd_variant() {
   static const int v = [] {
     const char* e = std::getenv("SB_ATTN_BWD_VARIANT");
     const int x = e ? std::atoi(e) : 0;
-    return x == 1 || x == 2 || x == 4 || x == 5 ? x : 0;
+    return x == 1 || x == 2 || x == 4 || x == 5 || x == 6 ? x : 0;
   }();
   return v;
 }
@@ -276,7 +282,7 @@ int g_bwd_chunk = [] {
 }();
 size_t dkv_acc_offset(int64_t n_tokens, AttnShape s) {
   const size_t rows = size_t(n_tokens) * s.n_heads;
-  return (rows * (s.head_dim + 1) * sizeof(float) + 255) / 256 * 256;
+  return (rows * (s.head_dim + 2) * sizeof(float) + 255) / 256 * 256;
 }
 void column_split(BwdParams& p, int max_doc_blocks, int block_size) {
   const int bound = std::max(1, (p.H / p.Hkv) * max_doc_blocks * (block_size / 64));
@@ -287,7 +293,7 @@ void column_split(BwdParams& p, int max_doc_blocks, int block_size) {
 
 void set_bwd_column_chunk(int tiles) { g_bwd_chunk = std::max(-1, tiles); }
 
-// The workspace: dq_acc (N x H x D), delta (N x H), then (at a 256-byte boundary) the column
+// The workspace: dq_acc (N x H x D), delta (N x H), lse2 (N x H), then (at a 256-byte boundary) the column
 // split's dkv_acc (2 x N x Hkv x D), all fp32.
 size_t block_attention_bwd_workspace(int64_t n_tokens, AttnShape s) {
   return dkv_acc_offset(n_tokens, s) + 2 * size_t(n_tokens) * s.n_kv_heads * s.head_dim * sizeof(float);
@@ -304,11 +310,12 @@ void block_attention_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16
   const int64_t rows = sel.n_tokens * s.n_heads;
   float* dq_acc = static_cast<float*>(workspace);
   float* delta = dq_acc + rows * D;
+  float* lse2 = delta + rows;
   {
     const int threads = 256;
     const int64_t nblk = (rows * 32 + threads - 1) / threads;
-    if (D == 64) bwd_prep_kernel<64><<<unsigned(nblk), threads, 0, stream>>>(out, dout, delta, dq_acc, rows);
-    else if (D == 128) bwd_prep_kernel<128><<<unsigned(nblk), threads, 0, stream>>>(out, dout, delta, dq_acc, rows);
+    if (D == 64) bwd_prep_kernel<64><<<unsigned(nblk), threads, 0, stream>>>(out, dout, lse, delta, lse2, dq_acc, rows);
+    else if (D == 128) bwd_prep_kernel<128><<<unsigned(nblk), threads, 0, stream>>>(out, dout, lse, delta, lse2, dq_acc, rows);
     else throw Error("cuda::block_attention_bwd: head_dim must be 64 or 128");
     SB_CUDA_CHECK_LAUNCH("bwd_prep_kernel");
   }
@@ -319,6 +326,7 @@ void block_attention_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16
   if (use_sm90(s.block_size)) {
     column_split(p, sel.max_doc_blocks, s.block_size);
     p.n_tokens = sel.n_tokens;
+    p.lse2 = lse2;
     p.dkv_acc = reinterpret_cast<float*>(static_cast<char*>(workspace) + dkv_acc_offset(sel.n_tokens, s));
     if (p.chunk > 0)
       SB_CUDA_CHECK(cudaMemsetAsync(p.dkv_acc, 0, 2 * size_t(sel.n_tokens) * s.n_kv_heads * D * sizeof(float), stream));

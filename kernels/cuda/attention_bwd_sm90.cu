@@ -1,14 +1,15 @@
 // Block-sparse attention backward with Hopper warpgroup MMA (sm_90a), block size 128: one CTA of two
 // warpgroups per (key block, kv head); warpgroup w owns keys 64w..64w+63 with K, V resident in
 // shared memory and dK, dV in registers. It walks every query head of the group x every query block
-// keeping this key block (the transposed selection) in query tiles (head_dim 64: 128 queries, two
-// Q/dO stages; head_dim 128: 64 queries, three stages), Q/dO by TMA loads completing mbarriers, lse
-// and Delta by cp.async:
+// keeping this key block (the transposed selection) in query tiles (head_dim 64: 128 queries;
+// head_dim 128: 64), Q/dO in three stages by TMA loads completing mbarriers, lse and Delta by
+// cp.async:
 //   S^T = K Q^T and dP^T = V dO^T (wgmma, shared x shared), P^T = exp(S^T - lse),
 //   dV += P^T dO and dK += dS^T Q with P^T, dS^T = P^T (dP^T - Delta) straight from registers,
-//   dQ = dS K from dS^T staged in shared memory (head_dim 128: warpgroup w takes columns 64w..;
-//   head_dim 64: its own 64 keys), staged in shared memory and added into the fp32 workspace with
-//   float4 atomics while S^T and dP^T of the next tile are already on the tensor cores.
+//   dQ = dS K from dS^T staged in shared memory over all 128 keys (warpgroup w takes dQ columns
+//   64w.. at head_dim 128, queries 64w.. of the 128-query tile at 64), staged in shared memory and
+//   added into the fp32 workspace with float4 atomics while S^T and dP^T of the next tile are
+//   already on the tensor cores.
 #include <cmath>
 #include <stdexcept>
 
@@ -26,20 +27,25 @@ constexpr int kBS = 128, kThreads = 256;
 
 // QT: queries a tile, 64 or 128 (head_dim 64 only: S^T and dP^T of 128 queries fill 128 registers).
 // A 128-query tile issues fewer instructions per product (n128 wgmmas, one barrier and wait set per
-// 128 queries: the kernel is issue-bound); its Q/dO stages are twice the size, so there are two of
-// them, not three, and a stage is freed by waiting for dK, dV before the tile's CTA barrier. (Freeing
-// it later through "empty" mbarriers, FlashAttention-3's way, measured the same: bench/RESULTS.md.)
+// 128 queries: the kernel is issue-bound). Its Q/dO stages are twice the size: with the query split
+// three still fit; with the key split (its dQ staging twice as large) two, a stage freed by waiting
+// for dK, dV before the tile's CTA barrier ("empty" mbarriers instead, FlashAttention-3's way,
+// measured the same: bench/RESULTS.md).
 // KS (key split): each warpgroup adds dQ of its own 64 keys (QT queries x D), so dS^T need only be
-// visible within the warpgroup; otherwise (head_dim 128) warpgroup w takes dQ columns 64w.. over all
-// 128 keys, half the atomics but a CTA-wide barrier.
+// visible within the warpgroup; otherwise warpgroup w takes, over all 128 keys, dQ columns 64w..
+// (head_dim 128) or, with 128-query tiles, queries 64w.. (QS, the query split): half the atomics
+// and staging but a CTA-wide barrier. At head_dim 64 the query split takes 0.78-0.85x the key
+// split's time (bench/RESULTS.md): dQ's atomics, not the tensor cores, were the bound.
 template <int D, bool KS, int QT>
 __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p, const __grid_constant__ BwdMaps maps) {
-  static_assert(KS || D == 128, "the column split needs head_dim 128");
-  static_assert(QT == 64 || (QT == 128 && D == 64 && KS), "128-query tiles: head_dim 64 with the key split");
+  constexpr bool QS = !KS && QT == 128;
+  static_assert(KS || QS || D == 128, "the column split needs head_dim 128");
+  static_assert(QT == 64 || (QT == 128 && D == 64), "128-query tiles: head_dim 64");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int kStages = QT == 64 ? 3 : 2;  // Q/dO/lse/Delta stages
+  constexpr int kStages = QT == 64 || QS ? 3 : 2;  // Q/dO/lse/Delta stages (shared memory decides)
   constexpr int kSub = kBS / QT;             // tiles a query block
-  constexpr int NH = QT / 64;                // 64-query halves of a tile (dQ products)
+  constexpr int NH = KS ? QT / 64 : 1;       // dQ products of a warpgroup (64 queries each)
+  constexpr int SR = QS ? 64 : QT;           // rows of a warpgroup's dQ staging tile
   constexpr int TK = kBS * D * 2, TQ = QT * D * 2, DN = D / 8;  // tile bytes; n8 chunks of dK/dV
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -48,9 +54,9 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   const uint32_t sdS = sdO + kStages * TQ;                       // dS^T (128 keys x QT queries)
   float* sL = reinterpret_cast<float*>(smem_raw + (sdS + kBS * QT * 2 - smem_u32(smem_raw)));  // kStages x QT
   float* sDl = sL + kStages * QT;                                                              // kStages x QT
-  constexpr int NQ = KS ? D / 8 : 8, SLD = NQ * 8 + 4;  // n8 column chunks of dQ per warpgroup; staging stride
-  float* sdQ = sDl + kStages * QT;  // fp32 dQ staging, per warpgroup QT x SLD
-  const uint32_t bars = (smem_u32(sdQ + 2 * QT * SLD) + 7u) & ~7u;  // mbarriers: K/V, then Q/dO stages
+  constexpr int NQ = KS || QS ? D / 8 : 8, SLD = NQ * 8 + 4;  // n8 column chunks of dQ per warpgroup; staging stride
+  float* sdQ = sDl + kStages * QT;  // fp32 dQ staging, per warpgroup SR x SLD
+  const uint32_t bars = (smem_u32(sdQ + 2 * SR * SLD) + 7u) & ~7u;  // mbarriers: K/V, then Q/dO stages
   auto barQ = [&](int t) { return bars + 8 * (1 + t % kStages); };
   auto parity = [](int t) { return uint32_t(t / kStages) & 1u; };
 
@@ -64,7 +70,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   // counts 64-query tiles; whether a column is split is decided on those, as dkv_convert_kernel does.
   const int total = G * nq * kSub, s = int(blockIdx.x) % p.n_split;
   const bool split = p.chunk > 0 && G * nq * (kBS / 64) > p.chunk;
-  const int chunk = (p.chunk + NH - 1) / NH;
+  const int chunk = (p.chunk + QT / 64 - 1) / (QT / 64);  // in this kernel's tiles
   if (s > 0 && (!split || s * chunk >= total)) return;  // a spare CTA: the whole CTA leaves
   const int it0 = split ? s * chunk : 0;
   const int niter = !split ? total : s == p.n_split - 1 ? total - it0 : min(chunk, total - it0);
@@ -120,7 +126,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
         const int r = tid & (QT - 1);
         const bool ok = r < nv;
         const int64_t e = ok ? (int64_t(qt0) + r) * p.H + h : 0;
-        if (tid < QT) cp_async4(smem_u32(sL + buf * QT + r), p.lse + e, ok);
+        if (tid < QT) cp_async4(smem_u32(sL + buf * QT + r), p.lse2 + e, ok);
         else cp_async4(smem_u32(sDl + buf * QT + r), p.delta + e, ok);
       }
     }
@@ -134,15 +140,17 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   const int kr0 = wg * 64;                                   // this warpgroup's keys in the block
   const int kloc = kr0 + wq * 16 + (lane >> 2);              // this thread's key rows: kloc, kloc + 8
   const int kpos0 = b.i * kBS + kloc;
+  const int skey = kr0 + wq * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);  // its dS^T row for stmatrix
   constexpr int QK = KS ? 4 : 8;  // dQ k-steps (16 keys each)
-  const int qkey0 = KS ? kr0 : 0, qpanel = KS ? 0 : wg;
+  const int qkey0 = KS ? kr0 : 0, qpanel = KS || QS ? 0 : wg;  // dQ: first key, column panel
+  const int qrow0 = QS ? 64 * wg : 0;                          // dQ: first query row in the tile
 
   // Operand descriptors built once; each product moves them by a constant (k_step, mn_step), the
   // Q/dO ones by the stage. Rebuilding them took ~5 instructions per wgmma.
   const uint64_t dK = desc_k<kBS>(sK, kr0, 0), dV = desc_k<kBS>(sV, kr0, 0);  // S^T, dP^T: A
   const uint64_t dQk = desc_k<QT>(sQ, 0, 0), dOk = desc_k<QT>(sdO, 0, 0);     // S^T, dP^T: B
   const uint64_t dQm = desc_mn<QT>(sQ, 0, 0), dOm = desc_mn<QT>(sdO, 0, 0);   // dK, dV: B
-  const uint64_t dSm = desc_mn<kBS>(sdS, qkey0, 0), dKm = desc_mn<kBS>(sK, qkey0, qpanel);  // dQ
+  const uint64_t dSm = desc_mn<kBS>(sdS, qkey0, QS ? wg : 0), dKm = desc_mn<kBS>(sK, qkey0, qpanel);  // dQ
 
   float st[QT / 2], dpt[QT / 2];  // S^T, dP^T: (64 keys, QT queries)
   // S^T = K Q^T and dP^T = V dO^T of iteration it (two commit groups)
@@ -163,7 +171,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   __syncthreads();  // lse, Delta of tile 0 from every thread
   mbar_wait(bars, 0);  // K, V
 
-  float* stg = sdQ + wg * QT * SLD;
+  float* stg = sdQ + wg * SR * SLD;
   // float4 atomics of a staged dQ tile, a warp on two consecutive rows: thread wt takes column
   // chunk wt % 16 of rows wt / 16 + 8j (the address once, then a stride; no row test on a full
   // tile: the index arithmetic and tests were ~120 of ~800 instructions a tile). The tile is
@@ -173,16 +181,16 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   auto add_staged = [&](int h, int qt0, int nv) {
     const int wt = tid & 127, r = wt >> 4, c4 = 4 * (wt & 15);
     const int64_t step = int64_t(8) * p.H * D;  // 8 rows
-    float* dst = p.dq_acc + ((int64_t(qt0) + r) * p.H + h) * D + qpanel * 64 + c4;
+    float* dst = p.dq_acc + ((int64_t(qt0) + qrow0 + r) * p.H + h) * D + qpanel * 64 + c4;
     const float* src = stg + r * SLD + c4;
     if (nv == QT) {  // all but a document's last tile
 #pragma unroll
-      for (int j = 0; j < QT / 8; j++)
+      for (int j = 0; j < SR / 8; j++)
         atomicAdd(reinterpret_cast<float4*>(dst + j * step), *reinterpret_cast<const float4*>(src + j * 8 * SLD));
     } else {
 #pragma unroll
-      for (int j = 0; j < QT / 8; j++)
-        if (r + 8 * j < nv)
+      for (int j = 0; j < SR / 8; j++)
+        if (qrow0 + r + 8 * j < nv)
           atomicAdd(reinterpret_cast<float4*>(dst + j * step), *reinterpret_cast<const float4*>(src + j * 8 * SLD));
     }
   };
@@ -214,16 +222,16 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
 
     wg_wait<1>();  // S^T; dP^T may still run, under the exponentials
     reg_fence(st);
-    // P^T = exp2(S^T * scale*log2e - lse*log2e); causal on the diagonal block, query columns past
+    // P^T = exp2(S^T * scale*log2e - lse*log2e) (lse2: lse*log2e); causal on the diagonal block, query columns past
     // the document zeroed on the document's last tile (a separate loop: most tiles need neither)
     if (diag || nv < QT) {
 #pragma unroll
       for (int n = 0; n < QT / 8; n++) {
+        const float2 l = *reinterpret_cast<const float2*>(tL + n * 8 + 2 * (lane & 3));  // lse, log2 units
         const int qc = n * 8 + 2 * (lane & 3);
-        const float l0 = tL[qc] * 1.4426950408889634f, l1 = tL[qc + 1] * 1.4426950408889634f;
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-          float x = ex2(fmaf(st[4 * n + e], p.scale_log2, -((e & 1) ? l1 : l0)));
+          float x = ex2(fmaf(st[4 * n + e], p.scale_log2, -((e & 1) ? l.y : l.x)));
           if ((diag && kpos0 + (e >> 1) * 8 > qpos0 + n * 8 + (e & 1)) || qc + (e & 1) >= nv) x = 0.f;
           st[4 * n + e] = x;
         }
@@ -231,10 +239,9 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     } else {
 #pragma unroll
       for (int n = 0; n < QT / 8; n++) {
-        const int qc = n * 8 + 2 * (lane & 3);
-        const float l0 = tL[qc] * 1.4426950408889634f, l1 = tL[qc + 1] * 1.4426950408889634f;
+        const float2 l = *reinterpret_cast<const float2*>(tL + n * 8 + 2 * (lane & 3));
 #pragma unroll
-        for (int e = 0; e < 4; e++) st[4 * n + e] = ex2(fmaf(st[4 * n + e], p.scale_log2, -((e & 1) ? l1 : l0)));
+        for (int e = 0; e < 4; e++) st[4 * n + e] = ex2(fmaf(st[4 * n + e], p.scale_log2, -((e & 1) ? l.y : l.x)));
       }
     }
     constexpr int KQ = QT / 16;  // k-steps of dV and dK (16 queries each)
@@ -257,14 +264,13 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
       if (it > 0) bar_sync(3 + (wg ^ 1), 256);
 #pragma unroll
     for (int n = 0; n < QT / 8; n++) {
-      const int qc = n * 8 + 2 * (lane & 3);
-      const float d0 = tDl[qc], d1 = tDl[qc + 1];
-      const uint32_t lo = pack_bf16(st[4 * n] * (dpt[4 * n] - d0), st[4 * n + 1] * (dpt[4 * n + 1] - d1));
-      const uint32_t hi = pack_bf16(st[4 * n + 2] * (dpt[4 * n + 2] - d0), st[4 * n + 3] * (dpt[4 * n + 3] - d1));
+      const float2 d = *reinterpret_cast<const float2*>(tDl + n * 8 + 2 * (lane & 3));
+      const uint32_t lo = pack_bf16(st[4 * n] * (dpt[4 * n] - d.x), st[4 * n + 1] * (dpt[4 * n + 1] - d.y));
+      const uint32_t hi = pack_bf16(st[4 * n + 2] * (dpt[4 * n + 2] - d.x), st[4 * n + 3] * (dpt[4 * n + 3] - d.y));
       ds[n / 2][(n & 1) * 2] = lo;
       ds[n / 2][(n & 1) * 2 + 1] = hi;
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + sw128<kBS>(kloc, qc)), "r"(lo) : "memory");
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + sw128<kBS>(kloc + 8, qc)), "r"(hi) : "memory");
+      // the 16 x 16 block (the warp's keys, queries 16 (n / 2)..) in one stmatrix, not 8 stores
+      if (n & 1) stsm_x4(sdS + sw128<kBS>(skey, 8 * (n - 1) + 8 * (lane >> 4)), ds[n / 2]);
     }
     // dK += dS^T Q
     wg_fence();
@@ -291,7 +297,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     const int i_after = issue(it + 2);
     // dQ = dS K over this warpgroup's share: (QT queries, D) or (64 queries, 64 columns), one
     // product per 64-query half (panel hf of dS^T)
-    float dq[NH][KS ? D / 2 : 32];
+    float dq[NH][KS || QS ? D / 2 : 32];
     wg_fence();
 #pragma unroll
     for (int hf = 0; hf < NH; hf++)
@@ -410,8 +416,9 @@ __global__ void dkv_convert_kernel(const BwdParams p) {
 template <int D, bool KS, int QT>
 void launch(const BwdParams& p, int n_blocks, int64_t n_tokens, cudaStream_t stream) {
   // K, V; stages x (Q, dO); dS^T; lse and Delta (stages x QT each); dQ staging; mbarriers; slack
-  constexpr size_t stages = QT == 64 ? 3 : 2;
-  constexpr size_t stage = size_t(2) * QT * ((KS ? D : 64) + 4) * 4;
+  constexpr bool QS = !KS && QT == 128;
+  constexpr size_t stages = QT == 64 || QS ? 3 : 2;
+  constexpr size_t stage = size_t(2) * (QS ? 64 : QT) * ((KS || QS ? D : 64) + 4) * 4;
   constexpr size_t smem = size_t(2) * kBS * D * 2 + 2 * stages * QT * D * 2 + size_t(kBS) * QT * 2 +
                           2 * stages * QT * 4 + stage + 8 * (1 + stages) + 8 + 1024;
   static_assert(smem <= 227 * 1024, "more shared memory than an H100/H200 SM has");
@@ -430,9 +437,11 @@ void launch(const BwdParams& p, int n_blocks, int64_t n_tokens, cudaStream_t str
 void launch_bwd_sm90(const BwdParams& p, int head_dim, int n_blocks, int64_t n_tokens, cudaStream_t stream) {
   // head_dim 128 splits dQ by columns: the key split there was 1.26x slower (bench/RESULTS.md)
   if (head_dim == 128) launch<128, false, 64>(p, n_blocks, n_tokens, stream);
-  // head_dim 64: 128-query tiles (5% faster than 64 at the Qwen2.5-0.5B shape, bench/RESULTS.md);
-  // SB_ATTN_BWD_VARIANT 1, 2 and 5 take 64 (1, 2: their dQ accumulation; 5: the default's)
-  else if (head_dim == 64 && p.variant == 0) launch<64, true, 128>(p, n_blocks, n_tokens, stream);
+  // head_dim 64: 128-query tiles with dQ split by queries (0.72x the time of 64-query tiles at the
+  // Qwen2.5-0.5B shape, bench/RESULTS.md); SB_ATTN_BWD_VARIANT 6 keeps 128-query tiles with the key
+  // split, 1, 2 and 5 take 64 queries (1, 2: their dQ accumulation; 5: the default's)
+  else if (head_dim == 64 && p.variant == 0) launch<64, false, 128>(p, n_blocks, n_tokens, stream);
+  else if (head_dim == 64 && p.variant == 6) launch<64, true, 128>(p, n_blocks, n_tokens, stream);
   else if (head_dim == 64) launch<64, true, 64>(p, n_blocks, n_tokens, stream);
   else throw Error("cuda::launch_bwd_sm90: head_dim must be 64 or 128");
 }

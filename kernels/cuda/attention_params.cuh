@@ -44,6 +44,7 @@ struct BwdParams {
   float* dkv_acc = nullptr;
   int chunk = 0, n_split = 1;
   int64_t n_tokens = 0;  // rows of k, v (dkv_acc's dV half starts at n_tokens x Hkv x D)
+  const float* lse2 = nullptr;  // wgmma backward: lse * log2(e) (bwd_prep_kernel), read instead of lse
 };
 
 // The grid is one-dimensional over work items (block, head), launched in the order that

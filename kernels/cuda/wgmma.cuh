@@ -82,6 +82,13 @@ __device__ __forceinline__ void reg_fence(uint32_t (&r)[n]) {
 #pragma unroll
   for (int i = 0; i < n; i++) asm volatile("" : "+r"(r[i])::"memory");
 }
+// stmatrix (sm_90): four 8 x 8 bf16 matrices from their mma fragments (r[i]: this thread's pair of
+// row lane / 4 of matrix i) to shared memory; lane l gives the address of row l % 8 of matrix l / 8.
+__device__ __forceinline__ void stsm_x4(uint32_t addr, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]),
+               "r"(r[2]), "r"(r[3])
+               : "memory");
+}
 __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 #define SB_F8(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
