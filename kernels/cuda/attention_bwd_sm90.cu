@@ -278,8 +278,8 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
 #pragma unroll
     for (int kk = 0; kk < KQ; kk++) wgmma_rs<1>(dk, ds[kk], mn_step<QT>(qm, kk * 16, 0));
     wg_commit();
-    if constexpr (kStages == 2) {  // tile it's Q, dO read: its stage takes tile it + 2 after the barrier
-      wg_wait<0>();
+    // after a wait for every product: the registers they read and wrote may be used again
+    auto fence_products = [&] {
       reg_fence(dk);
       reg_fence(dv);
 #pragma unroll
@@ -287,6 +287,10 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
         reg_fence(pt[kk]);
         reg_fence(ds[kk]);
       }
+    };
+    if constexpr (kStages == 2) {  // tile it's Q, dO read: its stage takes tile it + 2 after the barrier
+      wg_wait<0>();
+      fence_products();
     }
     // One CTA barrier per tile: dS^T is complete in shared memory, tile it + 1 has landed in every
     // thread, and every warp is past iteration it - 1 (three stages: its stage is that of it + 2).
@@ -295,8 +299,8 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     fence_async_smem();  // dS^T is read by wgmma next
     __syncthreads();
     const int i_after = issue(it + 2);
-    // dQ = dS K over this warpgroup's share: (QT queries, D) or (64 queries, 64 columns), one
-    // product per 64-query half (panel hf of dS^T)
+    // dQ = dS K over this warpgroup's share: its keys (QT queries, D, one product per 64-query
+    // half: panel hf of dS^T), its columns (64 queries, 64 columns) or its queries (64 queries, D)
     float dq[NH][KS || QS ? D / 2 : 32];
     wg_fence();
 #pragma unroll
@@ -308,13 +312,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     wg_wait<0>();
 #pragma unroll
     for (int hf = 0; hf < NH; hf++) reg_fence(dq[hf]);
-    reg_fence(dk);
-    reg_fence(dv);
-#pragma unroll
-    for (int kk = 0; kk < KQ; kk++) {
-      reg_fence(pt[kk]);
-      reg_fence(ds[kk]);
-    }
+    fence_products();
     if constexpr (!KS)  // done reading dS^T: the other warpgroup may overwrite its rows
       if (it + 1 < niter) bar_arrive(3 + wg, 256);
     // dQ leaves the registers (staged in shared memory; added at the top of the next iteration,
