@@ -18,10 +18,10 @@ using namespace dev;
 
 constexpr int QT = 64;  // query tile
 
-// Delta[t, h] = sum_d dO * O (fp32), one warp per (t, h); also zeroes the dq accumulator row.
+// Delta[t, h] = sum_d dO * O (fp32), one warp per (t, h); also zeroes the dq accumulator row and
+// writes lse in log2 units (lse * log2(e), for the wgmma kernel's exp2: one multiply a row here
+// instead of one per query per CTA that reads it; the mma.sync kernel reads lse).
 template <int D>
-// Delta = rowsum(dO * O), the dQ workspace zeroed, and lse in log2 units (lse * log2(e), for the
-// wgmma kernel's exp2: one multiply a row here instead of one per query per CTA that reads it).
 __global__ void bwd_prep_kernel(const bf16* out, const bf16* dout, const float* lse, float* delta, float* lse2,
                                 float* dq_acc, int64_t rows) {
   const int64_t r = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;

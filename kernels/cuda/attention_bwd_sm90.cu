@@ -36,16 +36,30 @@ constexpr int kBS = 128, kThreads = 256;
 // (head_dim 128) or, with 128-query tiles, queries 64w.. (QS, the query split): half the atomics
 // and staging but a CTA-wide barrier. At head_dim 64 the query split takes 0.78-0.85x the key
 // split's time (bench/RESULTS.md): dQ's atomics, not the tensor cores, were the bound.
+// The shape decisions, shared by the kernel and its launcher (which sizes the shared memory).
+template <int D, bool KS, int QT>
+struct Tiling {
+  static constexpr bool QS = !KS && QT == 128;          // the query split
+  static constexpr int stages = QT == 64 || QS ? 3 : 2;  // Q/dO/lse/Delta stages (shared memory decides)
+  static constexpr int SR = QS ? 64 : QT;                // rows of a warpgroup's dQ staging tile
+  static constexpr int NQ = KS || QS ? D / 8 : 8;        // n8 column chunks of dQ per warpgroup
+  static constexpr int SLD = NQ * 8 + 4;                 // staging row stride (floats)
+  // K, V; stages x (Q, dO); dS^T; lse and Delta (stages x QT each); dQ staging; mbarriers; slack
+  static constexpr size_t smem = size_t(2) * kBS * D * 2 + size_t(2) * stages * QT * D * 2 + size_t(kBS) * QT * 2 +
+                                 size_t(2) * stages * QT * 4 + size_t(2) * SR * SLD * 4 + 8 * (1 + stages) + 8 + 1024;
+  static_assert(smem <= 227 * 1024, "more shared memory than an H100/H200 SM has");
+};
+
 template <int D, bool KS, int QT>
 __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p, const __grid_constant__ BwdMaps maps) {
-  constexpr bool QS = !KS && QT == 128;
+  using T = Tiling<D, KS, QT>;
+  constexpr bool QS = T::QS;
   static_assert(KS || QS || D == 128, "the column split needs head_dim 128");
   static_assert(QT == 64 || (QT == 128 && D == 64), "128-query tiles: head_dim 64");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int kStages = QT == 64 || QS ? 3 : 2;  // Q/dO/lse/Delta stages (shared memory decides)
-  constexpr int kSub = kBS / QT;             // tiles a query block
-  constexpr int NH = KS ? QT / 64 : 1;       // dQ products of a warpgroup (64 queries each)
-  constexpr int SR = QS ? 64 : QT;           // rows of a warpgroup's dQ staging tile
+  constexpr int kStages = T::stages, SR = T::SR, NQ = T::NQ, SLD = T::SLD;
+  constexpr int kSub = kBS / QT;        // tiles a query block
+  constexpr int NH = KS ? QT / 64 : 1;  // dQ products of a warpgroup (64 queries each)
   constexpr int TK = kBS * D * 2, TQ = QT * D * 2, DN = D / 8;  // tile bytes; n8 chunks of dK/dV
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -54,7 +68,6 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   const uint32_t sdS = sdO + kStages * TQ;                       // dS^T (128 keys x QT queries)
   float* sL = reinterpret_cast<float*>(smem_raw + (sdS + kBS * QT * 2 - smem_u32(smem_raw)));  // kStages x QT
   float* sDl = sL + kStages * QT;                                                              // kStages x QT
-  constexpr int NQ = KS || QS ? D / 8 : 8, SLD = NQ * 8 + 4;  // n8 column chunks of dQ per warpgroup; staging stride
   float* sdQ = sDl + kStages * QT;  // fp32 dQ staging, per warpgroup SR x SLD
   const uint32_t bars = (smem_u32(sdQ + 2 * SR * SLD) + 7u) & ~7u;  // mbarriers: K/V, then Q/dO stages
   auto barQ = [&](int t) { return bars + 8 * (1 + t % kStages); };
@@ -345,7 +358,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
       bar_sync(1 + wg, 128);  // this warpgroup's tile staged
     }
     if (dq_variant == 2) {
-      // one bulk reduce-add (TMA engine) per row, issued by QT threads; they wait for its reads of
+      // one bulk reduce-add (TMA engine) per row, issued by one thread a row; they wait for its reads of
       // the staging tile before the next tile's CTA barrier, after which the tile is rewritten
       const int wt = tid & 127;
       if (wt < nv) {
@@ -413,13 +426,7 @@ __global__ void dkv_convert_kernel(const BwdParams p) {
 
 template <int D, bool KS, int QT>
 void launch(const BwdParams& p, int n_blocks, int64_t n_tokens, cudaStream_t stream) {
-  // K, V; stages x (Q, dO); dS^T; lse and Delta (stages x QT each); dQ staging; mbarriers; slack
-  constexpr bool QS = !KS && QT == 128;
-  constexpr size_t stages = QT == 64 || QS ? 3 : 2;
-  constexpr size_t stage = size_t(2) * (QS ? 64 : QT) * ((KS || QS ? D : 64) + 4) * 4;
-  constexpr size_t smem = size_t(2) * kBS * D * 2 + 2 * stages * QT * D * 2 + size_t(kBS) * QT * 2 +
-                          2 * stages * QT * 4 + stage + 8 * (1 + stages) + 8 + 1024;
-  static_assert(smem <= 227 * 1024, "more shared memory than an H100/H200 SM has");
+  constexpr size_t smem = Tiling<D, KS, QT>::smem;
   SB_CUDA_CHECK(cudaFuncSetAttribute(bwd_sm90_kernel<D, KS, QT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const BwdMaps maps{tile_map(p.q, n_tokens, p.H, D, QT), tile_map(p.dout, n_tokens, p.H, D, QT),
                      tile_map(p.k, n_tokens, p.Hkv, D, kBS), tile_map(p.v, n_tokens, p.Hkv, D, kBS)};
