@@ -1,6 +1,6 @@
 // CUDA twins of the per-row and elementwise kernels of kernels/cpu/elementwise.cpp (same formulas),
 // for the mixed-precision model: fp32 residual stream / master weights / moments, bf16 GEMM inputs.
-//   per row (one CTA per row): rmsnorm fwd and dx, cross-entropy;
+//   per row (one CTA per row): rmsnorm fwd and dx (cross-entropy: cross_entropy.cu);
 //   column tiles over row chunks: rmsnorm dw (one fp32 atomicAdd per column and chunk);
 //   elementwise (grid-stride, 64-bit indices: n can exceed 2^31): the rest.
 #include <algorithm>
@@ -17,7 +17,6 @@ namespace sb::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256;          // elementwise and per-row CTAs
-constexpr int kCeThreads = 512;        // cross-entropy: one CTA streams a whole row of V logits
 constexpr int64_t kMaxBlocks = 65536;  // grid-stride cap for elementwise kernels (plenty for 132 SMs)
 
 // Blocks for a grid-stride loop over n items.
@@ -126,82 +125,6 @@ __global__ void __launch_bounds__(kThreads) embedding_bwd_kernel(const int32_t* 
   SB_GRID_LOOP(i, int64_t(N) * C) {
     const int64_t t = i / C, c = i - t * C;
     atomicAdd(dtable + int64_t(ids[t]) * C + c, dout[i]);
-  }
-}
-
-// ---- cross-entropy ----
-// Running state of one row: online softmax (max m, sum s of exp(z - m)) and argmax (value, index).
-struct CeAcc {
-  float m, s, bv;
-  int bi;
-};
-
-__device__ void ce_merge(CeAcc& a, const CeAcc& b) {
-  if (b.m > a.m) {  // rescale a's sum to b's max (a.s = 0 when a.m = -inf: 0 * 0)
-    a.s = a.s * expf(a.m - b.m) + b.s;
-    a.m = b.m;
-  } else if (b.s > 0.0f) {  // b.s > 0 implies b.m finite
-    a.s += b.s * expf(b.m - a.m);
-  }
-  if (b.bv > a.bv || (b.bv == a.bv && b.bi < a.bi)) {  // ties -> lowest index, as std::max_element
-    a.bv = b.bv;
-    a.bi = b.bi;
-  }
-}
-
-__device__ CeAcc ce_shfl(const CeAcc& a, int o) {
-  return {__shfl_xor_sync(0xffffffffu, a.m, o), __shfl_xor_sync(0xffffffffu, a.s, o),
-          __shfl_xor_sync(0xffffffffu, a.bv, o), __shfl_xor_sync(0xffffffffu, a.bi, o)};
-}
-
-// logits (N,V) fp32, targets (N), loss (N), dlogits (N,V) bf16, argmax (N). One CTA per row; the row is
-// read twice (lse + argmax, then dlogits).
-__global__ void __launch_bounds__(kCeThreads) cross_entropy_kernel(const float* logits, const int32_t* targets,
-                                                                    float* loss, bf16* dlogits, int32_t* argmax,
-                                                                    int V, float scale) {
-  __shared__ CeAcc sh[kCeThreads / 32];
-  const int64_t t = blockIdx.x;
-  const float* z = logits + t * V;  // (V)
-  CeAcc acc{-INFINITY, 0.0f, -INFINITY, INT32_MAX};
-  for (int v = threadIdx.x; v < V; v += blockDim.x) {  // v ascending per thread: first max kept
-    const float x = z[v];
-    if (x > acc.m) {
-      acc.s = acc.s * expf(acc.m - x) + 1.0f;
-      acc.m = x;
-    } else if (x != -INFINITY) {  // -inf adds 0 (and would give exp(-inf - -inf) = NaN before any finite)
-      acc.s += expf(x - acc.m);
-    }
-    if (x > acc.bv || (x == acc.bv && v < acc.bi)) {
-      acc.bv = x;
-      acc.bi = v;
-    }
-  }
-  for (int o = 16; o > 0; o >>= 1) ce_merge(acc, ce_shfl(acc, o));
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  if (lane == 0) sh[w] = acc;
-  __syncthreads();
-  if (w == 0) {
-    acc = lane < nw ? sh[lane] : CeAcc{-INFINITY, 0.0f, -INFINITY, INT32_MAX};
-    for (int o = 16; o > 0; o >>= 1) ce_merge(acc, ce_shfl(acc, o));
-    if (lane == 0) sh[0] = acc;
-  }
-  __syncthreads();
-  acc = sh[0];
-  const int32_t y = targets[t];
-  const float lse = acc.m + logf(acc.s);
-  if (threadIdx.x == 0) {
-    if (loss) loss[t] = y >= 0 ? (acc.m - z[y]) + logf(acc.s) : 0.0f;  // m - z[y] first: exact near the max
-    if (argmax) argmax[t] = acc.bi < V ? acc.bi : 0;                  // all-NaN row: 0, as the CPU
-  }
-  if (!dlogits) return;
-  bf16* dz = dlogits + t * V;  // (V)
-  if (y < 0) {
-    for (int v = threadIdx.x; v < V; v += blockDim.x) dz[v] = __float2bfloat16(0.0f);
-    return;
-  }
-  for (int v = threadIdx.x; v < V; v += blockDim.x) {
-    const float p = expf(z[v] - lse);
-    dz[v] = __float2bfloat16(scale * (p - (v == y ? 1.0f : 0.0f)));
   }
 }
 
@@ -324,13 +247,6 @@ void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int N, 
   if (N <= 0 || C <= 0) return;
   embedding_bwd_kernel<<<grid_for(int64_t(N) * C), kThreads, 0, stream>>>(ids, dout, dtable, N, C);
   SB_CUDA_CHECK_LAUNCH("embedding_bwd_kernel");
-}
-
-void cross_entropy(const float* logits, const int32_t* targets, float* loss, bf16* dlogits, int32_t* argmax, int N,
-                   int V, float scale, cudaStream_t stream) {
-  if (N <= 0 || V <= 0) return;
-  cross_entropy_kernel<<<N, kCeThreads, 0, stream>>>(logits, targets, loss, dlogits, argmax, V, scale);
-  SB_CUDA_CHECK_LAUNCH("cross_entropy_kernel");
 }
 
 void adamw(float* p, bf16* p16, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,

@@ -100,6 +100,13 @@ void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int N, 
 // argmax (N) the greedy prediction of every row (optional, nullptr). One block per row.
 void cross_entropy(const float* logits, const int32_t* targets, float* loss, bf16* dlogits, int32_t* argmax, int N,
                    int V, float scale, cudaStream_t stream = nullptr);
+// The same over bf16 logits (N,V) (cross_entropy.cu), dlogits written over them when grad (the
+// LM head's default on the GPU: one bf16 buffer a chunk instead of fp32 logits + bf16 dlogits).
+void cross_entropy_inplace(bf16* logits, const int32_t* targets, float* loss, bool grad, int32_t* argmax, int N, int V,
+                           float scale, cudaStream_t stream = nullptr);
+// SB_HEAD_LOGITS=fp32 (environment, read once) keeps the LM head's fp32 logits and separate bf16
+// dlogits, for comparison; default bf16 (cross_entropy_inplace).
+bool head_logits_bf16();
 // AdamW as kernels::adamw (bias correction, decoupled decay, step counts from 1) on fp32 master p,
 // moments m, v; also writes p16 = bf16(p) when p16 != nullptr.
 void adamw(float* p, bf16* p16, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,

@@ -19,7 +19,7 @@ std::vector<KeySpec> schema_model_train() {
       {"model.qkv_bias", T::Bool, "false", 0, 0, {}, "q/k/v projections carry biases (Qwen2); convert and --init-from set it from the HF config"},
       {"model.max_position_embeddings", T::Int, "4096", 1, 1 << 30, {}, "context the weights are meant for: written to an exported HF config.json (convert), not enforced"},
       {"model.init_std", T::Float, "0.02", 1e-6, 1, {}, "normal init std (output projections / sqrt(2L))"},
-      {"model.lm_head_chunk", T::Int, "0", 0, 1 << 30, {}, "tokens per chunk of the fused LM head + cross-entropy: the (tokens x vocab) logits are never whole in memory (0 = auto: the most tokens whose fp32 logits fit in 1 GiB, a multiple of 128; all tokens at once when they fit)"},
+      {"model.lm_head_chunk", T::Int, "0", 0, 1 << 30, {}, "tokens per chunk of the fused LM head + cross-entropy: the (tokens x vocab) logits are never whole in memory (0 = auto: the most tokens whose logits fit in 1 GiB, fp32 on the CPU and bf16 on the GPU, a multiple of 128; all tokens at once when they fit)"},
       // [train]
       {"train.steps", T::Int, "40", 0, BIG, {}, "optimizer steps to run (total, across resumes)"},
       {"train.global_batch_tokens", T::Int, "8192", 1, BIG, {}, "tokens per step over all ranks (whole documents are drawn until this is reached)"},

@@ -40,12 +40,13 @@ struct ModelExec {
   bool recompute = false;  // keep only each layer's input in the forward, recompute it in the backward
 
   // Tokens per chunk of the head for N tokens at vocabulary V: lm_head_chunk when set, else (0) the
-  // most whose fp32 logits fit in kAutoHeadBytes, a multiple of 128 (all N when they fit, as with a
-  // byte vocabulary): a large vocabulary never holds the whole (N, V) logits by default.
+  // most whose logits (`bytes` each: fp32 on the CPU, bf16 on the GPU) fit in kAutoHeadBytes, a
+  // multiple of 128 (all N when they fit, as with a byte vocabulary): a large vocabulary never holds
+  // the whole (N, V) logits by default.
   static constexpr int64_t kAutoHeadBytes = int64_t(1) << 30;
-  int head_rows(int N, int V) const {
+  int head_rows(int N, int V, int bytes = int(sizeof(float))) const {
     if (lm_head_chunk > 0) return std::min(lm_head_chunk, N);
-    const int64_t fit = kAutoHeadBytes / (int64_t(std::max(V, 1)) * int64_t(sizeof(float)));
+    const int64_t fit = kAutoHeadBytes / (int64_t(std::max(V, 1)) * int64_t(std::max(bytes, 1)));
     return fit >= N ? N : int(std::min<int64_t>(N, std::max<int64_t>(128, fit / 128 * 128)));
   }
 };

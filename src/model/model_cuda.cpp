@@ -373,19 +373,28 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   if (!fuse || L == 0)  // else the last layer computed it with its residual add
     kc::rmsnorm_fwd(x, W(layout_.norm), xf_.resize(NC), rstdf_.resize(N), N, C, eps, cs);
   // LM head and loss in chunks of `rows` tokens, never the whole (N, V) logits: logits (rows, V)
-  // fp32 and dlogits (rows, V) bf16 are reused by every chunk, and the head's backward runs per
-  // chunk (fused): dxf (N, C) = dlogits W, the head's gradient += dlogits^T xf.
-  const int rows = exec_.head_rows(N, V);
-  float* logits = logits_.resize(size_t(rows) * V);
-  bf16* dlogits = backward ? dlogits_.resize(size_t(rows) * V) : nullptr;
+  // bf16, overwritten by dlogits (cross_entropy_inplace), reused by every chunk, and the head's
+  // backward runs per chunk (fused): dxf (N, C) = dlogits W, the head's gradient += dlogits^T xf.
+  // SB_HEAD_LOGITS=fp32: fp32 logits and a second (rows, V) bf16 buffer for dlogits (the old path).
+  const bool bf = kc::head_logits_bf16();
+  const int rows = exec_.head_rows(N, V, bf ? int(sizeof(bf16)) : int(sizeof(float)));
+  bf16* logits16 = bf ? head16_.resize(size_t(rows) * V) : nullptr;  // (rows, V)
+  float* logits32 = bf ? nullptr : logits_.resize(size_t(rows) * V);   // (rows, V)
+  bf16* dlogits = !backward ? nullptr : bf ? logits16 : head16_.resize(size_t(rows) * V);
   float* dxf = backward ? dxf_.resize(NC) : nullptr;
   loss_.resize(N), argmax_.resize(N);
   for (int t0 = 0; t0 < N; t0 += rows) {
     const int n = std::min(rows, N - t0);
     const bf16* xc = xf_.data() + size_t(t0) * C;
-    kc::linear_fwd(bl, xc, W16(layout_.head), logits, n, C, V);
-    kc::cross_entropy(logits, targets_.data() + t0, loss_.data() + t0, dlogits, argmax_.data() + t0, n, V, loss_scale,
-                      cs);
+    if (bf) {
+      kc::linear_fwd(bl, xc, W16(layout_.head), logits16, n, C, V);
+      kc::cross_entropy_inplace(logits16, targets_.data() + t0, loss_.data() + t0, backward, argmax_.data() + t0, n, V,
+                                loss_scale, cs);
+    } else {
+      kc::linear_fwd(bl, xc, W16(layout_.head), logits32, n, C, V);
+      kc::cross_entropy(logits32, targets_.data() + t0, loss_.data() + t0, dlogits, argmax_.data() + t0, n, V,
+                        loss_scale, cs);
+    }
     if (backward)
       kc::linear_bwd(bl, xc, W16(layout_.head), dlogits, dxf + size_t(t0) * C, false, G(layout_.head), n, C, V);
   }

@@ -175,10 +175,11 @@ class ModelCuda {
   DeviceArray<bf16> w16_;         // (n) the copy the GEMMs read
   std::vector<std::unique_ptr<Layer>> layers_;  // saved activations, kept between micro-batches
   std::unique_ptr<Layer> work_;                 // train.recompute: the activations of the layer at hand
-  // per micro-batch: inputs, final norm, one chunk of logits (model.lm_head_chunk) and scratch
+  // per micro-batch: inputs, final norm, one chunk of logits (model.lm_head_chunk; head16_ holds the
+  // bf16 logits, then dlogits over them; with SB_HEAD_LOGITS=fp32 logits_ the logits) and scratch
   DeviceArray<int32_t> tokens_, targets_, pos_, argmax_;
   DeviceArray<float> xs_top_, rstdf_, logits_, loss_, dxf_, dx_, dxn_;
-  DeviceArray<bf16> xf_, dlogits_, dx16_, dh_, dg_, du_, datt_, dq_, dk_, dv_;
+  DeviceArray<bf16> xf_, head16_, dx16_, dh_, dg_, du_, datt_, dq_, dk_, dv_;
   DeviceArray<unsigned char> attn_ws_;
   std::unique_ptr<kernels::cuda::DeviceGating> gating_;  // sparse selection on the device
   PhaseClock phases_;

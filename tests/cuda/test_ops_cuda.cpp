@@ -252,8 +252,10 @@ void test_embedding(int V, int Cc, int N) {
 }
 
 // ---- cross-entropy ----
-void test_cross_entropy(int N, int V, double offset, double sd) {
-  std::vector<double> z = randn(size_t(N) * V, sd, offset, false);
+// bf16: cross_entropy_inplace over bf16 logits (the reference on the same bf16 values), dlogits
+// written over them; else cross_entropy over fp32 logits into a separate dlogits buffer.
+void test_cross_entropy(int N, int V, double offset, double sd, bool bf) {
+  std::vector<double> z = randn(size_t(N) * V, sd, offset, bf);
   std::vector<int32_t> tgt(N);
   std::uniform_int_distribution<int> U(0, V - 1);
   std::uniform_real_distribution<double> R(0, 1);
@@ -263,8 +265,8 @@ void test_cross_entropy(int N, int V, double offset, double sd) {
     if (t % 5 == 2) {  // ties for the max, near and far apart (strides 1, 512, 1027): lowest index wins
       const int j = U(g_rng), far = U(g_rng);
       const double m = *std::max_element(z.begin() + size_t(t) * V, z.begin() + size_t(t + 1) * V);
-      for (int jj : {j, (j + 1) % V, (j + 512) % V, (j + 1027) % V, far})
-        z[size_t(t) * V + jj] = double(float(m + 1.0));
+      const double top = bf ? double(bfr(m + 1.0)) : double(float(m + 1.0));
+      for (int jj : {j, (j + 1) % V, (j + 512) % V, (j + 1027) % V, far}) z[size_t(t) * V + jj] = top;
     }
     if (t % 7 == 3 && tgt[t] >= 0)  // target at the max (small loss)
       tgt[t] = int(std::max_element(z.begin() + size_t(t) * V, z.begin() + size_t(t + 1) * V) - z.begin() -
@@ -281,14 +283,23 @@ void test_cross_entropy(int N, int V, double offset, double sd) {
     loss[t] = K::cross_entropy<double>(zr, &tgt[t], dl.data() + size_t(t) * V, 1, V, double(scale), &correct[t]);
     amax[t] = int32_t(std::max_element(zr, zr + V) - zr);  // first maximum
   }
-  Dev<float> dz(to_f(z)), dloss(N);
+  Dev<float> dloss(N);
   Dev<int32_t> dtgt(tgt), damax(N);
-  Dev<bf16> ddl(z.size());
   dloss.poison();
   damax.poison();
-  ddl.poison();
-  C::cross_entropy(dz.p, dtgt.p, dloss.p, ddl.p, damax.p, N, V, scale, g_stream);
-  const auto gl = to_d(dloss.down()), gdl = to_d(ddl.down());
+  std::vector<double> gdl;
+  if (bf) {
+    Dev<bf16> dz(to_b(z));
+    C::cross_entropy_inplace(dz.p, dtgt.p, dloss.p, true, damax.p, N, V, scale, g_stream);
+    gdl = to_d(dz.down());
+  } else {
+    Dev<float> dz(to_f(z));
+    Dev<bf16> ddl(z.size());
+    ddl.poison();
+    C::cross_entropy(dz.p, dtgt.p, dloss.p, ddl.p, damax.p, N, V, scale, g_stream);
+    gdl = to_d(ddl.down());
+  }
+  const auto gl = to_d(dloss.down());
   const auto ga = damax.down();
   size_t amax_bad = 0, untargeted_bad = 0, correct_bad = 0;
   for (int t = 0; t < N; t++) {
@@ -300,12 +311,13 @@ void test_cross_entropy(int N, int V, double offset, double sd) {
     }
   }
   char name[128], note[128];
-  std::snprintf(name, sizeof name, "cross_entropy N%d V%d offset %g loss", N, V, offset);
+  const char* kind = bf ? "bf16 in place" : "fp32";
+  std::snprintf(name, sizeof name, "cross_entropy %s N%d V%d offset %g loss", kind, N, V, offset);
   std::snprintf(note, sizeof note, "%d targeted rows; %zu untargeted entries nonzero", ntgt, untargeted_bad);
   report(name, compare(gl, loss), kTolF32, untargeted_bad, note);
-  std::snprintf(name, sizeof name, "cross_entropy N%d V%d offset %g dlogits", N, V, offset);
+  std::snprintf(name, sizeof name, "cross_entropy %s N%d V%d offset %g dlogits", kind, N, V, offset);
   report(name, compare(gdl, dl), kTolBf16);
-  std::snprintf(name, sizeof name, "cross_entropy N%d V%d offset %g argmax (ties)", N, V, offset);
+  std::snprintf(name, sizeof name, "cross_entropy %s N%d V%d offset %g argmax (ties)", kind, N, V, offset);
   std::snprintf(note, sizeof note, "%zu argmax mismatches, %zu 'correct' mismatches", amax_bad, correct_bad);
   report(name, Err{}, 0.0, amax_bad + correct_bad, note);
 }
@@ -502,9 +514,13 @@ int main(int argc, char** argv) {
     test_fused(q);
     test_embedding(1000, 96, q ? 200 : 777);
     test_embedding(500, 300, q ? 100 : 600);
-    test_cross_entropy(q ? 16 : 64, 259, 0.0, 2.0);
-    test_cross_entropy(q ? 6 : 40, 32768, 100.0, 3.0);  // large logits: needs the max subtraction
-    if (!q) test_cross_entropy(6, 151936, -20.0, 4.0);
+    for (bool bf : {false, true}) {  // V 259, 1001: one logit a load; 1000, 32768, 151936: 16 bytes
+      test_cross_entropy(q ? 16 : 64, 259, 0.0, 2.0, bf);
+      test_cross_entropy(q ? 8 : 24, 1000, 1.0, 2.0, bf);
+      test_cross_entropy(q ? 8 : 24, 1001, 1.0, 2.0, bf);
+      test_cross_entropy(q ? 6 : 40, 32768, 100.0, 3.0, bf);  // large logits: needs the max subtraction
+      if (!q) test_cross_entropy(6, 151936, -20.0, 4.0, bf);
+    }
     test_adamw(q ? 10007 : 100003, 0.1f);
     test_adamw(q ? 10007 : 100003, 0.0f);
     test_misc(q ? 10007 : 1000003);

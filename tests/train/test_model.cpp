@@ -146,7 +146,7 @@ TEST(Model, ChunkedLmHeadEqualsWhole) {
   EXPECT_EQ(st0.targets, 39 - 3 - 10);  // 3 document ends, 10 masked (7 of them inside documents)
 }
 
-// model.lm_head_chunk = 0 picks the chunk: whole when the fp32 logits fit in 1 GiB (a byte vocabulary,
+// model.lm_head_chunk = 0 picks the chunk: whole when the logits (fp32; bf16 on the GPU) fit in 1 GiB (a byte vocabulary,
 // or 32K at 8K tokens), else the most rows that fit, a multiple of 128 (Qwen's 151,936: 1,664).
 TEST(Model, AutoLmHeadChunkBoundsTheLogits) {
   const ModelExec a{0, false};
@@ -154,6 +154,8 @@ TEST(Model, AutoLmHeadChunkBoundsTheLogits) {
   EXPECT_EQ(a.head_rows(8192, 32768), 8192);
   EXPECT_EQ(a.head_rows(16384, 32768), 8192);
   EXPECT_EQ(a.head_rows(16384, 151936), 1664);
+  EXPECT_EQ(a.head_rows(16384, 151936, 2), 3456);  // the GPU's bf16 logits: twice the tokens
+  EXPECT_EQ(a.head_rows(16384, 32768, 2), 16384);
   EXPECT_LE(int64_t(a.head_rows(131072, 151936)) * 151936 * 4, ModelExec::kAutoHeadBytes);
   EXPECT_EQ(a.head_rows(100, 1 << 30), 100);  // never below 128 rows, never above N
   EXPECT_EQ(a.head_rows(1000, 1 << 30), 128);
