@@ -18,8 +18,8 @@
 #   phases    bench/gpu_phase_breakdown.sh: per-phase GPU time of sparse steps (CUDA events), the
 #             host-built selection against the device-built one (L, STEPS, SELECTS pass through)
 #   fuse      bench_fused_cuda (each fused kernel beside its unfused chain, one layer's arrays of the
-#             0.47B shape), then bench/gpu_fuse_ab.sh: sparse 0.47B steps with SB_FUSE=0 and 1 and the
-#             phase times (L, STEPS, ROUNDS pass through)
+#             0.47B shape), then bench/gpu_fuse_ab.sh: sparse 0.47B steps with SB_FUSE=0, 1 and 2 and
+#             the phase times (CONFIG, MODE, LEVELS, L, STEPS, ROUNDS pass through)
 #   overlap   bench/gpu_overlap.sh: the gradient all-reduce overlapped with the last backward against
 #             after it, one rank per GPU (NGPU, L, STEPS, ROUNDS pass through)
 #   accuracy  bench/accuracy.sh ACC_SCALE=gpu: the accuracy recipe, resumable; this call stops it

@@ -18,14 +18,15 @@ __global__ void __launch_bounds__(kThreads) bias_add_fwd_kernel(bf16* y, const f
     y[i] = __float2bfloat16(__bfloat162float(y[i]) + b[i % out]);
 }
 
-// db (out) += sum_t dy[t, :]. One thread per column and chunk of kChunk rows (a warp reads a row's
+// db (out) += sum_t dy[t, :], rows ld apart. One thread per column and chunk of kChunk rows (a warp reads a row's
 // consecutive columns), then one fp32 atomicAdd per column and chunk.
-__global__ void __launch_bounds__(kColThreads) bias_add_bwd_kernel(const bf16* dy, float* db, int N, int out) {
+__global__ void __launch_bounds__(kColThreads) bias_add_bwd_kernel(const bf16* dy, float* db, int N, int out,
+                                                                   int64_t ld) {
   const int c = blockIdx.y * blockDim.x + threadIdx.x;
   if (c >= out) return;
   const int64_t t0 = int64_t(blockIdx.x) * kChunk, t1 = t0 + kChunk < N ? t0 + kChunk : N;
   float acc = 0;
-  for (int64_t t = t0; t < t1; ++t) acc += __bfloat162float(dy[t * out + c]);
+  for (int64_t t = t0; t < t1; ++t) acc += __bfloat162float(dy[t * ld + c]);
   atomicAdd(db + c, acc);
 }
 
@@ -39,11 +40,11 @@ void bias_add_fwd(bf16* y, const float* b, int N, int out, cudaStream_t stream) 
   SB_CUDA_CHECK_LAUNCH("bias_add_fwd_kernel");
 }
 
-void bias_add_bwd(const bf16* dy, float* db, int N, int out, cudaStream_t stream) {
+void bias_add_bwd(const bf16* dy, float* db, int N, int out, cudaStream_t stream, int ld) {
   if (N <= 0 || out <= 0) return;
   // chunks on x (up to 2^31 - 1 blocks), column blocks on y (out / 128 stays far below 65535)
   const dim3 grid(unsigned((N + kChunk - 1) / kChunk), unsigned((out + kColThreads - 1) / kColThreads));
-  bias_add_bwd_kernel<<<grid, kColThreads, 0, stream>>>(dy, db, N, out);
+  bias_add_bwd_kernel<<<grid, kColThreads, 0, stream>>>(dy, db, N, out, ld > 0 ? ld : out);
   SB_CUDA_CHECK_LAUNCH("bias_add_bwd_kernel");
 }
 

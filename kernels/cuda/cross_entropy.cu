@@ -5,10 +5,8 @@
 // the kernel was latency-bound at ~2 TB/s (ncu, V = 151,936: jobs/gpu/ncu_step.sh).
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <string>
-#include <string_view>
 
+#include "base/env_choice.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/ops_cuda.hpp"
 
@@ -176,12 +174,7 @@ void cross_entropy_inplace(bf16* logits, const int32_t* targets, float* loss, bo
 }
 
 bool head_logits_bf16() {
-  static const bool bf = [] {
-    const char* e = std::getenv("SB_HEAD_LOGITS");
-    if (!e || !*e || std::string_view(e) == "bf16") return true;
-    if (std::string_view(e) == "fp32") return false;
-    throw Error(std::string("SB_HEAD_LOGITS='") + e + "': expected bf16 (the default) or fp32");
-  }();
+  static const bool bf = env_choice("SB_HEAD_LOGITS", {"bf16", "fp32"}, 0) == 0;
   return bf;
 }
 

@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(bf16* x, const int32_t* 
     const int d = int(i - t * half);
     float sn, cs;
     rope_sincos(pos[t], d, D, theta, sign, sn, cs);
-    rope_rotate(x + t * nh * D, nh, D, d, sn, cs);
+    rope_rotate(x + t * nh * D, x + t * nh * D, nh, D, d, sn, cs);
   }
 }
 

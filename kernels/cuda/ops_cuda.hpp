@@ -50,9 +50,10 @@ void linear_bwd(Blas& b, const bf16* x, const bf16* W, const bf16* dy, float* dx
 void linear_bwd(Blas& b, const bf16* x, const bf16* W, const bf16* dy, bf16* dx, bool accumulate_dx, float* dW,
                 int N, int in, int out);
 // Bias of a linear layer (bias.cu): y (N,out) bf16 += b (out) fp32 on every row; backward
-// db (out) fp32 += column sums of dy (N,out) bf16.
+// db (out) fp32 += column sums of dy (N,out) bf16, its rows ld apart (0: out; a column block of a
+// packed array).
 void bias_add_fwd(bf16* y, const float* b, int N, int out, cudaStream_t stream = nullptr);
-void bias_add_bwd(const bf16* dy, float* db, int N, int out, cudaStream_t stream = nullptr);
+void bias_add_bwd(const bf16* dy, float* db, int N, int out, cudaStream_t stream = nullptr, int ld = 0);
 
 // ---- per-row / elementwise ----
 // y (N,C) bf16 = x / rms(x) * w; rstd (N). x fp32 (the residual stream), w fp32.
@@ -70,10 +71,14 @@ void swiglu_fwd(const bf16* gate, const bf16* up, bf16* h, size_t n, cudaStream_
 void swiglu_bwd(const bf16* gate, const bf16* up, const bf16* dh, bf16* dgate, bf16* dup, size_t n,
                 cudaStream_t stream = nullptr);
 // ---- fused (fused.cu; issue 18 item 4) ----
-// SB_FUSE=0 (environment, read once) selects the unfused chains in the model; default 1.
-bool fuse_enabled();
-// Tests: 1 fused, 0 unfused, -1 back to SB_FUSE (not thread-safe; call between model runs).
-void set_fuse_override(int on);
+// SB_FUSE (environment, read once): 0 the unfused chains in the model, 1 the fused elementwise
+// kernels, 2 (the default) also the packed projections: q/k/v in one GEMM and gate/up in one, whose
+// outputs these kernels read and write as column blocks of one (N, width) array.
+int fuse_level();
+bool fuse_enabled();        // level >= 1
+bool packed_projections();  // level >= 2
+// Tests: the level (0, 1, 2), or -1 back to SB_FUSE (not thread-safe; call between model runs).
+void set_fuse_override(int level);
 // Residual add + rmsnorm + bf16: xm (N,C) += x, then y = bf16(rmsnorm(xm) * w), rstd (N), in one
 // pass (xm holds a GEMM's output on entry, the residual stream on exit).
 void add_rmsnorm_fwd(float* xm, const float* x, const float* w, bf16* y, float* rstd, int N, int C, float eps,
@@ -87,11 +92,23 @@ void qkv_rope_fwd(bf16* q, bf16* k, bf16* v, const float* bq, const float* bk, c
                   int N, int H, int Hkv, int D, double theta, cudaStream_t stream = nullptr);
 void qk_rope_bwd(bf16* dq, bf16* dk, const int32_t* pos, int N, int H, int Hkv, int D, double theta,
                  cudaStream_t stream = nullptr);
+// The same from and to packed rows: qkv (N, H*D + 2*Hkv*D) bf16, one GEMM's q|k|v output, to the
+// separate q (N,H,D), k, v (N,Hkv,D) the attention reads (bias, RoPE, v copied); backward dq, dk, dv
+// to dqkv (N, H*D + 2*Hkv*D), the inverse rotation of dq and dk (the packed GEMMs' input).
+void qkv_rope_unpack_fwd(const bf16* qkv, bf16* q, bf16* k, bf16* v, const float* bq, const float* bk,
+                         const float* bv, const int32_t* pos, int N, int H, int Hkv, int D, double theta,
+                         cudaStream_t stream = nullptr);
+void qkv_rope_pack_bwd(const bf16* dq, const bf16* dk, const bf16* dv, bf16* dqkv, const int32_t* pos, int N, int H,
+                       int Hkv, int D, double theta, cudaStream_t stream = nullptr);
 // swiglu_fwd / swiglu_bwd with 16-byte loads and stores (8 bf16): the same bits; falls back to
 // them when n is not a multiple of 8 or a pointer is not 16-byte aligned.
 void swiglu_fwd_wide(const bf16* gate, const bf16* up, bf16* h, size_t n, cudaStream_t stream = nullptr);
 void swiglu_bwd_wide(const bf16* gate, const bf16* up, const bf16* dh, bf16* dgate, bf16* dup, size_t n,
                      cudaStream_t stream = nullptr);
+// The same on one packed gate|up GEMM output gu (N, 2F) (gate columns [0, F), up [F, 2F)): h (N, F);
+// backward dgu (N, 2F) likewise packed, the input of one (2F, C) GEMM.
+void swiglu_fwd_packed(const bf16* gu, bf16* h, int N, int F, cudaStream_t stream = nullptr);
+void swiglu_bwd_packed(const bf16* gu, const bf16* dh, bf16* dgu, int N, int F, cudaStream_t stream = nullptr);
 // out (N,C) fp32 = table[ids] (fp32 master table). Backward: dtable[ids] += dout.
 void embedding_fwd(const int32_t* ids, const float* table, float* out, int N, int C, cudaStream_t stream = nullptr);
 void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int N, int C, cudaStream_t stream = nullptr);

@@ -16,21 +16,23 @@ __device__ inline void rope_sincos(int32_t pos, int d, int D, double theta, floa
   sn *= sign;
 }
 
-// Rotates the pair (d, d + half) of each of nh heads of one token, xt (nh, D) bf16 in place. With a
-// bias b (nh, D) fp32 (nullptr: none) each element is first bf16(x + b), as bias_add_fwd writes it.
-__device__ inline void rope_rotate(__nv_bfloat16* xt, int nh, int D, int d, float sn, float cs,
-                                   const float* b = nullptr) {
+// Rotates the pair (d, d + half) of each of nh heads of one token: in (nh, D) bf16 -> out (nh, D)
+// (in == out: in place). With a bias b (nh, D) fp32 (nullptr: none) each element is first
+// bf16(x + b), as bias_add_fwd writes it.
+__device__ inline void rope_rotate(const __nv_bfloat16* in, __nv_bfloat16* out, int nh, int D, int d, float sn,
+                                   float cs, const float* b = nullptr) {
   const int half = D / 2;
   for (int h = 0; h < nh; h++) {
-    __nv_bfloat16* xh = xt + int64_t(h) * D;  // (D)
+    const __nv_bfloat16* xh = in + int64_t(h) * D;  // (D)
+    __nv_bfloat16* yh = out + int64_t(h) * D;       // (D)
     float x0 = __bfloat162float(xh[d]), x1 = __bfloat162float(xh[d + half]);
     if (b) {
       x0 = __bfloat162float(__float2bfloat16(x0 + b[h * D + d]));
       x1 = __bfloat162float(__float2bfloat16(x1 + b[h * D + d + half]));
     }
     // explicit fma: every kernel that rotates rounds the same way (fused.cu's must equal ops.cu's)
-    xh[d] = __float2bfloat16(__fmaf_rn(x0, cs, -__fmul_rn(x1, sn)));
-    xh[d + half] = __float2bfloat16(__fmaf_rn(x1, cs, __fmul_rn(x0, sn)));
+    yh[d] = __float2bfloat16(__fmaf_rn(x0, cs, -__fmul_rn(x1, sn)));
+    yh[d + half] = __float2bfloat16(__fmaf_rn(x1, cs, __fmul_rn(x0, sn)));
   }
 }
 

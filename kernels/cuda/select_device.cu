@@ -18,12 +18,11 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <string>
-#include <string_view>
 #include <vector>
 
 #include "kernels/cta_order.hpp"
 #include "kernels/cuda/attention_cuda.hpp"
+#include "base/env_choice.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/gating_kernels.cuh"
 
@@ -215,13 +214,7 @@ int grid_for(int64_t n, int threads) { return int(std::clamp<int64_t>((n + threa
 constexpr bool kSelectOnDevice = true;
 
 bool device_selection_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("SB_SELECT");
-    if (!e || !*e) return kSelectOnDevice;
-    if (std::string_view(e) == "device") return true;
-    if (std::string_view(e) == "host") return false;
-    throw Error(std::string("SB_SELECT='") + e + "': expected device or host");
-  }();
+  static const bool on = env_choice("SB_SELECT", {"device", "host"}, kSelectOnDevice ? 0 : 1) == 0;
   return on;
 }
 

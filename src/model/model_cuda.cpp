@@ -47,7 +47,8 @@ struct ModelCuda::Layer {
   DeviceArray<float> lse;              // (N, H)
   DeviceArray<float> x_mid, rstd2;     // (N, C) after the attention residual, (N)
   DeviceArray<kc::bf16> xn2;           // (N, C)
-  DeviceArray<kc::bf16> gate, up, h;   // (N, F) x3
+  DeviceArray<kc::bf16> gate, up, h;   // (N, F) x3 (SB_FUSE <= 1: gate and up)
+  DeviceArray<kc::bf16> gu;            // (N, 2F) gate|up, one GEMM's output (SB_FUSE=2)
   // data.long_docs = "shard": each shard's selection (this rank's rows) and the layer's statistics
   // of those rows, kept in layers_[l] for the backward and recomputation
   std::vector<std::unique_ptr<kc::DeviceSelection>> shard_sel;
@@ -110,6 +111,15 @@ ModelCuda::ModelCuda(const ModelDims& dims, const ParamLayout& layout, bool fp32
     off32_[i] = master_ ? layout_.params[i].offset : w32_size_;
     w32_size_ += layout_.params[i].size;
   }
+  // SB_FUSE=2 reads gate|up as one (2F, C) matrix and q|k|v as one (H*D + 2*Hkv*D, C): the layout
+  // keeps gate and up adjacent, and q, k, v too unless their biases sit between them (Qwen2)
+  for (const LayerParams& I : layout_.layers) {
+    auto next = [&](size_t a, size_t b) {
+      return layout_.params[b].offset == layout_.params[a].offset + layout_.params[a].size;
+    };
+    if (!next(I.gate, I.up)) throw std::logic_error("ModelCuda: gate and up projections are not adjacent");
+    qkv_adjacent_ = qkv_adjacent_ && next(I.q, I.k) && next(I.k, I.v);
+  }
   w32_.resize(w32_size_), g32_.resize(n_), w16_.resize(n_);
   zero_grads();
   for (int l = 0; l < dims_.n_layers; ++l) layers_.push_back(std::make_unique<Layer>());
@@ -158,6 +168,28 @@ void ModelCuda::download_weights(std::vector<float>& w) const {
   SB_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
+// With q/k/v biases the layout puts each bias after its weight, so the packed (H*D + 2*Hkv*D, C)
+// matrix of each layer is gathered from w16_ before every run: the engine's optimizer writes w16_
+// between runs. 24 layers of the Qwen2.5-0.5B shape: 50 MB copied, about 0.03 ms.
+void ModelCuda::pack_qkv_weights() {
+  if (qkv_adjacent_) return;
+  const size_t C = size_t(dims_.d_model), HD = size_t(dims_.n_heads) * dims_.head_dim,
+               KD = size_t(dims_.n_kv_heads) * dims_.head_dim, P3 = HD + 2 * KD;
+  bf16* dst = qkvw16_.resize(layout_.layers.size() * P3 * C);  // (L, P3, C)
+  for (const LayerParams& I : layout_.layers) {
+    for (size_t i : {I.q, I.k, I.v}) {
+      const size_t n = layout_.params[i].size;
+      SB_CUDA_CHECK(cudaMemcpyAsync(dst, W16(i), n * sizeof(bf16), cudaMemcpyDeviceToDevice, stream_));
+      dst += n;
+    }
+  }
+}
+
+const ModelCuda::bf16* ModelCuda::Wqkv(int l) {
+  const size_t C = size_t(dims_.d_model), P3 = size_t(dims_.n_heads + 2 * dims_.n_kv_heads) * dims_.head_dim;
+  return qkv_adjacent_ ? W16(layout_.layers[size_t(l)].q) : qkvw16_.data() + size_t(l) * P3 * C;
+}
+
 void ModelCuda::zero_grads() { SB_CUDA_CHECK(cudaMemsetAsync(g32_.data(), 0, n_ * sizeof(float), stream_)); }
 
 template <class T>
@@ -188,17 +220,26 @@ void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a
   const LayerParams& I = layout_.layers[size_t(l)];
   PhaseClock& ph = phases_;
   using P = Phase;
-  const bool fuse = kc::fuse_enabled();
+  const bool fuse = kc::fuse_enabled(), pack = kc::packed_projections();
   // attention block
   ph.mark(P::elementwise, cs);
   if (!(fuse && x_out && l > 0))  // else layer l-1 computed it with its residual add
     kc::rmsnorm_fwd(x, W(I.ln1), A.xn.resize(NC), A.rstd1.resize(N), N, C, eps, cs);
   ph.mark(P::gemm, cs);
-  kc::linear_fwd(bl, A.xn.data(), W16(I.q), A.q.resize(size_t(N) * HD), N, C, HD);
-  kc::linear_fwd(bl, A.xn.data(), W16(I.k), A.k.resize(size_t(N) * KD), N, C, KD);
-  kc::linear_fwd(bl, A.xn.data(), W16(I.v), A.v.resize(size_t(N) * KD), N, C, KD);
+  if (pack) {  // q|k|v (N, HD + 2 KD) in one GEMM, then bias + RoPE into the arrays attention reads
+    kc::linear_fwd(bl, A.xn.data(), Wqkv(l), qkv_.resize(size_t(N) * (HD + 2 * KD)), N, C, HD + 2 * KD);
+  } else {
+    kc::linear_fwd(bl, A.xn.data(), W16(I.q), A.q.resize(size_t(N) * HD), N, C, HD);
+    kc::linear_fwd(bl, A.xn.data(), W16(I.k), A.k.resize(size_t(N) * KD), N, C, KD);
+    kc::linear_fwd(bl, A.xn.data(), W16(I.v), A.v.resize(size_t(N) * KD), N, C, KD);
+  }
   ph.mark(P::elementwise, cs);
-  if (fuse) {
+  if (pack) {
+    kc::qkv_rope_unpack_fwd(qkv_.data(), A.q.resize(size_t(N) * HD), A.k.resize(size_t(N) * KD),
+                            A.v.resize(size_t(N) * KD), s.qkv_bias ? W(I.q_bias) : nullptr,
+                            s.qkv_bias ? W(I.k_bias) : nullptr, s.qkv_bias ? W(I.v_bias) : nullptr, pos_.data(), N, H,
+                            Hkv, D, s.rope_theta, cs);
+  } else if (fuse) {
     kc::qkv_rope_fwd(A.q.data(), A.k.data(), A.v.data(), s.qkv_bias ? W(I.q_bias) : nullptr,
                      s.qkv_bias ? W(I.k_bias) : nullptr, s.qkv_bias ? W(I.v_bias) : nullptr, pos_.data(), N, H, Hkv,
                      D, s.rope_theta, cs);
@@ -257,10 +298,16 @@ void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a
   else
     kc::rmsnorm_fwd(xm, W(I.ln2), A.xn2.resize(NC), A.rstd2.resize(N), N, C, eps, cs);
   ph.mark(P::gemm, cs);
-  kc::linear_fwd(bl, A.xn2.data(), W16(I.gate), A.gate.resize(NF), N, C, F);
-  kc::linear_fwd(bl, A.xn2.data(), W16(I.up), A.up.resize(NF), N, C, F);
+  if (pack) {  // gate|up (N, 2F): the two weights are adjacent, one (2F, C) matrix
+    kc::linear_fwd(bl, A.xn2.data(), W16(I.gate), A.gu.resize(2 * NF), N, C, 2 * F);
+  } else {
+    kc::linear_fwd(bl, A.xn2.data(), W16(I.gate), A.gate.resize(NF), N, C, F);
+    kc::linear_fwd(bl, A.xn2.data(), W16(I.up), A.up.resize(NF), N, C, F);
+  }
   ph.mark(P::elementwise, cs);
-  if (fuse)
+  if (pack)
+    kc::swiglu_fwd_packed(A.gu.data(), A.h.resize(NF), N, F, cs);
+  else if (fuse)
     kc::swiglu_fwd_wide(A.gate.data(), A.up.data(), A.h.resize(NF), NF, cs);
   else
     kc::swiglu_fwd(A.gate.data(), A.up.data(), A.h.resize(NF), NF, cs);
@@ -354,6 +401,7 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
     for (auto& A : layers_) gating_->reserve(A->sel);
   }
   ph.mark(P::elementwise, cs);
+  if (kc::packed_projections()) pack_qkv_weights();
   to_device(tokens_, b.tokens, cs);
   to_device(targets_, b.targets, cs);
   to_device(pos_, b.pos, cs);
@@ -415,7 +463,11 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
       kc::rmsnorm_bwd_fused(xs_top_.data(), W(layout_.norm), rstdf_.data(), dxf, dx, dx16, G(layout_.norm), N, C, cs);
     else
       kc::rmsnorm_bwd(xs_top_.data(), W(layout_.norm), rstdf_.data(), dxf, dx, G(layout_.norm), N, C, cs);
-    bf16 *dh = dh_.resize(NF), *dg = dg_.resize(NF), *du = du_.resize(NF);
+    const bool pack = kc::packed_projections();
+    const int P3 = HD + 2 * KD;  // packed q|k|v columns
+    bf16* dh = dh_.resize(NF);
+    bf16 *dg = pack ? nullptr : dg_.resize(NF), *du = pack ? nullptr : du_.resize(NF);
+    bf16 *dgu = pack ? dgu_.resize(2 * NF) : nullptr, *dqkv = pack ? dqkv_.resize(size_t(N) * P3) : nullptr;
     bf16 *datt = datt_.resize(size_t(N) * HD), *dq = dq_.resize(size_t(N) * HD);
     bf16 *dk = dk_.resize(size_t(N) * KD), *dv = dv_.resize(size_t(N) * KD);
     void* ws = attn_ws_.resize(kc::block_attention_bwd_workspace(N, ashape));
@@ -430,13 +482,20 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
       ph.mark(P::gemm, cs);
       kc::linear_bwd(bl, A.h.data(), W16(I.down), dx16, dh, false, G(I.down), N, F, C);
       ph.mark(P::elementwise, cs);
-      if (fuse)
+      if (pack) {
+        kc::swiglu_bwd_packed(A.gu.data(), dh, dgu, N, F, cs);
+      } else if (fuse) {
         kc::swiglu_bwd_wide(A.gate.data(), A.up.data(), dh, dg, du, NF, cs);
-      else
+      } else {
         kc::swiglu_bwd(A.gate.data(), A.up.data(), dh, dg, du, NF, cs);
+      }
       ph.mark(P::gemm, cs);
-      kc::linear_bwd(bl, A.xn2.data(), W16(I.gate), dg, dxn, false, G(I.gate), N, C, F);
-      kc::linear_bwd(bl, A.xn2.data(), W16(I.up), du, dxn, true, G(I.up), N, C, F);
+      if (pack) {  // dxn = dgu Wgu, the gate and up gradients (adjacent) += dgu^T xn2: two GEMMs, not four
+        kc::linear_bwd(bl, A.xn2.data(), W16(I.gate), dgu, dxn, false, G(I.gate), N, C, 2 * F);
+      } else {
+        kc::linear_bwd(bl, A.xn2.data(), W16(I.gate), dg, dxn, false, G(I.gate), N, C, F);
+        kc::linear_bwd(bl, A.xn2.data(), W16(I.up), du, dxn, true, G(I.up), N, C, F);
+      }
       ph.mark(P::elementwise, cs);
       if (fuse) {
         kc::rmsnorm_bwd_fused(A.x_mid.data(), W(I.ln2), A.rstd2.data(), dxn, dx, dx16, G(I.ln2), N, C, cs);
@@ -454,21 +513,36 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
       if (!b.shards.empty()) shards_backward(l, b, a, A, datt, dq, dk, dv);
       timers.stop(ta);
       ph.mark(P::elementwise, cs);
-      if (fuse) {
+      if (pack) {
+        kc::qkv_rope_pack_bwd(dq, dk, dv, dqkv, pos_.data(), N, H, Hkv, D, s.rope_theta, cs);
+      } else if (fuse) {
         kc::qk_rope_bwd(dq, dk, pos_.data(), N, H, Hkv, D, s.rope_theta, cs);
       } else {
         kc::rope_bwd(dq, pos_.data(), N, H, D, s.rope_theta, cs);
         kc::rope_bwd(dk, pos_.data(), N, Hkv, D, s.rope_theta, cs);
       }
-      if (s.qkv_bias) {
+      if (s.qkv_bias && pack) {  // the column blocks of dqkv
+        kc::bias_add_bwd(dqkv, G(I.q_bias), N, HD, cs, P3);
+        kc::bias_add_bwd(dqkv + HD, G(I.k_bias), N, KD, cs, P3);
+        kc::bias_add_bwd(dqkv + HD + KD, G(I.v_bias), N, KD, cs, P3);
+      } else if (s.qkv_bias) {
         kc::bias_add_bwd(dq, G(I.q_bias), N, HD, cs);
         kc::bias_add_bwd(dk, G(I.k_bias), N, KD, cs);
         kc::bias_add_bwd(dv, G(I.v_bias), N, KD, cs);
       }
       ph.mark(P::gemm, cs);
-      kc::linear_bwd(bl, A.xn.data(), W16(I.q), dq, dxn, false, G(I.q), N, C, HD);
-      kc::linear_bwd(bl, A.xn.data(), W16(I.k), dk, dxn, true, G(I.k), N, C, KD);
-      kc::linear_bwd(bl, A.xn.data(), W16(I.v), dv, dxn, true, G(I.v), N, C, KD);
+      if (pack && qkv_adjacent_) {  // dxn = dqkv Wqkv; the q/k/v gradients, adjacent, += dqkv^T xn
+        kc::linear_bwd(bl, A.xn.data(), W16(I.q), dqkv, dxn, false, G(I.q), N, C, P3);
+      } else if (pack) {  // biases between the weights: dW per column block of dqkv
+        kc::linear_bwd(bl, A.xn.data(), Wqkv(l), dqkv, dxn, false, nullptr, N, C, P3);
+        kc::gemm(bl, true, false, HD, C, N, 1.f, dqkv, P3, A.xn.data(), C, 1.f, G(I.q), C);
+        kc::gemm(bl, true, false, KD, C, N, 1.f, dqkv + HD, P3, A.xn.data(), C, 1.f, G(I.k), C);
+        kc::gemm(bl, true, false, KD, C, N, 1.f, dqkv + HD + KD, P3, A.xn.data(), C, 1.f, G(I.v), C);
+      } else {
+        kc::linear_bwd(bl, A.xn.data(), W16(I.q), dq, dxn, false, G(I.q), N, C, HD);
+        kc::linear_bwd(bl, A.xn.data(), W16(I.k), dk, dxn, true, G(I.k), N, C, KD);
+        kc::linear_bwd(bl, A.xn.data(), W16(I.v), dv, dxn, true, G(I.v), N, C, KD);
+      }
       ph.mark(P::elementwise, cs);
       if (fuse)  // dx16 feeds layer l-1's down projection (layer 0: the embedding reads dx)
         kc::rmsnorm_bwd_fused(K.x_in.data(), W(I.ln1), A.rstd1.data(), dxn, dx, l > 0 ? dx16 : nullptr, G(I.ln1), N,

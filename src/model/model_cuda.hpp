@@ -160,6 +160,10 @@ class ModelCuda {
     return w32_.data() + off32_[i];
   }
   bf16* W16(size_t i) { return w16_.data() + layout_.params[i].offset; }
+  // Layer l's q|k|v weight as one (H*D + 2*Hkv*D, C) matrix (SB_FUSE=2): in w16_ itself when the
+  // three are adjacent, else the copy pack_qkv_weights() gathered.
+  const bf16* Wqkv(int l);
+  void pack_qkv_weights();
   float* G(size_t i) { return g32_.data() + layout_.params[i].offset; }
 
   ModelDims dims_;
@@ -173,6 +177,8 @@ class ModelCuda {
   std::unique_ptr<kernels::cuda::Blas> blas_;
   DeviceArray<float> w32_, g32_;  // (n) master weights (or the fp32-read tensors only), gradients
   DeviceArray<bf16> w16_;         // (n) the copy the GEMMs read
+  bool qkv_adjacent_ = true;      // q, k, v weights back to back in every layer (no biases between)
+  DeviceArray<bf16> qkvw16_;      // (L, H*D + 2*Hkv*D, C) packed q|k|v weights when not adjacent
   std::vector<std::unique_ptr<Layer>> layers_;  // saved activations, kept between micro-batches
   std::unique_ptr<Layer> work_;                 // train.recompute: the activations of the layer at hand
   // per micro-batch: inputs, final norm, one chunk of logits (model.lm_head_chunk; head16_ holds the
@@ -180,6 +186,7 @@ class ModelCuda {
   DeviceArray<int32_t> tokens_, targets_, pos_, argmax_;
   DeviceArray<float> xs_top_, rstdf_, logits_, loss_, dxf_, dx_, dxn_;
   DeviceArray<bf16> xf_, head16_, dx16_, dh_, dg_, du_, datt_, dq_, dk_, dv_;
+  DeviceArray<bf16> qkv_, dqkv_, dgu_;  // SB_FUSE=2: (N, H*D + 2*Hkv*D) packed q|k|v and its gradient, (N, 2F)
   DeviceArray<unsigned char> attn_ws_;
   std::unique_ptr<kernels::cuda::DeviceGating> gating_;  // sparse selection on the device
   PhaseClock phases_;

@@ -1,10 +1,12 @@
-// Config loading, overrides and validation errors.
+// Config loading, overrides and validation errors; the environment switches' parser.
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "src/cli/args.hpp"
+#include "base/env_choice.hpp"
 #include "base/error.hpp"
 #include "src/config/config.hpp"
 #include "tests/error_of.hpp"
@@ -112,4 +114,24 @@ TEST(Args, FlagsAndSets) {
   const char* bad[] = {"--ouptut", "x"};
   auto msg = error_of([&] { sb::parse_args(std::span<char* const>(const_cast<char**>(bad), 2), flags, "sparsebalance x"); });
   EXPECT_NE(msg.find("unknown flag --ouptut; did you mean --output?"), std::string::npos) << msg;
+}
+
+// SB_FUSE, SB_SELECT, SB_HEAD_LOGITS (read by the GPU code through env_choice): unset or empty gives
+// the default, a listed value its index, anything else an error naming the variable and the choices.
+TEST(EnvChoice, ValuesDefaultAndBadValue) {
+  const char* name = "SB_TEST_ENV_CHOICE";
+  unsetenv(name);
+  EXPECT_EQ(sb::env_choice(name, {"0", "1", "2"}, 2), 2);
+  setenv(name, "", 1);
+  EXPECT_EQ(sb::env_choice(name, {"0", "1", "2"}, 2), 2);
+  setenv(name, "1", 1);
+  EXPECT_EQ(sb::env_choice(name, {"0", "1", "2"}, 2), 1);
+  setenv(name, "fp32", 1);
+  EXPECT_EQ(sb::env_choice(name, {"bf16", "fp32"}, 0), 1);
+  setenv(name, "3", 1);
+  EXPECT_EQ(error_of([&] { sb::env_choice(name, {"0", "1", "2"}, 2); }),
+            "SB_TEST_ENV_CHOICE='3': expected one of 0, 1, 2");
+  setenv(name, "Device", 1);  // case matters
+  EXPECT_NE(error_of([&] { sb::env_choice(name, {"device", "host"}, 0); }), "");
+  unsetenv(name);
 }

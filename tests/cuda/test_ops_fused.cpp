@@ -107,6 +107,85 @@ void test_fused_rope(int N, int H, int Hkv, int D, double theta, bool bias) {
   report(name, compare(to_d(dgk.down()), gk), kTolBf16, bits_differ(dgk.down(), ugk.down()));
 }
 
+// Packed rows (SB_FUSE=2): column blocks [0, w0), [w0, w0 + w1), ... of a (N, sum w) array, from and
+// to separate (N, w) arrays.
+std::vector<bf16> pack_rows(const std::vector<const std::vector<bf16>*>& parts, int N) {
+  std::vector<bf16> out;
+  for (int t = 0; t < N; t++)
+    for (const auto* a : parts) {
+      const size_t w = a->size() / size_t(N);
+      out.insert(out.end(), a->begin() + long(t * w), a->begin() + long((t + 1) * w));
+    }
+  return out;
+}
+
+// qkv_rope_unpack_fwd / qkv_rope_pack_bwd against the separate-array kernels (bitwise: the same
+// arithmetic on the same values), and the bias gradient of a packed column block against the CPU.
+void test_packed_rope(int N, int H, int Hkv, int D, double theta, bool bias) {
+  std::vector<int32_t> pos(N);
+  std::uniform_int_distribution<int> P(0, 70000);
+  for (auto& p : pos) p = P(g_rng);
+  Dev<int32_t> dpos(pos);
+  const int HD = H * D, KD = Hkv * D, P3 = HD + 2 * KD;
+  const size_t nq = size_t(N) * HD, nk = size_t(N) * KD;
+  char name[128];
+  const char* b = bias ? " +bias" : "";
+  const std::vector<bf16> q = to_b(randn(nq, 1.0)), k = to_b(randn(nk, 1.0)), v = to_b(randn(nk, 1.0));
+  const std::vector<double> bq = randn(HD, 0.5, 0.0, false), bk = randn(KD, 0.5, 0.0, false),
+                            bv = randn(KD, 0.5, 0.0, false);
+  Dev<float> dbq(to_f(bq)), dbk(to_f(bk)), dbv(to_f(bv));
+  Dev<bf16> packed(pack_rows({&q, &k, &v}, N)), oq(nq), ok(nk), ov(nk), sq(q), sk(k), sv(v);
+  oq.poison(), ok.poison(), ov.poison();
+  C::qkv_rope_unpack_fwd(packed.p, oq.p, ok.p, ov.p, bias ? dbq.p : nullptr, bias ? dbk.p : nullptr,
+                         bias ? dbv.p : nullptr, dpos.p, N, H, Hkv, D, theta, g_stream);
+  C::qkv_rope_fwd(sq.p, sk.p, sv.p, bias ? dbq.p : nullptr, bias ? dbk.p : nullptr, bias ? dbv.p : nullptr, dpos.p, N,
+                  H, Hkv, D, theta, g_stream);
+  std::snprintf(name, sizeof name, "qkv_rope_unpack_fwd N%d H%d/%d D%d%s == in place", N, H, Hkv, D, b);
+  report(name, Err{}, 0,
+         bits_differ(oq.down(), sq.down()) + bits_differ(ok.down(), sk.down()) + bits_differ(ov.down(), sv.down()));
+  // backward: dq, dk rotated back and dv copied into one packed (N, P3) array
+  const std::vector<bf16> gq = to_b(randn(nq, 1.0)), gk = to_b(randn(nk, 1.0)), gv = to_b(randn(nk, 1.0));
+  Dev<bf16> dgq(gq), dgk(gk), dgv(gv), dqkv(size_t(N) * P3), ugq(gq), ugk(gk);
+  dqkv.poison();
+  C::qkv_rope_pack_bwd(dgq.p, dgk.p, dgv.p, dqkv.p, dpos.p, N, H, Hkv, D, theta, g_stream);
+  C::qk_rope_bwd(ugq.p, ugk.p, dpos.p, N, H, Hkv, D, theta, g_stream);
+  const std::vector<bf16> uq = ugq.down(), uk = ugk.down(), want = pack_rows({&uq, &uk, &gv}, N);
+  std::snprintf(name, sizeof name, "qkv_rope_pack_bwd N%d H%d/%d D%d == in place", N, H, Hkv, D);
+  const std::vector<bf16> got = dqkv.down();
+  report(name, Err{}, 0, bits_differ(got, want));
+  // bias gradients of the packed array's column blocks (rows P3 apart) onto random values
+  const std::vector<double> dd = to_d(got);
+  int at = 0;
+  for (const int w : {HD, KD, KD}) {
+    std::vector<double> block(size_t(N) * w), db = randn(w, 1.0, 0.0, false);
+    for (int t = 0; t < N; t++)
+      for (int c = 0; c < w; c++) block[size_t(t) * w + c] = dd[size_t(t) * P3 + at + c];
+    Dev<float> ddb(to_f(db));
+    K::bias_add_bwd<double>(block.data(), db.data(), N, w);
+    C::bias_add_bwd(dqkv.p + at, ddb.p, N, w, g_stream, P3);
+    std::snprintf(name, sizeof name, "bias_add_bwd N%d cols %d..%d of %d", N, at, at + w, P3);
+    report(name, compare(to_d(ddb.down()), db), kTolF32);
+    at += w;
+  }
+}
+
+// swiglu_fwd/bwd_packed on (N, 2F) gate|up against the scalar kernels on the separate halves
+// (bitwise); F % 8 != 0 takes the packed scalar kernels.
+void test_packed_swiglu(int N, int F) {
+  const size_t n = size_t(N) * F;
+  char name[128];
+  const std::vector<bf16> g = to_b(randn(n, 1.5)), u = to_b(randn(n, 1.0)), dh = to_b(randn(n, 1.0));
+  Dev<bf16> gu(pack_rows({&g, &u}, N)), h(n), dgu(2 * n), sg(g), su(u), sdh(dh), sh(n), sdg(n), sdu(n), pdh(dh);
+  h.poison(), dgu.poison();
+  C::swiglu_fwd_packed(gu.p, h.p, N, F, g_stream);
+  C::swiglu_bwd_packed(gu.p, pdh.p, dgu.p, N, F, g_stream);
+  C::swiglu_fwd(sg.p, su.p, sh.p, n, g_stream);
+  C::swiglu_bwd(sg.p, su.p, sdh.p, sdg.p, sdu.p, n, g_stream);
+  const std::vector<bf16> wg = sdg.down(), wu = sdu.down();
+  std::snprintf(name, sizeof name, "swiglu_fwd/bwd_packed N%d F%d == scalar", N, F);
+  report(name, Err{}, 0, bits_differ(h.down(), sh.down()) + bits_differ(dgu.down(), pack_rows({&wg, &wu}, N)));
+}
+
 }  // namespace
 
 void test_fused(bool q) {
@@ -116,4 +195,8 @@ void test_fused(bool q) {
   test_fused_rmsnorm(q ? 3 : 9, 8192);      // over the shared-memory bound: the unfused chain
   test_fused_rope(q ? 64 : 300, 10, 2, 128, 500000.0, false);
   test_fused_rope(q ? 64 : 300, 14, 2, 64, 1000000.0, true);
+  test_packed_rope(q ? 64 : 300, 10, 2, 128, 500000.0, false);
+  test_packed_rope(q ? 64 : 300, 14, 2, 64, 1000000.0, true);
+  test_packed_swiglu(q ? 37 : 300, 4864 / 8);  // 608: the 16-byte kernels
+  test_packed_swiglu(q ? 37 : 300, 77);        // scalar
 }

@@ -4,7 +4,7 @@
 //   random q/k/v biases, bias.cu).
 // - Forward only (eval): loss and greedy predictions against Model<double>; gradients untouched.
 // - The same with the chunked LM head (model.lm_head_chunk) and layer recomputation (train.recompute).
-// - The fused elementwise kernels (SB_FUSE, the default) against the unfused chains.
+// - The fused elementwise kernels and packed projections (SB_FUSE=1, 2) against the unfused chains.
 // - 20 steps of `train` on the GPU against the same run on the CPU: the losses agree to bf16
 //   tolerance at every step, and ranks stay bit-identical (train.sync_check_every = 1). At 2 ranks
 //   on one GPU the gradients go through host memory (NCCL takes one GPU per rank). Then `eval` of
@@ -250,11 +250,13 @@ TEST(ModelCuda, LayerRecomputationMatchesDoubleReference) {
   check_one_micro_batch({true, false, false, sb::ModelExec{128, true}});
 }
 
-// SB_FUSE=0 against 1 (kernels/cuda/fused.cu) on one micro-batch, forward + backward: the same
-// network, so the loss and every gradient agree up to fp32 summation order (the norms' dw sums,
-// cuBLAS's choice of algorithm for beta 0 against 1); a residual or norm wired wrong is off by O(1).
+// SB_FUSE=1 and 2 against 0 (kernels/cuda/fused.cu; 2: the packed q|k|v and gate|up GEMMs) on one
+// micro-batch, forward + backward: the same network, so the loss and every gradient agree up to fp32
+// summation order (the norms' dw sums, cuBLAS's choice of algorithm for beta 0 against 1, one K =
+// 2F GEMM against two summed); a residual, norm or column block wired wrong is off by O(1).
 // (Every other ModelCuda case runs the default, fused.)
-// Untied dense with q/k/v biases, then tied sparse under layer recomputation with a chunked head.
+// Untied dense with q/k/v biases (the packed q|k|v weights gathered: pack_qkv_weights), then tied
+// sparse under layer recomputation with a chunked head (q, k, v adjacent in the flat buffer).
 TEST(ModelCuda, FusedElementwiseMatchesUnfused) {
   if (!have_gpu()) GTEST_SKIP();
   for (const BatchCase c : {BatchCase{false, false, true}, BatchCase{true, true, false, sb::ModelExec{100, true}}}) {
@@ -273,9 +275,9 @@ TEST(ModelCuda, FusedElementwiseMatchesUnfused) {
     sb::ModelCuda gpu(d, host.layout());
     gpu.set_exec(c.exec);
     gpu.upload_weights(host.weights());
-    double loss[2];
-    std::vector<float> g[2];
-    for (int fuse = 0; fuse < 2; ++fuse) {
+    double loss[3];
+    std::vector<float> g[3];
+    for (int fuse = 0; fuse < 3; ++fuse) {
       sb::kernels::cuda::set_fuse_override(fuse);
       gpu.zero_grads();
       loss[fuse] = gpu.forward_backward(b, a, 1e-3f).loss_sum;
@@ -283,20 +285,22 @@ TEST(ModelCuda, FusedElementwiseMatchesUnfused) {
       SB_CUDA_CHECK(cudaMemcpy(g[fuse].data(), gpu.grads(), gpu.size() * sizeof(float), cudaMemcpyDeviceToHost));
     }
     sb::kernels::cuda::set_fuse_override(-1);
-    const double loss_err = std::abs(loss[1] - loss[0]) / loss[0];
-    EXPECT_LT(loss_err, 1e-4);
     std::vector<double> ref(g[0].begin(), g[0].end());
-    double worst = 0;
-    for (const auto& p : host.params()) {
-      const double e = rel_err(g[1], ref.data(), p.offset, p.size);
-      worst = std::max(worst, e);
-      // bf16 activations may round one ulp apart where an fp32 sum's order changed; the k bias
-      // gradient nearly cancels (see check_one_micro_batch), so its relative difference is larger
-      EXPECT_LT(e, p.name.ends_with(".bias") ? 3e-2 : 2e-3) << p.name;
+    for (int level = 1; level < 3; ++level) {
+      const double loss_err = std::abs(loss[level] - loss[0]) / loss[0];
+      EXPECT_LT(loss_err, 1e-4) << "SB_FUSE=" << level;
+      double worst = 0;
+      for (const auto& p : host.params()) {
+        const double e = rel_err(g[level], ref.data(), p.offset, p.size);
+        worst = std::max(worst, e);
+        // bf16 activations may round one ulp apart where an fp32 sum's order changed; the k bias
+        // gradient nearly cancels (see check_one_micro_batch), so its relative difference is larger
+        EXPECT_LT(e, p.name.ends_with(".bias") ? 3e-2 : 2e-3) << p.name << " SB_FUSE=" << level;
+      }
+      std::printf("SB_FUSE=%d vs 0 (tied=%d sparse=%d qkv_bias=%d recompute=%d): loss %.6f / %.6f rel %.2e, worst "
+                  "gradient rel diff %.2e\n",
+                  level, c.tied, c.sparse, c.qkv_bias, int(c.exec.recompute), loss[0], loss[level], loss_err, worst);
     }
-    std::printf("fused vs unfused (tied=%d sparse=%d qkv_bias=%d recompute=%d): loss %.6f / %.6f rel %.2e, worst "
-                "gradient rel diff %.2e\n",
-                c.tied, c.sparse, c.qkv_bias, int(c.exec.recompute), loss[0], loss[1], loss_err, worst);
   }
 }
 
