@@ -13,6 +13,7 @@
 # Run on the GPU machine after jobs/gpu/build_on_gpu.sh (stage `fuse`):
 #   L=32768 STEPS=8 bash bench/gpu_fuse_ab.sh
 #   CONFIG=configs/qwen2.5-0.5b.toml MODE=dense L=16384 LEVELS="1 2" STEPS=6 bash bench/gpu_fuse_ab.sh
+#   (BLOCK, K: the attention block and attention.k over CONFIG's, as bench/gpu_e2e.sh takes them)
 set -uo pipefail
 SB=${SB:-build-gpu/src/sparsebalance}
 OUTDIR=${OUT:-gpu-out}
@@ -23,6 +24,9 @@ L=${L:-32768}
 STEPS=${STEPS:-8}
 ROUNDS=${ROUNDS:-1}
 mkdir -p "$OUTDIR" runs/gpu_e2e
+att_sets=()  # BLOCK, K: the attention block and attention.k over CONFIG's (as bench/gpu_e2e.sh)
+[ -n "${BLOCK:-}" ] && att_sets+=(--set attention.block_size="$BLOCK")
+[ -n "${K:-}" ] && att_sets+=(--set attention.k="$K")
 data=runs/gpu_e2e/data_$L
 [ -f "$data/shard_00000.h5" ] || "$SB" prep synth --preset fixed --docs 24 --max-len "$L" --min-len "$L" \
     --output "$data" > /dev/null || exit 1
@@ -31,7 +35,7 @@ for r in $(seq 1 "$ROUNDS"); do
   for f in $LEVELS; do
     run=fuse${f}_r$r
     rm -rf runs/gpu_e2e/ckpt_$run
-    SB_FUSE=$f SB_PHASE_TIMES=1 "$SB" train "$CONFIG" --set data.path="$data" --set data.val_fraction=0 \
+    SB_FUSE=$f SB_PHASE_TIMES=1 "$SB" train "$CONFIG" --set data.path="$data" --set data.val_fraction=0 "${att_sets[@]}" \
       --set train.micro_batch_tokens="$L" --set train.global_batch_tokens=$((2 * L)) --set train.steps="$STEPS" \
       --set attention.mode="$MODE" --set balance.tuning=$tuning --set balance.self_profile=$prof \
       --set checkpoint.dir=runs/gpu_e2e/ckpt_$run \

@@ -8,7 +8,8 @@
 # Run on the GPU machine after jobs/gpu/build_on_gpu.sh (SB = the binary it built):
 #   L=32768 STEPS=6 SELECTS="host device" bash bench/gpu_phase_breakdown.sh
 #   CONFIG=configs/qwen2.5-0.5b.toml MODE=dense SELECTS=device L=16384 bash bench/gpu_phase_breakdown.sh
-#     another shape (CONFIG), dense (MODE; tuning fixed) or sparse (tuning dst, the default)
+#     another shape (CONFIG), dense (MODE; tuning fixed) or sparse (tuning dst, the default); BLOCK
+#     and K override CONFIG's attention block and attention.k (as bench/gpu_e2e.sh)
 # Per path one plain run (tokens/s) and one with the events; prints the per-step phase lines and a
 # table ($OUT/phase_table.md): median over steps 3.. (the first two warm up).
 set -uo pipefail
@@ -21,6 +22,9 @@ CONFIG=${CONFIG:-configs/gpu_0p5b.toml}
 MODE=${MODE:-sparse}
 TUNING=dst; PROF=true; [ "$MODE" = dense ] && { TUNING=fixed; PROF=false; }  # dense: no latency model to fit
 mkdir -p "$OUTDIR" runs/gpu_e2e
+att_sets=()  # BLOCK, K: the attention block and attention.k over CONFIG's (as bench/gpu_e2e.sh)
+[ -n "${BLOCK:-}" ] && att_sets+=(--set attention.block_size="$BLOCK")
+[ -n "${K:-}" ] && att_sets+=(--set attention.k="$K")
 data=runs/gpu_e2e/data_$L
 [ -f "$data/shard_00000.h5" ] || "$SB" prep synth --preset fixed --docs 24 --max-len "$L" --min-len "$L" \
     --output "$data" > /dev/null || exit 1
@@ -29,7 +33,7 @@ for sel in $SELECTS; do
   for pt in 0 1; do
     run=${sel}_$pt
     rm -rf runs/gpu_e2e/ckpt_phase_$run
-    SB_SELECT=$sel SB_PHASE_TIMES=$pt "$SB" train "$CONFIG" --set data.path="$data" --set data.val_fraction=0 \
+    SB_SELECT=$sel SB_PHASE_TIMES=$pt "$SB" train "$CONFIG" --set data.path="$data" --set data.val_fraction=0 "${att_sets[@]}" \
       --set train.micro_batch_tokens="$L" --set train.global_batch_tokens=$((2 * L)) --set train.steps="$STEPS" \
       --set attention.mode="$MODE" --set balance.tuning=$TUNING --set balance.self_profile=$PROF --set checkpoint.dir=runs/gpu_e2e/ckpt_phase_$run \
       --set log.path=runs/gpu_e2e/metrics_phase_$run.h5 --summary runs/gpu_e2e/phase_$run.json \

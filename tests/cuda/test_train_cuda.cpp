@@ -294,8 +294,13 @@ TEST(ModelCuda, FusedElementwiseMatchesUnfused) {
         const double e = rel_err(g[level], ref.data(), p.offset, p.size);
         worst = std::max(worst, e);
         // bf16 activations may round one ulp apart where an fp32 sum's order changed; the k bias
-        // gradient nearly cancels (see check_one_micro_batch), so its relative difference is larger
-        EXPECT_LT(e, p.name.ends_with(".bias") ? 3e-2 : 2e-3) << p.name << " SB_FUSE=" << level;
+        // gradient nearly cancels (see check_one_micro_batch), so its relative difference is larger.
+        // Level 1 runs the same GEMMs as 0 (4.4e-7 measured); level 2's packed GEMMs sum in another
+        // order, and the attention backward (dS = P (dP - Delta)) amplifies the flipped roundings in
+        // the layers below: up to 7.2e-3 at layer 0's q_proj on the H200, both levels within the
+        // double reference's tolerance. A wrong column block is off by ~100%.
+        const double tol = p.name.ends_with(".bias") ? 3e-2 : level == 1 ? 2e-3 : 1.5e-2;
+        EXPECT_LT(e, tol) << p.name << " SB_FUSE=" << level;
       }
       std::printf("SB_FUSE=%d vs 0 (tied=%d sparse=%d qkv_bias=%d recompute=%d): loss %.6f / %.6f rel %.2e, worst "
                   "gradient rel diff %.2e\n",
