@@ -25,12 +25,13 @@ using namespace dev;
 
 constexpr int kBS = 128, kStages = 3;  // K/V tiles in flight or in use
 constexpr int kThreads = 384;          // two consumer warpgroups, one producer warpgroup (one thread works)
-constexpr int kTurn0 = 1;              // named barriers kTurn0 + w: warpgroup w may issue its products
 
 template <int D>
 __global__ void __launch_bounds__(kThreads, 1) fwd_sm90_kernel(const FwdParams p, const __grid_constant__ FwdMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int TILE = kBS * D * 2, DN = D / 8;  // bytes of a 128-row tile; n8 chunks of O
+  constexpr int kTurn0 = 1;  // named barriers kTurn0 + w: warpgroup w may issue its products (here: the
+                             // host pass, without the sm_90a body, would warn it unused)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t sQ = base, sK = base + TILE, sV = sK + kStages * TILE;  // K, V: kStages buffers each

@@ -26,7 +26,7 @@ __device__ void ce_merge(CeAcc& a, const CeAcc& b) {
   if (b.m > a.m) {  // rescale a's sum to b's max (a.s = 0 when a.m = -inf: 0 * 0)
     a.s = a.s * expf(a.m - b.m) + b.s;
     a.m = b.m;
-  } else if (b.s > 0.0f) {  // b.s > 0 implies b.m finite
+  } else if (b.s != 0.0f) {  // b.s > 0 implies b.m finite; a NaN sum (a NaN logit) carries over, as on the CPU
     a.s += b.s * expf(b.m - a.m);
   }
   if (b.bv > a.bv || (b.bv == a.bv && b.bi < a.bi)) {  // ties -> lowest index, as std::max_element

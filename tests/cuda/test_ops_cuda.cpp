@@ -322,6 +322,35 @@ void test_cross_entropy(int N, int V, double offset, double sd, bool bf) {
   report(name, Err{}, 0.0, amax_bad + correct_bad, note);
 }
 
+// One NaN logit in a targeted row makes its loss NaN, as kernels::cross_entropy gives, wherever it
+// sits: each row has it at another index (the first, last, and in other threads' and warps' parts),
+// so the partial sums that carry it meet larger maxima in the reduction's merges.
+void test_cross_entropy_nan(int V, bool bf) {
+  const int N = 8;
+  std::vector<double> z = randn(size_t(N) * V, 2.0, 0.0, bf);
+  std::vector<int32_t> tgt(N);
+  const int at[N] = {0, V - 1, V / 2, 7, 8 * 512 + 3, V / 3, 1, V - 9};
+  for (int t = 0; t < N; t++) {
+    z[size_t(t) * V + size_t(at[t] % V)] = std::numeric_limits<double>::quiet_NaN();
+    tgt[t] = (at[t] + 5) % V;
+  }
+  double ref = K::cross_entropy<double>(z.data(), tgt.data(), nullptr, N, V, 1.0, nullptr);
+  Dev<float> dloss(N);
+  Dev<int32_t> dtgt(tgt), damax(N);
+  if (bf) {
+    Dev<bf16> dz(to_b(z));
+    C::cross_entropy_inplace(dz.p, dtgt.p, dloss.p, false, damax.p, N, V, 1.0f, g_stream);
+  } else {
+    Dev<float> dz(to_f(z));
+    C::cross_entropy(dz.p, dtgt.p, dloss.p, nullptr, damax.p, N, V, 1.0f, g_stream);
+  }
+  size_t finite = 0;
+  for (float l : dloss.down()) finite += std::isfinite(l);
+  char name[128];
+  std::snprintf(name, sizeof name, "cross_entropy %s V%d: a NaN logit gives a NaN loss", bf ? "bf16" : "fp32", V);
+  report(name, Err{}, 0.0, finite + size_t(std::isfinite(ref)), std::to_string(finite) + " finite of 8 rows");
+}
+
 // ---- AdamW ----
 void test_adamw(size_t n, float wd) {
   const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f;
@@ -520,6 +549,8 @@ int main(int argc, char** argv) {
       test_cross_entropy(q ? 8 : 24, 1001, 1.0, 2.0, bf);
       test_cross_entropy(q ? 6 : 40, 32768, 100.0, 3.0, bf);  // large logits: needs the max subtraction
       if (!q) test_cross_entropy(6, 151936, -20.0, 4.0, bf);
+      test_cross_entropy_nan(1001, bf);
+      test_cross_entropy_nan(32768, bf);
     }
     test_adamw(q ? 10007 : 100003, 0.1f);
     test_adamw(q ? 10007 : 100003, 0.0f);
