@@ -18,8 +18,8 @@ __global__ void __launch_bounds__(kThreads) bias_add_fwd_kernel(bf16* y, const f
     y[i] = __float2bfloat16(__bfloat162float(y[i]) + b[i % out]);
 }
 
-// db (out) += sum_t dy[t, :], rows ld apart. One thread per column and chunk of kChunk rows (a warp reads a row's
-// consecutive columns), then one fp32 atomicAdd per column and chunk.
+// db (out) += sum_t dy[t, :], rows ld apart. One thread per column and chunk of kChunk rows (a warp
+// reads a row's consecutive columns), then one fp32 atomicAdd per column and chunk.
 __global__ void __launch_bounds__(kColThreads) bias_add_bwd_kernel(const bf16* dy, float* db, int N, int out,
                                                                    int64_t ld) {
   const int c = blockIdx.y * blockDim.x + threadIdx.x;

@@ -174,7 +174,8 @@ void cross_entropy_inplace(bf16* logits, const int32_t* targets, float* loss, bo
 }
 
 bool head_logits_bf16() {
-  static const bool bf = env_choice("SB_HEAD_LOGITS", {"bf16", "fp32"}, 0) == 0;
+  static constexpr Named<bool> kLogits[] = {{true, "bf16"}, {false, "fp32"}};
+  static const bool bf = env_choice(kLogits, "SB_HEAD_LOGITS", true);
   return bf;
 }
 

@@ -16,13 +16,16 @@ namespace sb::kernels::cuda {
 
 namespace {
 int g_fuse_override = -1;  // set_fuse_override: -1 the environment, else the level
-}
+
+constexpr Named<int> kFuseLevels[] = {{0, "0"}, {1, "1"}, {2, "2"}};
 
 int fuse_level() {
   if (g_fuse_override >= 0) return g_fuse_override;
-  static const int level = env_choice("SB_FUSE", {"0", "1", "2"}, 2);
+  static const int level = env_choice(kFuseLevels, "SB_FUSE", 2);
   return level;
 }
+}  // namespace
+
 bool fuse_enabled() { return fuse_level() >= 1; }
 bool packed_projections() { return fuse_level() >= 2; }
 

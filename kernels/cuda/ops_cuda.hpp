@@ -74,7 +74,6 @@ void swiglu_bwd(const bf16* gate, const bf16* up, const bf16* dh, bf16* dgate, b
 // SB_FUSE (environment, read once): 0 the unfused chains in the model, 1 the fused elementwise
 // kernels, 2 (the default) also the packed projections: q/k/v in one GEMM and gate/up in one, whose
 // outputs these kernels read and write as column blocks of one (N, width) array.
-int fuse_level();
 bool fuse_enabled();        // level >= 1
 bool packed_projections();  // level >= 2
 // Tests: the level (0, 1, 2), or -1 back to SB_FUSE (not thread-safe; call between model runs).

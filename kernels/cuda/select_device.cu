@@ -20,9 +20,9 @@
 #include <cstdlib>
 #include <vector>
 
+#include "base/env_choice.hpp"
 #include "kernels/cta_order.hpp"
 #include "kernels/cuda/attention_cuda.hpp"
-#include "base/env_choice.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/gating_kernels.cuh"
 
@@ -214,7 +214,8 @@ int grid_for(int64_t n, int threads) { return int(std::clamp<int64_t>((n + threa
 constexpr bool kSelectOnDevice = true;
 
 bool device_selection_enabled() {
-  static const bool on = env_choice("SB_SELECT", {"device", "host"}, kSelectOnDevice ? 0 : 1) == 0;
+  static constexpr Named<bool> kWhere[] = {{true, "device"}, {false, "host"}};
+  static const bool on = env_choice(kWhere, "SB_SELECT", kSelectOnDevice);
   return on;
 }
 

@@ -117,21 +117,25 @@ TEST(Args, FlagsAndSets) {
 }
 
 // SB_FUSE, SB_SELECT, SB_HEAD_LOGITS (read by the GPU code through env_choice): unset or empty gives
-// the default, a listed value its index, anything else an error naming the variable and the choices.
+// the default, a listed name its value, anything else an error naming the variable and the choices.
 TEST(EnvChoice, ValuesDefaultAndBadValue) {
   const char* name = "SB_TEST_ENV_CHOICE";
+  constexpr sb::Named<int> levels[] = {{0, "0"}, {1, "1"}, {2, "2"}};
+  constexpr sb::Named<bool> logits[] = {{true, "bf16"}, {false, "fp32"}};
+  constexpr sb::Named<bool> where[] = {{true, "device"}, {false, "host"}};
   unsetenv(name);
-  EXPECT_EQ(sb::env_choice(name, {"0", "1", "2"}, 2), 2);
+  EXPECT_EQ(sb::env_choice(levels, name, 2), 2);
   setenv(name, "", 1);
-  EXPECT_EQ(sb::env_choice(name, {"0", "1", "2"}, 2), 2);
+  EXPECT_EQ(sb::env_choice(levels, name, 2), 2);
   setenv(name, "1", 1);
-  EXPECT_EQ(sb::env_choice(name, {"0", "1", "2"}, 2), 1);
+  EXPECT_EQ(sb::env_choice(levels, name, 2), 1);
   setenv(name, "fp32", 1);
-  EXPECT_EQ(sb::env_choice(name, {"bf16", "fp32"}, 0), 1);
+  EXPECT_EQ(sb::env_choice(logits, name, true), false);
   setenv(name, "3", 1);
-  EXPECT_EQ(error_of([&] { sb::env_choice(name, {"0", "1", "2"}, 2); }),
-            "SB_TEST_ENV_CHOICE='3': expected one of 0, 1, 2");
+  EXPECT_EQ(error_of([&] { sb::env_choice(levels, name, 2); }),
+            "SB_TEST_ENV_CHOICE = \"3\": expected one of 0, 1, 2");
   setenv(name, "Device", 1);  // case matters
-  EXPECT_NE(error_of([&] { sb::env_choice(name, {"device", "host"}, 0); }), "");
+  EXPECT_EQ(error_of([&] { sb::env_choice(where, name, true); }),
+            "SB_TEST_ENV_CHOICE = \"Device\": expected one of device, host");
   unsetenv(name);
 }
