@@ -50,6 +50,18 @@ __global__ void dq_convert_kernel(const float* dq_acc, bf16* dq, float scale, in
   }
 }
 
+// The same from the tiled workspace (dq_tiled_index): a warp reads one row's 64-float panel.
+template <int D>
+__global__ void dq_convert_tiled_kernel(const float* dq_acc, bf16* dq, float scale, int64_t n_tokens, int H) {
+  const int64_t n2 = n_tokens * H * D / 2;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n2; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t e = 2 * i, t = e / (int64_t(H) * D);
+    const int rem = int(e - t * H * D), h = rem / D, d = rem % D;
+    const float2 a = *reinterpret_cast<const float2*>(dq_acc + dq_tiled_index(t, h, d, n_tokens, D));
+    reinterpret_cast<__nv_bfloat162*>(dq)[i] = __floats2bfloat162_rn(a.x * scale, a.y * scale);
+  }
+}
+
 template <int D, int BS>
 __global__ void __launch_bounds__(BS / 16 * 32, 1) bwd_kernel(const BwdParams p) {
   constexpr int NW = BS / 16, NT = NW * 32, NSUB = BS / QT, DN = D / 8;
@@ -259,12 +271,14 @@ void launch_bwd(const BwdParams& p, int n_blocks, cudaStream_t stream) {
 //   wgmma: staged in shared memory, float4 atomics overlapping the next tile (default); 1 float2
 //     atomics from registers before the next tile starts; 2 staged, then one bulk reduce-add per row
 //     (bench/RESULTS.md compares them). 1, 2 and 5 run head_dim 64 in 64-query tiles, not 128 (5:
-//     with the default's dQ accumulation); 6 in 128-query tiles with dQ split by keys, not queries.
+//     with the default's dQ accumulation); 6 in 128-query tiles with dQ split by keys, not queries;
+//     7 the default tiles, each warpgroup's staged dQ added by one bulk reduce-add into a tiled
+//     workspace (dq_tiled_index), FlashAttention-3's way.
 int bwd_variant() {
   static const int v = [] {
     const char* e = std::getenv("SB_ATTN_BWD_VARIANT");
     const int x = e ? std::atoi(e) : 0;
-    return x == 1 || x == 2 || x == 4 || x == 5 || x == 6 ? x : 0;
+    return x == 1 || x == 2 || x == 4 || x == 5 || x == 6 || x == 7 ? x : 0;
   }();
   return v;
 }
@@ -338,7 +352,13 @@ void block_attention_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16
   else if (D == 128 && s.block_size == 128) launch_bwd<128, 128>(p, sel.n_blocks, stream);
   else throw Error("cuda::block_attention_bwd: head_dim must be 64 or 128, block_size 64 or 128");
   const int64_t n2 = rows * D / 2;
-  dq_convert_kernel<<<unsigned(std::min<int64_t>((n2 + 255) / 256, 132 * 16)), 256, 0, stream>>>(dq_acc, dq, float(scale), n2);
+  const unsigned grid = unsigned(std::min<int64_t>((n2 + 255) / 256, 132 * 16));
+  if (use_sm90(s.block_size) && p.variant == 7) {
+    if (D == 64) dq_convert_tiled_kernel<64><<<grid, 256, 0, stream>>>(dq_acc, dq, float(scale), sel.n_tokens, s.n_heads);
+    else dq_convert_tiled_kernel<128><<<grid, 256, 0, stream>>>(dq_acc, dq, float(scale), sel.n_tokens, s.n_heads);
+  } else {
+    dq_convert_kernel<<<grid, 256, 0, stream>>>(dq_acc, dq, float(scale), n2);
+  }
   SB_CUDA_CHECK_LAUNCH("dq_convert_kernel");
 }
 

@@ -50,7 +50,8 @@ struct Tiling {
   static_assert(smem <= 227 * 1024, "more shared memory than an H100/H200 SM has");
 };
 
-template <int D, bool KS, int QT>
+// BT (variant 7): the staged dQ tile added by one bulk reduce-add into the tiled workspace.
+template <int D, bool KS, int QT, bool BT>
 __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p, const __grid_constant__ BwdMaps maps) {
   using T = Tiling<D, KS, QT>;
   constexpr bool QS = T::QS;
@@ -215,7 +216,11 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   // free for it + 2.
   // dQ: staged (the default) or, for comparison at 64 queries a tile, variants 1 and 2
   const int dq_variant = QT == 64 ? p.variant : 0;
-  const bool staged_atomics = dq_variant != 1 && dq_variant != 2;
+  // variant 7 (not with the key split): the staged tile goes out as one bulk reduce-add into the
+  // tiled workspace (dq_tiled_index), issued by one thread of the warpgroup
+  constexpr bool bulk_tile = BT;
+  static_assert(!BT || !KS, "the bulk tile: dQ split by columns or queries");
+  const bool staged_atomics = dq_variant != 1 && dq_variant != 2 && !bulk_tile;
   int ph = 0, pqt0 = 0, pnv = 0;  // the previous tile's dQ destination
   Cursor cur = first;
   for (int it = 0; it < niter; it++) {
@@ -308,7 +313,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     // One CTA barrier per tile: dS^T is complete in shared memory, tile it + 1 has landed in every
     // thread, and every warp is past iteration it - 1 (three stages: its stage is that of it + 2).
     cp_async_wait<0>();  // lse, Delta of tile it + 1, the only group in flight
-    if (dq_variant == 2) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");  // staging tile read
+    if (dq_variant == 2 || bulk_tile) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");  // staging tile read
     fence_async_smem();  // dS^T is read by wgmma next
     __syncthreads();
     const int i_after = issue(it + 2);
@@ -343,6 +348,30 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
               atomicAdd(reinterpret_cast<float2*>(dst + n * 8), make_float2(dq[hf][4 * n + 2 * r], dq[hf][4 * n + 2 * r + 1]));
           }
         }
+    } else if constexpr (bulk_tile) {
+      // rows of 64 floats, unpadded (the bulk copy reads one contiguous tile), their 16-byte
+      // chunks XORed with the token's row & 7 so that a warp's float2 stores hit distinct banks
+      {
+      static_assert(NH == 1 && NQ == 8, "one 64-column panel a warpgroup");
+#pragma unroll
+      for (int r = 0; r < 2; r++) {
+        const int qr = wq * 16 + (lane >> 2) + r * 8, sw = (qt0 + qrow0 + qr) & 7;
+#pragma unroll
+        for (int n = 0; n < NQ; n++)
+          *reinterpret_cast<float2*>(stg + qr * 64 + (((2 * n + ((lane & 3) >> 1)) ^ sw) << 2) + 2 * (lane & 1)) =
+              make_float2(dq[0][4 * n + 2 * r], dq[0][4 * n + 2 * r + 1]);
+      }
+      fence_async_smem();  // the bulk reduce reads the tile through the async proxy
+      bar_sync(1 + wg, 128);
+      const int rows = min(SR, nv - qrow0);
+      if ((tid & 127) == 0 && rows > 0) {
+        float* dst = p.dq_acc + dq_tiled_row(qt0 + qrow0, h, qpanel, p.n_tokens, D);
+        asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+                     "r"(smem_u32(stg)), "r"(rows * 256)
+                     : "memory");
+        asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+      }
+      }
     } else {
 #pragma unroll
       for (int hf = 0; hf < NH; hf++)
@@ -374,7 +403,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   }
   if (niter > 0 && staged_atomics) add_staged(ph, pqt0, pnv);
   cp_async_wait<0>();
-  if (dq_variant == 2) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  if (dq_variant == 2 || bulk_tile) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 
   const int64_t kv_elems = p.n_tokens * p.Hkv * D;
 #pragma unroll
@@ -424,13 +453,13 @@ __global__ void dkv_convert_kernel(const BwdParams p) {
   }
 }
 
-template <int D, bool KS, int QT>
+template <int D, bool KS, int QT, bool BT = false>
 void launch(const BwdParams& p, int n_blocks, int64_t n_tokens, cudaStream_t stream) {
   constexpr size_t smem = Tiling<D, KS, QT>::smem;
-  SB_CUDA_CHECK(cudaFuncSetAttribute(bwd_sm90_kernel<D, KS, QT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  SB_CUDA_CHECK(cudaFuncSetAttribute(bwd_sm90_kernel<D, KS, QT, BT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const BwdMaps maps{tile_map(p.q, n_tokens, p.H, D, QT), tile_map(p.dout, n_tokens, p.H, D, QT),
                      tile_map(p.k, n_tokens, p.Hkv, D, kBS), tile_map(p.v, n_tokens, p.Hkv, D, kBS)};
-  bwd_sm90_kernel<D, KS, QT><<<n_blocks * p.Hkv * p.n_split, kThreads, smem, stream>>>(p, maps);
+  bwd_sm90_kernel<D, KS, QT, BT><<<n_blocks * p.Hkv * p.n_split, kThreads, smem, stream>>>(p, maps);
   SB_CUDA_CHECK_LAUNCH("bwd_sm90_kernel");
   if (p.chunk > 0) {
     dkv_convert_kernel<D><<<n_blocks * p.Hkv, 256, 0, stream>>>(p);
@@ -441,11 +470,13 @@ void launch(const BwdParams& p, int n_blocks, int64_t n_tokens, cudaStream_t str
 
 void launch_bwd_sm90(const BwdParams& p, int head_dim, int n_blocks, int64_t n_tokens, cudaStream_t stream) {
   // head_dim 128 splits dQ by columns: the key split there was 1.26x slower (bench/RESULTS.md)
-  if (head_dim == 128) launch<128, false, 64>(p, n_blocks, n_tokens, stream);
+  if (head_dim == 128 && p.variant == 7) launch<128, false, 64, true>(p, n_blocks, n_tokens, stream);
+  else if (head_dim == 128) launch<128, false, 64>(p, n_blocks, n_tokens, stream);
   // head_dim 64: 128-query tiles with dQ split by queries (0.72x the time of 64-query tiles at the
   // Qwen2.5-0.5B shape, bench/RESULTS.md); SB_ATTN_BWD_VARIANT 6 keeps 128-query tiles with the key
   // split, 1, 2 and 5 take 64 queries (1, 2: their dQ accumulation; 5: the default's)
   else if (head_dim == 64 && p.variant == 0) launch<64, false, 128>(p, n_blocks, n_tokens, stream);
+  else if (head_dim == 64 && p.variant == 7) launch<64, false, 128, true>(p, n_blocks, n_tokens, stream);
   else if (head_dim == 64 && p.variant == 6) launch<64, true, 128>(p, n_blocks, n_tokens, stream);
   else if (head_dim == 64) launch<64, true, 64>(p, n_blocks, n_tokens, stream);
   else throw Error("cuda::launch_bwd_sm90: head_dim must be 64 or 128");

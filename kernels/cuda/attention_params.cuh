@@ -47,6 +47,17 @@ struct BwdParams {
   const float* lse2 = nullptr;  // wgmma backward: lse * log2(e) (bwd_prep_kernel), read instead of lse
 };
 
+// The tiled dQ workspace (wgmma backward, SB_ATTN_BWD_VARIANT=7): (H, D / 64, N, 64) fp32, so that
+// the 64-column panel of any run of consecutive query rows of one head is contiguous (one bulk
+// reduce-add a staged tile); within a row the 16-byte chunks are XORed with t & 7, the staging
+// tile's bank swizzle. dq_tiled_row: the row's start; dq_tiled_index: element (t, h, d).
+__host__ __device__ __forceinline__ int64_t dq_tiled_row(int64_t t, int h, int panel, int64_t n_tokens, int D) {
+  return ((int64_t(h) * (D / 64) + panel) * n_tokens + t) * 64;
+}
+__host__ __device__ __forceinline__ int64_t dq_tiled_index(int64_t t, int h, int d, int64_t n_tokens, int D) {
+  return dq_tiled_row(t, h, d / 64, n_tokens, D) + ((((d & 63) >> 2) ^ int(t & 7)) << 2) + (d & 3);
+}
+
 // The grid is one-dimensional over work items (block, head), launched in the order that
 // DeviceSelection::upload chose (kernels/cta_order.hpp: heaviest blocks early enough, heads kept
 // together for L2 reuse).
