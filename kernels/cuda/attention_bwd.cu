@@ -268,12 +268,12 @@ void launch_bwd(const BwdParams& p, int n_blocks, cudaStream_t stream) {
 // dQ accumulation, SB_ATTN_BWD_VARIANT (for comparisons; unset: each kernel's default, 0):
 //   mma.sync: float2 atomics from registers (default); 4 a shared-memory tile and a bulk reduce-add
 //     per row (measured 5% slower on the H200, 2026-11-29: 27.7 vs 26.2 ms backward at L=16K dense).
-//   wgmma: staged in shared memory, float4 atomics overlapping the next tile (default); 1 float2
-//     atomics from registers before the next tile starts; 2 staged, then one bulk reduce-add per row
-//     (bench/RESULTS.md compares them). 1, 2 and 5 run head_dim 64 in 64-query tiles, not 128 (5:
-//     with the default's dQ accumulation); 6 in 128-query tiles with dQ split by keys, not queries;
-//     7 the default tiles, each warpgroup's staged dQ added by one bulk reduce-add into a tiled
-//     workspace (dq_tiled_index), FlashAttention-3's way.
+//   wgmma: each warpgroup's dQ tile staged in shared memory and added by one bulk reduce-add into
+//     a tiled workspace (dq_tiled_index; default); 7 staged, float4 atomics overlapping the next
+//     tile (the default before); 1 float2 atomics from registers before the next tile starts; 2
+//     staged, then one bulk reduce-add per row (bench/RESULTS.md compares them). 1, 2 and 5 run
+//     head_dim 64 in 64-query tiles, not 128 (5: float4 atomics); 6 in 128-query tiles with dQ
+//     split by keys, not queries.
 int bwd_variant() {
   static const int v = [] {
     const char* e = std::getenv("SB_ATTN_BWD_VARIANT");
@@ -337,6 +337,7 @@ void block_attention_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16
   BwdParams p{q, k, v, dout, lse, delta, dq_acc, dk, dv, sel.blocks, sel.row_base, sel.col_ptr, sel.col_rows,
               s.n_heads, s.n_kv_heads, float(scale), float(1.4426950408889634 * scale), sel.bwd_items,
               bwd_variant()};
+  bool tiled = false;  // dq_acc in the tiled layout (launch_bwd_sm90)
   if (use_sm90(s.block_size)) {
     column_split(p, sel.max_doc_blocks, s.block_size);
     p.n_tokens = sel.n_tokens;
@@ -344,7 +345,7 @@ void block_attention_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16
     p.dkv_acc = reinterpret_cast<float*>(static_cast<char*>(workspace) + dkv_acc_offset(sel.n_tokens, s));
     if (p.chunk > 0)
       SB_CUDA_CHECK(cudaMemsetAsync(p.dkv_acc, 0, 2 * size_t(sel.n_tokens) * s.n_kv_heads * D * sizeof(float), stream));
-    launch_bwd_sm90(p, D, sel.n_blocks, sel.n_tokens, stream);
+    tiled = launch_bwd_sm90(p, D, sel.n_blocks, sel.n_tokens, stream);
   }
   else if (D == 64 && s.block_size == 64) launch_bwd<64, 64>(p, sel.n_blocks, stream);
   else if (D == 64 && s.block_size == 128) launch_bwd<64, 128>(p, sel.n_blocks, stream);
@@ -353,7 +354,7 @@ void block_attention_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16
   else throw Error("cuda::block_attention_bwd: head_dim must be 64 or 128, block_size 64 or 128");
   const int64_t n2 = rows * D / 2;
   const unsigned grid = unsigned(std::min<int64_t>((n2 + 255) / 256, 132 * 16));
-  if (use_sm90(s.block_size) && p.variant == 7) {
+  if (tiled) {
     if (D == 64) dq_convert_tiled_kernel<64><<<grid, 256, 0, stream>>>(dq_acc, dq, float(scale), sel.n_tokens, s.n_heads);
     else dq_convert_tiled_kernel<128><<<grid, 256, 0, stream>>>(dq_acc, dq, float(scale), sel.n_tokens, s.n_heads);
   } else {

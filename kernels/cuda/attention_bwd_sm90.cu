@@ -8,8 +8,9 @@
 //   dV += P^T dO and dK += dS^T Q with P^T, dS^T = P^T (dP^T - Delta) straight from registers,
 //   dQ = dS K from dS^T staged in shared memory over all 128 keys (warpgroup w takes dQ columns
 //   64w.. at head_dim 128, queries 64w.. of the 128-query tile at 64), staged in shared memory and
-//   added into the fp32 workspace with float4 atomics while S^T and dP^T of the next tile are
-//   already on the tensor cores.
+//   added into the fp32 workspace by one bulk reduce-add a warpgroup (the TMA engine; the workspace
+//   tiled so that the staged tile is contiguous there, dq_tiled_index), which runs while the next
+//   tile is computed.
 #include <cmath>
 #include <stdexcept>
 
@@ -50,7 +51,10 @@ struct Tiling {
   static_assert(smem <= 227 * 1024, "more shared memory than an H100/H200 SM has");
 };
 
-// BT (variant 7): the staged dQ tile added by one bulk reduce-add into the tiled workspace.
+// BT: the staged dQ tile added by one bulk reduce-add into the tiled workspace (the default);
+// otherwise by float4 atomics of every thread under the next tile's first products (variant 7,
+// 0.88-0.95x slower at L >= 8K, bench/RESULTS.md; the bulk adds whole 128-byte lines in L2 and
+// takes ~16 instructions a thread a tile off the warps).
 template <int D, bool KS, int QT, bool BT>
 __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p, const __grid_constant__ BwdMaps maps) {
   using T = Tiling<D, KS, QT>;
@@ -216,8 +220,6 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   // free for it + 2.
   // dQ: staged (the default) or, for comparison at 64 queries a tile, variants 1 and 2
   const int dq_variant = QT == 64 ? p.variant : 0;
-  // variant 7 (not with the key split): the staged tile goes out as one bulk reduce-add into the
-  // tiled workspace (dq_tiled_index), issued by one thread of the warpgroup
   constexpr bool bulk_tile = BT;
   static_assert(!BT || !KS, "the bulk tile: dQ split by columns or queries");
   const bool staged_atomics = dq_variant != 1 && dq_variant != 2 && !bulk_tile;
@@ -468,18 +470,22 @@ void launch(const BwdParams& p, int n_blocks, int64_t n_tokens, cudaStream_t str
 }
 }  // namespace
 
-void launch_bwd_sm90(const BwdParams& p, int head_dim, int n_blocks, int64_t n_tokens, cudaStream_t stream) {
-  // head_dim 128 splits dQ by columns: the key split there was 1.26x slower (bench/RESULTS.md)
-  if (head_dim == 128 && p.variant == 7) launch<128, false, 64, true>(p, n_blocks, n_tokens, stream);
+bool launch_bwd_sm90(const BwdParams& p, int head_dim, int n_blocks, int64_t n_tokens, cudaStream_t stream) {
+  if (head_dim != 64 && head_dim != 128) throw Error("cuda::launch_bwd_sm90: head_dim must be 64 or 128");
+  // The default: dQ by one bulk reduce-add a staged tile, into the tiled workspace (returns true).
+  // head_dim 128 splits dQ by columns (the key split there was 1.26x slower), head_dim 64 takes
+  // 128-query tiles with dQ split by queries (0.72x the time of 64-query tiles at the Qwen2.5-0.5B
+  // shape); bench/RESULTS.md. SB_ATTN_BWD_VARIANT: 7 the same tiles with float4 atomics (the
+  // default before); at head_dim 64, 6 128-query tiles with the key split, 1, 2 and 5 64 queries
+  // (1, 2: their dQ accumulation; 5: the float4 atomics); at 128, 1 and 2 their dQ accumulation.
+  const bool tiled = p.variant == 0;
+  if (head_dim == 128 && tiled) launch<128, false, 64, true>(p, n_blocks, n_tokens, stream);
   else if (head_dim == 128) launch<128, false, 64>(p, n_blocks, n_tokens, stream);
-  // head_dim 64: 128-query tiles with dQ split by queries (0.72x the time of 64-query tiles at the
-  // Qwen2.5-0.5B shape, bench/RESULTS.md); SB_ATTN_BWD_VARIANT 6 keeps 128-query tiles with the key
-  // split, 1, 2 and 5 take 64 queries (1, 2: their dQ accumulation; 5: the default's)
-  else if (head_dim == 64 && p.variant == 0) launch<64, false, 128>(p, n_blocks, n_tokens, stream);
-  else if (head_dim == 64 && p.variant == 7) launch<64, false, 128, true>(p, n_blocks, n_tokens, stream);
-  else if (head_dim == 64 && p.variant == 6) launch<64, true, 128>(p, n_blocks, n_tokens, stream);
-  else if (head_dim == 64) launch<64, true, 64>(p, n_blocks, n_tokens, stream);
-  else throw Error("cuda::launch_bwd_sm90: head_dim must be 64 or 128");
+  else if (tiled) launch<64, false, 128, true>(p, n_blocks, n_tokens, stream);
+  else if (p.variant == 7) launch<64, false, 128>(p, n_blocks, n_tokens, stream);
+  else if (p.variant == 6) launch<64, true, 128>(p, n_blocks, n_tokens, stream);
+  else launch<64, true, 64>(p, n_blocks, n_tokens, stream);
+  return tiled;
 }
 
 }  // namespace sb::kernels::cuda

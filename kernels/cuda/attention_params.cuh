@@ -47,7 +47,7 @@ struct BwdParams {
   const float* lse2 = nullptr;  // wgmma backward: lse * log2(e) (bwd_prep_kernel), read instead of lse
 };
 
-// The tiled dQ workspace (wgmma backward, SB_ATTN_BWD_VARIANT=7): (H, D / 64, N, 64) fp32, so that
+// The tiled dQ workspace (the wgmma backward's default): (H, D / 64, N, 64) fp32, so that
 // the 64-column panel of any run of consecutive query rows of one head is contiguous (one bulk
 // reduce-add a staged tile); within a row the 16-byte chunks are XORed with t & 7, the staging
 // tile's bank swizzle. dq_tiled_row: the row's start; dq_tiled_index: element (t, h, d).
@@ -144,6 +144,7 @@ struct BwdMaps {
 // n_tokens: rows of q, k, v (the tensor maps' extent).
 void launch_fwd_sm90(const FwdParams& p, int head_dim, int n_blocks, int64_t n_tokens, cudaStream_t stream);
 // Expects dq_acc zeroed and delta computed (bwd_prep_kernel), as the mma.sync kernel does.
-void launch_bwd_sm90(const BwdParams& p, int head_dim, int n_blocks, int64_t n_tokens, cudaStream_t stream);
+// Returns whether dQ went into the tiled workspace (dq_tiled_index) rather than (N, H, D).
+bool launch_bwd_sm90(const BwdParams& p, int head_dim, int n_blocks, int64_t n_tokens, cudaStream_t stream);
 
 }  // namespace sb::kernels::cuda
