@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Run on the GPU machine after jobs/gpu/build_on_gpu.sh has built build-gpu (any stage): the wgmma
-# backward's variants side by side. The default (staged in shared memory, float4 atomics
-# overlapping the next tile's first products; head_dim 64 in 128-query tiles with dQ split by
-# queries), SB_ATTN_BWD_VARIANT=1 (float2 atomics from registers, not overlapped), =2 (staged, one
-# bulk reduce-add per row by the TMA engine), =5 (head_dim 64 in 64-query tiles, the default's dQ
-# staging), =6 (head_dim 64 in 128-query tiles with dQ split by keys): the kernel test under each
+# backward's variants side by side. The default (dQ staged in shared memory, one bulk reduce-add
+# a warpgroup's tile into the tiled workspace; head_dim 64 in 128-query tiles with dQ split by
+# queries), SB_ATTN_BWD_VARIANT=7 (the same tiles, staged dQ added by float4 atomics overlapping
+# the next tile's first products), =1 (float2 atomics from registers, not overlapped), =2 (staged,
+# one bulk reduce-add per row), =5 (head_dim 64 in 64-query tiles, float4 atomics), =6 (head_dim 64
+# in 128-query tiles with dQ split by keys): the kernel test under each
 # (the default is tested by the `test` stage), then all timed in one process each, one after
 # another, at LENS. Logs and CSVs under $OUT. VARIANTS (default "1 2") picks them.
 # BENCH_ARGS: more bench_attention_cuda flags, e.g. the Qwen2.5-0.5B shape:

@@ -52,9 +52,9 @@ struct Tiling {
 };
 
 // BT: the staged dQ tile added by one bulk reduce-add into the tiled workspace (the default);
-// otherwise by float4 atomics of every thread under the next tile's first products (variant 7,
-// 0.88-0.95x slower at L >= 8K, bench/RESULTS.md; the bulk adds whole 128-byte lines in L2 and
-// takes ~16 instructions a thread a tile off the warps).
+// otherwise by float4 atomics of every thread under the next tile's first products (variant 7;
+// the bulk path takes 0.88-0.95x its backward time at 8K-32K, bench/RESULTS.md: it adds whole
+// 128-byte lines in L2 and takes 16-32 instructions a thread a tile off the warps).
 template <int D, bool KS, int QT, bool BT>
 __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p, const __grid_constant__ BwdMaps maps) {
   using T = Tiling<D, KS, QT>;
