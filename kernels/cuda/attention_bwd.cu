@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "base/env_choice.hpp"
 #include "kernels/cuda/attention_params.cuh"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/mma.cuh"
@@ -275,11 +276,8 @@ void launch_bwd(const BwdParams& p, int n_blocks, cudaStream_t stream) {
 //     head_dim 64 in 64-query tiles, not 128 (5: float4 atomics); 6 in 128-query tiles with dQ
 //     split by keys, not queries.
 int bwd_variant() {
-  static const int v = [] {
-    const char* e = std::getenv("SB_ATTN_BWD_VARIANT");
-    const int x = e ? std::atoi(e) : 0;
-    return x == 1 || x == 2 || x == 4 || x == 5 || x == 6 || x == 7 ? x : 0;
-  }();
+  static constexpr Named<int> kVariants[] = {{0, "0"}, {1, "1"}, {2, "2"}, {4, "4"}, {5, "5"}, {6, "6"}, {7, "7"}};
+  static const int v = env_choice(kVariants, "SB_ATTN_BWD_VARIANT", 0);
   return v;
 }
 
@@ -290,10 +288,7 @@ int bwd_variant() {
 // the longest possible column (the longest document x the group) in at most 16 chunks, and never
 // below 128 tiles a chunk (the K, V loads and the fp32 dK, dV adds stay a few % of a chunk).
 namespace {
-int g_bwd_chunk = [] {
-  const char* e = std::getenv("SB_ATTN_BWD_CHUNK");
-  return e ? std::max(0, std::atoi(e)) : -1;
-}();
+int g_bwd_chunk = env_int("SB_ATTN_BWD_CHUNK", -1, 0);
 size_t dkv_acc_offset(int64_t n_tokens, AttnShape s) {
   const size_t rows = size_t(n_tokens) * s.n_heads;
   return (rows * (s.head_dim + 2) * sizeof(float) + 255) / 256 * 256;

@@ -10,9 +10,9 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <stdexcept>
 
+#include "base/env_choice.hpp"
 #include "kernels/cuda/attention_params.cuh"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/mma.cuh"
@@ -244,8 +244,8 @@ void prefer_wgmma_attention(bool on) { g_prefer = on ? 1 : 0; }
 
 bool use_sm90(int block_size) {
   if (g_prefer < 0) {
-    const char* e = std::getenv("SB_ATTN_KERNEL");
-    g_prefer = (e && std::strcmp(e, "mma") == 0) ? 0 : 1;
+    static constexpr Named<int> kKernels[] = {{1, "wgmma"}, {0, "mma"}};
+    g_prefer = env_choice(kKernels, "SB_ATTN_KERNEL", 1);
   }
   return g_prefer == 1 && block_size == kBS && wgmma_attention_available();
 }

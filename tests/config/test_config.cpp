@@ -139,3 +139,22 @@ TEST(EnvChoice, ValuesDefaultAndBadValue) {
             "SB_TEST_ENV_CHOICE = \"Device\": expected one of device, host");
   unsetenv(name);
 }
+
+TEST(EnvChoice, WholeNumbers) {
+  const char* name = "SB_TEST_ENV_INT";
+  unsetenv(name);
+  EXPECT_EQ(sb::env_int(name, -1, 0), -1);
+  setenv(name, "", 1);
+  EXPECT_EQ(sb::env_int(name, -1, 0), -1);
+  setenv(name, "0", 1);
+  EXPECT_EQ(sb::env_int(name, -1, 0), 0);
+  setenv(name, "256", 1);
+  EXPECT_EQ(sb::env_int(name, -1, 0), 256);
+  for (const char* bad : {"abc", "12x", "-3", "1.5", "99999999999"}) {
+    setenv(name, bad, 1);
+    EXPECT_EQ(error_of([&] { sb::env_int(name, -1, 0); }),
+              std::string("SB_TEST_ENV_INT = \"") + bad + "\": expected a whole number >= 0")
+        << bad;
+  }
+  unsetenv(name);
+}
