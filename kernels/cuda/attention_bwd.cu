@@ -288,13 +288,16 @@ int bwd_variant() {
 // the longest possible column (the longest document x the group) in at most 16 chunks, and never
 // below 128 tiles a chunk (the K, V loads and the fp32 dK, dV adds stay a few % of a chunk).
 namespace {
-int g_bwd_chunk = env_int("SB_ATTN_BWD_CHUNK", -1, 0);
+// -2: SB_ATTN_BWD_CHUNK not read yet (read at the first backward, so that a bad value is an
+// error the caller sees, not a throw during static initialisation); -1 automatic.
+int g_bwd_chunk = -2;
 size_t dkv_acc_offset(int64_t n_tokens, AttnShape s) {
   const size_t rows = size_t(n_tokens) * s.n_heads;
   return (rows * (s.head_dim + 2) * sizeof(float) + 255) / 256 * 256;
 }
 void column_split(BwdParams& p, int max_doc_blocks, int block_size) {
   const int bound = std::max(1, (p.H / p.Hkv) * max_doc_blocks * (block_size / 64));
+  if (g_bwd_chunk == -2) g_bwd_chunk = env_int("SB_ATTN_BWD_CHUNK", -1, 0);
   p.chunk = g_bwd_chunk >= 0 ? g_bwd_chunk : std::max(128, (bound + 15) / 16);
   p.n_split = p.chunk > 0 ? std::max(1, (bound + p.chunk - 1) / p.chunk) : 1;
 }
