@@ -218,11 +218,11 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   // stages: tile it + 1 lands during iterations it - 1 .. it, it + 2 goes out right after the
   // barrier. Two: the same, with dK and dV finished before the barrier so that tile it's stage is
   // free for it + 2.
-  // dQ: staged (the default) or, for comparison at 64 queries a tile, variants 1 and 2
+  // dQ: staged and added by one bulk reduce-add (BT, the default) or by float4 atomics, or, for
+  // comparison at 64 queries a tile, variants 1 and 2
   const int dq_variant = QT == 64 ? p.variant : 0;
-  constexpr bool bulk_tile = BT;
   static_assert(!BT || !KS, "the bulk tile: dQ split by columns or queries");
-  const bool staged_atomics = dq_variant != 1 && dq_variant != 2 && !bulk_tile;
+  const bool staged_atomics = dq_variant != 1 && dq_variant != 2 && !BT;
   int ph = 0, pqt0 = 0, pnv = 0;  // the previous tile's dQ destination
   Cursor cur = first;
   for (int it = 0; it < niter; it++) {
@@ -315,7 +315,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     // One CTA barrier per tile: dS^T is complete in shared memory, tile it + 1 has landed in every
     // thread, and every warp is past iteration it - 1 (three stages: its stage is that of it + 2).
     cp_async_wait<0>();  // lse, Delta of tile it + 1, the only group in flight
-    if (dq_variant == 2 || bulk_tile) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");  // staging tile read
+    if (dq_variant == 2 || BT) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");  // staging tile read
     fence_async_smem();  // dS^T is read by wgmma next
     __syncthreads();
     const int i_after = issue(it + 2);
@@ -350,10 +350,9 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
               atomicAdd(reinterpret_cast<float2*>(dst + n * 8), make_float2(dq[hf][4 * n + 2 * r], dq[hf][4 * n + 2 * r + 1]));
           }
         }
-    } else if constexpr (bulk_tile) {
+    } else if constexpr (BT) {
       // rows of 64 floats, unpadded (the bulk copy reads one contiguous tile), their 16-byte
       // chunks XORed with the token's row & 7 so that a warp's float2 stores hit distinct banks
-      {
       static_assert(NH == 1 && NQ == 8, "one 64-column panel a warpgroup");
 #pragma unroll
       for (int r = 0; r < 2; r++) {
@@ -372,7 +371,6 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
                      "r"(smem_u32(stg)), "r"(rows * 256)
                      : "memory");
         asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-      }
       }
     } else {
 #pragma unroll
@@ -405,7 +403,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   }
   if (niter > 0 && staged_atomics) add_staged(ph, pqt0, pnv);
   cp_async_wait<0>();
-  if (dq_variant == 2 || bulk_tile) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  if (dq_variant == 2 || BT) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 
   const int64_t kv_elems = p.n_tokens * p.Hkv * D;
 #pragma unroll
