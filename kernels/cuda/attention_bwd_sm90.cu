@@ -55,10 +55,14 @@ struct Tiling {
 // otherwise by float4 atomics of every thread under the next tile's first products (variant 7;
 // the bulk path takes 0.88-0.95x its backward time at 8K-32K, bench/RESULTS.md: it adds whole
 // 128-byte lines in L2 and takes 16-32 instructions a thread a tile off the warps).
-template <int D, bool KS, int QT, bool BT>
+// LK (late dK; with BT, the default): dK += dS^T Q issued after the CTA barrier, behind dQ, so that
+// it runs on the tensor cores while dQ is staged and its bulk add issued (FlashAttention-3's order);
+// otherwise before the barrier, and the staging ran with no product in flight (variant 8).
+template <int D, bool KS, int QT, bool BT, bool LK = false>
 __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p, const __grid_constant__ BwdMaps maps) {
   using T = Tiling<D, KS, QT>;
   constexpr bool QS = T::QS;
+  static_assert(!LK || (BT && T::stages == 3), "late dK: the bulk tile, three stages (dK reads tile it's Q after the barrier)");
   static_assert(KS || QS || D == 128, "the column split needs head_dim 128");
   static_assert(QT == 64 || (QT == 128 && D == 64), "128-query tiles: head_dim 64");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -293,20 +297,30 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
       if (n & 1) stsm_x4(sdS + sw128<kBS>(skey, 8 * (n - 1) + 8 * (lane >> 4)), ds[n / 2]);
     }
     // dK += dS^T Q
-    wg_fence();
     const uint64_t qm = desc_add(dQm, so);
+    auto dk_product = [&] {
 #pragma unroll
-    for (int kk = 0; kk < KQ; kk++) wgmma_rs<1>(dk, ds[kk], mn_step<QT>(qm, kk * 16, 0));
-    wg_commit();
+      for (int kk = 0; kk < KQ; kk++) wgmma_rs<1>(dk, ds[kk], mn_step<QT>(qm, kk * 16, 0));
+      wg_commit();
+    };
+    if constexpr (!LK) {
+      wg_fence();
+      dk_product();
+    }
     // after a wait for every product: the registers they read and wrote may be used again
-    auto fence_products = [&] {
-      reg_fence(dk);
+    auto fence_dv = [&] {
       reg_fence(dv);
 #pragma unroll
-      for (int kk = 0; kk < KQ; kk++) {
-        reg_fence(pt[kk]);
-        reg_fence(ds[kk]);
-      }
+      for (int kk = 0; kk < KQ; kk++) reg_fence(pt[kk]);
+    };
+    auto fence_dk = [&] {
+      reg_fence(dk);
+#pragma unroll
+      for (int kk = 0; kk < KQ; kk++) reg_fence(ds[kk]);
+    };
+    auto fence_products = [&] {
+      fence_dv();
+      fence_dk();
     };
     if constexpr (kStages == 2) {  // tile it's Q, dO read: its stage takes tile it + 2 after the barrier
       wg_wait<0>();
@@ -329,10 +343,16 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
       for (int kk = 0; kk < QK; kk++)
         wgmma_ss<1, 1>(dq[hf], mn_step<kBS>(dSm, kk * 16, hf), mn_step<kBS>(dKm, kk * 16, 0), kk > 0);
     wg_commit();
-    wg_wait<0>();
+    if constexpr (LK) {
+      dk_product();
+      wg_wait<1>();  // dV and dQ (dK in flight)
+      fence_dv();
+    } else {
+      wg_wait<0>();
+      fence_products();
+    }
 #pragma unroll
     for (int hf = 0; hf < NH; hf++) reg_fence(dq[hf]);
-    fence_products();
     if constexpr (!KS)  // done reading dS^T: the other warpgroup may overwrite its rows
       if (it + 1 < niter) bar_arrive(3 + wg, 256);
     // dQ leaves the registers (staged in shared memory; added at the top of the next iteration,
@@ -398,6 +418,10 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
         asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
       }
     }
+    if constexpr (LK) {
+      wg_wait<0>();  // dK: its dS^T registers are rewritten next tile
+      fence_dk();
+    }
     i_cur = i_next, i_next = i_after;
     advance(cur);
   }
@@ -453,13 +477,13 @@ __global__ void dkv_convert_kernel(const BwdParams p) {
   }
 }
 
-template <int D, bool KS, int QT, bool BT = false>
+template <int D, bool KS, int QT, bool BT = false, bool LK = false>
 void launch(const BwdParams& p, int n_blocks, int64_t n_tokens, cudaStream_t stream) {
   constexpr size_t smem = Tiling<D, KS, QT>::smem;
-  SB_CUDA_CHECK(cudaFuncSetAttribute(bwd_sm90_kernel<D, KS, QT, BT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  SB_CUDA_CHECK(cudaFuncSetAttribute(bwd_sm90_kernel<D, KS, QT, BT, LK>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const BwdMaps maps{tile_map(p.q, n_tokens, p.H, D, QT), tile_map(p.dout, n_tokens, p.H, D, QT),
                      tile_map(p.k, n_tokens, p.Hkv, D, kBS), tile_map(p.v, n_tokens, p.Hkv, D, kBS)};
-  bwd_sm90_kernel<D, KS, QT, BT><<<n_blocks * p.Hkv * p.n_split, kThreads, smem, stream>>>(p, maps);
+  bwd_sm90_kernel<D, KS, QT, BT, LK><<<n_blocks * p.Hkv * p.n_split, kThreads, smem, stream>>>(p, maps);
   SB_CUDA_CHECK_LAUNCH("bwd_sm90_kernel");
   if (p.chunk > 0) {
     dkv_convert_kernel<D><<<n_blocks * p.Hkv, 256, 0, stream>>>(p);
@@ -476,9 +500,11 @@ bool launch_bwd_sm90(const BwdParams& p, int head_dim, int n_blocks, int64_t n_t
   // shape); bench/RESULTS.md. SB_ATTN_BWD_VARIANT: 7 the same tiles with float4 atomics (the
   // default before); at head_dim 64, 6 128-query tiles with the key split, 1, 2 and 5 64 queries
   // (1, 2: their dQ accumulation; 5: the float4 atomics); at 128, 1 and 2 their dQ accumulation.
-  const bool tiled = p.variant == 0;
-  if (head_dim == 128 && tiled) launch<128, false, 64, true>(p, n_blocks, n_tokens, stream);
+  const bool tiled = p.variant == 0 || p.variant == 8;
+  if (head_dim == 128 && p.variant == 0) launch<128, false, 64, true, true>(p, n_blocks, n_tokens, stream);
+  else if (head_dim == 128 && tiled) launch<128, false, 64, true>(p, n_blocks, n_tokens, stream);
   else if (head_dim == 128) launch<128, false, 64>(p, n_blocks, n_tokens, stream);
+  else if (p.variant == 0) launch<64, false, 128, true, true>(p, n_blocks, n_tokens, stream);
   else if (tiled) launch<64, false, 128, true>(p, n_blocks, n_tokens, stream);
   else if (p.variant == 7) launch<64, false, 128>(p, n_blocks, n_tokens, stream);
   else if (p.variant == 6) launch<64, true, 128>(p, n_blocks, n_tokens, stream);
