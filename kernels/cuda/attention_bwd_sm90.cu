@@ -55,14 +55,16 @@ struct Tiling {
 // otherwise by float4 atomics of every thread under the next tile's first products (variant 7;
 // the bulk path takes 0.88-0.95x its backward time at 8K-32K, bench/RESULTS.md: it adds whole
 // 128-byte lines in L2 and takes 16-32 instructions a thread a tile off the warps).
-// LK (late dK; with BT, the default): dK += dS^T Q issued after the CTA barrier, behind dQ, so that
-// it runs on the tensor cores while dQ is staged and its bulk add issued (FlashAttention-3's order);
-// otherwise before the barrier, and the staging ran with no product in flight (variant 8).
-template <int D, bool KS, int QT, bool BT, bool LK = false>
+// ORD, the order of the last products (with BT; else 0). 0: dV, dK before the CTA barrier, dQ after
+// it, waited for and staged with no product in flight. 1 (late dK): dK issued after the barrier,
+// behind dQ, so that it runs while dQ is staged (FlashAttention-3's order). 2 (deferred dQ): dQ
+// waited for and staged at the top of the next tile, under its S^T and dP^T.
+template <int D, bool KS, int QT, bool BT, int ORD = 0>
 __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p, const __grid_constant__ BwdMaps maps) {
   using T = Tiling<D, KS, QT>;
   constexpr bool QS = T::QS;
-  static_assert(!LK || (BT && T::stages == 3), "late dK: the bulk tile, three stages (dK reads tile it's Q after the barrier)");
+  static_assert(ORD == 0 || (BT && T::stages == 3), "ORD 1, 2: the bulk tile, three stages (tile it's Q read after the barrier)");
+  constexpr bool LK = ORD == 1, DQD = ORD == 2;
   static_assert(KS || QS || D == 128, "the column split needs head_dim 128");
   static_assert(QT == 64 || (QT == 128 && D == 64), "128-query tiles: head_dim 64");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -228,6 +230,42 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   static_assert(!BT || !KS, "the bulk tile: dQ split by columns or queries");
   const bool staged_atomics = dq_variant != 1 && dq_variant != 2 && !BT;
   int ph = 0, pqt0 = 0, pnv = 0;  // the previous tile's dQ destination
+  // dQ = dS K over this warpgroup's share: its keys (QT queries, D, one product per 64-query
+  // half: panel hf of dS^T), its columns (64 queries, 64 columns) or its queries (64 queries, D)
+  float dq[NH][KS || QS ? D / 2 : 32];
+  // BT: dQ staged as rows of 64 floats, unpadded (the bulk copy reads one contiguous tile), their
+  // 16-byte chunks XORed with the token's row & 7 so that a warp's float2 stores hit distinct
+  // banks, then added by one bulk reduce-add, whose reads of the tile are waited for before the
+  // next CTA barrier
+  auto bulk_stage = [&](int h, int qt0, int nv) {
+    static_assert(!BT || (NH == 1 && NQ == 8), "one 64-column panel a warpgroup");
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      const int qr = wq * 16 + (lane >> 2) + r * 8, sw = (qt0 + qrow0 + qr) & 7;
+#pragma unroll
+      for (int n = 0; n < NQ; n++)
+        *reinterpret_cast<float2*>(stg + qr * 64 + (((2 * n + ((lane & 3) >> 1)) ^ sw) << 2) + 2 * (lane & 1)) =
+            make_float2(dq[0][4 * n + 2 * r], dq[0][4 * n + 2 * r + 1]);
+    }
+    fence_async_smem();  // the bulk reduce reads the tile through the async proxy
+    bar_sync(1 + wg, 128);
+    const int rows = min(SR, nv - qrow0);
+    if ((tid & 127) == 0 && rows > 0) {
+      float* dst = p.dq_acc + dq_tiled_row(qt0 + qrow0, h, qpanel, p.n_tokens, D);
+      asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+                   "r"(smem_u32(stg)), "r"(rows * 256)
+                   : "memory");
+      asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+    }
+  };
+  auto dq_product = [&] {
+#pragma unroll
+    for (int hf = 0; hf < NH; hf++)
+#pragma unroll
+      for (int kk = 0; kk < QK; kk++)
+        wgmma_ss<1, 1>(dq[hf], mn_step<kBS>(dSm, kk * 16, hf), mn_step<kBS>(dKm, kk * 16, 0), kk > 0);
+    wg_commit();
+  };
   Cursor cur = first;
   for (int it = 0; it < niter; it++) {
     const int buf = it % kStages;
@@ -240,8 +278,24 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     const int qpos0 = qt0 - b.doc_t0 + 2 * (lane & 3);
 
     mbar_wait(barQ(it), parity(it));
+    // Deferred dQ: the previous tile's dQ goes out first, with this tile's S^T and dP^T behind it.
+    // At tile 0 a throwaway product of whatever dS^T holds (never staged): one order of wgmma groups
+    // on every path, which ptxas needs to keep them asynchronous (C7514 otherwise).
+    if constexpr (DQD) {
+      wg_fence();
+      dq_product();
+    }
     st_dpt(it);
     if (it > 0 && staged_atomics) add_staged(ph, pqt0, pnv);
+    if constexpr (DQD) {
+      wg_wait<2>();  // the previous tile's dQ (this tile's S^T, dP^T in flight)
+#pragma unroll
+      for (int hf = 0; hf < NH; hf++) reg_fence(dq[hf]);
+      if (it > 0) {
+        bar_arrive(3 + wg, 256);  // done reading its dS^T
+        bulk_stage(ph, pqt0, pnv);
+      }
+    }
     ph = h, pqt0 = qt0, pnv = nv;
 
     wg_wait<1>();  // S^T; dP^T may still run, under the exponentials
@@ -333,16 +387,15 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     fence_async_smem();  // dS^T is read by wgmma next
     __syncthreads();
     const int i_after = issue(it + 2);
-    // dQ = dS K over this warpgroup's share: its keys (QT queries, D, one product per 64-query
-    // half: panel hf of dS^T), its columns (64 queries, 64 columns) or its queries (64 queries, D)
-    float dq[NH][KS || QS ? D / 2 : 32];
+    if constexpr (DQD) {
+      wg_wait<0>();  // dV, dK (dQ goes out at the next tile)
+      fence_products();
+      i_cur = i_next, i_next = i_after;
+      advance(cur);
+      continue;
+    }
     wg_fence();
-#pragma unroll
-    for (int hf = 0; hf < NH; hf++)
-#pragma unroll
-      for (int kk = 0; kk < QK; kk++)
-        wgmma_ss<1, 1>(dq[hf], mn_step<kBS>(dSm, kk * 16, hf), mn_step<kBS>(dKm, kk * 16, 0), kk > 0);
-    wg_commit();
+    dq_product();
     if constexpr (LK) {
       dk_product();
       wg_wait<1>();  // dV and dQ (dK in flight)
@@ -371,27 +424,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
           }
         }
     } else if constexpr (BT) {
-      // rows of 64 floats, unpadded (the bulk copy reads one contiguous tile), their 16-byte
-      // chunks XORed with the token's row & 7 so that a warp's float2 stores hit distinct banks
-      static_assert(NH == 1 && NQ == 8, "one 64-column panel a warpgroup");
-#pragma unroll
-      for (int r = 0; r < 2; r++) {
-        const int qr = wq * 16 + (lane >> 2) + r * 8, sw = (qt0 + qrow0 + qr) & 7;
-#pragma unroll
-        for (int n = 0; n < NQ; n++)
-          *reinterpret_cast<float2*>(stg + qr * 64 + (((2 * n + ((lane & 3) >> 1)) ^ sw) << 2) + 2 * (lane & 1)) =
-              make_float2(dq[0][4 * n + 2 * r], dq[0][4 * n + 2 * r + 1]);
-      }
-      fence_async_smem();  // the bulk reduce reads the tile through the async proxy
-      bar_sync(1 + wg, 128);
-      const int rows = min(SR, nv - qrow0);
-      if ((tid & 127) == 0 && rows > 0) {
-        float* dst = p.dq_acc + dq_tiled_row(qt0 + qrow0, h, qpanel, p.n_tokens, D);
-        asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
-                     "r"(smem_u32(stg)), "r"(rows * 256)
-                     : "memory");
-        asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-      }
+      bulk_stage(h, qt0, nv);
     } else {
 #pragma unroll
       for (int hf = 0; hf < NH; hf++)
@@ -426,6 +459,14 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     advance(cur);
   }
   if (niter > 0 && staged_atomics) add_staged(ph, pqt0, pnv);
+  if constexpr (DQD) {
+    wg_fence();
+    dq_product();
+    wg_wait<0>();
+#pragma unroll
+    for (int hf = 0; hf < NH; hf++) reg_fence(dq[hf]);
+    if (niter > 0) bulk_stage(ph, pqt0, pnv);
+  }
   cp_async_wait<0>();
   if (dq_variant == 2 || BT) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 
@@ -477,13 +518,13 @@ __global__ void dkv_convert_kernel(const BwdParams p) {
   }
 }
 
-template <int D, bool KS, int QT, bool BT = false, bool LK = false>
+template <int D, bool KS, int QT, bool BT = false, int ORD = 0>
 void launch(const BwdParams& p, int n_blocks, int64_t n_tokens, cudaStream_t stream) {
   constexpr size_t smem = Tiling<D, KS, QT>::smem;
-  SB_CUDA_CHECK(cudaFuncSetAttribute(bwd_sm90_kernel<D, KS, QT, BT, LK>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  SB_CUDA_CHECK(cudaFuncSetAttribute(bwd_sm90_kernel<D, KS, QT, BT, ORD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const BwdMaps maps{tile_map(p.q, n_tokens, p.H, D, QT), tile_map(p.dout, n_tokens, p.H, D, QT),
                      tile_map(p.k, n_tokens, p.Hkv, D, kBS), tile_map(p.v, n_tokens, p.Hkv, D, kBS)};
-  bwd_sm90_kernel<D, KS, QT, BT, LK><<<n_blocks * p.Hkv * p.n_split, kThreads, smem, stream>>>(p, maps);
+  bwd_sm90_kernel<D, KS, QT, BT, ORD><<<n_blocks * p.Hkv * p.n_split, kThreads, smem, stream>>>(p, maps);
   SB_CUDA_CHECK_LAUNCH("bwd_sm90_kernel");
   if (p.chunk > 0) {
     dkv_convert_kernel<D><<<n_blocks * p.Hkv, 256, 0, stream>>>(p);
@@ -500,11 +541,13 @@ bool launch_bwd_sm90(const BwdParams& p, int head_dim, int n_blocks, int64_t n_t
   // shape); bench/RESULTS.md. SB_ATTN_BWD_VARIANT: 7 the same tiles with float4 atomics (the
   // default before); at head_dim 64, 6 128-query tiles with the key split, 1, 2 and 5 64 queries
   // (1, 2: their dQ accumulation; 5: the float4 atomics); at 128, 1 and 2 their dQ accumulation.
-  const bool tiled = p.variant == 0 || p.variant == 8;
-  if (head_dim == 128 && p.variant == 0) launch<128, false, 64, true, true>(p, n_blocks, n_tokens, stream);
+  const bool tiled = p.variant == 0 || p.variant == 8 || p.variant == 9;
+  if (head_dim == 128 && p.variant == 0) launch<128, false, 64, true, 2>(p, n_blocks, n_tokens, stream);
+  else if (head_dim == 128 && p.variant == 9) launch<128, false, 64, true, 1>(p, n_blocks, n_tokens, stream);
   else if (head_dim == 128 && tiled) launch<128, false, 64, true>(p, n_blocks, n_tokens, stream);
   else if (head_dim == 128) launch<128, false, 64>(p, n_blocks, n_tokens, stream);
-  else if (p.variant == 0) launch<64, false, 128, true, true>(p, n_blocks, n_tokens, stream);
+  else if (p.variant == 0) launch<64, false, 128, true, 2>(p, n_blocks, n_tokens, stream);
+  else if (p.variant == 9) launch<64, false, 128, true, 1>(p, n_blocks, n_tokens, stream);
   else if (tiled) launch<64, false, 128, true>(p, n_blocks, n_tokens, stream);
   else if (p.variant == 7) launch<64, false, 128>(p, n_blocks, n_tokens, stream);
   else if (p.variant == 6) launch<64, true, 128>(p, n_blocks, n_tokens, stream);
