@@ -1,5 +1,5 @@
 // Switches read from the environment (SB_FUSE, SB_SELECT, SB_HEAD_LOGITS, SB_ATTN_KERNEL,
-// SB_ATTN_BWD_VARIANT, SB_ATTN_BWD_CHUNK): one binary runs both sides of an A/B, so a mistyped
+// SB_ATTN_BWD_VARIANT, SB_ATTN_BWD_CHUNK, SB_PHASE_TIMES): one binary runs both sides of an A/B, so a mistyped
 // value must stop the run rather than quietly measure the default.
 #pragma once
 #include <cerrno>

@@ -8,12 +8,11 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
-#include <cstdlib>
-#include <cstring>
 #include <utility>
 #include <vector>
 
 #include "base/cuda_check.hpp"
+#include "base/env_choice.hpp"
 
 namespace sb {
 
@@ -26,8 +25,8 @@ inline constexpr std::array<const char*, kPhases> kPhaseNames = {
 class PhaseClock {
  public:
   PhaseClock() {
-    const char* e = std::getenv("SB_PHASE_TIMES");
-    on_ = e && *e && std::strcmp(e, "0") != 0;
+    static constexpr Named<bool> kOnOff[] = {{false, "0"}, {true, "1"}};
+    on_ = env_choice(kOnOff, "SB_PHASE_TIMES", false);  // another value stops the run: no silent default
   }
   ~PhaseClock() {
     for (cudaEvent_t e : events_) cudaEventDestroy(e);  // no check in a destructor
