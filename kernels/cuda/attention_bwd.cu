@@ -277,7 +277,7 @@ void launch_bwd(const BwdParams& p, int n_blocks, cudaStream_t stream) {
 //     split by keys, not queries; 8 the default's tiles with dK issued before the CTA barrier (the
 //     order before the late dK of bwd_sm90_kernel's LK).
 int bwd_variant() {
-  static constexpr Named<int> kVariants[] = {{0, "0"}, {1, "1"}, {2, "2"}, {4, "4"}, {5, "5"}, {6, "6"}, {7, "7"}, {8, "8"}, {9, "9"}};
+  static constexpr Named<int> kVariants[] = {{0, "0"}, {1, "1"}, {2, "2"}, {4, "4"}, {5, "5"}, {6, "6"}, {7, "7"}, {8, "8"}};
   static const int v = env_choice(kVariants, "SB_ATTN_BWD_VARIANT", 0);
   return v;
 }

@@ -55,16 +55,16 @@ struct Tiling {
 // otherwise by float4 atomics of every thread under the next tile's first products (variant 7;
 // the bulk path takes 0.88-0.95x its backward time at 8K-32K, bench/RESULTS.md: it adds whole
 // 128-byte lines in L2 and takes 16-32 instructions a thread a tile off the warps).
-// ORD, the order of the last products (with BT; else 0). 0: dV, dK before the CTA barrier, dQ after
-// it, waited for and staged with no product in flight. 1 (late dK): dK issued after the barrier,
-// behind dQ, so that it runs while dQ is staged (FlashAttention-3's order). 2 (deferred dQ): dQ
-// waited for and staged at the top of the next tile, under its S^T and dP^T.
-template <int D, bool KS, int QT, bool BT, int ORD = 0>
+// DQD (deferred dQ; with BT, the default): dQ = dS K of tile it goes out at the top of tile it + 1,
+// ahead of its S^T and dP^T, and is staged and added under them; otherwise it goes out after the
+// tile's CTA barrier and is waited for and staged with no product in flight (variant 8; 0.96-1.04x
+// the default's time, bench/RESULTS.md). Issuing dK after dQ instead, so that it runs while dQ is
+// staged (FlashAttention-3's order), was slower at head_dim 128 (1.00-1.07x).
+template <int D, bool KS, int QT, bool BT, bool DQD = false>
 __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p, const __grid_constant__ BwdMaps maps) {
   using T = Tiling<D, KS, QT>;
   constexpr bool QS = T::QS;
-  static_assert(ORD == 0 || (BT && T::stages == 3), "ORD 1, 2: the bulk tile, three stages (tile it's Q read after the barrier)");
-  constexpr bool LK = ORD == 1, DQD = ORD == 2;
+  static_assert(!DQD || (BT && T::stages == 3), "deferred dQ: the bulk tile, three stages");
   static_assert(KS || QS || D == 128, "the column split needs head_dim 128");
   static_assert(QT == 64 || (QT == 128 && D == 64), "128-query tiles: head_dim 64");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -351,30 +351,20 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
       if (n & 1) stsm_x4(sdS + sw128<kBS>(skey, 8 * (n - 1) + 8 * (lane >> 4)), ds[n / 2]);
     }
     // dK += dS^T Q
+    wg_fence();
     const uint64_t qm = desc_add(dQm, so);
-    auto dk_product = [&] {
 #pragma unroll
-      for (int kk = 0; kk < KQ; kk++) wgmma_rs<1>(dk, ds[kk], mn_step<QT>(qm, kk * 16, 0));
-      wg_commit();
-    };
-    if constexpr (!LK) {
-      wg_fence();
-      dk_product();
-    }
+    for (int kk = 0; kk < KQ; kk++) wgmma_rs<1>(dk, ds[kk], mn_step<QT>(qm, kk * 16, 0));
+    wg_commit();
     // after a wait for every product: the registers they read and wrote may be used again
-    auto fence_dv = [&] {
+    auto fence_products = [&] {
+      reg_fence(dk);
       reg_fence(dv);
 #pragma unroll
-      for (int kk = 0; kk < KQ; kk++) reg_fence(pt[kk]);
-    };
-    auto fence_dk = [&] {
-      reg_fence(dk);
-#pragma unroll
-      for (int kk = 0; kk < KQ; kk++) reg_fence(ds[kk]);
-    };
-    auto fence_products = [&] {
-      fence_dv();
-      fence_dk();
+      for (int kk = 0; kk < KQ; kk++) {
+        reg_fence(pt[kk]);
+        reg_fence(ds[kk]);
+      }
     };
     if constexpr (kStages == 2) {  // tile it's Q, dO read: its stage takes tile it + 2 after the barrier
       wg_wait<0>();
@@ -396,14 +386,8 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     }
     wg_fence();
     dq_product();
-    if constexpr (LK) {
-      dk_product();
-      wg_wait<1>();  // dV and dQ (dK in flight)
-      fence_dv();
-    } else {
-      wg_wait<0>();
-      fence_products();
-    }
+    wg_wait<0>();
+    fence_products();
 #pragma unroll
     for (int hf = 0; hf < NH; hf++) reg_fence(dq[hf]);
     if constexpr (!KS)  // done reading dS^T: the other warpgroup may overwrite its rows
@@ -450,10 +434,6 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
                      : "memory");
         asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
       }
-    }
-    if constexpr (LK) {
-      wg_wait<0>();  // dK: its dS^T registers are rewritten next tile
-      fence_dk();
     }
     i_cur = i_next, i_next = i_after;
     advance(cur);
@@ -518,13 +498,13 @@ __global__ void dkv_convert_kernel(const BwdParams p) {
   }
 }
 
-template <int D, bool KS, int QT, bool BT = false, int ORD = 0>
+template <int D, bool KS, int QT, bool BT = false, bool DQD = false>
 void launch(const BwdParams& p, int n_blocks, int64_t n_tokens, cudaStream_t stream) {
   constexpr size_t smem = Tiling<D, KS, QT>::smem;
-  SB_CUDA_CHECK(cudaFuncSetAttribute(bwd_sm90_kernel<D, KS, QT, BT, ORD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  SB_CUDA_CHECK(cudaFuncSetAttribute(bwd_sm90_kernel<D, KS, QT, BT, DQD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const BwdMaps maps{tile_map(p.q, n_tokens, p.H, D, QT), tile_map(p.dout, n_tokens, p.H, D, QT),
                      tile_map(p.k, n_tokens, p.Hkv, D, kBS), tile_map(p.v, n_tokens, p.Hkv, D, kBS)};
-  bwd_sm90_kernel<D, KS, QT, BT, ORD><<<n_blocks * p.Hkv * p.n_split, kThreads, smem, stream>>>(p, maps);
+  bwd_sm90_kernel<D, KS, QT, BT, DQD><<<n_blocks * p.Hkv * p.n_split, kThreads, smem, stream>>>(p, maps);
   SB_CUDA_CHECK_LAUNCH("bwd_sm90_kernel");
   if (p.chunk > 0) {
     dkv_convert_kernel<D><<<n_blocks * p.Hkv, 256, 0, stream>>>(p);
@@ -538,16 +518,15 @@ bool launch_bwd_sm90(const BwdParams& p, int head_dim, int n_blocks, int64_t n_t
   // The default: dQ by one bulk reduce-add a staged tile, into the tiled workspace (returns true).
   // head_dim 128 splits dQ by columns (the key split there was 1.26x slower), head_dim 64 takes
   // 128-query tiles with dQ split by queries (0.72x the time of 64-query tiles at the Qwen2.5-0.5B
-  // shape); bench/RESULTS.md. SB_ATTN_BWD_VARIANT: 7 the same tiles with float4 atomics (the
-  // default before); at head_dim 64, 6 128-query tiles with the key split, 1, 2 and 5 64 queries
-  // (1, 2: their dQ accumulation; 5: the float4 atomics); at 128, 1 and 2 their dQ accumulation.
-  const bool tiled = p.variant == 0 || p.variant == 8 || p.variant == 9;
-  if (head_dim == 128 && p.variant == 0) launch<128, false, 64, true, 2>(p, n_blocks, n_tokens, stream);
-  else if (head_dim == 128 && p.variant == 9) launch<128, false, 64, true, 1>(p, n_blocks, n_tokens, stream);
+  // shape); dQ deferred to the next tile (DQD); bench/RESULTS.md. SB_ATTN_BWD_VARIANT: 8 the same
+  // tiles with dQ staged right after its product; 7 with float4 atomics (the default before 8); at
+  // head_dim 64, 6 128-query tiles with the key split, 1, 2 and 5 64 queries (1, 2: their dQ
+  // accumulation; 5: the float4 atomics); at 128, 1 and 2 their dQ accumulation.
+  const bool tiled = p.variant == 0 || p.variant == 8;
+  if (head_dim == 128 && p.variant == 0) launch<128, false, 64, true, true>(p, n_blocks, n_tokens, stream);
   else if (head_dim == 128 && tiled) launch<128, false, 64, true>(p, n_blocks, n_tokens, stream);
   else if (head_dim == 128) launch<128, false, 64>(p, n_blocks, n_tokens, stream);
-  else if (p.variant == 0) launch<64, false, 128, true, 2>(p, n_blocks, n_tokens, stream);
-  else if (p.variant == 9) launch<64, false, 128, true, 1>(p, n_blocks, n_tokens, stream);
+  else if (p.variant == 0) launch<64, false, 128, true, true>(p, n_blocks, n_tokens, stream);
   else if (tiled) launch<64, false, 128, true>(p, n_blocks, n_tokens, stream);
   else if (p.variant == 7) launch<64, false, 128>(p, n_blocks, n_tokens, stream);
   else if (p.variant == 6) launch<64, true, 128>(p, n_blocks, n_tokens, stream);
