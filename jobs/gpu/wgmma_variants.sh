@@ -5,9 +5,9 @@
 # queries), SB_ATTN_BWD_VARIANT=7 (the same tiles, staged dQ added by float4 atomics overlapping
 # the next tile's first products), =1 (float2 atomics from registers, not overlapped), =2 (staged,
 # one bulk reduce-add per row), =5 (head_dim 64 in 64-query tiles, float4 atomics), =6 (head_dim 64
-# in 128-query tiles with dQ split by keys), =8 (the default's tiles, dK issued before the CTA
-# barrier and dQ staged with no product in flight: the order before the deferred dQ), =9 (dK issued
-# after dQ, running while dQ is staged): the kernel test under each
+# in 128-query tiles with dQ split by keys), =8 (the default's tiles with dQ waited for and staged
+# right after its product, no product in flight: the order before the deferred dQ): the kernel
+# test under each
 # (the default is tested by the `test` stage), then all timed in one process each, one after
 # another, at LENS. Logs and CSVs under $OUT. VARIANTS (default "1 2") picks them.
 # BENCH_ARGS: more bench_attention_cuda flags, e.g. the Qwen2.5-0.5B shape:

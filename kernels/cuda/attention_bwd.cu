@@ -274,8 +274,8 @@ void launch_bwd(const BwdParams& p, int n_blocks, cudaStream_t stream) {
 //     tile (the default before); 1 float2 atomics from registers before the next tile starts; 2
 //     staged, then one bulk reduce-add per row (bench/RESULTS.md compares them). 1, 2 and 5 run
 //     head_dim 64 in 64-query tiles, not 128 (5: float4 atomics); 6 in 128-query tiles with dQ
-//     split by keys, not queries; 8 the default's tiles with dK issued before the CTA barrier (the
-//     order before the late dK of bwd_sm90_kernel's LK).
+//     split by keys, not queries; 8 the default's tiles with dQ staged right after its product (the
+//     order before the deferred dQ, bwd_sm90_kernel's DQD).
 int bwd_variant() {
   static constexpr Named<int> kVariants[] = {{0, "0"}, {1, "1"}, {2, "2"}, {4, "4"}, {5, "5"}, {6, "6"}, {7, "7"}, {8, "8"}};
   static const int v = env_choice(kVariants, "SB_ATTN_BWD_VARIANT", 0);

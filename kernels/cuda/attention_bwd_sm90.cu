@@ -7,10 +7,10 @@
 //   S^T = K Q^T and dP^T = V dO^T (wgmma, shared x shared), P^T = exp(S^T - lse),
 //   dV += P^T dO and dK += dS^T Q with P^T, dS^T = P^T (dP^T - Delta) straight from registers,
 //   dQ = dS K from dS^T staged in shared memory over all 128 keys (warpgroup w takes dQ columns
-//   64w.. at head_dim 128, queries 64w.. of the 128-query tile at 64), staged in shared memory and
-//   added into the fp32 workspace by one bulk reduce-add a warpgroup (the TMA engine; the workspace
-//   tiled so that the staged tile is contiguous there, dq_tiled_index), which runs while the next
-//   tile is computed.
+//   64w.. at head_dim 128, queries 64w.. of the 128-query tile at 64), issued at the top of the
+//   next tile ahead of its S^T and dP^T, staged in shared memory under them and added into the
+//   fp32 workspace by one bulk reduce-add a warpgroup (the TMA engine; the workspace tiled so that
+//   the staged tile is contiguous there, dq_tiled_index), which runs while the tile is computed.
 #include <cmath>
 #include <stdexcept>
 
