@@ -5,6 +5,7 @@
 // - Forward only (eval): loss and greedy predictions against Model<double>; gradients untouched.
 // - The same with the chunked LM head (model.lm_head_chunk) and layer recomputation (train.recompute).
 // - The fused elementwise kernels and packed projections (SB_FUSE=1, 2) against the unfused chains.
+// - SB_PHASE_TIMES: 0 or 1, another value an error naming it (PhaseClock reads it; no GPU needed).
 // - 20 steps of `train` on the GPU against the same run on the CPU: the losses agree to bf16
 //   tolerance at every step, and ranks stay bit-identical (train.sync_check_every = 1). At 2 ranks
 //   on one GPU the gradients go through host memory (NCCL takes one GPU per rank). Then `eval` of
@@ -23,6 +24,7 @@
 #include "src/train/profile.hpp"
 #include "src/train/trainer.hpp"
 #include "tests/cuda/gpu_test_util.hpp"
+#include "tests/error_of.hpp"
 #include "tests/train/train_test_util.hpp"
 
 using namespace sbtest;
@@ -329,4 +331,21 @@ TEST(TrainCuda, SparseDstLossesMatchCpuOver20Steps) {
   if (!have_gpu()) GTEST_SKIP();
   // Gating on bf16 q/k may keep a different block where two scores tie closely: a looser bound.
   check_training("sparse", "--set attention.mode=sparse --set balance.tuning=dst --set attention.k=2", 3e-2);
+}
+
+// The phase clock's switch: unset, empty or 0 off, 1 on, anything else stops the run. Only the
+// environment is read when a PhaseClock is made, so this runs without a GPU.
+TEST(PhaseClock, SwitchOnOffOrError) {
+  const char* name = "SB_PHASE_TIMES";
+  unsetenv(name);
+  EXPECT_FALSE(sb::PhaseClock().on());
+  setenv(name, "", 1);
+  EXPECT_FALSE(sb::PhaseClock().on());
+  setenv(name, "0", 1);
+  EXPECT_FALSE(sb::PhaseClock().on());
+  setenv(name, "1", 1);
+  EXPECT_TRUE(sb::PhaseClock().on());
+  setenv(name, "yes", 1);
+  EXPECT_EQ(sbtest::error_of([] { sb::PhaseClock clock; }), "SB_PHASE_TIMES = \"yes\": expected one of 0, 1");
+  unsetenv(name);
 }
