@@ -277,7 +277,7 @@ void launch_bwd(const BwdParams& p, int n_blocks, cudaStream_t stream) {
 //     split by keys, not queries; 8 the default's tiles with dQ staged right after its product (the
 //     order before the deferred dQ, bwd_sm90_kernel's DQD).
 int bwd_variant() {
-  static constexpr Named<int> kVariants[] = {{0, "0"}, {1, "1"}, {2, "2"}, {4, "4"}, {5, "5"}, {6, "6"}, {7, "7"}, {8, "8"}};
+  static constexpr Named<int> kVariants[] = {{0, "0"}, {1, "1"}, {2, "2"}, {4, "4"}, {5, "5"}, {6, "6"}, {7, "7"}, {8, "8"}, {10, "10"}};
   static const int v = env_choice(kVariants, "SB_ATTN_BWD_VARIANT", 0);
   return v;
 }
@@ -301,6 +301,8 @@ void column_split(BwdParams& p, int max_doc_blocks, int block_size) {
   if (g_bwd_chunk == -2) g_bwd_chunk = env_int("SB_ATTN_BWD_CHUNK", -1, 0);
   p.chunk = g_bwd_chunk >= 0 ? g_bwd_chunk : std::max(128, (bound + 15) / 16);
   p.n_split = p.chunk > 0 ? std::max(1, (bound + p.chunk - 1) / p.chunk) : 1;
+  p.head_split = p.variant == 10 && p.H > p.Hkv && p.chunk > 0;  // GQA only: MHA has one head a column
+  if (p.head_split) p.n_split = p.H / p.Hkv;
 }
 }  // namespace
 

@@ -92,9 +92,11 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   // The column's tiles (head x query block x sub-tile); with the column split this CTA takes chunk
   // s of them (the last chunk any remainder, so a low bound on the host loses nothing). p.chunk
   // counts 64-query tiles; whether a column is split is decided on those, as dkv_convert_kernel does.
-  const int total = G * nq * kSub, s = int(blockIdx.x) % p.n_split;
+  // The head split instead gives CTA s of a split column query head s of the group (nq * kSub tiles).
+  const int total = G * nq * kSub;
+  const int s = p.head_split ? int(blockIdx.x) / int(gridDim.x / p.n_split) : int(blockIdx.x) % p.n_split;
   const bool split = p.chunk > 0 && G * nq * (kBS / 64) > p.chunk;
-  const int chunk = (p.chunk + QT / 64 - 1) / (QT / 64);  // in this kernel's tiles
+  const int chunk = p.head_split ? nq * kSub : (p.chunk + QT / 64 - 1) / (QT / 64);  // in this kernel's tiles
   if (s > 0 && (!split || s * chunk >= total)) return;  // a spare CTA: the whole CTA leaves
   const int it0 = split ? s * chunk : 0;
   const int niter = !split ? total : s == p.n_split - 1 ? total - it0 : min(chunk, total - it0);
@@ -522,11 +524,11 @@ bool launch_bwd_sm90(const BwdParams& p, int head_dim, int n_blocks, int64_t n_t
   // tiles with dQ staged right after its product; 7 with float4 atomics (the default before 8); at
   // head_dim 64, 6 128-query tiles with the key split, 1, 2 and 5 64 queries (1, 2: their dQ
   // accumulation; 5: the float4 atomics); at 128, 1 and 2 their dQ accumulation.
-  const bool tiled = p.variant == 0 || p.variant == 8;
-  if (head_dim == 128 && p.variant == 0) launch<128, false, 64, true, true>(p, n_blocks, n_tokens, stream);
+  const bool tiled = p.variant == 0 || p.variant == 8 || p.variant == 10;
+  if (head_dim == 128 && (p.variant == 0 || p.variant == 10)) launch<128, false, 64, true, true>(p, n_blocks, n_tokens, stream);
   else if (head_dim == 128 && tiled) launch<128, false, 64, true>(p, n_blocks, n_tokens, stream);
   else if (head_dim == 128) launch<128, false, 64>(p, n_blocks, n_tokens, stream);
-  else if (p.variant == 0) launch<64, false, 128, true, true>(p, n_blocks, n_tokens, stream);
+  else if (p.variant == 0 || p.variant == 10) launch<64, false, 128, true, true>(p, n_blocks, n_tokens, stream);
   else if (tiled) launch<64, false, 128, true>(p, n_blocks, n_tokens, stream);
   else if (p.variant == 7) launch<64, false, 128>(p, n_blocks, n_tokens, stream);
   else if (p.variant == 6) launch<64, true, 128>(p, n_blocks, n_tokens, stream);

@@ -43,6 +43,10 @@ struct BwdParams {
   // converted afterwards. chunk 0: one CTA per column, as the mma.sync kernel always does.
   float* dkv_acc = nullptr;
   int chunk = 0, n_split = 1;
+  // head_split (GQA, SB_ATTN_BWD_VARIANT=10; n_split = the group's query heads): a split column is
+  // cut at its query heads, one CTA each, and the grid runs head-major (CTA s * items + item), so
+  // that CTAs running together read one head's Q and dO, as with MHA (L2 reuse)
+  int head_split = 0;
   int64_t n_tokens = 0;  // rows of k, v (dkv_acc's dV half starts at n_tokens x Hkv x D)
   const float* lse2 = nullptr;  // wgmma backward: lse * log2(e) (bwd_prep_kernel), read instead of lse
 };
@@ -91,9 +95,13 @@ __device__ __forceinline__ WorkItem work_item(const int32_t* items, int n_heads,
 __device__ __forceinline__ WorkItem fwd_item(const FwdParams& p) {
   return work_item(p.items, p.H, p.H / p.Hkv, p.blocks, p.row_base, p.row_ptr, blockIdx.x);
 }
-// backward: item blockIdx.x / n_split of the launch order (n_split = 1 without the column split)
+// backward: item blockIdx.x / n_split of the launch order (n_split = 1 without the column split),
+// or blockIdx.x % items with the head split
+__device__ __forceinline__ int bwd_cta_item(const BwdParams& p) {
+  return p.head_split ? int(blockIdx.x % (gridDim.x / p.n_split)) : int(blockIdx.x) / p.n_split;
+}
 __device__ __forceinline__ WorkItem bwd_item(const BwdParams& p) {
-  return work_item(p.items, p.Hkv, 1, p.blocks, p.row_base, p.col_ptr, int(blockIdx.x) / p.n_split);
+  return work_item(p.items, p.Hkv, 1, p.blocks, p.row_base, p.col_ptr, bwd_cta_item(p));
 }
 
 // Forward epilogue, shared by the two generations: finish the row sums l across the 4 lanes of a
