@@ -301,8 +301,13 @@ void column_split(BwdParams& p, int max_doc_blocks, int block_size) {
   if (g_bwd_chunk == -2) g_bwd_chunk = env_int("SB_ATTN_BWD_CHUNK", -1, 0);
   p.chunk = g_bwd_chunk >= 0 ? g_bwd_chunk : std::max(128, (bound + 15) / 16);
   p.n_split = p.chunk > 0 ? std::max(1, (bound + p.chunk - 1) / p.chunk) : 1;
-  p.head_split = p.variant == 10 && p.H > p.Hkv && p.chunk > 0;  // GQA only: MHA has one head a column
-  if (p.head_split) p.n_split = p.H / p.Hkv;
+  // variant 10 (GQA only: MHA has one head a column): a split column is cut at its query heads
+  // first and each head's tiles into chunks, n_split = the group x the chunks of the longest head
+  p.head_split = p.variant == 10 && p.H > p.Hkv && p.chunk > 0;
+  if (p.head_split) {
+    const int per_head = std::max(1, max_doc_blocks * (block_size / 64));
+    p.n_split = (p.H / p.Hkv) * std::max(1, (per_head + p.chunk - 1) / p.chunk);
+  }
 }
 }  // namespace
 

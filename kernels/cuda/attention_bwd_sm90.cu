@@ -92,14 +92,25 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   // The column's tiles (head x query block x sub-tile); with the column split this CTA takes chunk
   // s of them (the last chunk any remainder, so a low bound on the host loses nothing). p.chunk
   // counts 64-query tiles; whether a column is split is decided on those, as dkv_convert_kernel does.
-  // The head split instead gives CTA s of a split column query head s of the group (nq * kSub tiles).
+  // The head split instead gives CTA s of a split column head s / m of the group, chunk s % m of
+  // that head's nq * kSub tiles (m = n_split / G; the head's last chunk any remainder).
   const int total = G * nq * kSub;
   const int s = p.head_split ? int(blockIdx.x) / int(gridDim.x / p.n_split) : int(blockIdx.x) % p.n_split;
   const bool split = p.chunk > 0 && G * nq * (kBS / 64) > p.chunk;
-  const int chunk = p.head_split ? nq * kSub : (p.chunk + QT / 64 - 1) / (QT / 64);  // in this kernel's tiles
-  if (s > 0 && (!split || s * chunk >= total)) return;  // a spare CTA: the whole CTA leaves
-  const int it0 = split ? s * chunk : 0;
-  const int niter = !split ? total : s == p.n_split - 1 ? total - it0 : min(chunk, total - it0);
+  const int chunk = (p.chunk + QT / 64 - 1) / (QT / 64);  // in this kernel's tiles
+  int it0 = 0, niter = total;
+  if (split && p.head_split) {
+    const int m = p.n_split / G, nt = nq * kSub, c0 = (s % m) * chunk;
+    if (c0 >= nt) return;  // a spare CTA: the whole CTA leaves
+    it0 = (s / m) * nt + c0;
+    niter = s % m == m - 1 ? nt - c0 : min(chunk, nt - c0);
+  } else if (split) {
+    if (s * chunk >= total) return;
+    it0 = s * chunk;
+    niter = s == p.n_split - 1 ? total - it0 : min(chunk, total - it0);
+  } else if (s > 0) {
+    return;
+  }
 
   // K, V, Q and dO by TMA from thread 0, each load completing an mbarrier; lse and Delta by cp.async.
   if (tid == 0) {
