@@ -303,8 +303,8 @@ void column_split(BwdParams& p, int max_doc_blocks, int block_size) {
   p.n_split = p.chunk > 0 ? std::max(1, (bound + p.chunk - 1) / p.chunk) : 1;
   // variant 10 (GQA only: MHA has one head a column): a split column is cut at its query heads
   // first and each head's tiles into chunks, n_split = the group x the chunks of the longest head
-  p.head_split = p.variant == 10 && p.H > p.Hkv && p.chunk > 0;
-  if (p.head_split) {
+  if (p.variant == 10 && p.H > p.Hkv && p.chunk > 0) {
+    p.head_split = sm_count();
     const int per_head = std::max(1, max_doc_blocks * (block_size / 64));
     p.n_split = (p.H / p.Hkv) * std::max(1, (per_head + p.chunk - 1) / p.chunk);
   }

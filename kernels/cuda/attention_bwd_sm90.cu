@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   // The head split instead gives CTA s of a split column head s / m of the group, chunk s % m of
   // that head's nq * kSub tiles (m = n_split / G; the head's last chunk any remainder).
   const int total = G * nq * kSub;
-  const int s = p.head_split ? int(blockIdx.x) / int(gridDim.x / p.n_split) : int(blockIdx.x) % p.n_split;
+  const int s = bwd_cta(p).s;
   const bool split = p.chunk > 0 && G * nq * (kBS / 64) > p.chunk;
   const int chunk = (p.chunk + QT / 64 - 1) / (QT / 64);  // in this kernel's tiles
   int it0 = 0, niter = total;

@@ -136,6 +136,9 @@ class DeviceGating {
 // layer), SB_SELECT=device with DeviceGating; unset: the default of select_device.cu.
 bool device_selection_enabled();
 
+// SMs of the current device (the launch order's slots: one wgmma CTA per SM).
+int sm_count();
+
 // True when a CUDA device is usable (false, with the reason in *why, when not).
 bool device_available(std::string* why = nullptr);
 

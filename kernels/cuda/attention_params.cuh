@@ -43,9 +43,11 @@ struct BwdParams {
   // converted afterwards. chunk 0: one CTA per column, as the mma.sync kernel always does.
   float* dkv_acc = nullptr;
   int chunk = 0, n_split = 1;
-  // head_split (GQA, SB_ATTN_BWD_VARIANT=10; n_split = the group's query heads): a split column is
-  // cut at its query heads, one CTA each, and the grid runs head-major (CTA s * items + item), so
-  // that CTAs running together read one head's Q and dO, as with MHA (L2 reuse)
+  // head_split W > 0 (GQA, SB_ATTN_BWD_VARIANT=10; n_split = the group's query heads x the chunks
+  // of the longest head): a split column is cut at its query heads, then each head's tiles into
+  // chunks, and the launch runs in windows of W items (the SMs), piece-major within a window, so that
+  // CTAs running together read one head's Q and dO (L2 reuse, as with MHA) while the heavy items of
+  // the launch order still start first
   int head_split = 0;
   int64_t n_tokens = 0;  // rows of k, v (dkv_acc's dV half starts at n_tokens x Hkv x D)
   const float* lse2 = nullptr;  // wgmma backward: lse * log2(e) (bwd_prep_kernel), read instead of lse
@@ -95,13 +97,20 @@ __device__ __forceinline__ WorkItem work_item(const int32_t* items, int n_heads,
 __device__ __forceinline__ WorkItem fwd_item(const FwdParams& p) {
   return work_item(p.items, p.H, p.H / p.Hkv, p.blocks, p.row_base, p.row_ptr, blockIdx.x);
 }
-// backward: item blockIdx.x / n_split of the launch order (n_split = 1 without the column split),
-// or blockIdx.x % items with the head split
-__device__ __forceinline__ int bwd_cta_item(const BwdParams& p) {
-  return p.head_split ? int(blockIdx.x % (gridDim.x / p.n_split)) : int(blockIdx.x) / p.n_split;
+// backward: CTA blockIdx.x's item of the launch order and its piece s < n_split: item-major
+// (n_split = 1 without the column split), or piece-major in windows of head_split items
+struct BwdCta {
+  int item, s;
+};
+__device__ __forceinline__ BwdCta bwd_cta(const BwdParams& p) {
+  const int blk = int(blockIdx.x);
+  if (!p.head_split) return {blk / p.n_split, blk % p.n_split};
+  const int W = p.head_split, items = int(gridDim.x) / p.n_split, grp = blk / (W * p.n_split);
+  const int r = blk - grp * W * p.n_split, in = min(W, items - grp * W);
+  return {grp * W + r % in, r / in};
 }
 __device__ __forceinline__ WorkItem bwd_item(const BwdParams& p) {
-  return work_item(p.items, p.Hkv, 1, p.blocks, p.row_base, p.col_ptr, bwd_cta_item(p));
+  return work_item(p.items, p.Hkv, 1, p.blocks, p.row_base, p.col_ptr, bwd_cta(p).item);
 }
 
 // Forward epilogue, shared by the two generations: finish the row sums l across the 4 lanes of a

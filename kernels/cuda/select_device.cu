@@ -284,10 +284,7 @@ void DeviceGating::prepare(const int32_t* cu, int ndocs, AttnShape s, const std:
   m.cap = std::max(1, std::min(kmax + std::max(local_blocks, 0) + 2, m.max_nb));
   m.words = (m.max_nb + 31) / 32;
   m.mode = parse_cta_order(std::getenv("SB_ATTN_ORDER"));
-  int dev = 0;
-  SB_CUDA_CHECK(cudaGetDevice(&dev));
-  SB_CUDA_CHECK(cudaDeviceGetAttribute(&m.slots, cudaDevAttrMultiProcessorCount, dev));
-  m.slots = std::max(m.slots, 1);
+  m.slots = sm_count();
   // worst case of every layer of this micro-batch
   const size_t nbk = size_t(m.n_blocks), rows = size_t(m.rows), items = nbk * s.n_heads;
   m.blocks.need(nbk);

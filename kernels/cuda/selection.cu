@@ -36,14 +36,6 @@ void free_ptr(T*& p) {
   if (p) cudaFree(p);  // no check: also called from the destructor
   p = nullptr;
 }
-// SMs of the current device: the launch order's slots (one wgmma CTA per SM; the mma.sync kernels
-// fit two, which the order tolerates).
-int sm_count() {
-  int dev = 0, n = 0;
-  SB_CUDA_CHECK(cudaGetDevice(&dev));
-  SB_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-  return std::max(n, 1);
-}
 // SB_ATTN_ORDER=heads|blocks picks the other launch orders (for comparisons); unset or mixed: default.
 CtaOrder cta_order_mode() {
   static const CtaOrder m = parse_cta_order(std::getenv("SB_ATTN_ORDER"));
@@ -181,6 +173,14 @@ DeviceSelection::HostCopy DeviceSelection::download(int ndocs, cudaStream_t stre
   return h;
 }
 
+// SMs of the current device: the launch order's slots (one wgmma CTA per SM; the mma.sync kernels
+// fit two, which the order tolerates).
+int sm_count() {
+  int dev = 0, n = 0;
+  SB_CUDA_CHECK(cudaGetDevice(&dev));
+  SB_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  return std::max(n, 1);
+}
 bool device_available(std::string* why) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
