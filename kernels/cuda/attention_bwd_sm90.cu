@@ -11,6 +11,9 @@
 //   next tile ahead of its S^T and dP^T, staged in shared memory under them and added into the
 //   fp32 workspace by one bulk reduce-add a warpgroup (the TMA engine; the workspace tiled so that
 //   the staged tile is contiguous there, dq_tiled_index), which runs while the tile is computed.
+// A long column is split over several CTAs (dK, dV added in fp32, then converted); with GQA it is
+// cut at its query heads first and the launch runs piece-major in windows of the SMs' items, so
+// that CTAs running together read one head's Q and dO (BwdParams::head_split).
 #include <cmath>
 #include <stdexcept>
 
@@ -531,15 +534,15 @@ bool launch_bwd_sm90(const BwdParams& p, int head_dim, int n_blocks, int64_t n_t
   // The default: dQ by one bulk reduce-add a staged tile, into the tiled workspace (returns true).
   // head_dim 128 splits dQ by columns (the key split there was 1.26x slower), head_dim 64 takes
   // 128-query tiles with dQ split by queries (0.72x the time of 64-query tiles at the Qwen2.5-0.5B
-  // shape); dQ deferred to the next tile (DQD); bench/RESULTS.md. SB_ATTN_BWD_VARIANT: 8 the same
-  // tiles with dQ staged right after its product; 7 with float4 atomics (the default before 8); at
+  // shape); dQ deferred to the next tile (DQD); bench/RESULTS.md. SB_ATTN_BWD_VARIANT: 9 the same
+  // kernel without the head split (column_split); 8 the same tiles with dQ staged right after its product; 7 with float4 atomics (the default before 8); at
   // head_dim 64, 6 128-query tiles with the key split, 1, 2 and 5 64 queries (1, 2: their dQ
   // accumulation; 5: the float4 atomics); at 128, 1 and 2 their dQ accumulation.
-  const bool tiled = p.variant == 0 || p.variant == 8 || p.variant == 10;
-  if (head_dim == 128 && (p.variant == 0 || p.variant == 10)) launch<128, false, 64, true, true>(p, n_blocks, n_tokens, stream);
+  const bool tiled = p.variant == 0 || p.variant == 8 || p.variant == 9;
+  if (head_dim == 128 && (p.variant == 0 || p.variant == 9)) launch<128, false, 64, true, true>(p, n_blocks, n_tokens, stream);
   else if (head_dim == 128 && tiled) launch<128, false, 64, true>(p, n_blocks, n_tokens, stream);
   else if (head_dim == 128) launch<128, false, 64>(p, n_blocks, n_tokens, stream);
-  else if (p.variant == 0 || p.variant == 10) launch<64, false, 128, true, true>(p, n_blocks, n_tokens, stream);
+  else if (p.variant == 0 || p.variant == 9) launch<64, false, 128, true, true>(p, n_blocks, n_tokens, stream);
   else if (tiled) launch<64, false, 128, true>(p, n_blocks, n_tokens, stream);
   else if (p.variant == 7) launch<64, false, 128>(p, n_blocks, n_tokens, stream);
   else if (p.variant == 6) launch<64, true, 128>(p, n_blocks, n_tokens, stream);

@@ -85,6 +85,9 @@ int dense_block_size(AttnShape s);
 // tiles is shared by several CTAs; 0 never splits, -1 (the default, or SB_ATTN_BWD_CHUNK=N at start)
 // chooses from the longest document (attention_bwd.cu, column_split).
 void set_bwd_column_chunk(int tiles);
+// GQA's split columns cut at their query heads first (true, the default) or in chunks across the
+// group's heads (false, SB_ATTN_BWD_VARIANT=9): for tests and comparisons.
+void set_bwd_head_split(bool on);
 
 // out, lse are fully overwritten.
 void block_attention_fwd(const bf16* q, const bf16* k, const bf16* v, const DeviceSelection& sel, AttnShape s,

@@ -43,7 +43,7 @@ struct BwdParams {
   // converted afterwards. chunk 0: one CTA per column, as the mma.sync kernel always does.
   float* dkv_acc = nullptr;
   int chunk = 0, n_split = 1;
-  // head_split W > 0 (GQA, SB_ATTN_BWD_VARIANT=10; n_split = the group's query heads x the chunks
+  // head_split W > 0 (GQA's default, attention_bwd.cu column_split; n_split = the group's query heads x the chunks
   // of the longest head): a split column is cut at its query heads, then each head's tiles into
   // chunks, and the launch runs in windows of W items (the SMs), piece-major within a window, so that
   // CTAs running together read one head's Q and dO (L2 reuse, as with MHA) while the heavy items of
