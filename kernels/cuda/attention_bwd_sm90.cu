@@ -535,14 +535,16 @@ bool launch_bwd_sm90(const BwdParams& p, int head_dim, int n_blocks, int64_t n_t
   // head_dim 128 splits dQ by columns (the key split there was 1.26x slower), head_dim 64 takes
   // 128-query tiles with dQ split by queries (0.72x the time of 64-query tiles at the Qwen2.5-0.5B
   // shape); dQ deferred to the next tile (DQD); bench/RESULTS.md. SB_ATTN_BWD_VARIANT: 9 the same
-  // kernel without the head split (column_split); 8 the same tiles with dQ staged right after its product; 7 with float4 atomics (the default before 8); at
-  // head_dim 64, 6 128-query tiles with the key split, 1, 2 and 5 64 queries (1, 2: their dQ
-  // accumulation; 5: the float4 atomics); at 128, 1 and 2 their dQ accumulation.
-  const bool tiled = p.variant == 0 || p.variant == 8 || p.variant == 9;
-  if (head_dim == 128 && (p.variant == 0 || p.variant == 9)) launch<128, false, 64, true, true>(p, n_blocks, n_tokens, stream);
+  // kernel without the head split (column_split); 8 the same tiles with dQ staged right after its
+  // product; 7 with float4 atomics (the default before 8); at head_dim 64, 6 128-query tiles with
+  // the key split, 1, 2 and 5 64 queries (1, 2: their dQ accumulation; 5: the float4 atomics); at
+  // 128, 1 and 2 their dQ accumulation.
+  const bool deferred = p.variant == 0 || p.variant == 9;  // the default kernel
+  const bool tiled = deferred || p.variant == 8;
+  if (head_dim == 128 && deferred) launch<128, false, 64, true, true>(p, n_blocks, n_tokens, stream);
   else if (head_dim == 128 && tiled) launch<128, false, 64, true>(p, n_blocks, n_tokens, stream);
   else if (head_dim == 128) launch<128, false, 64>(p, n_blocks, n_tokens, stream);
-  else if (p.variant == 0 || p.variant == 9) launch<64, false, 128, true, true>(p, n_blocks, n_tokens, stream);
+  else if (deferred) launch<64, false, 128, true, true>(p, n_blocks, n_tokens, stream);
   else if (tiled) launch<64, false, 128, true>(p, n_blocks, n_tokens, stream);
   else if (p.variant == 7) launch<64, false, 128>(p, n_blocks, n_tokens, stream);
   else if (p.variant == 6) launch<64, true, 128>(p, n_blocks, n_tokens, stream);
