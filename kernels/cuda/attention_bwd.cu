@@ -366,7 +366,7 @@ void block_attention_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16
   else if (D == 128 && s.block_size == 128) launch_bwd<128, 128>(p, sel.n_blocks, stream);
   else throw Error("cuda::block_attention_bwd: head_dim must be 64 or 128, block_size 64 or 128");
   const int64_t n2 = rows * D / 2;
-  const unsigned grid = unsigned(std::min<int64_t>((n2 + 255) / 256, 132 * 16));
+  const unsigned grid = unsigned(std::min<int64_t>((n2 + 255) / 256, int64_t(sm_count()) * 16));
   if (tiled) {
     if (D == 64) dq_convert_tiled_kernel<64><<<grid, 256, 0, stream>>>(dq_acc, dq, float(scale), sel.n_tokens, s.n_heads);
     else dq_convert_tiled_kernel<128><<<grid, 256, 0, stream>>>(dq_acc, dq, float(scale), sel.n_tokens, s.n_heads);
