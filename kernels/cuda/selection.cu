@@ -1,5 +1,4 @@
 // DeviceSelection: a BlockSelection and its transpose on the device; device probing.
-#include <atomic>
 #include <algorithm>
 #include <numeric>
 #include <cstdlib>
@@ -176,17 +175,11 @@ DeviceSelection::HostCopy DeviceSelection::download(int ndocs, cudaStream_t stre
 
 // SMs of the current device: the launch order's slots (one wgmma CTA per SM; the mma.sync kernels
 // fit two, which the order tolerates).
-// Read once per device (each backward and selection asks; a rank may switch devices in tests).
 int sm_count() {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> cache[kMaxDevices] = {};
   int dev = 0, n = 0;
   SB_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev >= 0 && dev < kMaxDevices && (n = cache[dev].load(std::memory_order_relaxed)) > 0) return n;
   SB_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-  n = std::max(n, 1);
-  if (dev >= 0 && dev < kMaxDevices) cache[dev].store(n, std::memory_order_relaxed);
-  return n;
+  return std::max(n, 1);
 }
 bool device_available(std::string* why) {
   int n = 0;
