@@ -7,8 +7,8 @@
 # one bulk reduce-add per row), =5 (head_dim 64 in 64-query tiles, float4 atomics), =6 (head_dim 64
 # in 128-query tiles with dQ split by keys), =8 (the default's tiles with dQ waited for and staged
 # right after its product, no product in flight: the order before the deferred dQ): the kernel
-# test under each; =9 (the default without the head split: GQA's split columns in chunks across
-# the group's heads, item-major, the order before it)
+# test under each; =9 (the default without the head split: split columns in item-major chunks,
+# across the group's heads with GQA, the order before it)
 # (the default is tested by the `test` stage), then all timed in one process each, one after
 # another, at LENS. Logs and CSVs under $OUT. VARIANTS (default "1 2") picks them.
 # BENCH_ARGS: more bench_attention_cuda flags, e.g. the Qwen2.5-0.5B shape:

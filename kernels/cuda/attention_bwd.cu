@@ -276,7 +276,8 @@ void launch_bwd(const BwdParams& p, int n_blocks, cudaStream_t stream) {
 //     head_dim 64 in 64-query tiles, not 128 (5: float4 atomics); 6 in 128-query tiles with dQ
 //     split by keys, not queries; 8 the default's tiles with dQ staged right after its product (the
 //     order before the deferred dQ, bwd_sm90_kernel's DQD); 9 the default without the head split
-//     (GQA's split columns in chunks across heads, item-major: the order before it, column_split).
+//     (split columns in item-major chunks, across the group's heads with GQA, launched item by
+//     item: the order before it, column_split).
 int bwd_variant() {
   static constexpr Named<int> kVariants[] = {{0, "0"}, {1, "1"}, {2, "2"}, {4, "4"}, {5, "5"}, {6, "6"}, {7, "7"}, {8, "8"}, {9, "9"}};
   static const int v = env_choice(kVariants, "SB_ATTN_BWD_VARIANT", 0);
@@ -303,13 +304,13 @@ void column_split(BwdParams& p, int max_doc_blocks, int block_size) {
   if (g_bwd_chunk == -2) g_bwd_chunk = env_int("SB_ATTN_BWD_CHUNK", -1, 0);
   p.chunk = g_bwd_chunk >= 0 ? g_bwd_chunk : std::max(128, (bound + 15) / 16);
   p.n_split = p.chunk > 0 ? std::max(1, (bound + p.chunk - 1) / p.chunk) : 1;
-  // The head split (the default for GQA; MHA has one head a column): a split column is cut at its
-  // query heads first and each head's tiles into chunks, n_split = the group x the chunks of the
-  // longest head, and the launch runs in windows of the SMs' items (BwdParams::head_split). Item-major
-  // chunks across heads, the order before (variant 9), read the group's Q and dO from many heads at
-  // once: L2 hit rate 67% at 10/2 heads against 97% with MHA, the head split 0.79x its backward time
-  // at 64K dense (bench/RESULTS.md).
-  if (p.variant == 0 && g_bwd_head_split && p.H > p.Hkv && p.chunk > 0) {
+  // The head split (the default): a split column is cut at its query heads first (with GQA) and
+  // each head's tiles into chunks, n_split = the group x the chunks of the longest head, and the
+  // launch runs in windows of the SMs' items, piece-major (BwdParams::head_split), so that the CTAs
+  // running together read one stretch of one head's Q, dO and dQ. Item-major chunks (variant 9,
+  // the order before) read the whole group's, or with MHA one head's whole length, at once: L2 hit
+  // rate 67% at 10 / 2 heads, 83% with 32 MHA heads at 64K (bench/RESULTS.md).
+  if (p.variant == 0 && g_bwd_head_split && p.chunk > 0) {
     p.head_split = sm_count();
     const int per_head = std::max(1, max_doc_blocks * (block_size / 64));
     p.n_split = (p.H / p.Hkv) * std::max(1, (per_head + p.chunk - 1) / p.chunk);

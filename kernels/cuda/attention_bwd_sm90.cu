@@ -12,8 +12,8 @@
 //   fp32 workspace by one bulk reduce-add a warpgroup (the TMA engine; the workspace tiled so that
 //   the staged tile is contiguous there, dq_tiled_index), which runs while the tile is computed.
 // A long column is split over several CTAs (dK, dV added in fp32, then converted); with GQA it is
-// cut at its query heads first and the launch runs piece-major in windows of the SMs' items, so
-// that CTAs running together read one head's Q and dO (BwdParams::head_split).
+// cut at its query heads first, and the launch runs piece-major in windows of the SMs' items, so
+// that CTAs running together read one stretch of one head's Q, dO and dQ (BwdParams::head_split).
 #include <cmath>
 #include <stdexcept>
 

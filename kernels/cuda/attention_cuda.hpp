@@ -85,8 +85,9 @@ int dense_block_size(AttnShape s);
 // tiles is shared by several CTAs; 0 never splits, -1 (the default, or SB_ATTN_BWD_CHUNK=N at start)
 // chooses from the longest document (attention_bwd.cu, column_split).
 void set_bwd_column_chunk(int tiles);
-// GQA's split columns cut at their query heads first (true, the default) or in chunks across the
-// group's heads (false, SB_ATTN_BWD_VARIANT=9): for tests and comparisons.
+// Split columns cut at their query heads first (GQA) and launched piece-major in windows of the SMs'
+// items (true, the default, MHA too), or in item-major chunks across the group's heads (false,
+// SB_ATTN_BWD_VARIANT=9): for tests and comparisons.
 void set_bwd_head_split(bool on);
 
 // out, lse are fully overwritten.

@@ -43,11 +43,11 @@ struct BwdParams {
   // converted afterwards. chunk 0: one CTA per column, as the mma.sync kernel always does.
   float* dkv_acc = nullptr;
   int chunk = 0, n_split = 1;
-  // head_split W > 0 (GQA's default, attention_bwd.cu column_split; n_split = the group's query
-  // heads x the chunks of the longest head): a split column is cut at its query heads, then each
-  // head's tiles into chunks, and the launch runs in windows of W items (the SMs), piece-major
-  // within a window, so that CTAs running together read one head's Q and dO (L2 reuse, as with
-  // MHA) while the heavy items of the launch order still start first
+  // head_split W > 0 (the default, attention_bwd.cu column_split; n_split = the group's query
+  // heads x the chunks of the longest head): a split column is cut at its query heads (GQA), then
+  // each head's tiles into chunks, and the launch runs in windows of W items (the SMs), piece-major
+  // within a window, so that CTAs running together read one stretch of one head's Q, dO and dQ (L2
+  // reuse) while the heavy items of the launch order still start first
   int head_split = 0;
   int64_t n_tokens = 0;  // rows of k, v (dkv_acc's dV half starts at n_tokens x Hkv x D)
   const float* lse2 = nullptr;  // wgmma backward: lse * log2(e) (bwd_prep_kernel), read instead of lse

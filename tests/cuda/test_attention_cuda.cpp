@@ -266,7 +266,8 @@ int main(int argc, char** argv) {
     if (C::wgmma_attention_available()) {
       C::prefer_wgmma_attention(true);
       g_wgmma = true;
-      // GQA's split columns cut at their query heads (the default) and in chunks across them
+      // split columns cut at their query heads and launched in windows (the default, MHA too) and in
+      // item-major chunks across the heads
       for (const bool heads : {true, false})
         for (const int chunk : {0, 3, 16}) {
           if (!heads && (chunk == 0 || quick)) continue;  // chunk 0: no split, the head split unused
