@@ -6,7 +6,7 @@
 // block and head), backward = 2.5x forward, forward+backward = 3.5x forward.
 //   bench_attention_cuda [--lens 8192,16384,32768,65536] [--densities 1,0.5,0.25,0.1] [--heads 32]
 //                        [--kv-heads H] [--dim 128] [--block 128] [--reps 10] [--seed 1234] [--csv FILE]
-//                        [--kernels wgmma,mma] [--ref FLEX.csv]
+//                        [--kernels wgmma,mma] [--ref FLEX.csv] [--split 1] [--power 1]
 // --kv-heads: grouped-query attention (default = --heads, MHA); each kv head's query blocks keep the
 // same blocks for the whole group, as the gating selects (--heads 14 --kv-heads 2 --dim 64 is the
 // Qwen2.5-0.5B shape).
@@ -14,6 +14,11 @@
 // where it runs: sm_90a build, block 128); "x mma" is the mma.sync time over this line's.
 // --ref: bench/flex_attention_ref.py's CSV from the same device call (same shape, masks and seed):
 // "x flex" and "x cudnn" are their times over this line's; nan where it has no such point.
+// --split 1: after each line, the forward+backward's two halves (an event between them), and the
+// two timed apart after a 100 ms idle pause each: whether back to back the kernels run slower than
+// alone, and in which half.
+// --power 1: after each line, the mean board power, SM clock and share of samples at the power cap
+// while the forward, backward and forward+backward loops ran (NVML, bench/gpu_power.hpp).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -21,10 +26,14 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <unistd.h>
 
 #include "kernels/cuda/attention_cuda.hpp"
 #include "kernels/cuda/cuda_check.hpp"
+#include "bench/gpu_power.hpp"
 
 namespace K = sb::kernels;
 namespace C = sb::kernels::cuda;
@@ -84,6 +93,40 @@ __global__ void fill_random(bf16* x, size_t n, uint64_t seed, float sd) {
   }
 }
 
+float median(std::vector<float> t) {
+  std::sort(t.begin(), t.end());
+  return t.size() % 2 ? t[t.size() / 2] : 0.5f * (t[t.size() / 2 - 1] + t[t.size() / 2]);
+}
+
+// Medians (two warm-ups) of the halves of f1(); f2() timed with an event between them, or with a
+// sync and a `pause_ms` idle pause before each half when pause_ms > 0.
+template <class F1, class F2>
+std::pair<float, float> median_halves_ms(int reps, int pause_ms, F1&& f1, F2&& f2) {
+  cudaEvent_t e[4];  // f1 between e[0] and e[1], f2 between e[2] and e[3]
+  for (auto& x : e) SB_CUDA_CHECK(cudaEventCreate(&x));
+  std::vector<float> t1, t2;
+  for (int r = 0; r < reps + 2; r++) {
+    if (pause_ms > 0) usleep(useconds_t(pause_ms) * 1000);
+    SB_CUDA_CHECK(cudaEventRecord(e[0]));
+    f1();
+    SB_CUDA_CHECK(cudaEventRecord(e[1]));
+    if (pause_ms > 0) {
+      SB_CUDA_CHECK(cudaEventSynchronize(e[1]));
+      usleep(useconds_t(pause_ms) * 1000);
+    }
+    SB_CUDA_CHECK(cudaEventRecord(e[2]));
+    f2();
+    SB_CUDA_CHECK(cudaEventRecord(e[3]));
+    SB_CUDA_CHECK(cudaEventSynchronize(e[3]));
+    float a, b;
+    SB_CUDA_CHECK(cudaEventElapsedTime(&a, e[0], e[1]));
+    SB_CUDA_CHECK(cudaEventElapsedTime(&b, e[2], e[3]));
+    if (r >= 2) t1.push_back(a), t2.push_back(b);
+  }
+  for (auto& x : e) SB_CUDA_CHECK(cudaEventDestroy(x));
+  return {median(std::move(t1)), median(std::move(t2))};
+}
+
 template <class F>
 float median_ms(int reps, F&& f) {
   cudaEvent_t a, b;
@@ -101,8 +144,7 @@ float median_ms(int reps, F&& f) {
   }
   SB_CUDA_CHECK(cudaEventDestroy(a));
   SB_CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(t.begin(), t.end());
-  return t.size() % 2 ? t[t.size() / 2] : 0.5f * (t[t.size() / 2 - 1] + t[t.size() / 2]);
+  return median(std::move(t));
 }
 
 // FlexAttention and cuDNN (SDPA) fwd+bwd ms from bench/flex_attention_ref.py's CSV (--ref), measured
@@ -151,7 +193,7 @@ const RefPoint* find_ref(const std::vector<RefPoint>& ref, int L, double d) {
 
 int main(int argc, char** argv) {
   std::vector<double> lens = {8192, 16384, 32768, 65536}, dens = {1, 0.5, 0.25, 0.1};
-  int H = 32, Hkv = 0, D = 128, Bs = 128, reps = 10;
+  int H = 32, Hkv = 0, D = 128, Bs = 128, reps = 10, split = 0, power = 0;
   uint64_t seed = 1234;
   const char* csv = nullptr;
   std::vector<RefPoint> ref;
@@ -168,6 +210,8 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[a], "--csv")) csv = argv[a + 1];
     else if (!std::strcmp(argv[a], "--kernels")) kernels = argv[a + 1];
     else if (!std::strcmp(argv[a], "--ref")) ref = read_ref(argv[a + 1]);
+    else if (!std::strcmp(argv[a], "--split")) split = std::atoi(argv[a + 1]);
+    else if (!std::strcmp(argv[a], "--power")) power = std::atoi(argv[a + 1]);
     else { std::fprintf(stderr, "unknown option %s\n", argv[a]); return 2; }
   }
   if (Hkv == 0) Hkv = H;
@@ -192,6 +236,8 @@ int main(int argc, char** argv) {
   SB_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device %s, %d SMs; H=%d Hkv=%d D=%d Bs=%d, median of %d\n", prop.name, prop.multiProcessorCount, H, Hkv,
               D, Bs, reps);
+  PowerSampler sampler;
+  if (power && !sampler.ok()) std::printf("--power: NVML (libnvidia-ml.so.1) is not available here; no power figures\n");
   std::vector<bool> gens;  // true: wgmma, false: mma.sync
   for (size_t p0 = 0; p0 <= kernels.size();) {
     const size_t p1 = std::min(kernels.find(',', p0), kernels.size());
@@ -246,14 +292,20 @@ int main(int argc, char** argv) {
       const double kept_frac = double(sel.cols.size()) / (double(Hkv) * nb * (nb + 1) / 2);
       C::DeviceSelection dsel;
       dsel.upload(sel, cu, 1, s);
-      struct T { float f, b, fb; };
+      struct T { float f, b, fb; PowerSample pf, pb, pfb; };
       std::vector<T> t(gens.size());
       float t_mma = NAN;
+      auto timed = [&](PowerSample& ps, auto&& fn) {
+        if (power) sampler.start();
+        const float ms = median_ms(reps, fn);
+        if (power) ps = sampler.stop();
+        return ms;
+      };
       for (size_t gi = 0; gi < gens.size(); gi++) {
         C::prefer_wgmma_attention(gens[gi]);
-        t[gi].f = median_ms(reps, [&] { C::block_attention_fwd(q, k, v, dsel, s, o, lse); });
-        t[gi].b = median_ms(reps, [&] { C::block_attention_bwd(q, k, v, o, lse, dO, dsel, s, dq, dk, dv, ws); });
-        t[gi].fb = median_ms(reps, [&] {
+        t[gi].f = timed(t[gi].pf, [&] { C::block_attention_fwd(q, k, v, dsel, s, o, lse); });
+        t[gi].b = timed(t[gi].pb, [&] { C::block_attention_bwd(q, k, v, o, lse, dO, dsel, s, dq, dk, dv, ws); });
+        t[gi].fb = timed(t[gi].pfb, [&] {
           C::block_attention_fwd(q, k, v, dsel, s, o, lse);
           C::block_attention_bwd(q, k, v, o, lse, dO, dsel, s, dq, dk, dv, ws);
         });
@@ -270,9 +322,29 @@ int main(int argc, char** argv) {
         std::printf("%6d %5.2f %6.3f %5s | %8.3f %8.3f %9.3f | %7.1f %7.1f %8.1f | %8.2f %7.2f %8.2f %7.2f %6.2f\n", L,
                     dd, kept_frac, kn, t[gi].f, t[gi].b, t[gi].fb, tff, tfb, tfbf, fr, fr / t[gi].fb, cr, cr / t[gi].fb,
                     t_mma / t[gi].fb);
+        if (power) {
+          auto pr = [](const PowerSample& x) {
+            if (!x.ok) return std::string("     n/a");
+            char b[64];
+            std::snprintf(b, sizeof b, "%4.0f W %4.0f MHz %3.0f%%", x.watts, x.sm_mhz, 100 * x.capped);
+            return std::string(b);
+          };
+          std::printf("%6d %5.2f power %5s | fwd %s | bwd %s | f+b %s (at the cap)\n", L, dd, kn, pr(t[gi].pf).c_str(),
+                      pr(t[gi].pb).c_str(), pr(t[gi].pfb).c_str());
+        }
         if (fc)
           std::fprintf(fc, "%s,%d,%g,%.4f,%.4f,%.4f,%.4f,%.1f,%.1f,%g,%g,%.1f\n", kn, L, dd, kept_frac, t[gi].f, t[gi].b,
                        t[gi].fb, tff, tfbf, fr, cr, tfb);
+      }
+      for (size_t gi = 0; split && gi < gens.size(); gi++) {
+        C::prefer_wgmma_attention(gens[gi]);
+        auto fwd = [&] { C::block_attention_fwd(q, k, v, dsel, s, o, lse); };
+        auto bwd = [&] { C::block_attention_bwd(q, k, v, o, lse, dO, dsel, s, dq, dk, dv, ws); };
+        const auto [f1, b1] = median_halves_ms(reps, 0, fwd, bwd);
+        const auto [f2, b2] = median_halves_ms(reps, 100, fwd, bwd);
+        std::printf("%6d %5.2f split %5s | f+b's halves: fwd %8.3f bwd %8.3f (sum %8.3f) | apart, 100 ms idle before "
+                    "each: fwd %8.3f bwd %8.3f\n",
+                    L, dd, gens[gi] ? "wgmma" : "mma", f1, b1, f1 + b1, f2, b2);
       }
       std::fflush(stdout);
       C::prefer_wgmma_attention(true);

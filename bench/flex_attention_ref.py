@@ -8,12 +8,17 @@ forward+backward = 3.5 x forward's two matmuls).
 
   python3 bench/flex_attention_ref.py [--lens 8192,16384,32768,65536] [--densities 1,0.5,0.25,0.1]
                                       [--heads 32] [--kv-heads H] [--dim 128] [--reps 10] [--seed 1234]
-                                      [--csv FILE]
+                                      [--csv FILE] [--power]
+--power: after each timing, the mean board power, SM clock and share of samples at the power cap
+while its loop ran (NVML through ctypes, as bench/gpu_power.hpp does for the C++ program).
 The Qwen2.5-0.5B shape: --heads 14 --kv-heads 2 --dim 64 (both sides take K, V of 2 heads, enable_gqa).
 """
 import argparse
+import ctypes
 import math
 import sys
+import threading
+import time
 
 import torch
 import torch.nn.functional as F
@@ -71,6 +76,54 @@ def block_mask(L, density, seed, bs, device):
     return bm, flops, kept / (nb * (nb + 1) / 2)
 
 
+class PowerSampler:
+    """NVML (libnvidia-ml.so.1): the energy counter over an interval, the SM clock and its clock-event
+    reasons sampled every 5 ms by a thread. ok is False where NVML is absent."""
+
+    def __init__(self):
+        self.ok = False
+        try:
+            self.nv = ctypes.CDLL("libnvidia-ml.so.1")
+            self.dev = ctypes.c_void_p()
+            self.ok = (self.nv.nvmlInit_v2() == 0 and
+                       self.nv.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(self.dev)) == 0)
+        except OSError:
+            pass
+
+    def _energy_mj(self):
+        e = ctypes.c_ulonglong()
+        self.nv.nvmlDeviceGetTotalEnergyConsumption(self.dev, ctypes.byref(e))
+        return e.value
+
+    def start(self):
+        if not self.ok:
+            return
+        self.stop_flag, self.mhz, self.capped = False, [], 0
+        self.e0, self.t0 = self._energy_mj(), time.monotonic()
+
+        def run():
+            c, r = ctypes.c_uint(), ctypes.c_ulonglong()
+            while not self.stop_flag:
+                if self.nv.nvmlDeviceGetClockInfo(self.dev, 1, ctypes.byref(c)) == 0:  # NVML_CLOCK_SM
+                    self.mhz.append(c.value)
+                    # 0x4 software power cap, 0x80 hardware power brake
+                    if self.nv.nvmlDeviceGetCurrentClocksThrottleReasons(self.dev, ctypes.byref(r)) == 0 and r.value & 0x84:
+                        self.capped += 1
+                time.sleep(0.005)
+        self.th = threading.Thread(target=run)
+        self.th.start()
+
+    def stop(self):
+        if not self.ok:
+            return "n/a"
+        self.stop_flag = True
+        self.th.join()
+        sec = time.monotonic() - self.t0
+        w = (self._energy_mj() - self.e0) * 1e-3 / sec
+        n = max(1, len(self.mhz))
+        return f"{w:4.0f} W {sum(self.mhz) / n:4.0f} MHz {100 * self.capped / n:3.0f}%"
+
+
 def median_ms(fn, reps, warm=3):
     for _ in range(warm):
         fn()
@@ -100,6 +153,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--csv", default=None)
     ap.add_argument("--no-cudnn", action="store_true")
+    ap.add_argument("--power", action="store_true", help="print power, SM clock and cap share per timing")
     a = ap.parse_args()
     dev = "cuda"
     H, D, bs = a.heads, a.dim, a.block
@@ -108,6 +162,23 @@ def main():
         sys.exit(f"flex_attention_ref: --heads {H} is not a multiple of --kv-heads {Hkv}")
     gqa = Hkv != H
     flex = torch.compile(flex_attention, dynamic=False)
+    ps = PowerSampler() if a.power else None
+    if ps and not ps.ok:
+        print("--power: NVML (libnvidia-ml.so.1) is not available here; no power figures")
+
+    def timed(fn, what):
+        if not ps or not ps.ok:
+            return median_ms(fn, a.reps)
+        for _ in range(3):  # warm-ups (and compiles) outside the sampled interval
+            fn()
+        torch.cuda.synchronize()
+        ps.start()
+        try:
+            ms = median_ms(fn, a.reps, warm=0)
+        finally:
+            line = ps.stop()
+        print(f"{what} power | {line} (at the cap)", flush=True)
+        return ms
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}; H={H} Hkv={Hkv} D={D} Bs={bs}, median of {a.reps}")
     rows = []
     print(f"{'L':>6} {'dens':>5} {'kept':>6} | {'flex f+b ms':>11} {'TF':>6} | {'cudnn f+b ms':>12}")
@@ -125,7 +196,7 @@ def main():
                     o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
                 torch.autograd.grad(o, (q, k, v), do)
             try:
-                cud = median_ms(sdpa, a.reps)
+                cud = timed(sdpa, f"{L:>6}  1.00 cudnn")
             except Exception as e:  # noqa: BLE001
                 print("cudnn sdpa failed:", e, file=sys.stderr)
         for d in [float(x) for x in a.densities.split(",")]:
@@ -134,7 +205,7 @@ def main():
             def fb():
                 o = flex(q, k, v, block_mask=bm, enable_gqa=gqa)
                 torch.autograd.grad(o, (q, k, v), do)
-            ms = median_ms(fb, a.reps)
+            ms = timed(fb, f"{L:>6} {d:>5.2f} flex ")
             flops = 3.5 * 4.0 * bs * bs * D * H * nblk
             tf = flops / (ms * 1e-3) / 1e12
             print(f"{L:>6} {d:>5.2f} {kept:>6.3f} | {ms:>11.3f} {tf:>6.1f} | {cud if d == 1 else float('nan'):>12.3f}",

@@ -289,7 +289,12 @@ int bwd_variant() {
 // query block of the document (x the group), 6x a fair share of an SM at 32K, and bounded the whole
 // backward (bench/RESULTS.md). SB_ATTN_BWD_CHUNK=N: at most N tiles per CTA, 0 never split; unset:
 // the longest possible column (the longest document x the group) in at most 16 chunks, and never
-// below 128 tiles a chunk (the K, V loads and the fp32 dK, dV adds stay a few % of a chunk).
+// below 128 tiles a chunk (the K, V loads and the fp32 dK, dV adds stay a few % of a chunk). With
+// MHA and the kept blocks known on the host, a column is split only where it could exceed half an
+// SM's fair share of the tiles, in chunks of that half: a split costs the fp32 dK, dV adds and
+// their zeroing, and the 32-head grid ran 0.96-0.99x its backward time with fewer chunks at
+// 32K-64K (bench/RESULTS.md, 2026-12-04). GQA keeps the 16 chunks: its head split is what keeps the
+// group's Q and dO in L2.
 namespace {
 // -2: SB_ATTN_BWD_CHUNK not read yet (read at the first backward, so that a bad value is an
 // error the caller sees, not a throw during static initialisation); -1 automatic.
@@ -299,10 +304,14 @@ size_t dkv_acc_offset(int64_t n_tokens, AttnShape s) {
   const size_t rows = size_t(n_tokens) * s.n_heads;
   return (rows * (s.head_dim + 2) * sizeof(float) + 255) / 256 * 256;
 }
-void column_split(BwdParams& p, int max_doc_blocks, int block_size) {
+void column_split(BwdParams& p, int max_doc_blocks, int block_size, int64_t kept) {
   const int bound = std::max(1, (p.H / p.Hkv) * max_doc_blocks * (block_size / 64));
   if (g_bwd_chunk == -2) g_bwd_chunk = env_int("SB_ATTN_BWD_CHUNK", -1, 0);
   p.chunk = g_bwd_chunk >= 0 ? g_bwd_chunk : std::max(128, (bound + 15) / 16);
+  if (g_bwd_chunk < 0 && p.H == p.Hkv && kept > 0) {
+    const int64_t half_share = kept * (block_size / 64) / (2 * int64_t(sm_count()));  // one CTA an SM
+    p.chunk = bound <= half_share ? 0 : int(std::max<int64_t>(128, half_share));
+  }
   p.n_split = p.chunk > 0 ? std::max(1, (bound + p.chunk - 1) / p.chunk) : 1;
   // The head split (the default): a split column is cut at its query heads first (with GQA) and
   // each head's tiles into chunks, n_split = the group x the chunks of the longest head, and the
@@ -353,7 +362,7 @@ void block_attention_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16
               bwd_variant()};
   bool tiled = false;  // dq_acc in the tiled layout (launch_bwd_sm90)
   if (use_sm90(s.block_size)) {
-    column_split(p, sel.max_doc_blocks, s.block_size);
+    column_split(p, sel.max_doc_blocks, s.block_size, sel.kept);
     p.n_tokens = sel.n_tokens;
     p.lse2 = lse2;
     p.dkv_acc = reinterpret_cast<float*>(static_cast<char*>(workspace) + dkv_acc_offset(sel.n_tokens, s));
