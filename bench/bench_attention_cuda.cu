@@ -301,14 +301,13 @@ int main(int argc, char** argv) {
         if (power) ps = sampler.stop();
         return ms;
       };
+      auto fwd = [&] { C::block_attention_fwd(q, k, v, dsel, s, o, lse); };
+      auto bwd = [&] { C::block_attention_bwd(q, k, v, o, lse, dO, dsel, s, dq, dk, dv, ws); };
       for (size_t gi = 0; gi < gens.size(); gi++) {
         C::prefer_wgmma_attention(gens[gi]);
-        t[gi].f = timed(t[gi].pf, [&] { C::block_attention_fwd(q, k, v, dsel, s, o, lse); });
-        t[gi].b = timed(t[gi].pb, [&] { C::block_attention_bwd(q, k, v, o, lse, dO, dsel, s, dq, dk, dv, ws); });
-        t[gi].fb = timed(t[gi].pfb, [&] {
-          C::block_attention_fwd(q, k, v, dsel, s, o, lse);
-          C::block_attention_bwd(q, k, v, o, lse, dO, dsel, s, dq, dk, dv, ws);
-        });
+        t[gi].f = timed(t[gi].pf, fwd);
+        t[gi].b = timed(t[gi].pb, bwd);
+        t[gi].fb = timed(t[gi].pfb, [&] { fwd(); bwd(); });
         SB_CUDA_CHECK(cudaDeviceSynchronize());
         if (!gens[gi]) t_mma = t[gi].fb;
       }
@@ -326,10 +325,10 @@ int main(int argc, char** argv) {
           auto pr = [](const PowerSample& x) {
             if (!x.ok) return std::string("     n/a");
             char b[64];
-            std::snprintf(b, sizeof b, "%4.0f W %4.0f MHz %3.0f%%", x.watts, x.sm_mhz, 100 * x.capped);
+            std::snprintf(b, sizeof b, "%4.0f W %4.0f MHz %3.0f%% capped", x.watts, x.sm_mhz, 100 * x.capped);
             return std::string(b);
           };
-          std::printf("%6d %5.2f power %5s | fwd %s | bwd %s | f+b %s (at the cap)\n", L, dd, kn, pr(t[gi].pf).c_str(),
+          std::printf("%6d %5.2f power %5s | fwd %s | bwd %s | f+b %s\n", L, dd, kn, pr(t[gi].pf).c_str(),
                       pr(t[gi].pb).c_str(), pr(t[gi].pfb).c_str());
         }
         if (fc)
@@ -338,8 +337,6 @@ int main(int argc, char** argv) {
       }
       for (size_t gi = 0; split && gi < gens.size(); gi++) {
         C::prefer_wgmma_attention(gens[gi]);
-        auto fwd = [&] { C::block_attention_fwd(q, k, v, dsel, s, o, lse); };
-        auto bwd = [&] { C::block_attention_bwd(q, k, v, o, lse, dO, dsel, s, dq, dk, dv, ws); };
         const auto [f1, b1] = median_halves_ms(reps, 0, fwd, bwd);
         const auto [f2, b2] = median_halves_ms(reps, 100, fwd, bwd);
         std::printf("%6d %5.2f split %5s | f+b's halves: fwd %8.3f bwd %8.3f (sum %8.3f) | apart, 100 ms idle before "

@@ -121,7 +121,7 @@ class PowerSampler:
         sec = time.monotonic() - self.t0
         w = (self._energy_mj() - self.e0) * 1e-3 / sec
         n = max(1, len(self.mhz))
-        return f"{w:4.0f} W {sum(self.mhz) / n:4.0f} MHz {100 * self.capped / n:3.0f}%"
+        return f"{w:4.0f} W {sum(self.mhz) / n:4.0f} MHz {100 * self.capped / n:3.0f}% capped"
 
 
 def median_ms(fn, reps, warm=3):
@@ -177,7 +177,7 @@ def main():
             ms = median_ms(fn, a.reps, warm=0)
         finally:
             line = ps.stop()
-        print(f"{what} power | {line} (at the cap)", flush=True)
+        print(f"{what} power | {line}", flush=True)
         return ms
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}; H={H} Hkv={Hkv} D={D} Bs={bs}, median of {a.reps}")
     rows = []

@@ -20,7 +20,6 @@ struct PowerSample {
   double watts = 0;      // mean board power over the interval (energy counter), W
   double sm_mhz = 0;     // mean of the SM clock samples
   double capped = 0;     // share of samples with a power-cap clock reason (software or hardware)
-  int samples = 0;
 };
 
 class PowerSampler {
@@ -79,7 +78,6 @@ class PowerSampler {
     s.watts = sec > 0 ? double(e1 - e0_) * 1e-3 / sec : 0;  // the counter is in mJ
     s.sm_mhz = n_ ? mhz_sum_ / n_ : 0;
     s.capped = n_ ? double(capped_) / n_ : 0;
-    s.samples = n_;
     return s;
   }
 

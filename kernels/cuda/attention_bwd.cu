@@ -292,8 +292,8 @@ int bwd_variant() {
 // below 128 tiles a chunk (the K, V loads and the fp32 dK, dV adds stay a few % of a chunk). With
 // MHA and the kept blocks known on the host, a column is split only where it could exceed half an
 // SM's fair share of the tiles, in chunks of that half: a split costs the fp32 dK, dV adds and
-// their zeroing, and the 32-head grid ran 0.96-0.99x its backward time with fewer chunks at
-// 32K-64K (bench/RESULTS.md, 2026-12-04). GQA keeps the 16 chunks: its head split is what keeps the
+// their zeroing, and with 32 heads (never split this way) the backward took 0.93-0.99x its time
+// at 16K-64K (bench/RESULTS.md, 2026-12-04). GQA keeps the 16 chunks: its head split is what keeps the
 // group's Q and dO in L2.
 namespace {
 // -2: SB_ATTN_BWD_CHUNK not read yet (read at the first backward, so that a bad value is an
@@ -307,10 +307,13 @@ size_t dkv_acc_offset(int64_t n_tokens, AttnShape s) {
 void column_split(BwdParams& p, int max_doc_blocks, int block_size, int64_t kept) {
   const int bound = std::max(1, (p.H / p.Hkv) * max_doc_blocks * (block_size / 64));
   if (g_bwd_chunk == -2) g_bwd_chunk = env_int("SB_ATTN_BWD_CHUNK", -1, 0);
-  p.chunk = g_bwd_chunk >= 0 ? g_bwd_chunk : std::max(128, (bound + 15) / 16);
-  if (g_bwd_chunk < 0 && p.H == p.Hkv && kept > 0) {
+  if (g_bwd_chunk >= 0) {
+    p.chunk = g_bwd_chunk;
+  } else if (p.H == p.Hkv && kept > 0) {  // MHA, the kept blocks known
     const int64_t half_share = kept * (block_size / 64) / (2 * int64_t(sm_count()));  // one CTA an SM
     p.chunk = bound <= half_share ? 0 : int(std::max<int64_t>(128, half_share));
+  } else {
+    p.chunk = std::max(128, (bound + 15) / 16);
   }
   p.n_split = p.chunk > 0 ? std::max(1, (bound + p.chunk - 1) / p.chunk) : 1;
   // The head split (the default): a split column is cut at its query heads first (with GQA) and
