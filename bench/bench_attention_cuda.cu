@@ -6,7 +6,7 @@
 // block and head), backward = 2.5x forward, forward+backward = 3.5x forward.
 //   bench_attention_cuda [--lens 8192,16384,32768,65536] [--densities 1,0.5,0.25,0.1] [--heads 32]
 //                        [--kv-heads H] [--dim 128] [--block 128] [--reps 10] [--seed 1234] [--csv FILE]
-//                        [--kernels wgmma,mma] [--ref FLEX.csv] [--split 1] [--power 1]
+//                        [--kernels wgmma,mma] [--ref FLEX.csv] [--split 1] [--power 1] [--trace FILE]
 // --kv-heads: grouped-query attention (default = --heads, MHA); each kv head's query blocks keep the
 // same blocks for the whole group, as the gating selects (--heads 14 --kv-heads 2 --dim 64 is the
 // Qwen2.5-0.5B shape).
@@ -19,6 +19,10 @@
 // alone, and in which half.
 // --power 1: after each line, the mean board power, SM clock and share of samples at the power cap
 // while the forward, backward and forward+backward loops ran (NVML, bench/gpu_power.hpp).
+// --trace FILE: after each line's timings, one more wgmma backward with per-CTA timestamps
+// (set_bwd_trace), written to FILE as CSV (L, density, CTA, then set_bwd_trace's ten values);
+// bench/bwd_trace.py summarizes it: where the backward's
+// time goes between its CTAs' tiles, their starts and ends, and the last wave.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -196,6 +200,7 @@ int main(int argc, char** argv) {
   int H = 32, Hkv = 0, D = 128, Bs = 128, reps = 10, split = 0, power = 0;
   uint64_t seed = 1234;
   const char* csv = nullptr;
+  const char* trace = nullptr;
   std::vector<RefPoint> ref;
   std::string kernels = "wgmma,mma";
   for (int a = 1; a + 1 < argc; a += 2) {
@@ -212,6 +217,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[a], "--ref")) ref = read_ref(argv[a + 1]);
     else if (!std::strcmp(argv[a], "--split")) split = std::atoi(argv[a + 1]);
     else if (!std::strcmp(argv[a], "--power")) power = std::atoi(argv[a + 1]);
+    else if (!std::strcmp(argv[a], "--trace")) trace = argv[a + 1];
     else { std::fprintf(stderr, "unknown option %s\n", argv[a]); return 2; }
   }
   if (Hkv == 0) Hkv = H;
@@ -253,6 +259,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   FILE* fc = csv ? std::fopen(csv, "w") : nullptr;
+  FILE* ft = nullptr;
+  if (trace) {
+    if (!(ft = std::fopen(trace, "w"))) {
+      std::fprintf(stderr, "--trace %s: cannot open for writing\n", trace);
+      return 2;
+    }
+    std::fprintf(ft, "L,density,cta,start_ns,end_ns,sm,tiles,start_clk,first_tile_clk,last_tile_clk,dq_staged_clk,"
+                 "waited_clk,end_clk\n");
+  }
   if (fc)
     std::fprintf(fc, "kernels,L,density,kept_frac,fwd_ms,bwd_ms,fwdbwd_ms,fwd_tflops,fwdbwd_tflops,flex_ms,cudnn_ms,bwd_tflops\n");  // flex/cudnn from --ref
   std::printf("%6s %5s %6s %5s | %8s %8s %9s | %7s %7s %8s | %8s %7s %8s %7s %6s\n", "L", "dens", "kept", "kern",
@@ -335,6 +350,27 @@ int main(int argc, char** argv) {
           std::fprintf(fc, "%s,%d,%g,%.4f,%.4f,%.4f,%.4f,%.1f,%.1f,%g,%g,%.1f\n", kn, L, dd, kept_frac, t[gi].f, t[gi].b,
                        t[gi].fb, tff, tfbf, fr, cr, tfb);
       }
+      if (ft && std::find(gens.begin(), gens.end(), true) != gens.end()) {
+        // a CTA per (key block, kv head, piece): at most 16 pieces a query head of the group
+        const int64_t ctas = int64_t(nb) * H * 16;
+        unsigned long long* buf;
+        SB_CUDA_CHECK(cudaMalloc(&buf, size_t(ctas) * 16 * sizeof(unsigned long long)));
+        SB_CUDA_CHECK(cudaMemset(buf, 0, size_t(ctas) * 16 * sizeof(unsigned long long)));
+        C::prefer_wgmma_attention(true);
+        C::set_bwd_trace(buf, ctas);
+        bwd();
+        C::set_bwd_trace(nullptr, 0);
+        std::vector<unsigned long long> h(size_t(ctas) * 16);
+        SB_CUDA_CHECK(cudaMemcpy(h.data(), buf, h.size() * sizeof(h[0]), cudaMemcpyDeviceToHost));
+        SB_CUDA_CHECK(cudaFree(buf));
+        for (int64_t x = 0; x < ctas; x++) {
+          const unsigned long long* r = &h[size_t(x) * 16];
+          if (r[1] == 0) continue;  // not run (a spare CTA)
+          std::fprintf(ft, "%d,%g,%lld", L, dd, (long long)x);
+          for (int c = 0; c < 10; c++) std::fprintf(ft, ",%llu", r[c]);
+          std::fprintf(ft, "\n");
+        }
+      }
       for (size_t gi = 0; split && gi < gens.size(); gi++) {
         C::prefer_wgmma_attention(gens[gi]);
         const auto [f1, b1] = median_halves_ms(reps, 0, fwd, bwd);
@@ -350,5 +386,6 @@ int main(int argc, char** argv) {
       SB_CUDA_CHECK(cudaFree(p));
   }
   if (fc) std::fclose(fc);
+  if (ft) std::fclose(ft);
   return 0;
 }

@@ -8,7 +8,9 @@ forward+backward = 3.5 x forward's two matmuls).
 
   python3 bench/flex_attention_ref.py [--lens 8192,16384,32768,65536] [--densities 1,0.5,0.25,0.1]
                                       [--heads 32] [--kv-heads H] [--dim 128] [--reps 10] [--seed 1234]
-                                      [--csv FILE] [--power]
+                                      [--csv FILE] [--power] [--fwd]
+--fwd: also time the forward alone (the training forward: inputs that need gradients, so the
+log-sum-exp is kept), printed as "fwd ms" beside f+b (not in the CSV).
 --power: after each timing, the mean board power, SM clock and share of samples at the power cap
 while its loop ran (NVML through ctypes, as bench/gpu_power.hpp does for the C++ program).
 The Qwen2.5-0.5B shape: --heads 14 --kv-heads 2 --dim 64 (both sides take K, V of 2 heads, enable_gqa).
@@ -154,6 +156,7 @@ def main():
     ap.add_argument("--csv", default=None)
     ap.add_argument("--no-cudnn", action="store_true")
     ap.add_argument("--power", action="store_true", help="print power, SM clock and cap share per timing")
+    ap.add_argument("--fwd", action="store_true", help="also time the forward alone")
     a = ap.parse_args()
     dev = "cuda"
     H, D, bs = a.heads, a.dim, a.block
@@ -195,8 +198,13 @@ def main():
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                     o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
                 torch.autograd.grad(o, (q, k, v), do)
+            def sdpa_fwd():
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
             try:
                 cud = timed(sdpa, f"{L:>6}  1.00 cudnn")
+                if a.fwd:
+                    print(f"{L:>6}  1.00 cudnn fwd ms {timed(sdpa_fwd, f'{L:>6}  1.00 cudnn fwd'):.3f}", flush=True)
             except Exception as e:  # noqa: BLE001
                 print("cudnn sdpa failed:", e, file=sys.stderr)
         for d in [float(x) for x in a.densities.split(",")]:
@@ -206,6 +214,9 @@ def main():
                 o = flex(q, k, v, block_mask=bm, enable_gqa=gqa)
                 torch.autograd.grad(o, (q, k, v), do)
             ms = timed(fb, f"{L:>6} {d:>5.2f} flex ")
+            if a.fwd:
+                fwd_ms = timed(lambda: flex(q, k, v, block_mask=bm, enable_gqa=gqa), f"{L:>6} {d:>5.2f} flex fwd")
+                print(f"{L:>6} {d:>5.2f} flex fwd ms {fwd_ms:.3f}", flush=True)
             flops = 3.5 * 4.0 * bs * bs * D * H * nblk
             tf = flops / (ms * 1e-3) / 1e12
             print(f"{L:>6} {d:>5.2f} {kept:>6.3f} | {ms:>11.3f} {tf:>6.1f} | {cud if d == 1 else float('nan'):>12.3f}",

@@ -16,9 +16,9 @@ for k in ${KERNELS:-fwd_sm90_kernel bwd_sm90_kernel}; do
   echo "== $k L=$L density=$DENS"
   timeout 240 "$NCU" --kernel-name regex:"$k" --launch-skip 2 --launch-count 1 \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
-    --section SchedulerStats --section MemoryWorkloadAnalysis --section Occupancy \
-    --metrics sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio \
+    --section SchedulerStats --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+    --metrics sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio \
     "$B/kernels/bench_attention_cuda" --lens "$L" --densities "$DENS" --reps 1 --kernels wgmma ${BENCH_ARGS:-} \
     > "$O/ncu_$k.txt" 2>&1
-  grep -vE "^==PROF==|^ +-+ +-+" "$O/ncu_$k.txt" | grep -E "stalled|Throughput|Duration|gmma|pipe_xu|Issue|Eligible|Active Warps|Stall|stall|inst_executed|Warp Cycles|L2 Hit|Mem Busy|Max Bandwidth|Registers|Achieved" | head -80
+  grep -vE "^==PROF==|^ +-+ +-+" "$O/ncu_$k.txt" | grep -E "stalled|Throughput|Duration|gmma|pipe_xu|Issue|Eligible|Active Warps|Stall|stall|inst_executed|Warp Cycles|L2 Hit|Mem Busy|Max Bandwidth|Registers|Achieved|wavefronts|Grid Size|Shared Memory" | head -90
 done

@@ -88,6 +88,18 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   auto parity = [](int t) { return uint32_t(t / kStages) & 1u; };
 
   const int tid = threadIdx.x, wg = tid >> 7, wq = (tid >> 5) & 3, lane = tid & 31;
+  // set_bwd_trace: each stamp stored at once (nothing held in registers across the loop)
+  unsigned long long* const trace =
+      p.trace && tid == 0 && int64_t(blockIdx.x) < p.trace_ctas ? p.trace + 16 * int64_t(blockIdx.x) : nullptr;
+  auto stamp = [&](int slot) {
+    if (trace) trace[slot] = clock64();
+  };
+  if (trace) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    trace[0] = t;
+    stamp(4);
+  }
   const WorkItem w = bwd_item(p);
   const BlockInfo b = w.b;  // key block j = b.i
   const int g = w.g, G = p.H / p.Hkv, nq = w.n, doc_end = b.doc_t0 + b.doc_len;
@@ -283,6 +295,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     wg_commit();
   };
   Cursor cur = first;
+  stamp(5);
   for (int it = 0; it < niter; it++) {
     const int buf = it % kStages;
     const uint32_t so = uint32_t(buf) * TQ;
@@ -454,40 +467,89 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     i_cur = i_next, i_next = i_after;
     advance(cur);
   }
+  stamp(6);
+  const int64_t kv_elems = p.n_tokens * p.Hkv * D;
+  auto store_dkv = [&] {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      const int kr = kloc + r * 8;
+      if (kr >= b.len) continue;
+      const int64_t off = ((int64_t(b.t0) + kr) * p.Hkv + g) * D + 2 * (lane & 3);
+      if (split) {  // a share of the column: add it up in fp32 (dkv_convert_kernel stores the bf16)
+#pragma unroll
+        for (int n = 0; n < DN; n++) {
+          atomicAdd(reinterpret_cast<float2*>(p.dkv_acc + off + n * 8),
+                    make_float2(dk[4 * n + 2 * r] * p.scale, dk[4 * n + 2 * r + 1] * p.scale));
+          atomicAdd(reinterpret_cast<float2*>(p.dkv_acc + kv_elems + off + n * 8),
+                    make_float2(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]));
+        }
+        continue;
+      }
+#pragma unroll
+      for (int n = 0; n < DN; n++) {
+        *reinterpret_cast<__nv_bfloat162*>(p.dk + off + n * 8) =
+            __floats2bfloat162_rn(dk[4 * n + 2 * r] * p.scale, dk[4 * n + 2 * r + 1] * p.scale);
+        *reinterpret_cast<__nv_bfloat162*>(p.dv + off + n * 8) =
+            __floats2bfloat162_rn(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
+      }
+    }
+  };
+  // The tail (p.tail, deferred dQ, an unsplit whole key block): dK, dV go to shared memory (the
+  // free Q and dO stages) under the last dQ product and out by two TMA stores; each thread's own
+  // bf16x2 stores (half a 32-byte sector each) took ~7,500 of the ~10,500 cycles after a CTA's
+  // last tile; this end takes ~5,300 (bench/bwd_trace.py). The CTA waits only for the bulk operations to have read shared
+  // memory: their writes complete before the kernel does (a TMA store epilogue's rule). Split
+  // columns keep their float2 atomics: TMA reduce-adds of fp32 tiles took as long (the L2's
+  // reductions bound both; bench/RESULTS.md).
+  const bool tail = DQD && p.tail && !split && b.len == kBS;
   if (niter > 0 && staged_atomics) add_staged(ph, pqt0, pnv);
   if constexpr (DQD) {
     wg_fence();
     dq_product();
+    if (tail) {
+#pragma unroll
+      for (int m = 0; m < D / 16; m++) {
+        const uint32_t off = sw128<kBS>(skey, 16 * m + 8 * (lane >> 4));
+        const uint32_t rk[4] = {pack_bf16(dk[8 * m] * p.scale, dk[8 * m + 1] * p.scale),
+                                pack_bf16(dk[8 * m + 2] * p.scale, dk[8 * m + 3] * p.scale),
+                                pack_bf16(dk[8 * m + 4] * p.scale, dk[8 * m + 5] * p.scale),
+                                pack_bf16(dk[8 * m + 6] * p.scale, dk[8 * m + 7] * p.scale)};
+        const uint32_t rv[4] = {pack_bf16(dv[8 * m], dv[8 * m + 1]), pack_bf16(dv[8 * m + 2], dv[8 * m + 3]),
+                                pack_bf16(dv[8 * m + 4], dv[8 * m + 5]), pack_bf16(dv[8 * m + 6], dv[8 * m + 7])};
+        stsm_x4(sQ + off, rk);   // dK tile (128 keys x D) over the Q stages
+        stsm_x4(sdO + off, rv);  // dV over the dO stages
+      }
+    }
     wg_wait<0>();
 #pragma unroll
     for (int hf = 0; hf < NH; hf++) reg_fence(dq[hf]);
     if (niter > 0) bulk_stage(ph, pqt0, pnv);
   }
-  cp_async_wait<0>();
-  if (dq_variant == 2 || BT) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-
-  const int64_t kv_elems = p.n_tokens * p.Hkv * D;
-#pragma unroll
-  for (int r = 0; r < 2; r++) {
-    const int kr = kloc + r * 8;
-    if (kr >= b.len) continue;
-    const int64_t off = ((int64_t(b.t0) + kr) * p.Hkv + g) * D + 2 * (lane & 3);
-    if (split) {  // a share of the column: add it up in fp32 (dkv_convert_kernel stores the bf16)
-#pragma unroll
-      for (int n = 0; n < DN; n++) {
-        atomicAdd(reinterpret_cast<float2*>(p.dkv_acc + off + n * 8),
-                  make_float2(dk[4 * n + 2 * r] * p.scale, dk[4 * n + 2 * r + 1] * p.scale));
-        atomicAdd(reinterpret_cast<float2*>(p.dkv_acc + kv_elems + off + n * 8),
-                  make_float2(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]));
-      }
-      continue;
+  if (tail) {
+    fence_async_smem();  // the TMA stores read the tiles through the async proxy
+    __syncthreads();
+    if (tid == 0) {
+      tma_store_tile<kBS, D>(&maps.dk, sQ, g, b.t0);
+      tma_store_tile<kBS, D>(&maps.dv, sdO, g, b.t0);
     }
-#pragma unroll
-    for (int n = 0; n < DN; n++) {
-      *reinterpret_cast<__nv_bfloat162*>(p.dk + off + n * 8) =
-          __floats2bfloat162_rn(dk[4 * n + 2 * r] * p.scale, dk[4 * n + 2 * r + 1] * p.scale);
-      *reinterpret_cast<__nv_bfloat162*>(p.dv + off + n * 8) =
-          __floats2bfloat162_rn(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
+  }
+  stamp(7);
+  cp_async_wait<0>();
+  if (tail) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+  else if (dq_variant == 2 || BT) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  stamp(8);
+  if (!tail) store_dkv();
+  if (p.trace) {  // the end: every thread's stores issued
+    __syncthreads();
+    if (trace) {
+      unsigned smid;
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+      unsigned long long t;
+      stamp(9);
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+      trace[2] = smid;
+      trace[3] = unsigned(niter);
+      trace[1] = t;
     }
   }
 #else
@@ -518,9 +580,14 @@ template <int D, bool KS, int QT, bool BT = false, bool DQD = false>
 void launch(const BwdParams& p, int n_blocks, int64_t n_tokens, cudaStream_t stream) {
   constexpr size_t smem = Tiling<D, KS, QT>::smem;
   SB_CUDA_CHECK(cudaFuncSetAttribute(bwd_sm90_kernel<D, KS, QT, BT, DQD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  const BwdMaps maps{tile_map(p.q, n_tokens, p.H, D, QT), tile_map(p.dout, n_tokens, p.H, D, QT),
-                     tile_map(p.k, n_tokens, p.Hkv, D, kBS), tile_map(p.v, n_tokens, p.Hkv, D, kBS)};
-  bwd_sm90_kernel<D, KS, QT, BT, DQD><<<n_blocks * p.Hkv * p.n_split, kThreads, smem, stream>>>(p, maps);
+  // dK, dV by TMA stores where their bases allow a tensor map (16-byte aligned)
+  BwdParams pp = p;
+  pp.tail = p.tail && reinterpret_cast<uintptr_t>(p.dk) % 16 == 0 && reinterpret_cast<uintptr_t>(p.dv) % 16 == 0;
+  const CUtensorMap mk = tile_map(p.k, n_tokens, p.Hkv, D, kBS), mv = tile_map(p.v, n_tokens, p.Hkv, D, kBS);
+  const BwdMaps maps{tile_map(p.q, n_tokens, p.H, D, QT), tile_map(p.dout, n_tokens, p.H, D, QT), mk, mv,
+                     pp.tail ? tile_map(p.dk, n_tokens, p.Hkv, D, kBS) : mk,
+                     pp.tail ? tile_map(p.dv, n_tokens, p.Hkv, D, kBS) : mv};
+  bwd_sm90_kernel<D, KS, QT, BT, DQD><<<n_blocks * p.Hkv * p.n_split, kThreads, smem, stream>>>(pp, maps);
   SB_CUDA_CHECK_LAUNCH("bwd_sm90_kernel");
   if (p.chunk > 0) {
     dkv_convert_kernel<D><<<n_blocks * p.Hkv, 256, 0, stream>>>(p);

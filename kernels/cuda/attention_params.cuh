@@ -51,6 +51,13 @@ struct BwdParams {
   int head_split = 0;
   int64_t n_tokens = 0;  // rows of k, v (dkv_acc's dV half starts at n_tokens x Hkv x D)
   const float* lse2 = nullptr;  // wgmma backward: lse * log2(e) (bwd_prep_kernel), read instead of lse
+  // wgmma backward, set_bwd_trace: 16 values a CTA (blockIdx.x < trace_ctas; attention_cuda.hpp)
+  unsigned long long* trace = nullptr;
+  int64_t trace_ctas = 0;
+  // wgmma backward: an unsplit whole key block's dK, dV leave through shared memory by TMA stores
+  // (the launcher clears it where dk, dv are not 16-byte aligned); 0 (SB_ATTN_BWD_TAIL=0): by each
+  // thread's own stores, after the last bulk dQ add completed, as before
+  int tail = 1;
 };
 
 // The tiled dQ workspace (the wgmma backward's default): (H, D / 64, N, 64) fp32, so that
@@ -153,8 +160,9 @@ struct FwdMaps {
   CUtensorMap q, k, v;  // 128-row boxes
 };
 struct BwdMaps {
-  CUtensorMap q, dout;  // 64-row boxes
-  CUtensorMap k, v;     // 128-row boxes
+  CUtensorMap q, dout;    // 64-row boxes
+  CUtensorMap k, v;       // 128-row boxes
+  CUtensorMap dk, dv;     // 128-row boxes (BwdParams::tail; otherwise unused copies of k, v)
 };
 
 // wgmma kernels for block size 128, head_dim 64 or 128 (the launchers throw on other shapes);

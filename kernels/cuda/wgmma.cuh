@@ -192,4 +192,17 @@ __device__ __forceinline__ void tma_tile(uint32_t dst, const void* map, uint32_t
         : "memory");
 }
 
+// TMA store: the sw128 tile at src (R rows, 64-column panels as tma_tile loads them) to rows
+// row0.. of head `head`, clipped at the tensor's end, as one bulk group of the calling thread; the
+// caller waits for its reads of src (cp.async.bulk.wait_group.read) before src is rewritten.
+template <int R, int D>
+__device__ __forceinline__ void tma_store_tile(const void* map, uint32_t src, int head, int row0) {
+#pragma unroll
+  for (int pn = 0; pn < D / 64; pn++)
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n"
+                 ::"l"(reinterpret_cast<uint64_t>(map)), "r"(src + pn * R * 128), "r"(pn * 64), "r"(head), "r"(row0)
+                 : "memory");
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
 }  // namespace sb::kernels::cuda::dev

@@ -164,4 +164,24 @@ PY
 printf 'L,density\n1,2\n' > "$D/notsass.csv"
 if "$PY" "$SRC/jobs/gpu/sass_mix.py" "$D/notsass.csv" > /dev/null 2> "$D/sass.err"; then fail "sass_mix.py took a non-ncu CSV"; fi
 grep -q "no 'Address' header row" "$D/sass.err" || { cat "$D/sass.err"; fail "sass_mix.py error message"; }
+# bench/bwd_trace.py on a hand-made trace (1 GHz: cycles = ns): two SMs, three CTAs of 8, 4 and 16
+# tiles at 100 cycles a tile, 100 before each first tile, 100 after each last; 100 between the two
+# CTAs of SM 0, which ends 100 before SM 1 (the last wave): shares of 2 x 1,800 cycles.
+say "bench/bwd_trace.py on a per-CTA trace"
+cat > "$D/trace.csv" <<'CSV'
+L,density,cta,start_ns,end_ns,sm,tiles,start_clk,first_tile_clk,last_tile_clk,dq_staged_clk,waited_clk,end_clk
+16384,1,0,0,1000,0,8,5000,5100,5900,5950,5980,6000
+16384,1,1,1100,1700,0,4,6100,6200,6600,6650,6680,6700
+16384,1,2,0,1800,1,16,9000,9100,10700,10750,10780,10800
+CSV
+"$PY" "$SRC/bench/bwd_trace.py" "$D/trace.csv" > "$D/trace.out" 2> "$D/trace.err" || { cat "$D/trace.err"; fail "bwd_trace.py"; }
+"$PY" - "$D/trace.out" <<'PY' || { cat "$D/trace.out"; fail "bwd_trace.py output"; }
+import sys
+row = open(sys.argv[1]).read().splitlines()[1].replace("|", " ").split()
+assert row[:4] == ["16384", "1.00", "3", "28"] and row[5] == "1.00", row
+assert row[6:12] == ["77.8", "8.3", "8.3", "2.8", "0.0", "2.8"], row  # tiles, before, after, between, lead, last wave
+assert row[12:16] == ["100", "0", "100", "100"] and row[16] == "50/30/20", row
+PY
+if "$PY" "$SRC/bench/bwd_trace.py" "$D/notsass.csv" > /dev/null 2> "$D/trace.err"; then fail "bwd_trace.py took a non-trace CSV"; fi
+grep -q "not a bench_attention_cuda --trace CSV" "$D/trace.err" || { cat "$D/trace.err"; fail "bwd_trace.py error message"; }
 say "PASS"
