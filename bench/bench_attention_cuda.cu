@@ -363,6 +363,9 @@ int main(int argc, char** argv) {
         std::vector<unsigned long long> h(size_t(ctas) * 16);
         SB_CUDA_CHECK(cudaMemcpy(h.data(), buf, h.size() * sizeof(h[0]), cudaMemcpyDeviceToHost));
         SB_CUDA_CHECK(cudaFree(buf));
+        if (h[size_t(ctas - 1) * 16 + 4] != 0)  // the last slot taken: later CTAs may have gone untraced
+          std::fprintf(stderr, "--trace: L %d density %g: the backward may have more than the %lld CTAs traced; "
+                       "the trace is partial\n", L, dd, (long long)ctas);
         for (int64_t x = 0; x < ctas; x++) {
           const unsigned long long* r = &h[size_t(x) * 16];
           if (r[1] == 0) continue;  // not run (a spare CTA)

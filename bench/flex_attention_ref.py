@@ -194,13 +194,12 @@ def main():
         if not a.no_cudnn:
             from torch.nn.attention import SDPBackend, sdpa_kernel
 
-            def sdpa():
-                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                    o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
-                torch.autograd.grad(o, (q, k, v), do)
             def sdpa_fwd():
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                    F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+
+            def sdpa():
+                torch.autograd.grad(sdpa_fwd(), (q, k, v), do)
             try:
                 cud = timed(sdpa, f"{L:>6}  1.00 cudnn")
                 if a.fwd:
@@ -210,12 +209,14 @@ def main():
         for d in [float(x) for x in a.densities.split(",")]:
             bm, nblk, kept = block_mask(L, d, a.seed, bs, dev)
 
+            def fwd():
+                return flex(q, k, v, block_mask=bm, enable_gqa=gqa)
+
             def fb():
-                o = flex(q, k, v, block_mask=bm, enable_gqa=gqa)
-                torch.autograd.grad(o, (q, k, v), do)
+                torch.autograd.grad(fwd(), (q, k, v), do)
             ms = timed(fb, f"{L:>6} {d:>5.2f} flex ")
             if a.fwd:
-                fwd_ms = timed(lambda: flex(q, k, v, block_mask=bm, enable_gqa=gqa), f"{L:>6} {d:>5.2f} flex fwd")
+                fwd_ms = timed(fwd, f"{L:>6} {d:>5.2f} flex fwd")
                 print(f"{L:>6} {d:>5.2f} flex fwd ms {fwd_ms:.3f}", flush=True)
             flops = 3.5 * 4.0 * bs * bs * D * H * nblk
             tf = flops / (ms * 1e-3) / 1e12

@@ -334,7 +334,7 @@ void set_bwd_column_chunk(int tiles) { g_bwd_chunk = std::max(-1, tiles); }
 void set_bwd_head_split(bool on) { g_bwd_head_split = on; }
 namespace {
 // SB_ATTN_BWD_TAIL=0: the CTA's end as before (dK, dV by each thread's stores after the last bulk
-// dQ add completed); unset or 1: by TMA stores (BwdParams::tail)
+// dQ add completed); unset or 1: by TMA stores (BwdParams::tma_dkv)
 constexpr Named<int> kTails[] = {{1, "1"}, {0, "0"}};
 unsigned long long* g_bwd_trace = nullptr;
 int64_t g_bwd_trace_ctas = 0;
@@ -381,8 +381,8 @@ void block_attention_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16
     p.lse2 = lse2;
     p.trace = g_bwd_trace;
     p.trace_ctas = g_bwd_trace_ctas;
-    static const int tail = env_choice(kTails, "SB_ATTN_BWD_TAIL", 1);
-    p.tail = tail;
+    static const bool tma_dkv = env_choice(kTails, "SB_ATTN_BWD_TAIL", 1) == 1;
+    p.tma_dkv = tma_dkv;
     p.dkv_acc = reinterpret_cast<float*>(static_cast<char*>(workspace) + dkv_acc_offset(sel.n_tokens, s));
     if (p.chunk > 0)
       SB_CUDA_CHECK(cudaMemsetAsync(p.dkv_acc, 0, 2 * size_t(sel.n_tokens) * s.n_kv_heads * D * sizeof(float), stream));

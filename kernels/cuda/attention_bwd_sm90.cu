@@ -94,10 +94,13 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   auto stamp = [&](int slot) {
     if (trace) trace[slot] = clock64();
   };
-  if (trace) {
+  auto globaltimer = [] {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    trace[0] = t;
+    return t;
+  };
+  if (trace) {
+    trace[0] = globaltimer();
     stamp(4);
   }
   const WorkItem w = bwd_item(p);
@@ -468,8 +471,8 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
     advance(cur);
   }
   stamp(6);
-  const int64_t kv_elems = p.n_tokens * p.Hkv * D;
-  auto store_dkv = [&] {
+  auto store_dkv = [&] {  // each thread its own rows: bf16x2 stores, or fp32 adds for a split column
+    const int64_t kv_elems = p.n_tokens * p.Hkv * D;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
       const int kr = kloc + r * 8;
@@ -494,38 +497,39 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
       }
     }
   };
-  // The tail (p.tail, deferred dQ, an unsplit whole key block): dK, dV go to shared memory (the
-  // free Q and dO stages) under the last dQ product and out by two TMA stores; each thread's own
-  // bf16x2 stores (half a 32-byte sector each) took ~7,500 of the ~10,500 cycles after a CTA's
-  // last tile; this end takes ~5,300 (bench/bwd_trace.py). The CTA waits only for the bulk operations to have read shared
-  // memory: their writes complete before the kernel does (a TMA store epilogue's rule). Split
-  // columns keep their float2 atomics: TMA reduce-adds of fp32 tiles took as long (the L2's
+  // p.tma_dkv (deferred dQ, an unsplit whole key block): dK, dV go to shared memory (the free Q
+  // and dO stages) under the last dQ product and out by two TMA stores; store_dkv's bf16x2 stores
+  // (half a 32-byte sector each) took ~7,500 of the ~10,500 cycles after a CTA's last tile; this
+  // end takes ~5,300 (bench/bwd_trace.py). The CTA waits only for the bulk operations to have read
+  // shared memory: their writes complete before the kernel does (a TMA store epilogue's rule).
+  // Split columns keep their float2 atomics: TMA reduce-adds of fp32 tiles took as long (the L2's
   // reductions bound both; bench/RESULTS.md).
-  const bool tail = DQD && p.tail && !split && b.len == kBS;
+  const bool tma_dkv = DQD && p.tma_dkv && !split && b.len == kBS;
+  // this thread's 16 x 16 blocks of a (128 keys, D) accumulator, scaled, as bf16 into the sw128 tile at dst
+  auto stage_bf16 = [&](uint32_t dst, const float (&acc)[D / 2], float sc) {
+#pragma unroll
+    for (int m = 0; m < D / 16; m++) {
+      const uint32_t r[4] = {pack_bf16(acc[8 * m] * sc, acc[8 * m + 1] * sc),
+                             pack_bf16(acc[8 * m + 2] * sc, acc[8 * m + 3] * sc),
+                             pack_bf16(acc[8 * m + 4] * sc, acc[8 * m + 5] * sc),
+                             pack_bf16(acc[8 * m + 6] * sc, acc[8 * m + 7] * sc)};
+      stsm_x4(dst + sw128<kBS>(skey, 16 * m + 8 * (lane >> 4)), r);
+    }
+  };
   if (niter > 0 && staged_atomics) add_staged(ph, pqt0, pnv);
   if constexpr (DQD) {
     wg_fence();
     dq_product();
-    if (tail) {
-#pragma unroll
-      for (int m = 0; m < D / 16; m++) {
-        const uint32_t off = sw128<kBS>(skey, 16 * m + 8 * (lane >> 4));
-        const uint32_t rk[4] = {pack_bf16(dk[8 * m] * p.scale, dk[8 * m + 1] * p.scale),
-                                pack_bf16(dk[8 * m + 2] * p.scale, dk[8 * m + 3] * p.scale),
-                                pack_bf16(dk[8 * m + 4] * p.scale, dk[8 * m + 5] * p.scale),
-                                pack_bf16(dk[8 * m + 6] * p.scale, dk[8 * m + 7] * p.scale)};
-        const uint32_t rv[4] = {pack_bf16(dv[8 * m], dv[8 * m + 1]), pack_bf16(dv[8 * m + 2], dv[8 * m + 3]),
-                                pack_bf16(dv[8 * m + 4], dv[8 * m + 5]), pack_bf16(dv[8 * m + 6], dv[8 * m + 7])};
-        stsm_x4(sQ + off, rk);   // dK tile (128 keys x D) over the Q stages
-        stsm_x4(sdO + off, rv);  // dV over the dO stages
-      }
+    if (tma_dkv) {
+      stage_bf16(sQ, dk, p.scale);  // dK tile over the Q stages
+      stage_bf16(sdO, dv, 1.f);     // dV over the dO stages
     }
     wg_wait<0>();
 #pragma unroll
     for (int hf = 0; hf < NH; hf++) reg_fence(dq[hf]);
     if (niter > 0) bulk_stage(ph, pqt0, pnv);
   }
-  if (tail) {
+  if (tma_dkv) {
     fence_async_smem();  // the TMA stores read the tiles through the async proxy
     __syncthreads();
     if (tid == 0) {
@@ -535,21 +539,19 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   }
   stamp(7);
   cp_async_wait<0>();
-  if (tail) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+  if (tma_dkv) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
   else if (dq_variant == 2 || BT) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
   stamp(8);
-  if (!tail) store_dkv();
+  if (!tma_dkv) store_dkv();
   if (p.trace) {  // the end: every thread's stores issued
     __syncthreads();
     if (trace) {
       unsigned smid;
       asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-      unsigned long long t;
       stamp(9);
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+      trace[1] = globaltimer();
       trace[2] = smid;
       trace[3] = unsigned(niter);
-      trace[1] = t;
     }
   }
 #else
@@ -582,11 +584,11 @@ void launch(const BwdParams& p, int n_blocks, int64_t n_tokens, cudaStream_t str
   SB_CUDA_CHECK(cudaFuncSetAttribute(bwd_sm90_kernel<D, KS, QT, BT, DQD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   // dK, dV by TMA stores where their bases allow a tensor map (16-byte aligned)
   BwdParams pp = p;
-  pp.tail = p.tail && reinterpret_cast<uintptr_t>(p.dk) % 16 == 0 && reinterpret_cast<uintptr_t>(p.dv) % 16 == 0;
+  pp.tma_dkv = p.tma_dkv && reinterpret_cast<uintptr_t>(p.dk) % 16 == 0 && reinterpret_cast<uintptr_t>(p.dv) % 16 == 0;
   const CUtensorMap mk = tile_map(p.k, n_tokens, p.Hkv, D, kBS), mv = tile_map(p.v, n_tokens, p.Hkv, D, kBS);
   const BwdMaps maps{tile_map(p.q, n_tokens, p.H, D, QT), tile_map(p.dout, n_tokens, p.H, D, QT), mk, mv,
-                     pp.tail ? tile_map(p.dk, n_tokens, p.Hkv, D, kBS) : mk,
-                     pp.tail ? tile_map(p.dv, n_tokens, p.Hkv, D, kBS) : mv};
+                     pp.tma_dkv ? tile_map(p.dk, n_tokens, p.Hkv, D, kBS) : mk,
+                     pp.tma_dkv ? tile_map(p.dv, n_tokens, p.Hkv, D, kBS) : mv};
   bwd_sm90_kernel<D, KS, QT, BT, DQD><<<n_blocks * p.Hkv * p.n_split, kThreads, smem, stream>>>(pp, maps);
   SB_CUDA_CHECK_LAUNCH("bwd_sm90_kernel");
   if (p.chunk > 0) {

@@ -55,9 +55,9 @@ struct BwdParams {
   unsigned long long* trace = nullptr;
   int64_t trace_ctas = 0;
   // wgmma backward: an unsplit whole key block's dK, dV leave through shared memory by TMA stores
-  // (the launcher clears it where dk, dv are not 16-byte aligned); 0 (SB_ATTN_BWD_TAIL=0): by each
-  // thread's own stores, after the last bulk dQ add completed, as before
-  int tail = 1;
+  // (the launcher clears it where dk, dv are not 16-byte aligned); false (SB_ATTN_BWD_TAIL=0): by
+  // each thread's own stores, after the last bulk dQ add completed, as before
+  bool tma_dkv = true;
 };
 
 // The tiled dQ workspace (the wgmma backward's default): (H, D / 64, N, 64) fp32, so that
@@ -162,7 +162,7 @@ struct FwdMaps {
 struct BwdMaps {
   CUtensorMap q, dout;    // 64-row boxes
   CUtensorMap k, v;       // 128-row boxes
-  CUtensorMap dk, dv;     // 128-row boxes (BwdParams::tail; otherwise unused copies of k, v)
+  CUtensorMap dk, dv;     // 128-row boxes (BwdParams::tma_dkv; otherwise unused copies of k, v)
 };
 
 // wgmma kernels for block size 128, head_dim 64 or 128 (the launchers throw on other shapes);
