@@ -24,6 +24,7 @@
 // bench/bwd_trace.py summarizes it: where the backward's
 // time goes between its CTAs' tiles, their starts and ends, and the last wave.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -37,6 +38,7 @@
 
 #include "kernels/cuda/attention_cuda.hpp"
 #include "kernels/cuda/cuda_check.hpp"
+#include "bench/bench_flags.hpp"
 #include "bench/gpu_power.hpp"
 
 namespace K = sb::kernels;
@@ -73,17 +75,6 @@ std::vector<int32_t> row_blocks(int i, double density, uint64_t seed) {
   out.push_back(i);
   std::sort(out.begin(), out.end());
   return out;
-}
-
-std::vector<double> parse_list(const char* s) {
-  std::vector<double> v;
-  for (const char* p = s; *p;) {
-    char* e;
-    v.push_back(std::strtod(p, &e));
-    p = (*e == ',') ? e + 1 : e;
-    if (e == p && *e) break;
-  }
-  return v;
 }
 
 __global__ void fill_random(bf16* x, size_t n, uint64_t seed, float sd) {
@@ -203,22 +194,22 @@ int main(int argc, char** argv) {
   const char* trace = nullptr;
   std::vector<RefPoint> ref;
   std::string kernels = "wgmma,mma";
-  for (int a = 1; a + 1 < argc; a += 2) {
-    if (!std::strcmp(argv[a], "--lens")) lens = parse_list(argv[a + 1]);
-    else if (!std::strcmp(argv[a], "--densities")) dens = parse_list(argv[a + 1]);
-    else if (!std::strcmp(argv[a], "--heads")) H = std::atoi(argv[a + 1]);
-    else if (!std::strcmp(argv[a], "--kv-heads")) Hkv = std::atoi(argv[a + 1]);
-    else if (!std::strcmp(argv[a], "--dim")) D = std::atoi(argv[a + 1]);
-    else if (!std::strcmp(argv[a], "--block")) Bs = std::atoi(argv[a + 1]);
-    else if (!std::strcmp(argv[a], "--reps")) reps = std::atoi(argv[a + 1]);
-    else if (!std::strcmp(argv[a], "--seed")) seed = std::strtoull(argv[a + 1], nullptr, 10);
-    else if (!std::strcmp(argv[a], "--csv")) csv = argv[a + 1];
-    else if (!std::strcmp(argv[a], "--kernels")) kernels = argv[a + 1];
-    else if (!std::strcmp(argv[a], "--ref")) ref = read_ref(argv[a + 1]);
-    else if (!std::strcmp(argv[a], "--split")) split = std::atoi(argv[a + 1]);
-    else if (!std::strcmp(argv[a], "--power")) power = std::atoi(argv[a + 1]);
-    else if (!std::strcmp(argv[a], "--trace")) trace = argv[a + 1];
-    else { std::fprintf(stderr, "unknown option %s\n", argv[a]); return 2; }
+  for (sb::bench::Flags f("bench_attention_cuda", argc, argv); f.next();) {
+    if (f.is("--lens")) lens = f.list(1, INT_MAX, false, true);
+    else if (f.is("--densities")) dens = f.list(0, 1, true, false);
+    else if (f.is("--heads")) H = int(f.integer(1, 1024));
+    else if (f.is("--kv-heads")) Hkv = int(f.integer(1, 1024));
+    else if (f.is("--dim")) D = int(f.integer(1, 1024));
+    else if (f.is("--block")) Bs = int(f.integer(1, 1024));
+    else if (f.is("--reps")) reps = int(f.integer(1, INT_MAX));
+    else if (f.is("--seed")) seed = uint64_t(f.integer(0, LLONG_MAX));
+    else if (f.is("--csv")) csv = f.text();
+    else if (f.is("--kernels")) kernels = f.text();
+    else if (f.is("--ref")) ref = read_ref(f.text());
+    else if (f.is("--split")) split = int(f.integer(0, 1));
+    else if (f.is("--power")) power = int(f.integer(0, 1));
+    else if (f.is("--trace")) trace = f.text();
+    else f.unknown();
   }
   if (Hkv == 0) Hkv = H;
   if (H < 1 || Hkv < 1 || H % Hkv != 0) {

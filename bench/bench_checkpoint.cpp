@@ -17,6 +17,7 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -54,8 +55,25 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string mode = argv[1], dir = argv[2];
+  // An unknown mode or a LAYERS that is not a count must stop the run, not time another one.
+  long layers = 24;
+  char* end = nullptr;
+  if (argc > 3) layers = std::strtol(argv[3], &end, 10);
+  const bool mode_ok = mode == "plain" || mode == "collective" || mode == "stream" || mode == "read-whole" ||
+                       mode == "read-slice";
+  if (!mode_ok || argc > 4 || (argc > 3 && (!*argv[3] || *end || layers < 1 || layers > 100000))) {
+    if (rank == 0) {
+      if (!mode_ok)
+        std::fprintf(stderr, "bench_checkpoint: mode %s: expected plain, collective, stream, read-whole or read-slice\n",
+                     mode.c_str());
+      else if (argc > 4) std::fprintf(stderr, "bench_checkpoint: unexpected argument %s\n", argv[4]);
+      else std::fprintf(stderr, "bench_checkpoint: LAYERS %s: expected a whole number >= 1\n", argv[3]);
+    }
+    MPI_Finalize();
+    return 2;
+  }
   sb::ModelDims d;  // configs/gpu_0p5b.toml
-  d.n_layers = argc > 3 ? std::atoi(argv[3]) : 24, d.d_model = 1280, d.n_heads = 10, d.n_kv_heads = 2;
+  d.n_layers = int(layers), d.d_model = 1280, d.n_heads = 10, d.n_kv_heads = 2;
   d.head_dim = 128, d.ffn_dim = 3584, d.vocab = 32768, d.tied = true;
   const sb::ParamLayout layout(d);
   sb::Checkpoint ck;

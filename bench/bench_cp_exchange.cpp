@@ -8,6 +8,8 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_flags.hpp"
 #include "src/comm/comm.hpp"
 #include "src/model/shard_attention.hpp"
 #include "src/train/shard.hpp"
@@ -41,11 +44,12 @@ int main(int argc, char** argv) {
   sb::MpiSession mpi(&argc, &argv);
   int len = 32768, reps = 5;
   double density = 0.1, shared = 0;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--len")) len = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--density")) density = std::atof(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--shared")) shared = std::atof(argv[i + 1]);
+  for (sb::bench::Flags f("bench_cp_exchange", argc, argv); f.next();) {
+    if (f.is("--len")) len = int(f.integer(1, INT_MAX));
+    else if (f.is("--density")) density = f.number(0, 1, true);
+    else if (f.is("--reps")) reps = int(f.integer(1, INT_MAX));
+    else if (f.is("--shared")) shared = f.number(0, HUGE_VAL, false);
+    else f.unknown();
   }
   sb::Comm comm;
   const int G = comm.size();

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "bench/bench_flags.hpp"
 #include "kernels/cuda/attention_cuda.hpp"  // device_available
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/ops_cuda.hpp"
@@ -72,28 +74,16 @@ double time_ms(cudaStream_t s, int reps, const std::function<void()>& f) {
 int main(int argc, char** argv) {
   int N = 32768, Cm = 1280, F = 3584, H = 10, Hkv = 2, D = 128, reps = 20;
   bool bias = false;
-  for (int i = 1; i < argc; i++) {
-    const std::string a = argv[i];
-    auto next = [&]() -> int {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "bench_fused_cuda: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return std::atoi(argv[++i]);
-    };
-    if (a == "--tokens") N = next();
-    else if (a == "--dmodel") Cm = next();
-    else if (a == "--ffn") F = next();
-    else if (a == "--heads") H = next();
-    else if (a == "--kv-heads") Hkv = next();
-    else if (a == "--head-dim") D = next();
-    else if (a == "--reps") reps = next();
-    else if (a == "--bias") bias = true;
-    else {
-      std::fprintf(stderr, "bench_fused_cuda: unknown flag %s (see the header of bench/bench_fused_cuda.cu)\n",
-                   a.c_str());
-      return 2;
-    }
+  for (sb::bench::Flags f("bench_fused_cuda", argc, argv); f.next();) {
+    if (f.is("--tokens")) N = int(f.integer(1, INT_MAX));
+    else if (f.is("--dmodel")) Cm = int(f.integer(1, INT_MAX));
+    else if (f.is("--ffn")) F = int(f.integer(1, INT_MAX));
+    else if (f.is("--heads")) H = int(f.integer(1, 1024));
+    else if (f.is("--kv-heads")) Hkv = int(f.integer(1, 1024));
+    else if (f.is("--head-dim")) D = int(f.integer(1, 1024));
+    else if (f.is("--reps")) reps = int(f.integer(1, INT_MAX));
+    else if (f.is("--bias")) bias = true;
+    else f.unknown();
   }
   std::string why;
   if (!C::device_available(&why)) {
