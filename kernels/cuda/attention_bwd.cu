@@ -63,6 +63,26 @@ __global__ void dq_convert_tiled_kernel(const float* dq_acc, bf16* dq, float sca
   }
 }
 
+// The wgmma backward's split columns (BwdParams::chunk > 0): their dK, dV fp32 sums -> bf16. A
+// column of at most `chunk` 64-query tiles was stored by its one CTA, so its CTA here leaves at once
+// (the same test as bwd_sm90_kernel's; its key blocks are 128 tokens, two 64-query tiles a query block).
+template <int D>
+__global__ void dkv_convert_kernel(const BwdParams p) {
+  const int bi = int(blockIdx.x) / p.Hkv, g = int(blockIdx.x) % p.Hkv;
+  const BlockInfo b = p.blocks[bi];
+  const int64_t x = p.row_base[b.doc] + int64_t(g) * b.nb + b.i;
+  const int total = (p.H / p.Hkv) * int(p.col_ptr[x + 1] - p.col_ptr[x]) * (128 / 64);  // 64-query tiles
+  if (total <= p.chunk) return;
+  const int64_t kv = p.n_tokens * p.Hkv * D;
+  for (int e = 2 * int(threadIdx.x); e < b.len * D; e += 2 * int(blockDim.x)) {
+    const int64_t off = ((int64_t(b.t0) + e / D) * p.Hkv + g) * D + e % D;
+    const float2 a = *reinterpret_cast<const float2*>(p.dkv_acc + off);
+    const float2 c = *reinterpret_cast<const float2*>(p.dkv_acc + kv + off);
+    *reinterpret_cast<__nv_bfloat162*>(p.dk + off) = __floats2bfloat162_rn(a.x, a.y);
+    *reinterpret_cast<__nv_bfloat162*>(p.dv + off) = __floats2bfloat162_rn(c.x, c.y);
+  }
+}
+
 template <int D, int BS>
 __global__ void __launch_bounds__(BS / 16 * 32, 1) bwd_kernel(const BwdParams p) {
   constexpr int NW = BS / 16, NT = NW * 32, NSUB = BS / QT, DN = D / 8;
@@ -387,6 +407,11 @@ void block_attention_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16
     if (p.chunk > 0)
       SB_CUDA_CHECK(cudaMemsetAsync(p.dkv_acc, 0, 2 * size_t(sel.n_tokens) * s.n_kv_heads * D * sizeof(float), stream));
     tiled = launch_bwd_sm90(p, D, sel.n_blocks, sel.n_tokens, stream);
+    if (p.chunk > 0) {
+      if (D == 64) dkv_convert_kernel<64><<<sel.n_blocks * p.Hkv, 256, 0, stream>>>(p);
+      else dkv_convert_kernel<128><<<sel.n_blocks * p.Hkv, 256, 0, stream>>>(p);
+      SB_CUDA_CHECK_LAUNCH("dkv_convert_kernel");
+    }
   }
   else if (D == 64 && s.block_size == 64) launch_bwd<64, 64>(p, sel.n_blocks, stream);
   else if (D == 64 && s.block_size == 128) launch_bwd<64, 128>(p, sel.n_blocks, stream);

@@ -109,7 +109,8 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   const int64_t r0 = w.lo;
   // The column's tiles (head x query block x sub-tile); with the column split this CTA takes chunk
   // s of them (the last chunk any remainder, so a low bound on the host loses nothing). p.chunk
-  // counts 64-query tiles; whether a column is split is decided on those, as dkv_convert_kernel does.
+  // counts 64-query tiles; whether a column is split is decided on those, as dkv_convert_kernel
+  // (attention_bwd.cu) does.
   // The head split instead gives CTA s of a split column head s / m of the group, chunk s % m of
   // that head's nq * kSub tiles (m = n_split / G; the head's last chunk any remainder).
   const int total = G * nq * kSub;
@@ -559,25 +560,6 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
 #endif
 }
 
-// dK, dV of the split columns: their fp32 sums -> bf16. A column of at most `chunk` tiles was
-// stored by its one CTA, so its CTA here leaves at once (the same test as the kernel's).
-template <int D>
-__global__ void dkv_convert_kernel(const BwdParams p) {
-  const int bi = int(blockIdx.x) / p.Hkv, g = int(blockIdx.x) % p.Hkv;
-  const BlockInfo b = p.blocks[bi];
-  const int64_t x = p.row_base[b.doc] + int64_t(g) * b.nb + b.i;
-  const int total = (p.H / p.Hkv) * int(p.col_ptr[x + 1] - p.col_ptr[x]) * (kBS / 64);  // 64-query tiles
-  if (total <= p.chunk) return;
-  const int64_t kv = p.n_tokens * p.Hkv * D;
-  for (int e = 2 * int(threadIdx.x); e < b.len * D; e += 2 * int(blockDim.x)) {
-    const int64_t off = ((int64_t(b.t0) + e / D) * p.Hkv + g) * D + e % D;
-    const float2 a = *reinterpret_cast<const float2*>(p.dkv_acc + off);
-    const float2 c = *reinterpret_cast<const float2*>(p.dkv_acc + kv + off);
-    *reinterpret_cast<__nv_bfloat162*>(p.dk + off) = __floats2bfloat162_rn(a.x, a.y);
-    *reinterpret_cast<__nv_bfloat162*>(p.dv + off) = __floats2bfloat162_rn(c.x, c.y);
-  }
-}
-
 template <int D, bool KS, int QT, bool BT = false, bool DQD = false>
 void launch(const BwdParams& p, int n_blocks, int64_t n_tokens, cudaStream_t stream) {
   constexpr size_t smem = Tiling<D, KS, QT>::smem;
@@ -591,10 +573,6 @@ void launch(const BwdParams& p, int n_blocks, int64_t n_tokens, cudaStream_t str
                      pp.tma_dkv ? tile_map(p.dv, n_tokens, p.Hkv, D, kBS) : mv};
   bwd_sm90_kernel<D, KS, QT, BT, DQD><<<n_blocks * p.Hkv * p.n_split, kThreads, smem, stream>>>(pp, maps);
   SB_CUDA_CHECK_LAUNCH("bwd_sm90_kernel");
-  if (p.chunk > 0) {
-    dkv_convert_kernel<D><<<n_blocks * p.Hkv, 256, 0, stream>>>(p);
-    SB_CUDA_CHECK_LAUNCH("dkv_convert_kernel");
-  }
 }
 }  // namespace
 
