@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Launched against working CTAs of the wgmma attention backward with GQA (no GPU needed).
+
+Mirrors, for bench_attention_cuda's masks (row_blocks: splitmix64, seed 1234), the rules that size
+the backward's grid and make its CTAs leave: kernels/cuda/attention_bwd.cu column_split (GQA,
+SB_ATTN_BWD_CHUNK unset: chunk = max(128, bound / 16) 64-query tiles, n_split = the group x the
+chunks of the longest head column) and bwd_sm90_kernel's exits (a column is split if G x nq x 2 >
+chunk; a split column's CTA s takes head s / m, chunk s % m, and leaves if that chunk starts past
+the head's tiles; an unsplit column runs on piece 0 alone). Keep it in step with those two.
+  /usr/bin/python3 bench/bwd_spare_ctas.py [--heads 14 --kv-heads 2 --dim 64] [--lens 16384]
+      [--densities 1,0.5,0.25,0.1] [--sms 132]
+"""
+import argparse
+import math
+
+M = (1 << 64) - 1
+
+
+def splitmix(s):
+    s = (s + 0x9E3779B97F4A7C15) & M
+    z = ((s ^ (s >> 30)) * 0xBF58476D1CE4E5B9) & M
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M
+    return s, z ^ (z >> 31)
+
+
+def row_blocks(i, d, seed=1234):  # bench_attention_cuda.cu row_blocks
+    if i == 0:
+        return [0]
+    extra = max(0, min(int(math.floor(d * (i + 1) + 0.5)) - 2, i - 1))
+    cand, s, n = list(range(1, i)), (seed + i * 0x9E3779B97F4A7C15) & M, i - 1
+    for t in range(extra):
+        s, z = splitmix(s)
+        r = t + z % (n - t)
+        cand[t], cand[r] = cand[r], cand[t]
+    return sorted(cand[:extra] + [0, i])
+
+
+def count(heads, kv_heads, dim, length, density):
+    G, nb = heads // kv_heads, (length + 127) // 128
+    qt = 128 if dim == 64 else 64  # query tile of the default kernel
+    col = [0] * nb
+    for i in range(nb):
+        for j in row_blocks(i, density):
+            col[j] += 1
+    chunk = max(128, (G * nb * 2 + 15) // 16)
+    n_split = G * max(1, (nb * 2 + chunk - 1) // chunk)
+    m, kchunk, ksub = n_split // G, (chunk + qt // 64 - 1) // (qt // 64), 128 // qt
+    work = 0
+    for nq in col:
+        if G * nq * 2 <= chunk:
+            work += 1
+        else:
+            work += sum(1 for s in range(n_split) if (s % m) * kchunk < nq * ksub)
+    return n_split, chunk, nb * kv_heads * n_split, work * kv_heads
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--heads", type=int, default=14)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--dim", type=int, default=64, choices=[64, 128])
+    ap.add_argument("--lens", default="16384")
+    ap.add_argument("--densities", default="1,0.5,0.25,0.1")
+    ap.add_argument("--sms", type=int, default=132)
+    a = ap.parse_args()
+    if a.kv_heads < 1 or a.heads % a.kv_heads or a.heads == a.kv_heads:
+        ap.error("--kv-heads must divide --heads and be fewer (GQA: MHA splits by another rule)")
+    print("| L | density | n_split | chunk | CTAs launched | working | share | spare per SM |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for L in (int(x) for x in a.lens.split(",")):
+        for d in (float(x) for x in a.densities.split(",")):
+            ns, ch, launched, work = count(a.heads, a.kv_heads, a.dim, L, d)
+            print(f"| {L} | {d:g} | {ns} | {ch} | {launched} | {work} | {work / launched:.1%} | "
+                  f"{(launched - work) / a.sms:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
