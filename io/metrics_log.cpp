@@ -156,7 +156,23 @@ std::unique_ptr<MetricsLog> open_metrics_log(const std::string& path, int ranks,
   for (const auto& in : inputs)
     if (fs::equivalent(path, in, ec))
       throw Error(path + ": log.path names an input of this run (" + in + "); expected a file of its own");
-  if (!resume) return std::make_unique<MetricsLog>(path, ranks, false, step);
+  if (!resume) {
+    // A fresh run never replaces an earlier run's log: it goes with that run's checkpoints into
+    // archive_copy, or beside as PATH.earlier (then .2, .3, ...).
+    if (fs::exists(path, ec)) {
+      std::string aside = archive_copy;
+      ec.clear();
+      if (!aside.empty()) fs::rename(path, aside, ec);  // fails across file systems: then beside it
+      if (aside.empty() || ec) {
+        aside = unused_name(path + ".earlier");
+        ec.clear();
+        fs::rename(path, aside, ec);
+      }
+      if (ec) throw Error(path + ": cannot move the earlier run's metrics log to " + aside + ": " + ec.message());
+      std::printf("log.path: %s held an earlier run's metrics log; moved it to %s\n", path.c_str(), aside.c_str());
+    }
+    return std::make_unique<MetricsLog>(path, ranks, false, step);
+  }
   if (!archive_copy.empty() && fs::exists(path, ec)) {
     fs::copy_file(path, archive_copy, fs::copy_options::none, ec);
     if (ec) throw Error(path + ": cannot keep a copy of the metrics log at " + archive_copy + ": " + ec.message());

@@ -68,7 +68,10 @@ class MetricsLog {
 // cannot be continued (torn, or written by another rank count) is moved aside to a name never used
 // before (PATH.before_step<N>, then .2, .3, ...) with a warning, and a new one is started.
 // archive_copy (a resume from an older checkpoint): first copy the log as it was to that path, so
-// the rows of the abandoned steps are kept there, not dropped. inputs: files the run reads (its
+// the rows of the abandoned steps are kept there, not dropped. A fresh run (resume false) that
+// finds a log at `path` moves it to archive_copy (the earlier run's archived checkpoints) or, with
+// none or on another file system, to PATH.earlier (.2, .3, ...), printing where: an earlier run's
+// log is never replaced. inputs: files the run reads (its
 // shards), which the log must never replace. Errors name the path and log.path.
 std::unique_ptr<MetricsLog> open_metrics_log(const std::string& path, int ranks, bool resume, int64_t resume_step,
                                              const std::string& archive_copy = "",

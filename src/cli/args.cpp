@@ -22,16 +22,18 @@ const std::vector<std::string>& Args::all(const std::string& name) const {
   return it == flags.end() ? none : it->second;
 }
 
-static std::vector<FlagSpec> with_common(const std::vector<FlagSpec>& flags) {
+static std::vector<FlagSpec> with_common(const std::vector<FlagSpec>& flags, unsigned common) {
   auto all = flags;
-  all.push_back({"set", 1, "override a config key (repeatable), e.g. --set train.steps=100", "KEY=VALUE"});
-  all.push_back({"summary", 1, "write a JSON summary of the run to PATH", "PATH"});
+  if (common & kSetFlag)
+    all.push_back({"set", 1, "override a config key (repeatable), e.g. --set train.steps=100", "KEY=VALUE"});
+  if (common & kSummaryFlag) all.push_back({"summary", 1, "write a JSON summary of the run to PATH", "PATH"});
   all.push_back({"help", 0, "print this help", ""});
   return all;
 }
 
-Args parse_args(std::span<char* const> argv, const std::vector<FlagSpec>& flags, const std::string& cmd) {
-  const auto specs = with_common(flags);
+Args parse_args(std::span<char* const> argv, const std::vector<FlagSpec>& flags, const std::string& cmd,
+                unsigned common) {
+  const auto specs = with_common(flags, common);
   Args a;
   for (size_t i = 0; i < argv.size(); ++i) {
     std::string tok = argv[i];
@@ -82,9 +84,9 @@ Args parse_args(std::span<char* const> argv, const std::vector<FlagSpec>& flags,
   return a;
 }
 
-std::string flags_help(const std::vector<FlagSpec>& flags) {
+std::string flags_help(const std::vector<FlagSpec>& flags, unsigned common) {
   std::string out = "options:\n";
-  for (const auto& f : with_common(flags)) {
+  for (const auto& f : with_common(flags, common)) {
     std::string left = "  --" + f.name;
     if (f.arity != 0) left += " " + f.metavar + (f.arity == -1 ? "..." : "");
     if (left.size() < 30) left.resize(30, ' ');

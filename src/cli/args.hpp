@@ -28,12 +28,17 @@ struct Args {
   const std::vector<std::string>& all(const std::string& name) const;
 };
 
-// `cmd` names the subcommand in error messages ("sparsebalance prep synth").
-// Adds --set, --summary, --help to `flags` implicitly.
-Args parse_args(std::span<char* const> argv, const std::vector<FlagSpec>& flags, const std::string& cmd);
+// The common flags a command takes besides its own (--help always): --set, --summary.
+enum CommonFlags : unsigned { kSetFlag = 1, kSummaryFlag = 2, kAllCommon = 3 };
 
-// Help text listing `flags` plus the common ones.
-std::string flags_help(const std::vector<FlagSpec>& flags);
+// `cmd` names the subcommand in error messages ("sparsebalance prep synth").
+// Adds --help and the `common` flags to `flags`: a common flag the command does not take is an
+// unknown flag, not silently ignored.
+Args parse_args(std::span<char* const> argv, const std::vector<FlagSpec>& flags, const std::string& cmd,
+                unsigned common = kAllCommon);
+
+// Help text listing `flags` plus the common ones the command takes.
+std::string flags_help(const std::vector<FlagSpec>& flags, unsigned common = kAllCommon);
 
 // A subcommand: name, one-line summary, usage text, flags and entry point.
 struct Command {
@@ -42,6 +47,7 @@ struct Command {
   std::string usage;  // full help body (printed under "usage: sparsebalance NAME ...")
   std::vector<FlagSpec> flags;
   int (*run)(const Args& args);
+  unsigned common = kAllCommon;  // which of --set, --summary it takes
 };
 
 const std::vector<Command>& commands();

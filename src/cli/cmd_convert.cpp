@@ -70,7 +70,7 @@ Command cmd_convert() {
           {{"dtype", 1, "checkpoint -> HF: tensor type written (default bf16)", "bf16|f16|f32"},
            {"shard-size", 1, "checkpoint -> HF: largest safetensors file before sharding (default 5GB)", "SIZE"},
            {"overwrite", 0, "replace an existing DST (written aside, then swapped in)"}},
-          run_convert};
+          run_convert, kSetFlag};
 }
 
 }  // namespace sb

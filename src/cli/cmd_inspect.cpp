@@ -9,6 +9,7 @@
 
 #include "io/checkpoint.hpp"
 #include "io/h5.hpp"
+#include "io/latency_profile.hpp"
 #include "io/metrics_log.hpp"
 #include "io/shard.hpp"
 #include "src/balance/latency_model.hpp"
@@ -30,8 +31,36 @@ std::string file_format(const std::string& path) {
   H5_CHECK(H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST));
   hid_t swmr = std::filesystem::exists(file) ? H5Fopen(file.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl) : -1;
   h5::Id f = swmr >= 0 ? h5::Id(swmr) : h5::open_read(file);
-  if (!h5::has_attr(f, "format")) return "";
-  return h5::read_attr_string(f, "format", file);
+  if (h5::has_attr(f, "format")) return h5::read_attr_string(f, "format", file);
+  // A latency profile (sparsebalance profile --output) keeps its format on the group /latency.
+  if (H5Lexists(f, "latency", H5P_DEFAULT) > 0) {
+    h5::Id g(H5Gopen2(f, "latency", H5P_DEFAULT));
+    if (g >= 0 && h5::has_attr(g, "format")) return h5::read_attr_string(g, "format", file);
+  }
+  return "";
+}
+
+int inspect_latency(const std::string& path, bool json) {
+  const LatencyProfile p = load_latency_profile_file(path);
+  const char* parts[kLatencyParts] = {"attention", "gating", "linear", "allreduce"};
+  nlohmann::json j = {{"path", path}, {"format", "sparsebalance-latency"}, {"device", p.device},
+                      {"n_layers", p.n_layers}, {"block_size", p.block_size}, {"local_blocks", p.local_blocks},
+                      {"density", p.density}};
+  for (int i = 0; i < kLatencyParts; ++i)
+    j["parts"][parts[i]] = {{"coeffs_ms", p.coeffs[i]}, {"correction", p.correction[i]},
+                            {"heldout_error", p.heldout_error[i]}, {"samples", p.samples[i]}};
+  if (json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("%s: SparseBalance latency profile, device %s, measured for %lld layers, blocks of %lld, %lld local "
+              "block(s), learned density %.3f\n", path.c_str(), p.device.c_str(), (long long)p.n_layers,
+              (long long)p.block_size, (long long)p.local_blocks, p.density);
+  std::printf("  %-10s %12s %12s %12s %10s %9s %8s\n", "part", "c0 ms", "c1", "c2", "correction", "held-out", "samples");
+  for (int i = 0; i < kLatencyParts; ++i)
+    std::printf("  %-10s %12.4g %12.4g %12.4g %10.3f %8.0f%% %8lld\n", parts[i], p.coeffs[i][0], p.coeffs[i][1],
+                p.coeffs[i][2], p.correction[i], 100 * p.heldout_error[i], (long long)p.samples[i]);
+  return 0;
 }
 
 int inspect_dataset(const std::string& path, bool json, const Args& args) {
@@ -156,10 +185,14 @@ int run(const Args& args) {
   int rc = 0;
   if (comm.root()) {  // one rank reads and prints; the others only wait
     std::string format = file_format(path);
+    if (format != kShardFormat && (args.has("decode") || args.has("tokenizer")))
+      throw Error(path + ": --decode and --tokenizer apply to a shard or dataset; this is " +
+                  (format.empty() ? std::string("not one") : "a " + format + " file"));
     if (format == kShardFormat) rc = inspect_dataset(path, args.has("json"), args);
     else if (format == "sparsebalance-checkpoint") rc = inspect_checkpoint(path, args.has("json"));
     else if (format == "sparsebalance-metrics") rc = inspect_metrics(path, args.has("json"));
-    else throw Error(path + ": not a SparseBalance shard/dataset, checkpoint or metrics log (format attribute '" + format + "')");
+    else if (format == "sparsebalance-latency") rc = inspect_latency(path, args.has("json"));
+    else throw Error(path + ": not a SparseBalance shard/dataset, checkpoint, metrics log or latency profile (format attribute '" + format + "')");
   }
   comm.barrier();
   return rc;
@@ -169,7 +202,7 @@ int run(const Args& args) {
 
 Command cmd_inspect() {
   return {"inspect",
-          "print what a shard, dataset, checkpoint or metrics log holds",
+          "print what a shard, dataset, checkpoint, metrics log or latency profile holds",
           "inspect PATH [--json] [--decode DOC [--tokenizer tokenizer.json]]\n\n"
           "PATH is a shard file or a directory of shards: documents, tokens, vocabulary, tokenizer, shards,\n"
           "document length statistics (min, median, p90, p99, max, mean), a log2 length histogram and task\n"
@@ -179,11 +212,13 @@ Command cmd_inspect() {
           "A checkpoint (ckpt_<step>.h5): step, ranks, data cursor, every tensor's name and shape, the latency\n"
           "model and the stored config, after verifying its checksum.\n"
           "A metrics log: the last steps (loss, time, imbalance, bubble, density, recall, prediction error)\n"
-          "and per-rank means of compute, idle and predicted time, budget, density and recall.\n",
+          "and per-rank means of compute, idle and predicted time, budget, density and recall.\n"
+          "A latency profile (profile --output): the device, the model shape it was measured for, and per part\n"
+          "(attention, gating, linear, all-reduce) its coefficients, online correction, held-out error, samples.\n",
           {{"json", 0, "print the report as JSON on stdout", ""},
            {"decode", 1, "print document DOC of a dataset as text", "DOC"},
            {"tokenizer", 1, "with --decode: the tokenizer.json of BPE shards", "FILE"}},
-          run};
+          run, 0};
 }
 
 }  // namespace sb

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "base/error.hpp"
 #include "src/cli/args.hpp"
 #include "src/config/config.hpp"
 
@@ -38,6 +39,9 @@ static const char* kMarkdownHeader =
     "\n";
 
 static int run_keys(const Args& args) {
+  if (!args.positional.empty())
+    throw Error("sparsebalance keys: takes no CONFIG or other argument (got '" + args.positional[0] +
+                "'); it lists every key with its default");
   const bool md = args.has("markdown");
   const char* types[] = {"int", "float", "bool", "string"};
   if (md) std::printf("%s| key | type | default | allowed | meaning |\n|---|---|---|---|---|\n", kMarkdownHeader);
@@ -57,7 +61,7 @@ Command cmd_keys() {
           "list every config key: type, default, allowed values, meaning",
           "keys [--markdown]\n\nEvery key can be set in a TOML file ([section] name = value) or with --set section.name=value.\n",
           {{"markdown", 0, "print src/config/KEYS.md, the configuration reference (Markdown)", ""}},
-          run_keys};
+          run_keys, 0};
 }
 
 }  // namespace sb

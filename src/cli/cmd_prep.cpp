@@ -32,7 +32,18 @@ Config load_config(const Args& args) {
   for (const auto& [flag, key] : kFlagKeys)
     if (args.has(flag)) sets.push_back(key + "=" + args.get(flag));
   if (args.has("overwrite")) sets.push_back("prep.overwrite=true");
-  return Config::load(args.positional.size() == 2 ? args.positional[1] : "", sets);
+  try {
+    return Config::load(args.positional.size() == 2 ? args.positional[1] : "", sets);
+  } catch (const Error& e) {
+    // A bad flag value is reported as the flag the user typed, not as the --set it became.
+    const std::string what = e.what();
+    for (const auto& [flag, key] : kFlagKeys) {
+      const std::string as_set = "--set " + key + "=" + (args.has(flag) ? args.get(flag) : "") + ":";
+      if (args.has(flag) && what.starts_with(as_set))
+        throw Error("--" + flag + " " + args.get(flag) + ":" + what.substr(as_set.size()));
+    }
+    throw;
+  }
 }
 
 bool set_by_user(const Args& args, const std::string& key) {

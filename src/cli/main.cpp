@@ -94,14 +94,15 @@ int main(int argc, char** argv) {
   }
   sb::Args args;
   try {
-    args = sb::parse_args(std::span<char* const>(argv + 2, argc - 2), cmd->flags, "sparsebalance " + cmd->name);
+    args = sb::parse_args(std::span<char* const>(argv + 2, argc - 2), cmd->flags, "sparsebalance " + cmd->name,
+                          cmd->common);
   } catch (const std::exception& e) {
     print_error(e.what());
     return 1;
   }
   if (args.help) {
     std::printf("usage: sparsebalance %s\n\n%s\n%s", cmd->name.c_str(), cmd->usage.c_str(),
-                sb::flags_help(cmd->flags).c_str());
+                sb::flags_help(cmd->flags, cmd->common).c_str());
     return 0;
   }
   // MPI and Kokkos outlive every error path: MpiSession's MPI_Finalize must never run while

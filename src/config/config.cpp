@@ -137,9 +137,14 @@ ConfigValue checked(const KeySpec& spec, ConfigValue v, const std::string& origi
   if (spec.type == KeyType::Int || spec.type == KeyType::Float) {
     double x = spec.type == KeyType::Int ? double(std::get<int64_t>(v)) : std::get<double>(v);
     if (!std::isfinite(x)) throw Error(where + " must be finite, got " + fmt_num(x));
-    if (x < spec.min || x > spec.max)
-      throw Error(where + " = " + fmt_num(x) + " is out of range: expected " + fmt_num(spec.min) +
-                  " <= value <= " + fmt_num(spec.max));
+    if (x < spec.min || x > spec.max) {
+      // integers as typed (1e+08 read as another number); an open upper bound as KEYS.md has it
+      const std::string got = spec.type == KeyType::Int ? std::to_string(std::get<int64_t>(v)) : fmt_num(x);
+      const std::string hi = spec.max >= 9e15 ? "inf" : spec.type == KeyType::Int ? std::to_string(int64_t(spec.max))
+                                                                                  : fmt_num(spec.max);
+      const std::string lo = spec.type == KeyType::Int ? std::to_string(int64_t(spec.min)) : fmt_num(spec.min);
+      throw Error(where + " = " + got + " is out of range: expected " + lo + " <= value <= " + hi);
+    }
   }
   if (spec.type == KeyType::String && !spec.choices.empty()) {
     const auto& s = std::get<std::string>(v);

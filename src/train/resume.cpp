@@ -49,7 +49,7 @@ std::optional<Restored> find_resume(const std::string& resume, const std::string
   return std::nullopt;
 }
 
-std::string archive_newer_checkpoints(const std::string& dir, int64_t step) {
+std::string archive_newer_checkpoints(const std::string& dir, int64_t step, bool fresh) {
   std::vector<std::string> newer;
   for (const auto& p : list_checkpoints(dir)) {
     long long s = 0;
@@ -72,9 +72,13 @@ std::string archive_newer_checkpoints(const std::string& dir, int64_t step) {
     fs::rename(p, fs::path(archive) / fs::path(p).filename(), ec);
     if (ec) throw Error(p + ": cannot move it to " + archive + ": " + ec.message());
   }
-  std::printf("resume: step %lld is older than the newest checkpoint: this run starts a branch; the %zu newer "
-              "checkpoint(s) (the abandoned run's, or ones that did not verify) moved to %s\n",
-              static_cast<long long>(step), newer.size(), archive.c_str());
+  if (fresh)
+    std::printf("train: %s held %zu checkpoint(s) of an earlier run; this fresh run (no --resume) moved them to %s, "
+                "so that its own are never mixed with them\n", dir.c_str(), newer.size(), archive.c_str());
+  else
+    std::printf("resume: step %lld is older than the newest checkpoint: this run starts a branch; the %zu newer "
+                "checkpoint(s) (the abandoned run's, or ones that did not verify) moved to %s\n",
+                static_cast<long long>(step), newer.size(), archive.c_str());
   return archive;
 }
 
@@ -156,7 +160,11 @@ void Trainer::apply_checkpoint(Restored&& r) {
 bool Trainer::restore(const std::string& resume) {
   std::optional<Restored> restored =
       find_resume(resume, cfg_.s("checkpoint.dir"), comm_, [&](const std::string& p) { return read_resume(p); });
-  if (!restored) return false;
+  if (!restored) {  // fresh: an earlier run's checkpoints in checkpoint.dir move aside (as a branch at step 0)
+    comm_.barrier();
+    if (comm_.root()) archive_ = archive_newer_checkpoints(cfg_.s("checkpoint.dir"), 0, true);
+    return false;
+  }
   apply_checkpoint(std::move(*restored));  // also the latency model, so a resumed run plans the same
   comm_.barrier();  // every rank has read its checkpoint before the root moves any
   if (comm_.root()) {

@@ -5,6 +5,8 @@
 // checkpoints (and, by the Trainer, a copy of the metrics log) move to
 // checkpoint.dir/abandoned_after_step_<S>_<UTC time>/, so nothing of the abandoned run is deleted,
 // a later --resume continues the branch, and retention (checkpoint.keep) sees only the live one.
+// A fresh run (no --resume) into a checkpoint.dir that holds checkpoints is a branch at step 0:
+// they move to checkpoint.dir/abandoned_after_step_00000000_<UTC time>/ with the metrics log.
 #pragma once
 #include <cstdint>
 #include <exception>
@@ -36,7 +38,8 @@ std::optional<Restored> find_resume(const std::string& resume, const std::string
                                     const std::function<Restored(const std::string&)>& read);
 
 // Root only: moves every checkpoint in `dir` with a step after `step` into a new archive
-// directory (printed) and returns its path, "" when there is none.
-std::string archive_newer_checkpoints(const std::string& dir, int64_t step);
+// directory (printed) and returns its path, "" when there is none. `fresh`: a run without
+// --resume (step 0) moving an earlier run's checkpoints aside, said so in the message.
+std::string archive_newer_checkpoints(const std::string& dir, int64_t step, bool fresh = false);
 
 }  // namespace sb

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/latency_profile.hpp"
 #include "io/shard.hpp"
 #include "src/data/tokenizer.hpp"
 #include "tests/data/test_util.hpp"
@@ -111,7 +112,38 @@ TEST(Cli, ClearErrors) {
   H5Aclose(a), H5Sclose(s), H5Tclose(t), H5Fclose(f);
   r = run("inspect " + other);
   EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.out.find(other + ": not a SparseBalance shard/dataset, checkpoint or metrics log (format attribute 'foo')"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(other + ": not a SparseBalance shard/dataset, checkpoint, metrics log or latency profile (format attribute 'foo')"), std::string::npos) << r.out;
+  r = run("inspect " + other + " --decode 0");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find(other + ": --decode and --tokenizer apply to a shard or dataset; this is a foo file"), std::string::npos) << r.out;
+
+  // A bad prep flag value is named as the flag typed, not as the --set it becomes.
+  r = run("prep synth --format xml --output " + dir + "/x");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("--format xml: 'prep.format' = \"xml\" is not allowed"), std::string::npos) << r.out;
+  r = run("prep synth --docs 5x --output " + dir + "/x");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("--docs 5x: 'prep.docs' must be an integer"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/x"));
+  // Common flags a command does not take are unknown flags, not ignored.
+  for (const auto& [cmd, flag] : std::vector<std::pair<std::string, std::string>>{
+           {"keys", "--set train.steps=3"}, {"keys", "--summary " + dir + "/k.json"},
+           {"inspect " + other, "--summary " + dir + "/i.json"}, {"inspect " + other, "--set train.steps=3"},
+           {"convert " + other + " " + dir + "/y", "--summary " + dir + "/c.json"}}) {
+    r = run(cmd + " " + flag);
+    EXPECT_NE(r.rc, 0) << cmd << " " << flag;
+    EXPECT_NE(r.out.find("unknown flag " + flag.substr(0, flag.find(' '))), std::string::npos) << r.out;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/k.json") || std::filesystem::exists(dir + "/i.json") ||
+               std::filesystem::exists(dir + "/c.json"));
+  r = run("keys nosuch.toml");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("keys: takes no CONFIG or other argument (got 'nosuch.toml')"), std::string::npos) << r.out;
+  // An integer out of range is printed as typed, the open bound as in KEYS.md.
+  r = run("prep synth --set model.d_model=99999999 --output " + dir + "/x");
+  EXPECT_NE(r.out.find("'model.d_model' = 99999999 is out of range: expected 8 <= value <= 65536"), std::string::npos) << r.out;
+  r = run("prep synth --docs -1 --output " + dir + "/x");
+  EXPECT_NE(r.out.find("<= value <= inf"), std::string::npos) << r.out;
 
   // A shard whose token id is out of range: inspect's verify pass names file, dataset and id.
   auto bad = dir + "/bad.h5";
@@ -195,4 +227,26 @@ TEST(Cli, PrepTextJsonlByExtension) {
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.out.find("--format jsonl"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("notes.txt"), std::string::npos) << r.out;
+}
+
+// A latency profile (profile --output keeps its format on /latency): inspect prints it, --json too.
+TEST(Cli, InspectLatencyProfile) {
+  if (!rank0()) GTEST_SKIP() << "one rank runs the program";
+  auto dir = sbt::scratch("clilat");
+  sb::LatencyProfile p;
+  p.device = "test device";
+  p.n_layers = 3, p.block_size = 64;
+  p.coeffs[0] = {0.5, 0.25, 0.125};
+  p.heldout_error[0] = 0.07, p.samples[0] = 12;
+  sb::save_latency_profile_file(dir + "/lat.h5", p);
+  auto r = run("inspect " + dir + "/lat.h5");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("SparseBalance latency profile, device test device, measured for 3 layers, blocks of 64"),
+            std::string::npos) << r.out;
+  r = run("inspect " + dir + "/lat.h5 --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_EQ(j["n_layers"], 3);
+  EXPECT_EQ(j["parts"]["attention"]["coeffs_ms"][1], 0.25);
+  EXPECT_EQ(j["parts"]["attention"]["samples"], 12);
 }

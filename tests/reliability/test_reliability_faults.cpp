@@ -209,6 +209,37 @@ TEST_F(Faults, ResumeFromAnOlderCheckpointArchivesTheNewerOnes) {
   for (size_t i = 0; i < 8; ++i) EXPECT_EQ(live.steps[i].step, int64_t(i + 1));
 }
 
+// A fresh run (no --resume) into a checkpoint.dir an earlier run used: a branch at step 0. The
+// earlier checkpoints and log move into an archive; latest and retention see the new run alone.
+TEST_F(Faults, AFreshRunMovesAnEarlierRunsCheckpointsAndLogAside) {
+  auto dir = scratch("fresh");
+  const std::string ck = dir + "/ckpt";
+  ASSERT_EQ(run(train(dir, " --set train.steps=6 --set checkpoint.every=2"), dir + "/a.log").code, 0) << slurp(dir + "/a.log");
+  auto o = run_bounded(train(dir, " --set train.steps=3 --set checkpoint.every=2 --set checkpoint.keep=2"), dir + "/b.log");
+  ASSERT_EQ(o.exit.code, 0) << o.out;
+  EXPECT_TRUE(has(o.out, "checkpoint: " + sb::checkpoint_path(ck, 3))) << o.out;
+  std::string archive;
+  for (const auto& e : fs::directory_iterator(ck))
+    if (e.is_directory() && e.path().filename().string().starts_with("abandoned_after_step_00000000_")) archive = e.path();
+  ASSERT_FALSE(archive.empty()) << o.out;
+  EXPECT_TRUE(has(o.out, "held 3 checkpoint(s) of an earlier run")) << o.out;
+  EXPECT_TRUE(has(o.out, "moved it to " + archive + "/metrics.h5")) << o.out;
+  for (int s : {2, 4, 6}) EXPECT_EQ(sb::read_checkpoint(sb::checkpoint_path(archive, s)).step, s);
+  EXPECT_EQ(sb::read_metrics(archive + "/metrics.h5").steps.size(), 6u);
+  // Only the new run's checkpoints are live (the announced one was not pruned for the old 4 and 6).
+  const auto live = sb::list_checkpoints(ck);
+  ASSERT_EQ(live.size(), 2u);
+  EXPECT_EQ(live[0], sb::checkpoint_path(ck, 3));
+  EXPECT_EQ(live[1], sb::checkpoint_path(ck, 2));
+  EXPECT_EQ(sb::read_metrics(dir + "/metrics.h5").steps.size(), 3u);
+  // A log with no checkpoints beside it (another checkpoint.dir) moves to metrics.h5.earlier.
+  o = run_bounded(train(dir, " --set train.steps=1 --set checkpoint.dir=" + dir + "/other"), dir + "/c.log");
+  ASSERT_EQ(o.exit.code, 0) << o.out;
+  EXPECT_TRUE(has(o.out, "moved it to " + dir + "/metrics.h5.earlier")) << o.out;
+  EXPECT_EQ(sb::read_metrics(dir + "/metrics.h5.earlier").steps.size(), 3u);
+  EXPECT_EQ(sb::read_metrics(dir + "/metrics.h5").steps.size(), 1u);
+}
+
 TEST_F(Faults, AMovedAsideLogIsNeverOverwritten) {
   auto dir = scratch("aside");
   ASSERT_EQ(run(train(dir, " --set train.steps=4 --set checkpoint.every=2"), dir + "/a.log").code, 0) << slurp(dir + "/a.log");

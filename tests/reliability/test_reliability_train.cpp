@@ -212,7 +212,15 @@ TEST_F(Reliability, DiskFullKeepsThePreviousCheckpointIntact) {
   out = slurp(dir + "/cont.log");
   EXPECT_EQ(e.code, 0) << out;
   EXPECT_TRUE(has(out, "warning") && has(out, "training continues")) << out;
-  EXPECT_EQ(sb::read_checkpoint(sb::list_checkpoints(mnt + "/ckpt").at(0)).step, 1);
+  // This second run is a fresh one: the first run's checkpoint moved into an archive (on the same
+  // file system, so it still fills the disk), intact; the failed writes left no temporaries.
+  std::string archive;
+  for (const auto& f : fs::directory_iterator(mnt + "/ckpt")) {
+    EXPECT_FALSE(f.path().string().ends_with(".tmp"));
+    if (f.is_directory() && f.path().filename().string().starts_with("abandoned_after_step_00000000_")) archive = f.path();
+  }
+  ASSERT_FALSE(archive.empty()) << out;
+  EXPECT_EQ(sb::read_checkpoint(sb::checkpoint_path(archive, 1)).step, 1);
 }
 
 // ---- 3. NaN/inf: skip (with the consecutive limit) or stop
