@@ -11,36 +11,15 @@ the head's tiles; an unsplit column runs on piece 0 alone). Keep it in step with
       [--densities 1,0.5,0.25,0.1] [--sms 132]
 """
 import argparse
-import math
 
-M = (1 << 64) - 1
-
-
-def splitmix(s):
-    s = (s + 0x9E3779B97F4A7C15) & M
-    z = ((s ^ (s >> 30)) * 0xBF58476D1CE4E5B9) & M
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M
-    return s, z ^ (z >> 31)
-
-
-def row_blocks(i, d, seed=1234):  # bench_attention_cuda.cu row_blocks
-    if i == 0:
-        return [0]
-    extra = max(0, min(int(math.floor(d * (i + 1) + 0.5)) - 2, i - 1))
-    cand, s, n = list(range(1, i)), (seed + i * 0x9E3779B97F4A7C15) & M, i - 1
-    for t in range(extra):
-        s, z = splitmix(s)
-        r = t + z % (n - t)
-        cand[t], cand[r] = cand[r], cand[t]
-    return sorted(cand[:extra] + [0, i])
-
+from bench_masks import row_blocks
 
 def count(heads, kv_heads, dim, length, density):
     G, nb = heads // kv_heads, (length + 127) // 128
     qt = 128 if dim == 64 else 64  # query tile of the default kernel
     col = [0] * nb
     for i in range(nb):
-        for j in row_blocks(i, density):
+        for j in row_blocks(i, density, 1234):
             col[j] += 1
     chunk = max(128, (G * nb * 2 + 15) // 16)
     n_split = G * max(1, (nb * 2 + chunk - 1) // chunk)

@@ -17,7 +17,6 @@ The Qwen2.5-0.5B shape: --heads 14 --kv-heads 2 --dim 64 (both sides take K, V o
 """
 import argparse
 import ctypes
-import math
 import sys
 import threading
 import time
@@ -26,32 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-M64 = (1 << 64) - 1
-GOLD = 0x9E3779B97F4A7C15
-
-
-def splitmix(state):
-    """Returns (new_state, value), as SplitMix::next in the C++ bench."""
-    state = (state + GOLD) & M64
-    z = state
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
-    return state, z ^ (z >> 31)
-
-
-def row_blocks(i, density, seed):
-    if i == 0:
-        return [0]
-    extra = int(math.floor(density * (i + 1) + 0.5)) - 2
-    extra = max(0, min(extra, i - 1))
-    cand = list(range(1, i))
-    state = (seed + i * GOLD) & M64
-    n = i - 1
-    for t in range(extra):
-        state, z = splitmix(state)
-        r = t + z % (n - t)
-        cand[t], cand[r] = cand[r], cand[t]
-    return sorted(cand[:extra] + [0, i])
+from bench_masks import row_blocks  # the mask family of bench_attention_cuda (splitmix64)
 
 
 def block_mask(L, density, seed, bs, device):
