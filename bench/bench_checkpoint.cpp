@@ -17,12 +17,12 @@
 #include <mpi.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "bench/bench_flags.hpp"
 #include "io/checkpoint.hpp"
 #include "src/comm/comm.hpp"
 #include "src/model/model.hpp"
@@ -56,12 +56,10 @@ int main(int argc, char** argv) {
   }
   const std::string mode = argv[1], dir = argv[2];
   // An unknown mode or a LAYERS that is not a count must stop the run, not time another one.
-  long layers = 24;
-  char* end = nullptr;
-  if (argc > 3) layers = std::strtol(argv[3], &end, 10);
+  long long layers = 24;
   const bool mode_ok = mode == "plain" || mode == "collective" || mode == "stream" || mode == "read-whole" ||
                        mode == "read-slice";
-  if (!mode_ok || argc > 4 || (argc > 3 && (!*argv[3] || *end || layers < 1 || layers > 100000))) {
+  if (!mode_ok || argc > 4 || (argc > 3 && !sb::bench::whole(argv[3], 1, 100000, &layers))) {
     if (rank == 0) {
       if (!mode_ok)
         std::fprintf(stderr, "bench_checkpoint: mode %s: expected plain, collective, stream, read-whole or read-slice\n",

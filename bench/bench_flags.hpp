@@ -15,6 +15,21 @@
 
 namespace sb::bench {
 
+// The whole text s is a decimal integer in [lo, hi] (into *out).
+inline bool whole(const char* s, long long lo, long long hi, long long* out) {
+  errno = 0;
+  char* end = nullptr;
+  *out = std::strtoll(s, &end, 10);
+  return *s && !*end && errno != ERANGE && *out >= lo && *out <= hi;
+}
+// The whole text s is a finite number in [lo, hi] (lo_open: lo excluded) (into *out).
+inline bool real(const char* s, double lo, double hi, bool lo_open, double* out) {
+  errno = 0;
+  char* end = nullptr;
+  *out = std::strtod(s, &end);
+  return *s && !*end && errno != ERANGE && std::isfinite(*out) && *out >= lo && !(lo_open && *out == lo) && *out <= hi;
+}
+
 // Reads `prog [--flag value]...` left to right:
 //   for (Flags f("prog", argc, argv); f.next();) if (f.is("--reps")) reps = int(f.integer(1, INT_MAX)); ...
 class Flags {
@@ -59,9 +74,14 @@ class Flags {
       const size_t p1 = t.find(',', p0);
       const std::string item = t.substr(p0, p1 == std::string::npos ? std::string::npos : p1 - p0);
       double x = 0;
-      long long n = 0;
-      const bool ok = integers ? whole(item.c_str(), (long long)std::ceil(lo), (long long)hi, &n) && (x = double(n), true)
-                               : real(item.c_str(), lo, hi, lo_open, &x);
+      bool ok;
+      if (integers) {
+        long long n = 0;
+        ok = whole(item.c_str(), (long long)std::ceil(lo), (long long)hi, &n);
+        x = double(n);
+      } else {
+        ok = real(item.c_str(), lo, hi, lo_open, &x);
+      }
       if (!ok)
         fail(t.c_str(), std::string("comma-separated ") + (integers ? "whole numbers " : "numbers ") +
                             range(lo, hi, lo_open));
@@ -86,18 +106,6 @@ class Flags {
     if (hi >= double(INT_MAX)) std::snprintf(b, sizeof b, "%s %g", lo_open ? ">" : ">=", lo);
     else std::snprintf(b, sizeof b, "%s %g and <= %g", lo_open ? ">" : ">=", lo, hi);
     return b;
-  }
-  static bool whole(const char* s, long long lo, long long hi, long long* out) {
-    errno = 0;
-    char* end = nullptr;
-    *out = std::strtoll(s, &end, 10);
-    return *s && !*end && errno != ERANGE && *out >= lo && *out <= hi;
-  }
-  static bool real(const char* s, double lo, double hi, bool lo_open, double* out) {
-    errno = 0;
-    char* end = nullptr;
-    *out = std::strtod(s, &end);
-    return *s && !*end && errno != ERANGE && std::isfinite(*out) && *out >= lo && !(lo_open && *out == lo) && *out <= hi;
   }
 
   const char* prog_;

@@ -161,13 +161,8 @@ std::unique_ptr<MetricsLog> open_metrics_log(const std::string& path, int ranks,
     // archive_copy, or beside as PATH.earlier (then .2, .3, ...).
     if (fs::exists(path, ec)) {
       std::string aside = archive_copy;
-      ec.clear();
       if (!aside.empty()) fs::rename(path, aside, ec);  // fails across file systems: then beside it
-      if (aside.empty() || ec) {
-        aside = unused_name(path + ".earlier");
-        ec.clear();
-        fs::rename(path, aside, ec);
-      }
+      if (aside.empty() || ec) fs::rename(path, aside = unused_name(path + ".earlier"), ec);
       if (ec) throw Error(path + ": cannot move the earlier run's metrics log to " + aside + ": " + ec.message());
       std::printf("log.path: %s held an earlier run's metrics log; moved it to %s\n", path.c_str(), aside.c_str());
     }

@@ -42,12 +42,11 @@ std::string file_format(const std::string& path) {
 
 int inspect_latency(const std::string& path, bool json) {
   const LatencyProfile p = load_latency_profile_file(path);
-  const char* parts[kLatencyParts] = {"attention", "gating", "linear", "allreduce"};
   nlohmann::json j = {{"path", path}, {"format", "sparsebalance-latency"}, {"device", p.device},
                       {"n_layers", p.n_layers}, {"block_size", p.block_size}, {"local_blocks", p.local_blocks},
                       {"density", p.density}};
   for (int i = 0; i < kLatencyParts; ++i)
-    j["parts"][parts[i]] = {{"coeffs_ms", p.coeffs[i]}, {"correction", p.correction[i]},
+    j["parts"][part_name(Part(i))] = {{"coeffs_ms", p.coeffs[i]}, {"correction", p.correction[i]},
                             {"heldout_error", p.heldout_error[i]}, {"samples", p.samples[i]}};
   if (json) {
     std::printf("%s\n", j.dump(2).c_str());
@@ -58,7 +57,7 @@ int inspect_latency(const std::string& path, bool json) {
               (long long)p.block_size, (long long)p.local_blocks, p.density);
   std::printf("  %-10s %12s %12s %12s %10s %9s %8s\n", "part", "c0 ms", "c1", "c2", "correction", "held-out", "samples");
   for (int i = 0; i < kLatencyParts; ++i)
-    std::printf("  %-10s %12.4g %12.4g %12.4g %10.3f %8.0f%% %8lld\n", parts[i], p.coeffs[i][0], p.coeffs[i][1],
+    std::printf("  %-10s %12.4g %12.4g %12.4g %10.3f %8.0f%% %8lld\n", part_name(Part(i)), p.coeffs[i][0], p.coeffs[i][1],
                 p.coeffs[i][2], p.correction[i], 100 * p.heldout_error[i], (long long)p.samples[i]);
   return 0;
 }

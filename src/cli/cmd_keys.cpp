@@ -19,7 +19,7 @@ static std::string bounds(const KeySpec& k) {
   if (k.type != KeyType::Int && k.type != KeyType::Float) return "";
   std::ostringstream os;
   os << k.min << " .. ";
-  if (k.max >= 9e15) os << "inf"; else os << k.max;
+  if (k.max >= kNoUpperBound) os << "inf"; else os << k.max;
   return os.str();
 }
 

@@ -38,9 +38,9 @@ Config load_config(const Args& args) {
     // A bad flag value is reported as the flag the user typed, not as the --set it became.
     const std::string what = e.what();
     for (const auto& [flag, key] : kFlagKeys) {
-      const std::string as_set = "--set " + key + "=" + (args.has(flag) ? args.get(flag) : "") + ":";
-      if (args.has(flag) && what.starts_with(as_set))
-        throw Error("--" + flag + " " + args.get(flag) + ":" + what.substr(as_set.size()));
+      if (!args.has(flag)) continue;
+      const std::string as_set = "--set " + key + "=" + args.get(flag) + ":";
+      if (what.starts_with(as_set)) throw Error("--" + flag + " " + args.get(flag) + ":" + what.substr(as_set.size()));
     }
     throw;
   }

@@ -140,7 +140,7 @@ ConfigValue checked(const KeySpec& spec, ConfigValue v, const std::string& origi
     if (x < spec.min || x > spec.max) {
       // integers as typed (1e+08 read as another number); an open upper bound as KEYS.md has it
       const std::string got = spec.type == KeyType::Int ? std::to_string(std::get<int64_t>(v)) : fmt_num(x);
-      const std::string hi = spec.max >= 9e15 ? "inf" : spec.type == KeyType::Int ? std::to_string(int64_t(spec.max))
+      const std::string hi = spec.max >= kNoUpperBound ? "inf" : spec.type == KeyType::Int ? std::to_string(int64_t(spec.max))
                                                                                   : fmt_num(spec.max);
       const std::string lo = spec.type == KeyType::Int ? std::to_string(int64_t(spec.min)) : fmt_num(spec.min);
       throw Error(where + " = " + got + " is out of range: expected " + lo + " <= value <= " + hi);

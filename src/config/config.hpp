@@ -23,6 +23,10 @@ struct KeySpec {
   std::string help;
 };
 
+// The schema's "no upper bound" for Int keys (about 2^53, the largest integer a double holds
+// exactly): KEYS.md and range errors print such a bound as inf.
+inline constexpr double kNoUpperBound = 9.0e15;
+
 const std::vector<KeySpec>& config_schema();
 const KeySpec* find_key(std::string_view key);
 

@@ -26,7 +26,7 @@ std::vector<KeySpec> schema_balance() {
       {"simulate.micro_batches", T::Int, "16", 1, 1 << 16, {}, "micro-batches per rank (token capacity simulate.capacity each)"},
       {"simulate.preset", T::String, "longalign", 0, 0, {"longalign", "chatqa2", "uniform", "fixed"}, "document-length distribution"},
       {"simulate.steps", T::Int, "10", 1, 1 << 20, {}, "steps (global batches) simulated"},
-      {"simulate.seed", T::Int, "1", 0, 9.0e15, {}, "seed of the length sampler and of the noise"},
+      {"simulate.seed", T::Int, "1", 0, kNoUpperBound, {}, "seed of the length sampler and of the noise"},
       {"simulate.fill", T::Float, "0.9", 0.01, 1, {}, "global batch = ranks x micro_batches x capacity x fill tokens"},
       {"simulate.capacity", T::Int, "65536", 16, 1 << 30, {}, "token capacity of one micro-batch"},
       {"simulate.max_len", T::Int, "0", 0, 1 << 30, {}, "longest document (0 = simulate.capacity); longer than capacity -> windows"},

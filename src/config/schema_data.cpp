@@ -4,7 +4,7 @@ namespace sb {
 
 std::vector<KeySpec> schema_data() {
   using T = KeyType;
-  constexpr double BIG = 9.0e15;
+  constexpr double BIG = kNoUpperBound;
   return {
       {"data.path", T::String, "runs/tiny/data", 0, 0, {}, "shard directory (or one shard file)"},
       {"data.seed", T::Int, "1234", 0, BIG, {}, "seed of the document shuffle"},

@@ -4,7 +4,7 @@ namespace sb {
 
 std::vector<KeySpec> schema_model_train() {
   using T = KeyType;
-  constexpr double BIG = 9.0e15;
+  constexpr double BIG = kNoUpperBound;
   return {
       // [model] Llama-style decoder; shapes follow Hugging Face names.
       {"model.n_layers", T::Int, "2", 1, 1024, {}, "transformer layers"},

@@ -49,7 +49,7 @@ std::optional<Restored> find_resume(const std::string& resume, const std::string
   return std::nullopt;
 }
 
-std::string archive_newer_checkpoints(const std::string& dir, int64_t step, bool fresh) {
+std::string archive_newer_checkpoints(const std::string& dir, int64_t step) {
   std::vector<std::string> newer;
   for (const auto& p : list_checkpoints(dir)) {
     long long s = 0;
@@ -72,7 +72,7 @@ std::string archive_newer_checkpoints(const std::string& dir, int64_t step, bool
     fs::rename(p, fs::path(archive) / fs::path(p).filename(), ec);
     if (ec) throw Error(p + ": cannot move it to " + archive + ": " + ec.message());
   }
-  if (fresh)
+  if (step == 0)  // no checkpoint has step 0: a fresh run's
     std::printf("train: %s held %zu checkpoint(s) of an earlier run; this fresh run (no --resume) moved them to %s, "
                 "so that its own are never mixed with them\n", dir.c_str(), newer.size(), archive.c_str());
   else
@@ -160,9 +160,10 @@ void Trainer::apply_checkpoint(Restored&& r) {
 bool Trainer::restore(const std::string& resume) {
   std::optional<Restored> restored =
       find_resume(resume, cfg_.s("checkpoint.dir"), comm_, [&](const std::string& p) { return read_resume(p); });
-  if (!restored) {  // fresh: an earlier run's checkpoints in checkpoint.dir move aside (as a branch at step 0)
-    comm_.barrier();
-    if (comm_.root()) archive_ = archive_newer_checkpoints(cfg_.s("checkpoint.dir"), 0, true);
+  // Fresh: an earlier run's checkpoints in checkpoint.dir move aside (a branch at step 0). No rank
+  // reads them here (find_resume read none), so no barrier is needed before the root moves them.
+  if (!restored) {
+    if (comm_.root()) archive_ = archive_newer_checkpoints(cfg_.s("checkpoint.dir"), 0);
     return false;
   }
   apply_checkpoint(std::move(*restored));  // also the latency model, so a resumed run plans the same

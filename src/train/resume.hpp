@@ -38,8 +38,8 @@ std::optional<Restored> find_resume(const std::string& resume, const std::string
                                     const std::function<Restored(const std::string&)>& read);
 
 // Root only: moves every checkpoint in `dir` with a step after `step` into a new archive
-// directory (printed) and returns its path, "" when there is none. `fresh`: a run without
-// --resume (step 0) moving an earlier run's checkpoints aside, said so in the message.
-std::string archive_newer_checkpoints(const std::string& dir, int64_t step, bool fresh = false);
+// directory (printed) and returns its path, "" when there is none. Step 0 is a run without
+// --resume moving an earlier run's checkpoints aside, and its message says so.
+std::string archive_newer_checkpoints(const std::string& dir, int64_t step);
 
 }  // namespace sb

@@ -27,6 +27,13 @@ bool rank0() {
   return r == 0;
 }
 
+// The program run with `args` fails, and its output holds `message`.
+void expect_error(const std::string& args, const std::string& message) {
+  const Run r = run(args);
+  EXPECT_NE(r.rc, 0) << args;
+  EXPECT_NE(r.out.find(message), std::string::npos) << args << "\n" << r.out;
+}
+
 }  // namespace
 
 TEST(Cli, PrepSynthThenInspectJson) {
@@ -88,18 +95,10 @@ TEST(Cli, PrepSynthThenInspectJson) {
 TEST(Cli, ClearErrors) {
   if (!rank0()) GTEST_SKIP() << "one rank runs the program";
   auto dir = sbt::scratch("clierr");
-  auto r = run("prep synth --dcos 5 --output " + dir + "/x");
-  EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.out.find("unknown flag --dcos; did you mean --docs?"), std::string::npos) << r.out;
-  r = run("prep synth --preset zipf --output " + dir + "/x");
-  EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.out.find("prep.preset"), std::string::npos) << r.out;
-  r = run("prep text --output " + dir + "/x");
-  EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.out.find("--input"), std::string::npos) << r.out;
-  r = run("prep words --output " + dir + "/x");
-  EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.out.find("unknown mode 'words'"), std::string::npos) << r.out;
+  expect_error("prep synth --dcos 5 --output " + dir + "/x", "unknown flag --dcos; did you mean --docs?");
+  expect_error("prep synth --preset zipf --output " + dir + "/x", "prep.preset");
+  expect_error("prep text --output " + dir + "/x", "--input");
+  expect_error("prep words --output " + dir + "/x", "unknown mode 'words'");
 
   // An HDF5 file of another kind.
   auto other = dir + "/other.h5";
@@ -110,40 +109,26 @@ TEST(Cli, ClearErrors) {
   hid_t a = H5Acreate2(f, "format", t, s, H5P_DEFAULT, H5P_DEFAULT);
   H5Awrite(a, t, "foo");
   H5Aclose(a), H5Sclose(s), H5Tclose(t), H5Fclose(f);
-  r = run("inspect " + other);
-  EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.out.find(other + ": not a SparseBalance shard/dataset, checkpoint, metrics log or latency profile (format attribute 'foo')"), std::string::npos) << r.out;
-  r = run("inspect " + other + " --decode 0");
-  EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.out.find(other + ": --decode and --tokenizer apply to a shard or dataset; this is a foo file"), std::string::npos) << r.out;
+  expect_error("inspect " + other, other + ": not a SparseBalance shard/dataset, checkpoint, metrics log or latency profile (format attribute 'foo')");
+  expect_error("inspect " + other + " --decode 0", other + ": --decode and --tokenizer apply to a shard or dataset; this is a foo file");
 
   // A bad prep flag value is named as the flag typed, not as the --set it becomes.
-  r = run("prep synth --format xml --output " + dir + "/x");
-  EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.out.find("--format xml: 'prep.format' = \"xml\" is not allowed"), std::string::npos) << r.out;
-  r = run("prep synth --docs 5x --output " + dir + "/x");
-  EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.out.find("--docs 5x: 'prep.docs' must be an integer"), std::string::npos) << r.out;
+  expect_error("prep synth --format xml --output " + dir + "/x", "--format xml: 'prep.format' = \"xml\" is not allowed");
+  expect_error("prep synth --docs 5x --output " + dir + "/x", "--docs 5x: 'prep.docs' must be an integer");
   EXPECT_FALSE(std::filesystem::exists(dir + "/x"));
   // Common flags a command does not take are unknown flags, not ignored.
   for (const auto& [cmd, flag] : std::vector<std::pair<std::string, std::string>>{
            {"keys", "--set train.steps=3"}, {"keys", "--summary " + dir + "/k.json"},
            {"inspect " + other, "--summary " + dir + "/i.json"}, {"inspect " + other, "--set train.steps=3"},
            {"convert " + other + " " + dir + "/y", "--summary " + dir + "/c.json"}}) {
-    r = run(cmd + " " + flag);
-    EXPECT_NE(r.rc, 0) << cmd << " " << flag;
-    EXPECT_NE(r.out.find("unknown flag " + flag.substr(0, flag.find(' '))), std::string::npos) << r.out;
+    expect_error(cmd + " " + flag, "unknown flag " + flag.substr(0, flag.find(' ')));
   }
   EXPECT_FALSE(std::filesystem::exists(dir + "/k.json") || std::filesystem::exists(dir + "/i.json") ||
                std::filesystem::exists(dir + "/c.json"));
-  r = run("keys nosuch.toml");
-  EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.out.find("keys: takes no CONFIG or other argument (got 'nosuch.toml')"), std::string::npos) << r.out;
+  expect_error("keys nosuch.toml", "keys: takes no CONFIG or other argument (got 'nosuch.toml')");
   // An integer out of range is printed as typed, the open bound as in KEYS.md.
-  r = run("prep synth --set model.d_model=99999999 --output " + dir + "/x");
-  EXPECT_NE(r.out.find("'model.d_model' = 99999999 is out of range: expected 8 <= value <= 65536"), std::string::npos) << r.out;
-  r = run("prep synth --docs -1 --output " + dir + "/x");
-  EXPECT_NE(r.out.find("<= value <= inf"), std::string::npos) << r.out;
+  expect_error("prep synth --set model.d_model=99999999 --output " + dir + "/x", "'model.d_model' = 99999999 is out of range: expected 8 <= value <= 65536");
+  expect_error("prep synth --docs -1 --output " + dir + "/x", "<= value <= inf");
 
   // A shard whose token id is out of range: inspect's verify pass names file, dataset and id.
   auto bad = dir + "/bad.h5";
@@ -162,9 +147,7 @@ TEST(Cli, ClearErrors) {
   uint32_t id = 4000;
   ASSERT_GE(H5Dwrite(d, H5T_NATIVE_UINT32, ms, fs, H5P_DEFAULT, &id), 0);
   H5Sclose(ms), H5Sclose(fs), H5Dclose(d), H5Fclose(f);
-  r = run("inspect " + bad + " --json");
-  EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.out.find(bad + ": dataset '/tokens' has id 4000 at token 1"), std::string::npos) << r.out;
+  expect_error("inspect " + bad + " --json", bad + ": dataset '/tokens' has id 4000 at token 1");
 }
 
 // prep text --tokenizer, then inspect --decode gives the text back; the tokenizer must be the
