@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(BS / 16 * 32, 1) bwd_kernel(const BwdParams p)
   constexpr int LDQ = D + 4;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const WorkItem w = bwd_item(p);
+  const WorkItem w = bwd_item(p, int(blockIdx.x));  // one CTA an item (no column split here)
   const BlockInfo b = w.b;  // key block j = b.i
   const int g = w.g, G = p.H / p.Hkv, nq = w.n, doc_end = b.doc_t0 + b.doc_len;
   const int64_t r0 = w.lo;
@@ -352,6 +352,28 @@ void column_split(BwdParams& p, int max_doc_blocks, int block_size, int64_t kept
 
 void set_bwd_column_chunk(int tiles) { g_bwd_chunk = std::max(-1, tiles); }
 void set_bwd_head_split(bool on) { g_bwd_head_split = on; }
+
+// The compacted grid (bwd_pieces.cu; the default): SB_ATTN_BWD_COMPACT=0 (or set_bwd_compact(false))
+// launches the full grid, whose pieces without tiles leave after reading their column, as before.
+namespace {
+constexpr Named<int> kCompact[] = {{1, "1"}, {0, "0"}};
+int g_bwd_compact = -1;  // -1: SB_ATTN_BWD_COMPACT not read yet (read at the first backward)
+bool bwd_compact() {
+  if (g_bwd_compact < 0) g_bwd_compact = env_choice(kCompact, "SB_ATTN_BWD_COMPACT", 1);
+  return g_bwd_compact == 1;
+}
+}  // namespace
+void set_bwd_compact(bool on) { g_bwd_compact = on ? 1 : 0; }
+
+size_t bwd_work_bytes(int n_blocks, int max_doc_blocks, int64_t kept, AttnShape s) {
+  if (n_blocks <= 0 || !use_sm90(s.block_size) || s.n_kv_heads <= 0 || s.n_heads % s.n_kv_heads != 0) return 0;
+  BwdParams p{};
+  p.H = s.n_heads;
+  p.Hkv = s.n_kv_heads;
+  p.variant = bwd_variant();
+  column_split(p, max_doc_blocks, s.block_size, kept);
+  return p.n_split > 1 ? compact_scratch_bytes(int64_t(n_blocks) * p.Hkv * p.n_split) : 0;
+}
 namespace {
 // SB_ATTN_BWD_TAIL=0: the CTA's end as before (dK, dV by each thread's stores after the last bulk
 // dQ add completed); unset or 1: by TMA stores (BwdParams::tma_dkv)
@@ -406,7 +428,12 @@ void block_attention_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16
     p.dkv_acc = reinterpret_cast<float*>(static_cast<char*>(workspace) + dkv_acc_offset(sel.n_tokens, s));
     if (p.chunk > 0)
       SB_CUDA_CHECK(cudaMemsetAsync(p.dkv_acc, 0, 2 * size_t(sel.n_tokens) * s.n_kv_heads * D * sizeof(float), stream));
-    tiled = launch_bwd_sm90(p, D, sel.n_blocks, sel.n_tokens, stream);
+    p.n_items = sel.n_blocks * p.Hkv;
+    int64_t grid = int64_t(p.n_items) * p.n_split;
+    if (p.n_split > 1 && bwd_compact())
+      grid = compact_pieces(p, bwd_query_tile(D, p.variant), sel.kept >= 0 ? sel.kept : sel.max_kept, sel.bwd_work,
+                            sel.bwd_work_size, stream);
+    tiled = launch_bwd_sm90(p, D, grid, sel.n_tokens, stream);
     if (p.chunk > 0) {
       if (D == 64) dkv_convert_kernel<64><<<sel.n_blocks * p.Hkv, 256, 0, stream>>>(p);
       else dkv_convert_kernel<128><<<sel.n_blocks * p.Hkv, 256, 0, stream>>>(p);

@@ -65,6 +65,12 @@ class DeviceSelection {
   int32_t* cols = nullptr;           // (kept)
   int64_t* col_ptr = nullptr;        // (rows + 1), transpose
   int32_t* col_rows = nullptr;       // (kept), transpose: query block indices
+  int64_t max_kept = 0;              // kept, or (reserve) the bound the buffers were sized for
+  // Scratch of the wgmma backward's compacted grid (its pieces with tiles, listed on the device;
+  // attention_bwd.cu), sized by upload() and reserve() for the column split chosen then; where it
+  // is too small (none: no split) the backward launches the full grid.
+  void* bwd_work = nullptr;
+  size_t bwd_work_size = 0;          // bytes
 
  private:
   std::array<size_t, 8> cap_{};      // allocated elements of the eight arrays above
@@ -89,6 +95,10 @@ void set_bwd_column_chunk(int tiles);
 // items (true, the default, MHA too), or in item-major chunks across the group's heads (false,
 // SB_ATTN_BWD_VARIANT=9): for tests and comparisons.
 void set_bwd_head_split(bool on);
+// With the column split, launch only the pieces that have tiles, listed on the device (true, the
+// default), or the full grid of n_split CTAs an item (false, SB_ATTN_BWD_COMPACT=0), whose pieces
+// without tiles leave after reading their column: for tests and comparisons.
+void set_bwd_compact(bool on);
 // Per-CTA timestamps of the wgmma backwards that follow (bench_attention_cuda --trace): buf (device,
 // 16 x ctas values) takes, for each CTA x < ctas, at 16x: [0] %globaltimer (ns) at its start, [1]
 // at its end (0: not written, a spare CTA of a split column, which left at once), [2] %smid, [3]

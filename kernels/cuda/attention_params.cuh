@@ -49,6 +49,13 @@ struct BwdParams {
   // within a window, so that CTAs running together read one stretch of one head's Q, dO and dQ (L2
   // reuse) while the heavy items of the launch order still start first
   int head_split = 0;
+  int n_items = 0;  // work items (key blocks x kv heads): the grid's CTAs before the column split
+  // The compacted grid (attention_bwd.cu, compact_pieces; set_bwd_compact): the positions in the
+  // full grid (n_items x n_split, the order above) of the pieces that have tiles, *work_count of
+  // them; CTA x < *work_count takes work[x], the CTAs past the count (the grid is a host bound)
+  // leave at once. nullptr: the full grid, whose spare pieces leave once they have read their column.
+  const int32_t* work = nullptr;
+  const int* work_count = nullptr;
   int64_t n_tokens = 0;  // rows of k, v (dkv_acc's dV half starts at n_tokens x Hkv x D)
   const float* lse2 = nullptr;  // wgmma backward: lse * log2(e) (bwd_prep_kernel), read instead of lse
   // wgmma backward, set_bwd_trace: 16 values a CTA (blockIdx.x < trace_ctas; attention_cuda.hpp)
@@ -104,20 +111,46 @@ __device__ __forceinline__ WorkItem work_item(const int32_t* items, int n_heads,
 __device__ __forceinline__ WorkItem fwd_item(const FwdParams& p) {
   return work_item(p.items, p.H, p.H / p.Hkv, p.blocks, p.row_base, p.row_ptr, blockIdx.x);
 }
-// backward: CTA blockIdx.x's item of the launch order and its piece s < n_split: item-major
-// (n_split = 1 without the column split), or piece-major in windows of head_split items
+// backward: the item of the launch order and the piece s < n_split that position x of the full grid
+// takes: item-major (n_split = 1 without the column split), or piece-major in windows of head_split
+// items
 struct BwdCta {
   int item, s;
 };
-__device__ __forceinline__ BwdCta bwd_cta(const BwdParams& p) {
-  const int blk = int(blockIdx.x);
-  if (!p.head_split) return {blk / p.n_split, blk % p.n_split};
-  const int W = p.head_split, items = int(gridDim.x) / p.n_split, grp = blk / (W * p.n_split);
-  const int r = blk - grp * W * p.n_split, n_win = min(W, items - grp * W);  // items in this window
+__device__ __forceinline__ BwdCta bwd_cta(const BwdParams& p, int x) {
+  if (!p.head_split) return {x / p.n_split, x % p.n_split};
+  const int W = p.head_split, grp = x / (W * p.n_split);
+  const int r = x - grp * W * p.n_split, n_win = min(W, p.n_items - grp * W);  // items in this window
   return {grp * W + r % n_win, r / n_win};
 }
-__device__ __forceinline__ WorkItem bwd_item(const BwdParams& p) {
-  return work_item(p.items, p.Hkv, 1, p.blocks, p.row_base, p.col_ptr, bwd_cta(p).item);
+__device__ __forceinline__ WorkItem bwd_item(const BwdParams& p, int item) {
+  return work_item(p.items, p.Hkv, 1, p.blocks, p.row_base, p.col_ptr, item);
+}
+// The tiles [it0, it0 + niter) of its column (G query heads x nq query blocks x kSub tiles of QT
+// queries) that piece s takes; false: none (a spare piece). p.chunk counts 64-query tiles, and
+// whether a column is split is decided on those, as dkv_convert_kernel does. The column split takes
+// chunk s of the column's tiles (the last chunk any remainder, so a low bound on the host loses
+// nothing); the head split instead head s / m of the group, chunk s % m of that head's nq * kSub
+// tiles (m = n_split / G; the head's last chunk any remainder).
+__device__ __forceinline__ bool bwd_piece(const BwdParams& p, int G, int nq, int QT, int s, int& it0, int& niter) {
+  const int kSub = 128 / QT, total = G * nq * kSub;
+  const bool split = p.chunk > 0 && G * nq * 2 > p.chunk;
+  const int chunk = (p.chunk + QT / 64 - 1) / (QT / 64);  // in QT-query tiles
+  it0 = 0;
+  niter = total;
+  if (split && p.head_split) {
+    const int m = p.n_split / G, nt = nq * kSub, c0 = (s % m) * chunk;
+    if (c0 >= nt) return false;
+    it0 = (s / m) * nt + c0;
+    niter = s % m == m - 1 ? nt - c0 : min(chunk, nt - c0);
+  } else if (split) {
+    if (s * chunk >= total) return false;
+    it0 = s * chunk;
+    niter = s == p.n_split - 1 ? total - it0 : min(chunk, total - it0);
+  } else if (s > 0) {
+    return false;
+  }
+  return true;
 }
 
 // Forward epilogue, shared by the two generations: finish the row sums l across the 4 lanes of a
@@ -170,6 +203,21 @@ struct BwdMaps {
 void launch_fwd_sm90(const FwdParams& p, int head_dim, int n_blocks, int64_t n_tokens, cudaStream_t stream);
 // Expects dq_acc zeroed and delta computed (bwd_prep_kernel), as the mma.sync kernel does.
 // Returns whether dQ went into the tiled workspace (dq_tiled_index) rather than (N, H, D).
-bool launch_bwd_sm90(const BwdParams& p, int head_dim, int n_blocks, int64_t n_tokens, cudaStream_t stream);
+// grid: CTAs to launch (n_items x n_split, or the compacted grid's bound).
+bool launch_bwd_sm90(const BwdParams& p, int head_dim, int64_t grid, int64_t n_tokens, cudaStream_t stream);
+// The query tile (64 or 128) of the wgmma backward that launch_bwd_sm90 runs for head_dim and variant.
+int bwd_query_tile(int head_dim, int variant);
+
+// The compacted grid (bwd_pieces.cu). compact_pieces lists, on `stream`, the positions of p's pieces
+// that have tiles into scratch (compact_scratch_bytes of the full grid's n_items x n_split
+// positions), sets p.work and p.work_count, and returns the grid to launch (piece_bound: at most the
+// full grid); where scratch is too small, or nothing is split, it returns the full grid and leaves
+// p.work unset. qt: the kernel's query tile; kept: the selection's kept blocks, or a bound on them.
+size_t compact_scratch_bytes(int64_t positions);
+int64_t piece_bound(const BwdParams& p, int qt, int64_t kept);
+int64_t compact_pieces(BwdParams& p, int qt, int64_t kept, void* scratch, size_t scratch_bytes, cudaStream_t stream);
+// The scratch the backward's compacted grid needs for a selection of this size (attention_bwd.cu:
+// the column split the backward would choose now); 0 where it runs no column split.
+size_t bwd_work_bytes(int n_blocks, int max_doc_blocks, int64_t kept, AttnShape s);
 
 }  // namespace sb::kernels::cuda

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kernels/cuda/attention_cuda.hpp"
+#include "kernels/cuda/attention_params.cuh"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cta_order.hpp"
 
@@ -31,6 +32,16 @@ T* to_device(const std::vector<T>& h, T*& d, size_t& cap, cudaStream_t stream) {
   if (!h.empty()) SB_CUDA_CHECK(cudaMemcpyAsync(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice, stream));
   return d;
 }
+// The backward's scratch (bwd_work_bytes for this selection), grow-only as above
+void size_bwd_work(DeviceSelection& d, AttnShape s) {
+  const size_t need = bwd_work_bytes(d.n_blocks, d.max_doc_blocks, d.max_kept, s);
+  if (need <= d.bwd_work_size) return;
+  if (d.bwd_work) SB_CUDA_CHECK(cudaFree(d.bwd_work));
+  d.bwd_work = nullptr;
+  d.bwd_work_size = 0;
+  SB_CUDA_CHECK(cudaMalloc(&d.bwd_work, need));
+  d.bwd_work_size = need;
+}
 template <class T>
 void free_ptr(T*& p) {
   if (p) cudaFree(p);  // no check: also called from the destructor
@@ -54,6 +65,8 @@ void DeviceSelection::release() {
   free_ptr(cols);
   free_ptr(col_ptr);
   free_ptr(col_rows);
+  free_ptr(bwd_work);
+  bwd_work_size = 0;
   cap_ = {};
   n_blocks = 0;
 }
@@ -120,7 +133,8 @@ void DeviceSelection::upload(const BlockSelection& sel, const int32_t* cu, int n
   n_kv_heads = Hkv;
   n_tokens = cu[ndocs];  // tokens are indexed from 0 (cu[0] == 0)
   max_doc_blocks = max_nb;
-  kept = int64_t(sel.cols.size());
+  kept = max_kept = int64_t(sel.cols.size());
+  size_bwd_work(*this, s);
   to_device(binfo, this->blocks, cap_[0], stream);
   const std::vector<int32_t> fo = cta_order(fw, H, slots, mode), bo = cta_order(bw, Hkv, slots, mode);
   to_device(fo, fwd_items, cap_[1], stream);
@@ -151,6 +165,8 @@ void DeviceSelection::reserve(int nblocks, int ndocs, int64_t max_kept, AttnShap
   n_tokens = ntokens;
   max_doc_blocks = max_doc_nb;
   kept = -1;
+  this->max_kept = max_kept;
+  size_bwd_work(*this, s);
 }
 
 DeviceSelection::HostCopy DeviceSelection::download(int ndocs, cudaStream_t stream) const {

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -101,6 +102,52 @@ std::vector<float> from_dev_bf16(const bf16* d, size_t n) {
   return f;
 }
 
+// The wgmma backward's compacted grid (set_bwd_compact) against the full grid, through the per-CTA
+// trace (set_bwd_trace: [0] start, [1] end, 0 for a CTA that left without work, [3] its tiles): the
+// compacted grid's working CTAs are its first ones, the same pieces with the same tiles in the same
+// order as the full grid's working CTAs, and it is no larger. Runs the backward twice more.
+bool same_pieces(const std::function<void()>& backward, const char* name) {
+  constexpr int64_t kCtas = 1 << 16;
+  unsigned long long* buf = dalloc<unsigned long long>(16 * kCtas);
+  struct Run {
+    std::vector<unsigned> tiles;  // the working CTAs' tiles, in grid order
+    int64_t grid = 0, first_idle = -1, last_working = -1;
+  };
+  auto run = [&](bool compact) {
+    SB_CUDA_CHECK(cudaMemset(buf, 0, 16 * kCtas * sizeof(unsigned long long)));
+    C::set_bwd_compact(compact);
+    C::set_bwd_trace(buf, kCtas);
+    backward();
+    C::set_bwd_trace(nullptr, 0);
+    std::vector<unsigned long long> h(16 * kCtas);
+    SB_CUDA_CHECK(cudaMemcpy(h.data(), buf, h.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+    Run r;
+    for (int64_t x = 0; x < kCtas; x++) {
+      if (h[16 * x] == 0) continue;  // not launched
+      r.grid = x + 1;
+      if (h[16 * x + 1] != 0) {
+        r.tiles.push_back(unsigned(h[16 * x + 3]));
+        r.last_working = x;
+      } else if (r.first_idle < 0) {
+        r.first_idle = x;
+      }
+    }
+    return r;
+  };
+  const Run full = run(false), comp = run(true);
+  C::set_bwd_compact(true);
+  SB_CUDA_CHECK(cudaFree(buf));
+  const bool fits = full.grid < kCtas;
+  const bool front = comp.first_idle < 0 || comp.first_idle > comp.last_working;
+  const bool ok = fits && front && comp.tiles == full.tiles && comp.grid <= full.grid && !full.tiles.empty();
+  if (!ok || full.grid > int64_t(full.tiles.size()))
+    std::printf("%-4s pieces %-28s full grid %lld CTAs, %zu working | compacted %lld CTAs, %zu working%s%s%s\n",
+                ok ? "OK" : "FAIL", name, (long long)full.grid, full.tiles.size(), (long long)comp.grid,
+                comp.tiles.size(), fits ? "" : ", trace too small", front ? "" : ", idle CTAs among the working",
+                comp.tiles == full.tiles ? "" : ", other pieces");
+  return ok;
+}
+
 bool run_case(const Case& c, uint64_t seed, int rep) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> N01(0, 1);
@@ -157,8 +204,11 @@ bool run_case(const Case& c, uint64_t seed, int rep) {
   const Err eo = compare(from_dev_bf16(dout_o, nq), out_ref), el = compare(lse, lse_ref);
   const Err eq = compare(from_dev_bf16(ddq, nq), dq_ref), ek = compare(from_dev_bf16(ddk, nk), dk_ref),
             ev = compare(from_dev_bf16(ddv, nk), dv_ref);
-  const bool ok = eo.bad + el.bad + eq.bad + ek.bad + ev.bad == 0 && eo.rel <= kTol && el.rel <= kTol &&
-                  eq.rel <= kTol && ek.rel <= kTol && ev.rel <= kTol;
+  bool ok = eo.bad + el.bad + eq.bad + ek.bad + ev.bad == 0 && eo.rel <= kTol && el.rel <= kTol &&
+            eq.rel <= kTol && ek.rel <= kTol && ev.rel <= kTol;
+  if (g_wgmma && c.Bs == 128)
+    ok = same_pieces([&] { C::block_attention_bwd(dq_in, dk_in, dv_in, dout_o, dlse, ddo, dsel, s, ddq, ddk, ddv, ws); },
+                     c.name) && ok;
   std::printf("%-4s %-5s %-28s rep %d N %6lld kept %7zu | rel err out %.2e lse %.2e dq %.2e dk %.2e dv %.2e | bad %zu\n",
               ok ? "OK" : "FAIL", g_wgmma && c.Bs == 128 ? "wgmma" : "mma", c.name, rep, (long long)N, sel.cols.size(), eo.rel, el.rel, eq.rel, ek.rel, ev.rel,
               eo.bad + el.bad + eq.bad + ek.bad + ev.bad);
