@@ -117,7 +117,7 @@ __device__ __forceinline__ WorkItem fwd_item(const FwdParams& p) {
 struct BwdCta {
   int item, s;
 };
-__device__ __forceinline__ BwdCta bwd_cta(const BwdParams& p, int x) {
+__host__ __device__ __forceinline__ BwdCta bwd_cta(const BwdParams& p, int x) {
   if (!p.head_split) return {x / p.n_split, x % p.n_split};
   const int W = p.head_split, grp = x / (W * p.n_split);
   const int r = x - grp * W * p.n_split, n_win = min(W, p.n_items - grp * W);  // items in this window
@@ -131,8 +131,9 @@ __device__ __forceinline__ WorkItem bwd_item(const BwdParams& p, int item) {
 // whether a column is split is decided on those, as dkv_convert_kernel does. The column split takes
 // chunk s of the column's tiles (the last chunk any remainder, so a low bound on the host loses
 // nothing); the head split instead head s / m of the group, chunk s % m of that head's nq * kSub
-// tiles (m = n_split / G; the head's last chunk any remainder).
-__device__ __forceinline__ bool bwd_piece(const BwdParams& p, int G, int nq, int QT, int s, int& it0, int& niter) {
+// tiles (m = n_split / G; the head's last chunk any remainder). On the host too, for
+// tests/cuda/test_bwd_pieces.cu.
+__host__ __device__ __forceinline__ bool bwd_piece(const BwdParams& p, int G, int nq, int QT, int s, int& it0, int& niter) {
   const int kSub = 128 / QT, total = G * nq * kSub;
   const bool split = p.chunk > 0 && G * nq * 2 > p.chunk;
   const int chunk = (p.chunk + QT / 64 - 1) / (QT / 64);  // in QT-query tiles

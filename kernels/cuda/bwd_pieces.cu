@@ -2,11 +2,12 @@
 // n_split CTAs an item, enough for the longest possible column, and most columns are short: at
 // density 0.1, 85-88% of the GQA grid's CTAs have no tiles (bench/bwd_spare_ctas.py) and leave only
 // after reading their column's length, about 1 us each, interleaved with the working CTAs
-// (bench/RESULTS.md, 2026-12-04). Here CUB's select lists, on the device, the full-grid positions of
-// the pieces that have tiles, in launch order; the grid is a bound on their count from the kept
-// blocks, so nothing waits on the host, and the CTAs past the count leave at the end of the launch.
-#include <cub/device/device_select.cuh>
-#include <thrust/iterator/counting_iterator.h>
+// (bench/RESULTS.md, 2026-12-04). Here one CTA lists, on the device, the full-grid positions of the
+// pieces that have tiles, in launch order; the grid is a bound on their count from the kept blocks,
+// so nothing waits on the host, and the CTAs past the count leave at the end of the launch.
+// (CUB's DeviceSelect did the same in two launches and host-side queries: 0.945x the backward's
+// time of the full grid at the Qwen2.5-0.5B shape, 16K, density 0.1; bench/RESULTS.md.)
+#include <cub/block/block_scan.cuh>
 
 #include <algorithm>
 
@@ -16,32 +17,38 @@
 namespace sb::kernels::cuda {
 namespace {
 
-// Whether the piece at position pos of the full grid has tiles (the kernel's own test, bwd_piece)
-struct HasTiles {
-  BwdParams p;
-  int qt;
-  __device__ bool operator()(int pos) const {
-    const BwdCta c = bwd_cta(p, pos);
-    const WorkItem w = bwd_item(p, c.item);
+constexpr int kThreads = 1024;
+constexpr int kMaxItems = 12 * 1024;  // column lengths held in shared memory (48 KB)
+
+// The columns' lengths into shared memory, then each thread takes a contiguous run of positions:
+// count its pieces with tiles (bwd_piece, the kernel's own test), one block scan, list them.
+__global__ void __launch_bounds__(kThreads) compact_kernel(const BwdParams p, int qt, int* count, int32_t* work) {
+  using Scan = cub::BlockScan<int, kThreads>;
+  __shared__ typename Scan::TempStorage tmp;
+  extern __shared__ int nq[];  // (n_items)
+  for (int i = int(threadIdx.x); i < p.n_items; i += kThreads) nq[i] = bwd_item(p, i).n;
+  __syncthreads();
+  const int G = p.H / p.Hkv, positions = p.n_items * p.n_split, per = (positions + kThreads - 1) / kThreads;
+  const int lo = min(positions, int(threadIdx.x) * per), hi = min(positions, lo + per);
+  auto has_tiles = [&](int x) {
+    const BwdCta c = bwd_cta(p, x);
     int it0, niter;
-    return bwd_piece(p, p.H / p.Hkv, w.n, qt, c.s, it0, niter);
-  }
-};
-
-size_t align256(size_t n) { return (n + 255) / 256 * 256; }
-
-size_t select_bytes(int positions) {
-  size_t bytes = 0;
-  SB_CUDA_CHECK(cub::DeviceSelect::If(nullptr, bytes, thrust::counting_iterator<int>(0), static_cast<int32_t*>(nullptr),
-                                      static_cast<int*>(nullptr), positions, HasTiles{}, cudaStream_t{}));
-  return bytes;
+    return bwd_piece(p, G, nq[c.item], qt, c.s, it0, niter);
+  };
+  int mine = 0;
+  for (int x = lo; x < hi; x++) mine += has_tiles(x);
+  int off = 0, total = 0;
+  Scan(tmp).ExclusiveSum(mine, off, total);
+  for (int x = lo; x < hi; x++)
+    if (has_tiles(x)) work[off++] = x;
+  if (threadIdx.x == 0) *count = total;
 }
 
 }  // namespace
 
 size_t compact_scratch_bytes(int64_t positions) {
   if (positions <= 0 || positions > (int64_t(1) << 31) - 1) return 0;
-  return 256 + align256(size_t(positions) * sizeof(int32_t)) + align256(select_bytes(int(positions)));
+  return 256 + size_t(positions) * sizeof(int32_t);
 }
 
 // Pieces with tiles, at most: every item one, and a split column (more than p.chunk 64-query tiles,
@@ -59,14 +66,11 @@ int64_t piece_bound(const BwdParams& p, int qt, int64_t kept) {
 int64_t compact_pieces(BwdParams& p, int qt, int64_t kept, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
   const int64_t full = int64_t(p.n_items) * p.n_split;
   const size_t need = compact_scratch_bytes(full);
-  if (p.n_split <= 1 || need == 0 || !scratch || scratch_bytes < need) return full;  // the full grid
-  char* base = static_cast<char*>(scratch);
-  int* count = reinterpret_cast<int*>(base);
-  int32_t* work = reinterpret_cast<int32_t*>(base + 256);
-  void* tmp = base + 256 + align256(size_t(full) * sizeof(int32_t));
-  size_t tmp_bytes = need - 256 - align256(size_t(full) * sizeof(int32_t));
-  SB_CUDA_CHECK(cub::DeviceSelect::If(tmp, tmp_bytes, thrust::counting_iterator<int>(0), work, count, int(full),
-                                      HasTiles{p, qt}, stream));
+  if (p.n_split <= 1 || need == 0 || !scratch || scratch_bytes < need || p.n_items > kMaxItems) return full;
+  int* count = static_cast<int*>(scratch);
+  int32_t* work = reinterpret_cast<int32_t*>(static_cast<char*>(scratch) + 256);
+  compact_kernel<<<1, kThreads, size_t(p.n_items) * sizeof(int), stream>>>(p, qt, count, work);
+  SB_CUDA_CHECK_LAUNCH("compact_kernel");
   p.work = work;
   p.work_count = count;
   return piece_bound(p, qt, kept);
