@@ -6,7 +6,9 @@ the backward's grid and make its CTAs leave: kernels/cuda/attention_bwd.cu colum
 SB_ATTN_BWD_CHUNK unset: chunk = max(128, bound / 16) 64-query tiles, n_split = the group x the
 chunks of the longest head column) and bwd_sm90_kernel's exits (a column is split if G x nq x 2 >
 chunk; a split column's CTA s takes head s / m, chunk s % m, and leaves if that chunk starts past
-the head's tiles; an unsplit column runs on piece 0 alone). Keep it in step with those two.
+the head's tiles; an unsplit column runs on piece 0 alone), and the compacted grid's size
+(kernels/cuda/bwd_pieces.cu piece_bound, the default since 2026-12-06: the pieces with tiles run
+first, the CTAs past their count leave at the end). Keep it in step with those three.
   /usr/bin/python3 bench/bwd_spare_ctas.py [--heads 14 --kv-heads 2 --dim 64] [--lens 16384]
       [--densities 1,0.5,0.25,0.1] [--sms 132]
 """
@@ -30,7 +32,10 @@ def count(heads, kv_heads, dim, length, density):
             work += 1
         else:
             work += sum(1 for s in range(n_split) if (s % m) * kchunk < nq * ksub)
-    return n_split, chunk, nb * kv_heads * n_split, work * kv_heads
+    items, kept = nb * kv_heads, sum(col) * kv_heads
+    split_cols = min(items, 2 * G * kept // (chunk + 1))
+    bound = min(items * n_split, items + (G * ksub * kept + kchunk - 1) // kchunk + G * split_cols)
+    return n_split, chunk, items * n_split, work * kv_heads, bound
 
 
 def main():
@@ -44,13 +49,14 @@ def main():
     a = ap.parse_args()
     if a.kv_heads < 1 or a.heads % a.kv_heads or a.heads == a.kv_heads:
         ap.error("--kv-heads must divide --heads and be fewer (GQA: MHA splits by another rule)")
-    print("| L | density | n_split | chunk | CTAs launched | working | share | spare per SM |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("| L | density | n_split | chunk | full grid | working | share | spare per SM | compacted grid "
+          "| spare per SM |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for L in (int(x) for x in a.lens.split(",")):
         for d in (float(x) for x in a.densities.split(",")):
-            ns, ch, launched, work = count(a.heads, a.kv_heads, a.dim, L, d)
+            ns, ch, launched, work, bound = count(a.heads, a.kv_heads, a.dim, L, d)
             print(f"| {L} | {d:g} | {ns} | {ch} | {launched} | {work} | {work / launched:.1%} | "
-                  f"{(launched - work) / a.sms:.1f} |")
+                  f"{(launched - work) / a.sms:.1f} | {bound} | {(bound - work) / a.sms:.1f} |")
 
 
 if __name__ == "__main__":
