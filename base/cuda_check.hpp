@@ -6,13 +6,27 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <cstdio>
 #include <string>
 
 #include "base/error.hpp"
 
 namespace sb {
+// An allocation that failed also says how much the device had free, and what lowers a rank's use.
 inline std::string cuda_error_text(cudaError_t e) {
-  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+  std::string s = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+  if (e != cudaErrorMemoryAllocation) return s;
+  int dev = -1;
+  size_t free_b = 0, total_b = 0;
+  if (cudaGetDevice(&dev) == cudaSuccess && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+    char buf[128];
+    std::snprintf(buf, sizeof buf, " (device %d: %.2f of %.2f GiB free)", dev, double(free_b) / (1 << 30),
+                  double(total_b) / (1 << 30));
+    s += buf;
+  }
+  (void)cudaGetLastError();  // a failed query above must not linger as the next call's error
+  return s + "; less GPU memory a rank: train.recompute = \"layer\", a smaller train.micro_batch_tokens, or "
+             "train.zero = 1 over several ranks (src/model/README.md)";
 }
 }  // namespace sb
 

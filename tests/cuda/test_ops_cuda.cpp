@@ -511,6 +511,22 @@ void test_huge() {
   report("to_bf16 n=2^31+4099 (tail)", Err{}, 0.0, bad);
 }
 
+// A failed allocation's error names the device's free memory and the keys that lower a rank's use.
+void test_out_of_memory() {
+  void* p = nullptr;
+  std::string what;
+  try {
+    SB_CUDA_CHECK(cudaMalloc(&p, size_t(1) << 50));  // 1 PiB
+  } catch (const sb::Error& e) {
+    what = e.what();
+  }
+  const bool ok = what.find("cudaErrorMemoryAllocation") != std::string::npos &&
+                  what.find("GiB free") != std::string::npos && what.find("train.recompute") != std::string::npos &&
+                  cudaGetLastError() == cudaSuccess;
+  std::printf("%-4s cudaMalloc(1 PiB): %s\n", ok ? "OK" : "FAIL", what.c_str());
+  g_fails += !ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -556,6 +572,7 @@ int main(int argc, char** argv) {
     test_adamw(q ? 10007 : 100003, 0.0f);
     test_misc(q ? 10007 : 1000003);
     if (!q) test_huge();
+    test_out_of_memory();
     SB_CUDA_CHECK(cudaStreamDestroy(g_stream));
   } catch (const std::exception& e) {
     std::printf("FAIL: %s\n", e.what());
