@@ -218,7 +218,8 @@ size_t compact_scratch_bytes(int64_t positions);
 int64_t piece_bound(const BwdParams& p, int qt, int64_t kept);
 int64_t compact_pieces(BwdParams& p, int qt, int64_t kept, void* scratch, size_t scratch_bytes, cudaStream_t stream);
 // The scratch the backward's compacted grid needs for a selection of this size (attention_bwd.cu:
-// the column split the backward would choose now); 0 where it runs no column split.
+// the column split the backward would choose now; kept as block_attention_bwd passes it, -1 when
+// unknown on the host); 0 where it runs no column split.
 size_t bwd_work_bytes(int n_blocks, int max_doc_blocks, int64_t kept, AttnShape s);
 
 }  // namespace sb::kernels::cuda

@@ -32,9 +32,11 @@ T* to_device(const std::vector<T>& h, T*& d, size_t& cap, cudaStream_t stream) {
   if (!h.empty()) SB_CUDA_CHECK(cudaMemcpyAsync(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice, stream));
   return d;
 }
-// The backward's scratch (bwd_work_bytes for this selection), grow-only as above
+// The backward's scratch (bwd_work_bytes for this selection), grow-only as above. kept as the
+// backward passes it to the column split (-1 for a selection built on the device), so that both
+// choose the same split.
 void size_bwd_work(DeviceSelection& d, AttnShape s) {
-  const size_t need = bwd_work_bytes(d.n_blocks, d.max_doc_blocks, d.max_kept, s);
+  const size_t need = bwd_work_bytes(d.n_blocks, d.max_doc_blocks, d.kept, s);
   if (need <= d.bwd_work_size) return;
   if (d.bwd_work) SB_CUDA_CHECK(cudaFree(d.bwd_work));
   d.bwd_work = nullptr;
