@@ -101,7 +101,7 @@ void set_bwd_head_split(bool on);
 void set_bwd_compact(bool on);
 // Per-CTA timestamps of the wgmma backwards that follow (bench_attention_cuda --trace): buf (device,
 // 16 x ctas values) takes, for each CTA x < ctas, at 16x: [0] %globaltimer (ns) at its start, [1]
-// at its end (0: not written, a spare CTA of a split column, which left at once), [2] %smid, [3]
+// at its end (0: not written, a CTA without tiles, which left at once), [2] %smid, [3]
 // its tiles, then %clock64 [4] at its start, [5] at its first tile, [6] after its last tile, [7]
 // with the last dQ staged, [8] with the waits for the bulk adds and cp.async done, [9] at its end.
 // nullptr: off (the default).
