@@ -64,15 +64,14 @@ __global__ void dq_convert_tiled_kernel(const float* dq_acc, bf16* dq, float sca
 }
 
 // The wgmma backward's split columns (BwdParams::chunk > 0): their dK, dV fp32 sums -> bf16. A
-// column of at most `chunk` 64-query tiles was stored by its one CTA, so its CTA here leaves at once
-// (the same test as bwd_sm90_kernel's; its key blocks are 128 tokens, two 64-query tiles a query block).
+// column that is not split (bwd_column_split, the kernel's own test) was stored by its one CTA, so
+// its CTA here leaves at once.
 template <int D>
 __global__ void dkv_convert_kernel(const BwdParams p) {
   const int bi = int(blockIdx.x) / p.Hkv, g = int(blockIdx.x) % p.Hkv;
   const BlockInfo b = p.blocks[bi];
   const int64_t x = p.row_base[b.doc] + int64_t(g) * b.nb + b.i;
-  const int total = (p.H / p.Hkv) * int(p.col_ptr[x + 1] - p.col_ptr[x]) * (128 / 64);  // 64-query tiles
-  if (total <= p.chunk) return;
+  if (!bwd_column_split(p, p.H / p.Hkv, int(p.col_ptr[x + 1] - p.col_ptr[x]))) return;
   const int64_t kv = p.n_tokens * p.Hkv * D;
   for (int e = 2 * int(threadIdx.x); e < b.len * D; e += 2 * int(blockDim.x)) {
     const int64_t off = ((int64_t(b.t0) + e / D) * p.Hkv + g) * D + e % D;
@@ -429,11 +428,8 @@ void block_attention_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16
     if (p.chunk > 0)
       SB_CUDA_CHECK(cudaMemsetAsync(p.dkv_acc, 0, 2 * size_t(sel.n_tokens) * s.n_kv_heads * D * sizeof(float), stream));
     p.n_items = sel.n_blocks * p.Hkv;
-    int64_t grid = int64_t(p.n_items) * p.n_split;
-    if (p.n_split > 1 && bwd_compact())
-      grid = compact_pieces(p, bwd_query_tile(D, p.variant), sel.kept >= 0 ? sel.kept : sel.max_kept, sel.bwd_work,
-                            sel.bwd_work_size, stream);
-    tiled = launch_bwd_sm90(p, D, grid, sel.n_tokens, stream);
+    const BwdCompact compact{p.n_split > 1 && bwd_compact(), sel.max_kept, sel.bwd_work, sel.bwd_work_size};
+    tiled = launch_bwd_sm90(p, D, sel.n_tokens, compact, stream);
     if (p.chunk > 0) {
       if (D == 64) dkv_convert_kernel<64><<<sel.n_blocks * p.Hkv, 256, 0, stream>>>(p);
       else dkv_convert_kernel<128><<<sel.n_blocks * p.Hkv, 256, 0, stream>>>(p);

@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
   // The column's tiles (head x query block x sub-tile) this CTA takes (the column split: bwd_piece)
   int it0, niter;
   if (!bwd_piece(p, G, nq, QT, cta.s, it0, niter)) return;  // a spare piece: the whole CTA leaves
-  const bool split = p.chunk > 0 && G * nq * 2 > p.chunk;  // a share of the column (dK, dV in fp32)
+  const bool split = bwd_column_split(p, G, nq);  // a share of the column (dK, dV in fp32)
 
   // K, V, Q and dO by TMA from thread 0, each load completing an mbarrier; lse and Delta by cp.async.
   if (tid == 0) {
@@ -549,7 +549,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p
 }
 
 template <int D, bool KS, int QT, bool BT = false, bool DQD = false>
-void launch(const BwdParams& p, int64_t grid, int64_t n_tokens, cudaStream_t stream) {
+void launch(const BwdParams& p, int64_t n_tokens, const BwdCompact& c, cudaStream_t stream) {
   constexpr size_t smem = Tiling<D, KS, QT>::smem;
   SB_CUDA_CHECK(cudaFuncSetAttribute(bwd_sm90_kernel<D, KS, QT, BT, DQD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   // dK, dV by TMA stores where their bases allow a tensor map (16-byte aligned)
@@ -559,12 +559,14 @@ void launch(const BwdParams& p, int64_t grid, int64_t n_tokens, cudaStream_t str
   const BwdMaps maps{tile_map(p.q, n_tokens, p.H, D, QT), tile_map(p.dout, n_tokens, p.H, D, QT), mk, mv,
                      pp.tma_dkv ? tile_map(p.dk, n_tokens, p.Hkv, D, kBS) : mk,
                      pp.tma_dkv ? tile_map(p.dv, n_tokens, p.Hkv, D, kBS) : mv};
+  const int64_t grid = c.on ? compact_pieces(pp, QT, c.kept, c.scratch, c.bytes, stream) : int64_t(p.n_items) * p.n_split;
   bwd_sm90_kernel<D, KS, QT, BT, DQD><<<unsigned(grid), kThreads, smem, stream>>>(pp, maps);
   SB_CUDA_CHECK_LAUNCH("bwd_sm90_kernel");
 }
 }  // namespace
 
-bool launch_bwd_sm90(const BwdParams& p, int head_dim, int64_t grid, int64_t n_tokens, cudaStream_t stream) {
+bool launch_bwd_sm90(const BwdParams& p, int head_dim, int64_t n_tokens, const BwdCompact& compact,
+                     cudaStream_t stream) {
   if (head_dim != 64 && head_dim != 128) throw Error("cuda::launch_bwd_sm90: head_dim must be 64 or 128");
   // The default: dQ by one bulk reduce-add a staged tile, into the tiled workspace (returns true).
   // head_dim 128 splits dQ by columns (the key split there was 1.26x slower), head_dim 64 takes
@@ -576,20 +578,15 @@ bool launch_bwd_sm90(const BwdParams& p, int head_dim, int64_t grid, int64_t n_t
   // 128, 1 and 2 their dQ accumulation.
   const bool deferred = p.variant == 0 || p.variant == 9;  // the default kernel
   const bool tiled = deferred || p.variant == 8;
-  if (head_dim == 128 && deferred) launch<128, false, 64, true, true>(p, grid, n_tokens, stream);
-  else if (head_dim == 128 && tiled) launch<128, false, 64, true>(p, grid, n_tokens, stream);
-  else if (head_dim == 128) launch<128, false, 64>(p, grid, n_tokens, stream);
-  else if (deferred) launch<64, false, 128, true, true>(p, grid, n_tokens, stream);
-  else if (tiled) launch<64, false, 128, true>(p, grid, n_tokens, stream);
-  else if (p.variant == 7) launch<64, false, 128>(p, grid, n_tokens, stream);
-  else if (p.variant == 6) launch<64, true, 128>(p, grid, n_tokens, stream);
-  else launch<64, true, 64>(p, grid, n_tokens, stream);
+  if (head_dim == 128 && deferred) launch<128, false, 64, true, true>(p, n_tokens, compact, stream);
+  else if (head_dim == 128 && tiled) launch<128, false, 64, true>(p, n_tokens, compact, stream);
+  else if (head_dim == 128) launch<128, false, 64>(p, n_tokens, compact, stream);
+  else if (deferred) launch<64, false, 128, true, true>(p, n_tokens, compact, stream);
+  else if (tiled) launch<64, false, 128, true>(p, n_tokens, compact, stream);
+  else if (p.variant == 7) launch<64, false, 128>(p, n_tokens, compact, stream);
+  else if (p.variant == 6) launch<64, true, 128>(p, n_tokens, compact, stream);
+  else launch<64, true, 64>(p, n_tokens, compact, stream);
   return tiled;
-}
-
-int bwd_query_tile(int head_dim, int variant) {  // as launch_bwd_sm90 dispatches
-  if (head_dim == 128) return 64;
-  return variant == 0 || variant == 9 || variant == 8 || variant == 7 || variant == 6 ? 128 : 64;
 }
 
 }  // namespace sb::kernels::cuda

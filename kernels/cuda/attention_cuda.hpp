@@ -65,7 +65,7 @@ class DeviceSelection {
   int32_t* cols = nullptr;           // (kept)
   int64_t* col_ptr = nullptr;        // (rows + 1), transpose
   int32_t* col_rows = nullptr;       // (kept), transpose: query block indices
-  int64_t max_kept = 0;              // kept, or (reserve) the bound the buffers were sized for
+  int64_t max_kept = 0;              // kept (upload), or the bound reserve() sized the buffers for
   // Scratch of the wgmma backward's compacted grid (its pieces with tiles, listed on the device;
   // attention_bwd.cu), sized by upload() and reserve() for the column split chosen then; where it
   // is too small (none: no split) the backward launches the full grid.

@@ -126,16 +126,20 @@ __host__ __device__ __forceinline__ BwdCta bwd_cta(const BwdParams& p, int x) {
 __device__ __forceinline__ WorkItem bwd_item(const BwdParams& p, int item) {
   return work_item(p.items, p.Hkv, 1, p.blocks, p.row_base, p.col_ptr, item);
 }
+// Whether a column of nq query blocks is split over several CTAs (its dK, dV added in fp32 and
+// converted by dkv_convert_kernel): more than p.chunk 64-query tiles, two a query block a head.
+__host__ __device__ __forceinline__ bool bwd_column_split(const BwdParams& p, int G, int nq) {
+  return p.chunk > 0 && G * nq * 2 > p.chunk;
+}
 // The tiles [it0, it0 + niter) of its column (G query heads x nq query blocks x kSub tiles of QT
-// queries) that piece s takes; false: none (a spare piece). p.chunk counts 64-query tiles, and
-// whether a column is split is decided on those, as dkv_convert_kernel does. The column split takes
+// queries) that piece s takes; false: none (a spare piece). The column split takes
 // chunk s of the column's tiles (the last chunk any remainder, so a low bound on the host loses
 // nothing); the head split instead head s / m of the group, chunk s % m of that head's nq * kSub
 // tiles (m = n_split / G; the head's last chunk any remainder). On the host too, for
 // tests/cuda/test_bwd_pieces.cu.
 __host__ __device__ __forceinline__ bool bwd_piece(const BwdParams& p, int G, int nq, int QT, int s, int& it0, int& niter) {
   const int kSub = 128 / QT, total = G * nq * kSub;
-  const bool split = p.chunk > 0 && G * nq * 2 > p.chunk;
+  const bool split = bwd_column_split(p, G, nq);
   const int chunk = (p.chunk + QT / 64 - 1) / (QT / 64);  // in QT-query tiles
   it0 = 0;
   niter = total;
@@ -202,12 +206,18 @@ struct BwdMaps {
 // wgmma kernels for block size 128, head_dim 64 or 128 (the launchers throw on other shapes);
 // n_tokens: rows of q, k, v (the tensor maps' extent).
 void launch_fwd_sm90(const FwdParams& p, int head_dim, int n_blocks, int64_t n_tokens, cudaStream_t stream);
+// The compacted grid's inputs (bwd_pieces.cu): off (the full grid, n_items x n_split), or the
+// selection's kept blocks (or a bound on them) and its scratch.
+struct BwdCompact {
+  bool on = false;
+  int64_t kept = -1;
+  void* scratch = nullptr;
+  size_t bytes = 0;
+};
 // Expects dq_acc zeroed and delta computed (bwd_prep_kernel), as the mma.sync kernel does.
 // Returns whether dQ went into the tiled workspace (dq_tiled_index) rather than (N, H, D).
-// grid: CTAs to launch (n_items x n_split, or the compacted grid's bound).
-bool launch_bwd_sm90(const BwdParams& p, int head_dim, int64_t grid, int64_t n_tokens, cudaStream_t stream);
-// The query tile (64 or 128) of the wgmma backward that launch_bwd_sm90 runs for head_dim and variant.
-int bwd_query_tile(int head_dim, int variant);
+bool launch_bwd_sm90(const BwdParams& p, int head_dim, int64_t n_tokens, const BwdCompact& compact,
+                     cudaStream_t stream);
 
 // The compacted grid (bwd_pieces.cu). compact_pieces lists, on `stream`, the positions of p's pieces
 // that have tiles into scratch (compact_scratch_bytes of the full grid's n_items x n_split
