@@ -222,8 +222,8 @@ bool launch_bwd_sm90(const BwdParams& p, int head_dim, int64_t n_tokens, const B
 // The compacted grid (bwd_pieces.cu). compact_pieces lists, on `stream`, the positions of p's pieces
 // that have tiles into scratch (compact_scratch_bytes of the full grid's n_items x n_split
 // positions), sets p.work and p.work_count, and returns the grid to launch (piece_bound: at most the
-// full grid); where scratch is too small, or nothing is split, it returns the full grid and leaves
-// p.work unset. qt: the kernel's query tile; kept: the selection's kept blocks, or a bound on them.
+// full grid); where scratch is too small, nothing is split, or the items' column lengths would not
+// fit its one CTA's shared memory (over 11,264 items), it returns the full grid and leaves p.work unset. qt: the kernel's query tile; kept: the selection's kept blocks, or a bound on them.
 size_t compact_scratch_bytes(int64_t positions);
 int64_t piece_bound(const BwdParams& p, int qt, int64_t kept);
 int64_t compact_pieces(BwdParams& p, int qt, int64_t kept, void* scratch, size_t scratch_bytes, cudaStream_t stream);

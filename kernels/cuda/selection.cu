@@ -37,12 +37,10 @@ T* to_device(const std::vector<T>& h, T*& d, size_t& cap, cudaStream_t stream) {
 // choose the same split.
 void size_bwd_work(DeviceSelection& d, AttnShape s) {
   const size_t need = bwd_work_bytes(d.n_blocks, d.max_doc_blocks, d.kept, s);
-  if (need <= d.bwd_work_size) return;
-  if (d.bwd_work) SB_CUDA_CHECK(cudaFree(d.bwd_work));
-  d.bwd_work = nullptr;
-  d.bwd_work_size = 0;
-  SB_CUDA_CHECK(cudaMalloc(&d.bwd_work, need));
-  d.bwd_work_size = need;
+  if (need == 0) return;  // no column split: nothing to list
+  auto* w = static_cast<unsigned char*>(d.bwd_work);
+  grow(w, d.bwd_work_size, need);
+  d.bwd_work = w;
 }
 template <class T>
 void free_ptr(T*& p) {
