@@ -36,13 +36,23 @@ void rmsnorm_fwd(const T* x, const T* w, T* y, T* rstd, int N, int C, double eps
 // dx (N,C) += ..., dw (C) += ...
 template <class T>
 void rmsnorm_bwd(const T* x, const T* w, const T* rstd, const T* dy, T* dx, T* dw, int N, int C);
+// RoPE's frequencies, computed once per model (src/model/rope.hpp, as transformers'
+// ROPE_INIT_FUNCTIONS do): the angle of pair d at position p is p * inv_freq[d], and cos and sin are
+// both multiplied by scale (YaRN's attention factor; 1 for plain, linear and llama3 RoPE). On the GPU
+// inv_freq points at device memory.
+struct RopeFreqs {
+  const double* inv_freq = nullptr;  // (D/2)
+  double scale = 1;
+};
+// The plain table theta^(-2d/D), d < D/2.
+std::vector<double> rope_plain_inv_freq(int D, double theta);
 // RoPE in place on x (N, nh, D), rotate-half convention (Hugging Face Llama): pairs (d, d+D/2),
-// angle pos[t] * theta^(-2d/D). pos is the position inside the token's document.
+// y = scale * rotate(x, pos[t] * inv_freq[d]). pos is the position inside the token's document.
 template <class T>
-void rope_fwd(T* x, const int32_t* pos, int N, int nh, int D, double theta);
-// Backward of rope_fwd, in place on the gradient (the inverse rotation).
+void rope_fwd(T* x, const int32_t* pos, int N, int nh, int D, RopeFreqs f);
+// Backward of rope_fwd, in place on the gradient (scale times the inverse rotation).
 template <class T>
-void rope_bwd(T* dx, const int32_t* pos, int N, int nh, int D, double theta);
+void rope_bwd(T* dx, const int32_t* pos, int N, int nh, int D, RopeFreqs f);
 // h = silu(gate) * up, elementwise over n.
 template <class T>
 void swiglu_fwd(const T* gate, const T* up, T* h, size_t n);

@@ -46,17 +46,23 @@ void rmsnorm_bwd(const T* x, const T* w, const T* rstd, const T* dy, T* dx, T* d
 }
 
 // ---- rope (rotate-half) ----
-// x (N,nh,D) in place; sign = +1 rotates by +angle (forward), -1 by -angle (backward = inverse).
+std::vector<double> rope_plain_inv_freq(int D, double theta) {
+  std::vector<double> f(size_t(D / 2));
+  for (int d = 0; d < D / 2; d++) f[size_t(d)] = std::pow(theta, -2.0 * d / D);
+  return f;
+}
+
+// x (N,nh,D) in place; sign = +1 rotates by +angle (forward), -1 by -angle (backward = inverse);
+// both scaled by f.scale (the backward of y = s R x is dx = s R^T dy).
 template <class T>
-static void rope_apply(T* x, const int32_t* pos, int N, int nh, int D, double theta, double sign,
-                       const char* name) {
+static void rope_apply(T* x, const int32_t* pos, int N, int nh, int D, RopeFreqs f, double sign, const char* name) {
   const int half = D / 2;
   host_for(name, N, [=](int64_t t) {
     std::vector<T> cs(half), sn(half);  // angles in double, then cast
     for (int d = 0; d < half; d++) {
-      double ang = double(pos[t]) * std::pow(theta, -2.0 * d / D);
-      cs[d] = T(std::cos(ang));
-      sn[d] = T(sign * std::sin(ang));
+      double ang = double(pos[t]) * f.inv_freq[d];
+      cs[d] = T(f.scale * std::cos(ang));
+      sn[d] = T(f.scale * sign * std::sin(ang));
     }
     for (int h = 0; h < nh; h++) {
       T* xh = x + (t * nh + h) * D;
@@ -70,12 +76,12 @@ static void rope_apply(T* x, const int32_t* pos, int N, int nh, int D, double th
 }
 
 template <class T>
-void rope_fwd(T* x, const int32_t* pos, int N, int nh, int D, double theta) {
-  rope_apply(x, pos, N, nh, D, theta, +1.0, "rope_fwd");
+void rope_fwd(T* x, const int32_t* pos, int N, int nh, int D, RopeFreqs f) {
+  rope_apply(x, pos, N, nh, D, f, +1.0, "rope_fwd");
 }
 template <class T>
-void rope_bwd(T* dx, const int32_t* pos, int N, int nh, int D, double theta) {
-  rope_apply(dx, pos, N, nh, D, theta, -1.0, "rope_bwd");  // rotation is orthogonal: grad = inverse
+void rope_bwd(T* dx, const int32_t* pos, int N, int nh, int D, RopeFreqs f) {
+  rope_apply(dx, pos, N, nh, D, f, -1.0, "rope_bwd");  // a scaled orthogonal map: grad = scale * inverse
 }
 
 // ---- swiglu ----
@@ -178,8 +184,8 @@ void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, flo
 #define SB_INSTANTIATE(T)                                                                         \
   template void rmsnorm_fwd<T>(const T*, const T*, T*, T*, int, int, double);                     \
   template void rmsnorm_bwd<T>(const T*, const T*, const T*, const T*, T*, T*, int, int);         \
-  template void rope_fwd<T>(T*, const int32_t*, int, int, int, double);                           \
-  template void rope_bwd<T>(T*, const int32_t*, int, int, int, double);                           \
+  template void rope_fwd<T>(T*, const int32_t*, int, int, int, RopeFreqs);                        \
+  template void rope_bwd<T>(T*, const int32_t*, int, int, int, RopeFreqs);                        \
   template void swiglu_fwd<T>(const T*, const T*, T*, size_t);                                    \
   template void swiglu_bwd<T>(const T*, const T*, const T*, T*, T*, size_t);                      \
   template void embedding_fwd<T>(const int32_t*, const T*, T*, int, int);                         \

@@ -97,7 +97,7 @@ struct QkvRows {
 // when it has a bias or goes to another array (its bits copied).
 __global__ void __launch_bounds__(kThreads) qkv_rope_kernel(QkvRows in, QkvRows out, const float* bq,
                                                              const float* bk, const float* bv, const int32_t* pos,
-                                                             int N, int H, int Hkv, int D, double theta,
+                                                             int N, int H, int Hkv, int D, RopeFreqs rope,
                                                              float sign) {
   const int half = D / 2;
   const bool do_v = bv || in.v != out.v;
@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(kThreads) qkv_rope_kernel(QkvRows in, QkvRows 
     const int64_t t = i / half;
     const int d = int(i - t * half);
     float sn, cs;
-    rope_sincos(pos[t], d, D, theta, sign, sn, cs);
+    rope_sincos(pos[t], d, rope, sign, sn, cs);
     rope_rotate(in.q + t * in.ldq, out.q + t * out.ldq, H, D, d, sn, cs, bq);    // (H, D)
     rope_rotate(in.k + t * in.ldk, out.k + t * out.ldk, Hkv, D, d, sn, cs, bk);  // (Hkv, D)
     if (!do_v) continue;
@@ -191,10 +191,10 @@ dim3 grid_rows(int64_t cols, int64_t rows) {
 }
 
 void launch_qkv_rope(QkvRows in, QkvRows out, const float* bq, const float* bk, const float* bv, const int32_t* pos,
-                     int N, int H, int Hkv, int D, double theta, float sign, cudaStream_t stream) {
+                     int N, int H, int Hkv, int D, RopeFreqs rope, float sign, cudaStream_t stream) {
   const int64_t pairs = int64_t(N) * (D / 2);
   if (pairs <= 0) return;
-  qkv_rope_kernel<<<grid_for(pairs), kThreads, 0, stream>>>(in, out, bq, bk, bv, pos, N, H, Hkv, D, theta, sign);
+  qkv_rope_kernel<<<grid_for(pairs), kThreads, 0, stream>>>(in, out, bq, bk, bv, pos, N, H, Hkv, D, rope, sign);
   SB_CUDA_CHECK_LAUNCH("qkv_rope_kernel");
 }
 
@@ -222,31 +222,31 @@ void rmsnorm_bwd_fused(const float* x, const float* w, const float* rstd, const 
 }
 
 void qkv_rope_fwd(bf16* q, bf16* k, bf16* v, const float* bq, const float* bk, const float* bv, const int32_t* pos,
-                  int N, int H, int Hkv, int D, double theta, cudaStream_t stream) {
+                  int N, int H, int Hkv, int D, RopeFreqs rope, cudaStream_t stream) {
   const QkvRows rows{q, k, v, int64_t(H) * D, int64_t(Hkv) * D, int64_t(Hkv) * D};
-  launch_qkv_rope(rows, rows, bq, bk, bv, pos, N, H, Hkv, D, theta, 1.0f, stream);
+  launch_qkv_rope(rows, rows, bq, bk, bv, pos, N, H, Hkv, D, rope, 1.0f, stream);
 }
 
-void qk_rope_bwd(bf16* dq, bf16* dk, const int32_t* pos, int N, int H, int Hkv, int D, double theta,
+void qk_rope_bwd(bf16* dq, bf16* dk, const int32_t* pos, int N, int H, int Hkv, int D, RopeFreqs rope,
                  cudaStream_t stream) {
   const QkvRows rows{dq, dk, nullptr, int64_t(H) * D, int64_t(Hkv) * D, 0};
-  launch_qkv_rope(rows, rows, nullptr, nullptr, nullptr, pos, N, H, Hkv, D, theta, -1.0f, stream);
+  launch_qkv_rope(rows, rows, nullptr, nullptr, nullptr, pos, N, H, Hkv, D, rope, -1.0f, stream);
 }
 
 void qkv_rope_unpack_fwd(const bf16* qkv, bf16* q, bf16* k, bf16* v, const float* bq, const float* bk,
-                         const float* bv, const int32_t* pos, int N, int H, int Hkv, int D, double theta,
+                         const float* bv, const int32_t* pos, int N, int H, int Hkv, int D, RopeFreqs rope,
                          cudaStream_t stream) {
   const int64_t HD = int64_t(H) * D, KD = int64_t(Hkv) * D, P = HD + 2 * KD;
   bf16* p = const_cast<bf16*>(qkv);  // read only: QkvRows holds both directions
-  launch_qkv_rope({p, p + HD, p + HD + KD, P, P, P}, {q, k, v, HD, KD, KD}, bq, bk, bv, pos, N, H, Hkv, D, theta, 1.0f,
+  launch_qkv_rope({p, p + HD, p + HD + KD, P, P, P}, {q, k, v, HD, KD, KD}, bq, bk, bv, pos, N, H, Hkv, D, rope, 1.0f,
                   stream);
 }
 
 void qkv_rope_pack_bwd(const bf16* dq, const bf16* dk, const bf16* dv, bf16* dqkv, const int32_t* pos, int N, int H,
-                       int Hkv, int D, double theta, cudaStream_t stream) {
+                       int Hkv, int D, RopeFreqs rope, cudaStream_t stream) {
   const int64_t HD = int64_t(H) * D, KD = int64_t(Hkv) * D, P = HD + 2 * KD;
   launch_qkv_rope({const_cast<bf16*>(dq), const_cast<bf16*>(dk), const_cast<bf16*>(dv), HD, KD, KD},
-                  {dqkv, dqkv + HD, dqkv + HD + KD, P, P, P}, nullptr, nullptr, nullptr, pos, N, H, Hkv, D, theta,
+                  {dqkv, dqkv + HD, dqkv + HD + KD, P, P, P}, nullptr, nullptr, nullptr, pos, N, H, Hkv, D, rope,
                   -1.0f, stream);
 }
 

@@ -83,13 +83,13 @@ __global__ void __launch_bounds__(32 * kDwRows) rmsnorm_bwd_dw_kernel(const floa
 // x (N,nh,D) bf16 in place; one thread per (token, pair d < D/2), looping over the heads so the
 // angle is computed once (rope.cuh). sign -1: inverse rotation.
 __global__ void __launch_bounds__(kThreads) rope_kernel(bf16* x, const int32_t* pos, int N, int nh, int D,
-                                                         double theta, float sign) {
+                                                         RopeFreqs rope, float sign) {
   const int half = D / 2;
   SB_GRID_LOOP(i, int64_t(N) * half) {
     const int64_t t = i / half;
     const int d = int(i - t * half);
     float sn, cs;
-    rope_sincos(pos[t], d, D, theta, sign, sn, cs);
+    rope_sincos(pos[t], d, rope, sign, sn, cs);
     rope_rotate(x + t * nh * D, x + t * nh * D, nh, D, d, sn, cs);
   }
 }
@@ -212,18 +212,18 @@ void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float*
   }
 }
 
-static void rope_launch(bf16* x, const int32_t* pos, int N, int nh, int D, double theta, float sign,
+static void rope_launch(bf16* x, const int32_t* pos, int N, int nh, int D, RopeFreqs rope, float sign,
                         cudaStream_t stream) {
   const int64_t pairs = int64_t(N) * (D / 2);
   if (pairs <= 0 || nh <= 0) return;
-  rope_kernel<<<grid_for(pairs), kThreads, 0, stream>>>(x, pos, N, nh, D, theta, sign);
+  rope_kernel<<<grid_for(pairs), kThreads, 0, stream>>>(x, pos, N, nh, D, rope, sign);
   SB_CUDA_CHECK_LAUNCH("rope_kernel");
 }
-void rope_fwd(bf16* x, const int32_t* pos, int N, int nh, int D, double theta, cudaStream_t stream) {
-  rope_launch(x, pos, N, nh, D, theta, +1.0f, stream);
+void rope_fwd(bf16* x, const int32_t* pos, int N, int nh, int D, RopeFreqs rope, cudaStream_t stream) {
+  rope_launch(x, pos, N, nh, D, rope, +1.0f, stream);
 }
-void rope_bwd(bf16* dx, const int32_t* pos, int N, int nh, int D, double theta, cudaStream_t stream) {
-  rope_launch(dx, pos, N, nh, D, theta, -1.0f, stream);  // rotation is orthogonal: grad = inverse
+void rope_bwd(bf16* dx, const int32_t* pos, int N, int nh, int D, RopeFreqs rope, cudaStream_t stream) {
+  rope_launch(dx, pos, N, nh, D, rope, -1.0f, stream);  // rotation is orthogonal: grad = inverse
 }
 
 void swiglu_fwd(const bf16* gate, const bf16* up, bf16* h, size_t n, cudaStream_t stream) {

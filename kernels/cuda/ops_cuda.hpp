@@ -15,6 +15,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/kernels.hpp"  // RopeFreqs
+
 namespace sb::kernels::cuda {
 
 using bf16 = __nv_bfloat16;
@@ -62,14 +64,23 @@ void rmsnorm_fwd(const float* x, const float* w, bf16* y, float* rstd, int N, in
 // dx (N,C) += ..., dw (C) += ... (fp32). dy fp32.
 void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, float* dx, float* dw, int N,
                  int C, cudaStream_t stream = nullptr);
-// In place on x (N, nh, D) bf16; angles computed in fp32 from pos[t] * theta^(-2d/D) (the angle's
-// argument reduced in double precision first, so long positions keep their accuracy).
-void rope_fwd(bf16* x, const int32_t* pos, int N, int nh, int D, double theta, cudaStream_t stream = nullptr);
-void rope_bwd(bf16* dx, const int32_t* pos, int N, int nh, int D, double theta, cudaStream_t stream = nullptr);
+// In place on x (N, nh, D) bf16; angles pos[t] * rope.inv_freq[d] (a device table of D/2 doubles,
+// kernels.hpp RopeFreqs) reduced in double precision first, so long positions keep their accuracy,
+// then sin/cos in fp32 times rope.scale.
+void rope_fwd(bf16* x, const int32_t* pos, int N, int nh, int D, RopeFreqs rope, cudaStream_t stream = nullptr);
+void rope_bwd(bf16* dx, const int32_t* pos, int N, int nh, int D, RopeFreqs rope, cudaStream_t stream = nullptr);
 // h = silu(gate) * up; backward writes dgate, dup (overwritten). bf16, math in fp32.
 void swiglu_fwd(const bf16* gate, const bf16* up, bf16* h, size_t n, cudaStream_t stream = nullptr);
 void swiglu_bwd(const bf16* gate, const bf16* up, const bf16* dh, bf16* dgate, bf16* dup, size_t n,
                 cudaStream_t stream = nullptr);
+// Qwen3's q_norm / k_norm (head_norm.cu): RMSNorm over each head's D values, weight w (D) fp32.
+// x: N rows at row stride ld (elements) of nh heads of D, bf16, normed in place; xs (N*nh, D) gets
+// the input (the backward's), rstd (N*nh). The backward takes dy (the gradient of the normed values,
+// rows at stride ld) and overwrites it with the gradient of the input; dw (D) += its gradient.
+void head_rmsnorm_fwd(bf16* x, int64_t ld, const float* w, bf16* xs, float* rstd, int N, int nh, int D, float eps,
+                      cudaStream_t stream = nullptr);
+void head_rmsnorm_bwd(bf16* dy, int64_t ld, const bf16* xs, const float* w, const float* rstd, float* dw, int N,
+                      int nh, int D, cudaStream_t stream = nullptr);
 // ---- fused (fused.cu; issue 18 item 4) ----
 // SB_FUSE (environment, read once): 0 the unfused chains in the model, 1 the fused elementwise
 // kernels, 2 (the default) also the packed projections: q/k/v in one GEMM and gate/up in one, whose
@@ -88,17 +99,17 @@ void rmsnorm_bwd_fused(const float* x, const float* w, const float* rstd, const 
 // bias_add_fwd on q (N,H,D), k and v (N,Hkv,D) (biases nullptr: none), then rope_fwd on q and k: one
 // launch. Backward: rope_bwd on dq and dk in one launch (the bias gradients stay bias_add_bwd).
 void qkv_rope_fwd(bf16* q, bf16* k, bf16* v, const float* bq, const float* bk, const float* bv, const int32_t* pos,
-                  int N, int H, int Hkv, int D, double theta, cudaStream_t stream = nullptr);
-void qk_rope_bwd(bf16* dq, bf16* dk, const int32_t* pos, int N, int H, int Hkv, int D, double theta,
+                  int N, int H, int Hkv, int D, RopeFreqs rope, cudaStream_t stream = nullptr);
+void qk_rope_bwd(bf16* dq, bf16* dk, const int32_t* pos, int N, int H, int Hkv, int D, RopeFreqs rope,
                  cudaStream_t stream = nullptr);
 // The same from and to packed rows: qkv (N, H*D + 2*Hkv*D) bf16, one GEMM's q|k|v output, to the
 // separate q (N,H,D), k, v (N,Hkv,D) the attention reads (bias, RoPE, v copied); backward dq, dk, dv
 // to dqkv (N, H*D + 2*Hkv*D), the inverse rotation of dq and dk (the packed GEMMs' input).
 void qkv_rope_unpack_fwd(const bf16* qkv, bf16* q, bf16* k, bf16* v, const float* bq, const float* bk,
-                         const float* bv, const int32_t* pos, int N, int H, int Hkv, int D, double theta,
+                         const float* bv, const int32_t* pos, int N, int H, int Hkv, int D, RopeFreqs rope,
                          cudaStream_t stream = nullptr);
 void qkv_rope_pack_bwd(const bf16* dq, const bf16* dk, const bf16* dv, bf16* dqkv, const int32_t* pos, int N, int H,
-                       int Hkv, int D, double theta, cudaStream_t stream = nullptr);
+                       int Hkv, int D, RopeFreqs rope, cudaStream_t stream = nullptr);
 // swiglu_fwd / swiglu_bwd with 16-byte loads and stores (8 bf16): the same bits; falls back to
 // them when n is not a multiple of 8 or a pointer is not 16-byte aligned.
 void swiglu_fwd_wide(const bf16* gate, const bf16* up, bf16* h, size_t n, cudaStream_t stream = nullptr);

@@ -4,15 +4,22 @@
 
 #include <cstdint>
 
+#include "kernels/kernels.hpp"
+
 namespace sb::kernels::cuda {
 
-// sin/cos of pos * theta^(-2d/D), the angle computed and reduced to [-pi, pi] in double (pos reaches
-// 1e5: a float angle would lose ~1e-2 rad), then sin/cos in fp32; sign -1: the inverse rotation.
-__device__ inline void rope_sincos(int32_t pos, int d, int D, double theta, float sign, float& sn, float& cs) {
-  const double ang = double(pos) * pow(theta, -2.0 * d / D);
+// sin/cos of pos * inv_freq[d] (the model's table, device memory: rope.inv_freq), the angle computed
+// and reduced to [-pi, pi] in double (pos reaches 1e5: a float angle would lose ~1e-2 rad), then
+// sin/cos in fp32, both times rope.scale (YaRN's attention factor); sign -1: the inverse rotation.
+__device__ inline void rope_sincos(int32_t pos, int d, RopeFreqs rope, float sign, float& sn, float& cs) {
+  const double ang = double(pos) * rope.inv_freq[d];
   const double two_pi = 6.283185307179586476925;
   const float red = float(ang - two_pi * rint(ang / two_pi));
   sincosf(red, &sn, &cs);
+  if (rope.scale != 1.0) {
+    const float sc = float(rope.scale);
+    sn *= sc, cs *= sc;
+  }
   sn *= sign;
 }
 

@@ -214,6 +214,22 @@ ConfigValue parse_toml_value(const KeySpec& spec, const toml::node& node, const 
   throw bad();
 }
 
+// The keys of one section; a sub-table ([model.rope_scaling] or rope_scaling.type = ...) names the
+// keys below it (model.rope_scaling.type).
+void apply_section(std::map<std::string, ConfigValue, std::less<>>& values, const std::string& prefix,
+                   const toml::table& tbl, const std::string& origin) {
+  for (auto&& [name, val] : tbl) {
+    std::string key = prefix + "." + std::string(name.str());
+    if (const auto* sub = val.as_table(); sub && !find_key(key)) {
+      apply_section(values, key, *sub, origin);
+      continue;
+    }
+    const KeySpec* spec = find_key(key);
+    if (!spec) unknown_key(origin, key);
+    values[key] = parse_toml_value(*spec, val, origin);
+  }
+}
+
 void apply_table(Config& cfg, std::map<std::string, ConfigValue, std::less<>>& values,
                  const toml::table& root, const std::string& origin) {
   (void)cfg;
@@ -224,12 +240,7 @@ void apply_table(Config& cfg, std::map<std::string, ConfigValue, std::less<>>& v
       // A top-level scalar: maybe "steps = 3" meant for a section.
       unknown_key(origin, sec);
     }
-    for (auto&& [name, val] : *tbl) {
-      std::string key = sec + "." + std::string(name.str());
-      const KeySpec* spec = find_key(key);
-      if (!spec) unknown_key(origin, key);
-      values[key] = parse_toml_value(*spec, val, origin);
-    }
+    apply_section(values, sec, *tbl, origin);
   }
 }
 

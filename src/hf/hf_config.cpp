@@ -1,5 +1,7 @@
 #include "src/hf/hf_config.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -20,12 +22,14 @@ struct Arch {
   const char* name;
   const char* model_type;
   int64_t max_pos;  // the config class's default max_position_embeddings
-  bool qkv_bias;
+  bool qkv_bias;     // Qwen2: q/k/v biases
+  bool qk_norm;      // Qwen3: q_norm / k_norm
 };
 constexpr Arch kArchs[] = {
-    {"LlamaForCausalLM", "llama", 2048, false},
-    {"MistralForCausalLM", "mistral", 131072, false},
-    {"Qwen2ForCausalLM", "qwen2", 32768, true},
+    {"LlamaForCausalLM", "llama", 2048, false, false},
+    {"MistralForCausalLM", "mistral", 131072, false, false},
+    {"Qwen2ForCausalLM", "qwen2", 32768, true, false},
+    {"Qwen3ForCausalLM", "qwen3", 40960, false, true},
 };
 
 // Reads config.json fields with errors that name the file and the field.
@@ -100,7 +104,7 @@ HfModel parse_hf_config(const std::string& text, const std::string& origin) {
     const Arch* by_type = nullptr;
     for (const auto& k : kArchs)
       if (mt == k.model_type) by_type = &k;
-    if (!by_type) F.refuse("model_type", "= \"" + mt + "\" is not supported (llama, mistral, qwen2)");
+    if (!by_type) F.refuse("model_type", "= \"" + mt + "\" is not supported (llama, mistral, qwen2, qwen3)");
     if (arch && arch != by_type)
       F.refuse("model_type", "= \"" + mt + "\" contradicts architectures [\"" + arch->name + "\"]");
     arch = by_type;
@@ -125,36 +129,100 @@ HfModel parse_hf_config(const std::string& text, const std::string& origin) {
   d.rope_theta = F.number("rope_theta", 10000.0);
   d.init_std = F.number("initializer_range", 0.02);
   hf.max_position_embeddings = F.integer("max_position_embeddings", arch->max_pos);
+  d.qk_norm = arch->qk_norm;
+  // head_dim: hidden_size / num_attention_heads unless the config gives it (Qwen3 decouples them).
   if (d.n_heads > 0 && d.d_model % d.n_heads == 0) d.head_dim = d.d_model / d.n_heads;
-  if (F.set("head_dim") && F.integer("head_dim", 0) != int64_t(d.d_model) / std::max(d.n_heads, 1))
-    F.refuse("head_dim", "= " + j["head_dim"].dump() + " differs from hidden_size / num_attention_heads = " +
-                             std::to_string(d.d_model / std::max(d.n_heads, 1)) +
-                             ": the model derives head_dim from them");
+  if (F.set("head_dim")) {
+    const int64_t hd = F.integer("head_dim", 0);
+    if (hd <= 0 || hd % 2 || hd > 65536) F.refuse("head_dim", "= " + j["head_dim"].dump() + ": must be a positive even integer");
+    d.head_dim = int(hd);
+  } else if (d.n_heads > 0 && d.d_model % d.n_heads) {
+    F.refuse("hidden_size", "= " + std::to_string(d.d_model) + " is not divisible by num_attention_heads = " +
+                                std::to_string(d.n_heads) + " and there is no head_dim");
+  }
 
-  // RoPE: plain rotate-half only. transformers 4.x writes rope_scaling (null when plain);
-  // newer versions write rope_parameters {"rope_type": "default", "rope_theta": ...}.
-  auto plain_rope = [&](const char* f) {
+  // RoPE: plain, linear, llama3 or yarn. transformers 4.x writes rope_scaling (null when plain;
+  // {"rope_type": ...} or the older {"type": ...}); transformers 5 writes rope_parameters
+  // {"rope_type", "rope_theta", ...}.
+  bool scaled = false;
+  auto rope = [&](const char* f) {
     if (!F.set(f)) return;
     const json& r = j[f];
-    const char* tk = r.is_object() && r.contains("rope_type") ? "rope_type" : "type";
-    if (!r.is_object() || !r.contains(tk) || r[tk] != "default")
-      F.refuse(f, "= " + r.dump() + ": only plain RoPE (null or rope_type \"default\") is supported, no scaling");
+    const std::string fs(f);
+    if (!r.is_object()) F.refuse(f, "= " + r.dump() + ": must be an object with rope_type (or null)");
+    if (!r.contains("rope_type") && !r.contains("type")) F.refuse(fs + ".rope_type", "is missing");
+    const char* tk = r.contains("rope_type") ? "rope_type" : "type";
+    if (!r[tk].is_string()) F.refuse(fs + "." + tk, "must be a string, got " + r[tk].dump());
+    const std::string type = r[tk].get<std::string>();
+    if (r.contains("rope_type") && r.contains("type") && r["type"] != r["rope_type"])
+      F.refuse(fs + ".type", "= " + r["type"].dump() + " contradicts rope_type " + r["rope_type"].dump());
+    // The fields each type takes (transformers' names); anything else is refused by name.
+    std::vector<std::string> takes = {"rope_type", "type", "rope_theta", "partial_rotary_factor"};
+    if (type == "linear") takes.insert(takes.end(), {"factor"});
+    else if (type == "llama3")
+      takes.insert(takes.end(), {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+    else if (type == "yarn")
+      takes.insert(takes.end(), {"factor", "original_max_position_embeddings", "attention_factor", "beta_fast",
+                                 "beta_slow", "truncate"});
+    else if (type != "default")
+      F.refuse(fs + "." + tk, "= \"" + type + "\" is not supported (default, linear, llama3, yarn)");
     for (auto& [k, v] : r.items())
-      if (k != "rope_type" && k != "type" && k != "rope_theta")
-        F.refuse(std::string(f) + "." + k, "is not supported (plain RoPE takes only rope_theta)");
-    if (r.contains("rope_theta")) {
-      if (!r["rope_theta"].is_number()) F.refuse(std::string(f) + ".rope_theta", "must be a number");
-      d.rope_theta = r["rope_theta"].get<double>();
+      if (std::find(takes.begin(), takes.end(), k) == takes.end())
+        F.refuse(fs + "." + k, "is not supported with rope_type \"" + type + "\" (it takes: " + [&] {
+          std::string o;
+          for (size_t i = 2; i < takes.size(); ++i) o += (i > 2 ? ", " : "") + takes[i];
+          return o;
+        }() + ")");
+    auto number = [&](const char* k, bool required, double def) {
+      if (!r.contains(k) || r[k].is_null()) {
+        if (required) F.refuse(fs + "." + k, "is missing (rope_type \"" + type + "\" requires it)");
+        return def;
+      }
+      if (!r[k].is_number()) F.refuse(fs + "." + k, "must be a number, got " + r[k].dump());
+      return r[k].get<double>();
+    };
+    if (r.contains("rope_theta")) d.rope_theta = number("rope_theta", true, 0);
+    if (r.contains("partial_rotary_factor") && number("partial_rotary_factor", true, 1) != 1.0)
+      F.refuse(fs + ".partial_rotary_factor", "= " + r["partial_rotary_factor"].dump() + ": RoPE over the whole head only (1.0)");
+    if (type == "default") return;
+    if (scaled) F.refuse(fs, "and rope_scaling both give a scaling; keep one");
+    scaled = true;
+    hf.rope_field = fs;
+    RopeScaling& s = d.rope_scaling;
+    s.type = type;
+    s.factor = number("factor", true, 1);
+    if (type == "llama3") {
+      s.low_freq_factor = number("low_freq_factor", true, 1);
+      s.high_freq_factor = number("high_freq_factor", true, 4);
+    }
+    if (type != "linear") {
+      const double o = number("original_max_position_embeddings", type == "llama3", 0);
+      if (o != 0 && (o != std::floor(o) || o < 1 || o > (1 << 30)))
+        F.refuse(fs + ".original_max_position_embeddings", "must be a positive integer, got " + r["original_max_position_embeddings"].dump());
+      // yarn without it: transformers takes max_position_embeddings
+      s.original_max_positions = o != 0 ? int(o) : int(hf.max_position_embeddings);
+    }
+    if (type == "yarn") {
+      s.attention_factor = number("attention_factor", false, 0);
+      s.beta_fast = number("beta_fast", false, 32);
+      s.beta_slow = number("beta_slow", false, 1);
+      if (r.contains("truncate") && !r["truncate"].is_boolean()) F.refuse(fs + ".truncate", "must be true or false");
+      s.truncate = r.value("truncate", true);
+    }
+    try {
+      check_rope_scaling(s);
+    } catch (const Error& e) {
+      F.refuse(fs, std::string("does not describe a usable scaling: ") + e.what());
     }
   };
-  plain_rope("rope_scaling");
-  plain_rope("rope_parameters");
+  rope("rope_scaling");
+  rope("rope_parameters");
 
   // Attention everywhere full and causal.
   if (F.boolean("use_sliding_window", false))
     F.refuse("use_sliding_window", "= true: the model has no sliding-window attention");
   if (F.boolean("use_mrope", false)) F.refuse("use_mrope", "= true: only plain 1-D RoPE is supported");
-  if (hf.architecture != std::string("Qwen2ForCausalLM")) {
+  if (!arch->qkv_bias && !arch->qk_norm) {  // Qwen2 and Qwen3 read sliding_window only with use_sliding_window
     // Mistral applies sliding_window whenever it is set, and MistralConfig defaults it to 4096.
     if (F.set("sliding_window"))
       F.refuse("sliding_window", "= " + j["sliding_window"].dump() + ": the model has no sliding-window attention (null is supported)");
@@ -168,6 +236,8 @@ HfModel parse_hf_config(const std::string& text, const std::string& origin) {
   }
 
   // Biases: q/k/v (Qwen2, always there) are the one kind the model has; o_proj and MLP biases are refused.
+  if (d.qk_norm && F.boolean("attention_bias", false))
+    F.refuse("attention_bias", "= true: Qwen3 with biases on q/k/v and o_proj is not supported (the model's Qwen3 has none)");
   if (F.boolean("attention_bias", false))
     F.refuse("attention_bias", "= true (biases on q/k/v and o_proj): the model has q/k/v biases only (as Qwen2), "
                                "none on o_proj");
@@ -211,6 +281,20 @@ void set_model_keys(const HfModel& hf, Config& cfg, const std::string& origin) {
   set("model.qkv_bias", hf.qkv_bias ? "true" : "false", "architectures");
   set("model.init_std", num(d.init_std), "initializer_range");
   set("model.max_position_embeddings", std::to_string(hf.max_position_embeddings), "max_position_embeddings");
+  set("model.head_dim", std::to_string(d.head_dim), "head_dim");
+  set("model.qk_norm", d.qk_norm ? "true" : "false", "architectures");
+  const RopeScaling& r = d.rope_scaling;
+  const char* rf = hf.rope_field.c_str();
+  set("model.rope_scaling.type", r.type, rf);
+  set("model.rope_scaling.factor", num(r.factor), rf);
+  set("model.rope_scaling.original_max_position_embeddings", std::to_string(r.original_max_positions), rf);
+  set("model.rope_scaling.low_freq_factor", num(r.low_freq_factor), rf);
+  set("model.rope_scaling.high_freq_factor", num(r.high_freq_factor), rf);
+  set("model.rope_scaling.beta_fast", num(r.beta_fast), rf);
+  set("model.rope_scaling.beta_slow", num(r.beta_slow), rf);
+  set("model.rope_scaling.attention_factor", num(r.attention_factor), rf);
+  set("model.rope_scaling.truncate", r.truncate ? "true" : "false", rf);
+  set("model.rope_scaling.field", hf.rope_field, rf);
   try {
     (void)model_dims(cfg, 0);  // divisibility, even head_dim
   } catch (const Error& e) {
@@ -218,12 +302,36 @@ void set_model_keys(const HfModel& hf, Config& cfg, const std::string& origin) {
   }
 }
 
-const char* hf_architecture(const ModelDims& d) { return d.qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM"; }
+const char* hf_architecture(const ModelDims& d) {
+  if (d.qk_norm && d.qkv_bias)
+    throw Error("model.qk_norm and model.qkv_bias together have no Hugging Face architecture (Qwen3 has no q/k/v biases)");
+  return d.qk_norm ? "Qwen3ForCausalLM" : d.qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+}
+
+// The scaling as transformers writes it (the fields its rope_type reads); under rope_parameters
+// (transformers 5) with rope_theta beside them.
+static json rope_json(const Config& cfg, const ModelDims& d) {
+  const RopeScaling& r = d.rope_scaling;
+  const bool v5 = cfg.s("model.rope_scaling.field") == "rope_parameters";
+  if (r.type == "none") return v5 ? json{{"rope_type", "default"}, {"rope_theta", d.rope_theta}} : json(nullptr);
+  json o = {{"rope_type", r.type}, {"factor", r.factor}};
+  if (v5) o["rope_theta"] = d.rope_theta;
+  if (r.type == "llama3")
+    o["low_freq_factor"] = r.low_freq_factor, o["high_freq_factor"] = r.high_freq_factor;
+  if (r.type == "llama3" || r.type == "yarn") o["original_max_position_embeddings"] = r.original_max_positions;
+  if (r.type == "yarn") {
+    o["beta_fast"] = r.beta_fast, o["beta_slow"] = r.beta_slow;
+    if (r.attention_factor > 0) o["attention_factor"] = r.attention_factor;
+    if (!r.truncate) o["truncate"] = false;
+  }
+  return o;
+}
 
 std::string hf_config_json(const Config& cfg, const ModelDims& d, const std::string& torch_dtype) {
+  const std::string arch = hf_architecture(d);
   json j = {
-      {"architectures", {hf_architecture(d)}},
-      {"model_type", d.qkv_bias ? "qwen2" : "llama"},
+      {"architectures", {arch}},
+      {"model_type", d.qk_norm ? "qwen3" : d.qkv_bias ? "qwen2" : "llama"},
       {"hidden_size", d.d_model},
       {"intermediate_size", d.ffn_dim},
       {"num_hidden_layers", d.n_layers},
@@ -234,7 +342,6 @@ std::string hf_config_json(const Config& cfg, const ModelDims& d, const std::str
       {"hidden_act", "silu"},
       {"rms_norm_eps", d.norm_eps},
       {"rope_theta", d.rope_theta},
-      {"rope_scaling", nullptr},
       {"tie_word_embeddings", d.tied},
       {"max_position_embeddings", cfg.i("model.max_position_embeddings")},
       {"attention_bias", false},
@@ -244,8 +351,10 @@ std::string hf_config_json(const Config& cfg, const ModelDims& d, const std::str
       {"use_cache", true},
       {"torch_dtype", torch_dtype},
   };
-  if (d.qkv_bias) {  // Qwen2Config: biases implied; full attention in every layer
-    j.erase("attention_bias"), j.erase("mlp_bias");
+  j[cfg.s("model.rope_scaling.field")] = rope_json(cfg, d);
+  if (d.qkv_bias || d.qk_norm) {  // Qwen2Config / Qwen3Config: full attention in every layer
+    if (d.qkv_bias) j.erase("attention_bias");  // Qwen2: biases implied
+    j.erase("mlp_bias");
     j["use_sliding_window"] = false, j["sliding_window"] = nullptr, j["max_window_layers"] = d.n_layers;
   }
   return j.dump(2) + "\n";

@@ -2,10 +2,11 @@
 // parameters. The model's parameter names are already Hugging Face's (model.hpp), so the weight
 // table is the model's own parameter list (with model.qkv_bias, the q/k/v biases).
 //
-// Supported: LlamaForCausalLM, MistralForCausalLM without a sliding window, Qwen2ForCausalLM (q/k/v
-// biases; its real configs pass), tied or untied head, GQA, any rope_theta / rms_norm_eps,
-// head_dim = hidden_size / num_attention_heads. A field the model cannot honour is refused naming
-// the field; see io/SAFETENSORS.md.
+// Supported: LlamaForCausalLM (Llama 2, 3, 3.1, 3.2), MistralForCausalLM without a sliding window,
+// Qwen2ForCausalLM (q/k/v biases; its real configs pass), Qwen3ForCausalLM (q_norm / k_norm, no
+// biases), tied or untied head, GQA, any rope_theta / rms_norm_eps / head_dim, RoPE plain or scaled
+// (rope_type linear, llama3, yarn; under rope_scaling or rope_parameters). A field the model cannot
+// honour is refused naming the field; see io/SAFETENSORS.md.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -20,6 +21,7 @@ struct HfModel {
   ModelDims dims;
   int64_t max_position_embeddings = 4096;
   bool qkv_bias = false;     // Qwen2: q/k/v projections carry biases
+  std::string rope_field = "rope_scaling";  // where config.json held the scaling (export writes it back there)
 };
 
 // Parses config.json text; `origin` (its path) names it in errors. Throws sb::Error naming the
@@ -27,12 +29,13 @@ struct HfModel {
 // or the MLP, activations other than silu, dropout, quantization, an unknown architecture).
 HfModel parse_hf_config(const std::string& text, const std::string& origin);
 HfModel read_hf_config(const std::string& dir);  // DIR/config.json
-// Sets the [model] keys (n_layers, d_model, ..., vocab_size, qkv_bias, max_position_embeddings) in `cfg`.
+// Sets the [model] keys (n_layers, d_model, ..., vocab_size, qkv_bias, qk_norm, head_dim,
+// max_position_embeddings, rope_scaling.*) in `cfg`.
 void set_model_keys(const HfModel& hf, Config& cfg, const std::string& origin);
 
-// config.json for a model of these [model] settings, as LlamaForCausalLM, or Qwen2ForCausalLM when
-// the model has q/k/v biases (transformers loads it as is); torch_dtype "bfloat16", "float16" or
-// "float32".
+// config.json for a model of these [model] settings, as LlamaForCausalLM, Qwen2ForCausalLM when the
+// model has q/k/v biases, Qwen3ForCausalLM with q/k norms (transformers loads it as is), the RoPE
+// scaling under model.rope_scaling.field; torch_dtype "bfloat16", "float16" or "float32".
 const char* hf_architecture(const ModelDims& dims);
 std::string hf_config_json(const Config& cfg, const ModelDims& dims, const std::string& torch_dtype);
 

@@ -139,7 +139,15 @@ std::string checkpoint_to_hf(const std::string& src, const std::string& dst, StD
 static const char* const kShapeKeys[] = {"model.n_layers",   "model.d_model",    "model.n_heads",
                                          "model.n_kv_heads", "model.ffn_dim",    "model.vocab_size",
                                          "model.rope_theta", "model.norm_eps",   "model.tie_embeddings",
-                                         "model.qkv_bias"};
+                                         "model.qkv_bias", "model.qk_norm",     "model.head_dim"};
+// The RoPE scaling: PATH's, unless this run sets its own (a value other than the default, from the
+// config file or --set), e.g. to extend the model's context.
+static const char* const kRopeKeys[] = {
+    "model.rope_scaling.type",      "model.rope_scaling.factor",
+    "model.rope_scaling.original_max_position_embeddings",
+    "model.rope_scaling.low_freq_factor", "model.rope_scaling.high_freq_factor",
+    "model.rope_scaling.beta_fast", "model.rope_scaling.beta_slow",
+    "model.rope_scaling.attention_factor", "model.rope_scaling.truncate", "model.rope_scaling.field"};
 
 static std::string value_text(const Config& c, const std::string& key) {
   switch (find_key(key)->type) {
@@ -190,6 +198,15 @@ std::vector<float> init_weights_from(const std::string& path, Config& cfg, const
     if (notes && value_text(cfg, k) != value_text(from, k) && value_text(cfg, k) != value_text(defaults, k))
       notes->push_back(std::string(k) + " = " + value_text(cfg, k) + " replaced by " + value_text(from, k) + " from " + path);
     cfg.set(k, value_text(from, k), "--init-from " + path);
+  }
+  bool own_rope = false;  // the run gives a scaling of its own: all of its rope_scaling keys stand
+  for (const char* k : kRopeKeys) own_rope |= value_text(cfg, k) != value_text(defaults, k);
+  if (own_rope) {
+    if (notes && value_text(cfg, kRopeKeys[0]) != value_text(from, kRopeKeys[0]))
+      notes->push_back(std::string("model.rope_scaling.type = ") + value_text(cfg, kRopeKeys[0]) + " (this run's) instead of " +
+                       value_text(from, kRopeKeys[0]) + " from " + path);
+  } else {
+    for (const char* k : kRopeKeys) cfg.set(k, value_text(from, k), "--init-from " + path);
   }
   return weights;
 }

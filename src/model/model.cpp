@@ -23,13 +23,14 @@ static double ms_since(Clock::time_point t0) {
 
 int64_t ModelDims::num_params() const {
   int64_t C = d_model, H = n_heads, Hkv = n_kv_heads, D = head_dim, F = ffn_dim, V = vocab;
-  int64_t per_layer = 2 * C + H * D * C + 2 * Hkv * D * C + C * H * D + 3 * F * C + (qkv_bias ? H * D + 2 * Hkv * D : 0);
+  int64_t per_layer = 2 * C + H * D * C + 2 * Hkv * D * C + C * H * D + 3 * F * C + (qkv_bias ? H * D + 2 * Hkv * D : 0) +
+                      (qk_norm ? 2 * D : 0);
   return V * C + n_layers * per_layer + C + (tied ? 0 : V * C);
 }
 
 int64_t ModelDims::flop_params() const {
   int64_t C = d_model, H = n_heads, Hkv = n_kv_heads, D = head_dim, F = ffn_dim, V = vocab;
-  int64_t per_layer = 2 * C + H * D * C + 2 * Hkv * D * C + C * H * D + 3 * F * C;
+  int64_t per_layer = 2 * C + H * D * C + 2 * Hkv * D * C + C * H * D + 3 * F * C + (qk_norm ? 2 * D : 0);
   return n_layers * per_layer + C + V * C;
 }
 
@@ -65,6 +66,10 @@ ParamLayout::ParamLayout(const ModelDims& s) {
     L.v = add(p + "self_attn.v_proj.weight", {KD, C}, true);
     if (s.qkv_bias) L.v_bias = add(p + "self_attn.v_proj.bias", {KD}, false);
     L.o = add(p + "self_attn.o_proj.weight", {C, HD}, true);
+    if (s.qk_norm) {  // after o_proj, so q, k and v stay adjacent (the GPU's packed projection)
+      L.q_norm = add(p + "self_attn.q_norm.weight", {s.head_dim}, false);
+      L.k_norm = add(p + "self_attn.k_norm.weight", {s.head_dim}, false);
+    }
     L.ln2 = add(p + "post_attention_layernorm.weight", {C}, false);
     L.gate = add(p + "mlp.gate_proj.weight", {s.ffn_dim, C}, true);
     L.up = add(p + "mlp.up_proj.weight", {s.ffn_dim, C}, true);
@@ -84,7 +89,7 @@ const ParamInfo& ParamLayout::find(const std::string& name) const {
 std::pair<size_t, size_t> ParamLayout::layer_range(int l) const {
   const LayerParams& I = layers.at(size_t(l));
   size_t lo = SIZE_MAX, hi = 0;
-  for (size_t i : {I.ln1, I.q, I.k, I.v, I.o, I.ln2, I.gate, I.up, I.down, I.q_bias, I.k_bias, I.v_bias}) {
+  for (size_t i : {I.ln1, I.q, I.k, I.v, I.o, I.ln2, I.gate, I.up, I.down, I.q_bias, I.k_bias, I.v_bias, I.q_norm, I.k_norm}) {
     if (i == kNoParam) continue;
     lo = std::min(lo, params[i].offset);
     hi = std::max(hi, params[i].offset + params[i].size);
@@ -93,7 +98,7 @@ std::pair<size_t, size_t> ParamLayout::layer_range(int l) const {
 }
 
 template <class T>
-Model<T>::Model(const ModelDims& s) : shape_(s), layout_(s) {
+Model<T>::Model(const ModelDims& s) : shape_(s), layout_(s), rope_(rope_table(s.head_dim, s.rope_theta, s.rope_scaling)) {
   w_.assign(layout_.size, T(0));
   g_.assign(layout_.size, T(0));
 }
@@ -170,6 +175,7 @@ struct Model<T>::Layer {
   std::vector<T> x_in;        // (N, C) residual stream entering the layer
   std::vector<T> xn, rstd1;   // (N, C), (N)
   std::vector<T> q, kk, v;    // (N, H*D), (N, Hkv*D), (N, Hkv*D) after RoPE
+  std::vector<T> q_raw, k_raw, rstdq, rstdk;  // qk_norm: q, k before their norms; (N*H), (N*Hkv)
   k::BlockSelection sel;
   std::vector<k::BlockSelection> shard_sel;  // (shards) this rank's rows of each sharded document
   std::vector<T> att, lse;    // (N, H*D), (N, H)
@@ -221,8 +227,13 @@ void Model<T>::layer_forward(int l, const PackedBatch& b, const AttnSettings& a,
     k::bias_add_fwd(A.kk.data(), W(I.k_bias), N, KD);
     k::bias_add_fwd(A.v.data(), W(I.v_bias), N, KD);
   }
-  k::rope_fwd(A.q.data(), b.pos.data(), N, H, D, s.rope_theta);
-  k::rope_fwd(A.kk.data(), b.pos.data(), N, Hkv, D, s.rope_theta);
+  if (s.qk_norm) {  // Qwen3: each head's q and k (D) RMS-normed, before RoPE
+    A.q_raw = A.q, A.k_raw = A.kk;
+    k::rmsnorm_fwd(A.q_raw.data(), W(I.q_norm), A.q.data(), sized(A.rstdq, size_t(N) * H), N * H, D, s.norm_eps);
+    k::rmsnorm_fwd(A.k_raw.data(), W(I.k_norm), A.kk.data(), sized(A.rstdk, size_t(N) * Hkv), N * Hkv, D, s.norm_eps);
+  }
+  k::rope_fwd(A.q.data(), b.pos.data(), N, H, D, freqs());
+  k::rope_fwd(A.kk.data(), b.pos.data(), N, Hkv, D, freqs());
   if (gate) {
     auto tg = Clock::now();
     st.gating[l] = a.sparse ? k::gate_blocks(A.q.data(), A.kk.data(), b.cu_seqlens.data(), nd, ashape,
@@ -331,8 +342,16 @@ MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T los
                           A.att.data() + at * HD, A.lse.data() + at * H, datt.data() + at * HD, ashape,
                           A.shard_sel[i], dq.data() + at * HD, dk.data() + at * KD, dv.data() + at * KD);
     st.attn_ms += ms_since(ta);
-    k::rope_bwd(dq.data(), b.pos.data(), N, H, D, s.rope_theta);
-    k::rope_bwd(dk.data(), b.pos.data(), N, Hkv, D, s.rope_theta);
+    k::rope_bwd(dq.data(), b.pos.data(), N, H, D, freqs());
+    k::rope_bwd(dk.data(), b.pos.data(), N, Hkv, D, freqs());
+    if (s.qk_norm) {  // through the per-head norms: dq, dk become the gradients of the projections' outputs
+      std::vector<T> dr(dq.size(), T(0));
+      k::rmsnorm_bwd(A.q_raw.data(), W(I.q_norm), A.rstdq.data(), dq.data(), dr.data(), G(I.q_norm), N * H, D);
+      dq.swap(dr);
+      dr.assign(dk.size(), T(0));
+      k::rmsnorm_bwd(A.k_raw.data(), W(I.k_norm), A.rstdk.data(), dk.data(), dr.data(), G(I.k_norm), N * Hkv, D);
+      dk.swap(dr);
+    }
     if (s.qkv_bias) {  // the biases act before RoPE, so they take the un-rotated gradients
       k::bias_add_bwd(dq.data(), G(I.q_bias), N, HD);
       k::bias_add_bwd(dk.data(), G(I.k_bias), N, KD);

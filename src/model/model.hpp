@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/kernels.hpp"
+#include "src/model/rope.hpp"
 
 namespace sb {
 
@@ -24,7 +25,9 @@ struct ModelDims {
   int vocab = 259;
   bool tied = true;
   bool qkv_bias = false;  // Qwen2: q/k/v projections carry biases (o_proj and the MLP never do)
+  bool qk_norm = false;   // Qwen3: RMSNorm over each head's q and k (weights (head_dim)) before RoPE
   double rope_theta = 10000, norm_eps = 1e-5, init_std = 0.02;
+  RopeScaling rope_scaling;  // none: plain RoPE (src/model/rope.hpp)
   // Filled from [model] by model_dims() (src/train/settings.hpp).
   int64_t num_params() const;
   // The parameters every token multiplies (the MFU count, src/model/README.md): the decoder
@@ -64,11 +67,13 @@ constexpr size_t kNoParam = SIZE_MAX;
 struct LayerParams {
   size_t ln1, q, k, v, o, ln2, gate, up, down;
   size_t q_bias = kNoParam, k_bias = kNoParam, v_bias = kNoParam;
+  size_t q_norm = kNoParam, k_norm = kNoParam;  // ModelDims::qk_norm (Qwen3)
 };
 
 // The flat parameter buffer, shared by Model<T> and ModelCuda: the tensors in this order (Hugging
-// Face names): embed, per layer (ln1, q, [q bias], k, [k bias], v, [v bias], o, ln2, gate, up, down),
-// final norm, LM head (the embedding when tied), back to back. Biases take no weight decay.
+// Face names): embed, per layer (ln1, q, [q bias], k, [k bias], v, [v bias], o, [q_norm, k_norm], ln2,
+// gate, up, down), final norm, LM head (the embedding when tied), back to back. Biases and norms take
+// no weight decay.
 struct ParamLayout {
   std::vector<ParamInfo> params;
   size_t embed = 0, norm = 0, head = 0;  // indices into params
@@ -239,6 +244,8 @@ class Model {
 
   ModelDims shape_;
   ParamLayout layout_;
+  RopeTable rope_;  // the inverse frequencies and attention factor, from shape_ once
+  kernels::RopeFreqs freqs() const { return {rope_.inv_freq.data(), rope_.scale}; }
   std::vector<T> w_, g_;  // flat parameters and gradients, in layout order
   ModelExec exec_;
 };

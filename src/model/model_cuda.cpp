@@ -32,6 +32,7 @@ T* DeviceArray<T>::resize(size_t n) {
 }
 
 template class DeviceArray<float>;
+template class DeviceArray<double>;
 template class DeviceArray<kc::bf16>;
 template class DeviceArray<int32_t>;
 template class DeviceArray<unsigned char>;
@@ -41,6 +42,8 @@ template class DeviceArray<unsigned char>;
 struct ModelCuda::Layer {
   DeviceArray<float> x_in, rstd1;      // (N, C), (N) residual stream entering the layer
   DeviceArray<kc::bf16> xn, q, k, v;   // (N, C), (N, H*D), (N, Hkv*D), (N, Hkv*D) after RoPE
+  DeviceArray<kc::bf16> q_raw, k_raw;  // qk_norm: q, k before their norms (N*H, D), (N*Hkv, D)
+  DeviceArray<float> rstdq, rstdk;     // qk_norm: (N*H), (N*Hkv)
   kc::DeviceSelection sel;
   const kc::DeviceSelection* selp = nullptr;  // &sel, or layer 0's (dense: every layer keeps the same blocks)
   DeviceArray<kc::bf16> att;           // (N, H*D)
@@ -104,7 +107,7 @@ ModelCuda::ModelCuda(const ModelDims& dims, const ParamLayout& layout, bool fp32
   off32_.assign(layout_.params.size(), kNoParam);
   std::vector<size_t> f32 = {layout_.embed, layout_.norm};  // what W() reads: the rest goes through W16()
   for (const LayerParams& I : layout_.layers)
-    for (size_t i : {I.ln1, I.ln2, I.q_bias, I.k_bias, I.v_bias})
+    for (size_t i : {I.ln1, I.ln2, I.q_bias, I.k_bias, I.v_bias, I.q_norm, I.k_norm})
       if (i != kNoParam) f32.push_back(i);
   for (size_t i = 0; i < layout_.params.size(); ++i) {
     if (!master_ && std::find(f32.begin(), f32.end(), i) == f32.end()) continue;
@@ -121,6 +124,10 @@ ModelCuda::ModelCuda(const ModelDims& dims, const ParamLayout& layout, bool fp32
     qkv_adjacent_ = qkv_adjacent_ && next(I.q, I.k) && next(I.k, I.v);
   }
   w32_.resize(w32_size_), g32_.resize(n_), w16_.resize(n_);
+  const RopeTable rt = rope_table(dims_.head_dim, dims_.rope_theta, dims_.rope_scaling);
+  rope_scale_ = rt.scale;
+  SB_CUDA_CHECK(cudaMemcpy(inv_freq_.resize(rt.inv_freq.size()), rt.inv_freq.data(), rt.inv_freq.size() * sizeof(double),
+                           cudaMemcpyHostToDevice));
   zero_grads();
   for (int l = 0; l < dims_.n_layers; ++l) layers_.push_back(std::make_unique<Layer>());
   work_ = std::make_unique<Layer>();
@@ -234,23 +241,30 @@ void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a
     kc::linear_fwd(bl, A.xn.data(), W16(I.v), A.v.resize(size_t(N) * KD), N, C, KD);
   }
   ph.mark(P::elementwise, cs);
+  if (s.qk_norm) {  // Qwen3 (no biases): each head's q and k RMS-normed before RoPE, in the GEMMs' output
+    const int64_t P = HD + 2 * KD;
+    kc::head_rmsnorm_fwd(pack ? qkv_.data() : A.q.data(), pack ? P : HD, W(I.q_norm), A.q_raw.resize(size_t(N) * HD),
+                         A.rstdq.resize(size_t(N) * H), N, H, D, eps, cs);
+    kc::head_rmsnorm_fwd(pack ? qkv_.data() + HD : A.k.data(), pack ? P : KD, W(I.k_norm),
+                         A.k_raw.resize(size_t(N) * KD), A.rstdk.resize(size_t(N) * Hkv), N, Hkv, D, eps, cs);
+  }
   if (pack) {
     kc::qkv_rope_unpack_fwd(qkv_.data(), A.q.resize(size_t(N) * HD), A.k.resize(size_t(N) * KD),
                             A.v.resize(size_t(N) * KD), s.qkv_bias ? W(I.q_bias) : nullptr,
                             s.qkv_bias ? W(I.k_bias) : nullptr, s.qkv_bias ? W(I.v_bias) : nullptr, pos_.data(), N, H,
-                            Hkv, D, s.rope_theta, cs);
+                            Hkv, D, rope(), cs);
   } else if (fuse) {
     kc::qkv_rope_fwd(A.q.data(), A.k.data(), A.v.data(), s.qkv_bias ? W(I.q_bias) : nullptr,
                      s.qkv_bias ? W(I.k_bias) : nullptr, s.qkv_bias ? W(I.v_bias) : nullptr, pos_.data(), N, H, Hkv,
-                     D, s.rope_theta, cs);
+                     D, rope(), cs);
   } else if (s.qkv_bias) {  // Qwen2: before RoPE, from the fp32 master biases
     kc::bias_add_fwd(A.q.data(), W(I.q_bias), N, HD, cs);
     kc::bias_add_fwd(A.k.data(), W(I.k_bias), N, KD, cs);
     kc::bias_add_fwd(A.v.data(), W(I.v_bias), N, KD, cs);
   }
   if (!fuse) {
-    kc::rope_fwd(A.q.data(), pos_.data(), N, H, D, s.rope_theta, cs);
-    kc::rope_fwd(A.k.data(), pos_.data(), N, Hkv, D, s.rope_theta, cs);
+    kc::rope_fwd(A.q.data(), pos_.data(), N, H, D, rope(), cs);
+    kc::rope_fwd(A.k.data(), pos_.data(), N, Hkv, D, rope(), cs);
   }
   // Host path: gating decides on the device and builds the CSR on the host (it synchronises), so
   // its wall time is its cost on the critical path.
@@ -514,12 +528,18 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
       timers.stop(ta);
       ph.mark(P::elementwise, cs);
       if (pack) {
-        kc::qkv_rope_pack_bwd(dq, dk, dv, dqkv, pos_.data(), N, H, Hkv, D, s.rope_theta, cs);
+        kc::qkv_rope_pack_bwd(dq, dk, dv, dqkv, pos_.data(), N, H, Hkv, D, rope(), cs);
       } else if (fuse) {
-        kc::qk_rope_bwd(dq, dk, pos_.data(), N, H, Hkv, D, s.rope_theta, cs);
+        kc::qk_rope_bwd(dq, dk, pos_.data(), N, H, Hkv, D, rope(), cs);
       } else {
-        kc::rope_bwd(dq, pos_.data(), N, H, D, s.rope_theta, cs);
-        kc::rope_bwd(dk, pos_.data(), N, Hkv, D, s.rope_theta, cs);
+        kc::rope_bwd(dq, pos_.data(), N, H, D, rope(), cs);
+        kc::rope_bwd(dk, pos_.data(), N, Hkv, D, rope(), cs);
+      }
+      if (s.qk_norm) {  // through the per-head norms, in place on the rotated-back gradients
+        kc::head_rmsnorm_bwd(pack ? dqkv : dq, pack ? P3 : HD, A.q_raw.data(), W(I.q_norm), A.rstdq.data(), G(I.q_norm),
+                             N, H, D, cs);
+        kc::head_rmsnorm_bwd(pack ? dqkv + HD : dk, pack ? P3 : KD, A.k_raw.data(), W(I.k_norm), A.rstdk.data(),
+                             G(I.k_norm), N, Hkv, D, cs);
       }
       if (s.qkv_bias && pack) {  // the column blocks of dqkv
         kc::bias_add_bwd(dqkv, G(I.q_bias), N, HD, cs, P3);

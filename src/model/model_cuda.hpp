@@ -169,6 +169,9 @@ class ModelCuda {
   ModelDims dims_;
   ParamLayout layout_;
   ModelExec exec_;
+  DeviceArray<double> inv_freq_;  // (head_dim / 2) RoPE's table (src/model/rope.hpp), uploaded once
+  double rope_scale_ = 1;         // its attention factor
+  kernels::RopeFreqs rope() const { return {inv_freq_.data(), rope_scale_}; }
   size_t n_ = 0, mem_peak_ = 0;
   bool master_ = true;
   std::vector<size_t> off32_;  // per param: its offset in w32_ (kNoParam: no fp32 copy)

@@ -34,14 +34,31 @@ ModelDims model_dims(const Config& cfg, int64_t data_vocab) {
     throw Error("model.vocab_size = " + std::to_string(v) + " is smaller than the data's vocab_size " +
                 std::to_string(data_vocab));
   s.vocab = int(v);
-  if (s.d_model % s.n_heads)
+  if (cfg.i("model.head_dim") == 0 && s.d_model % s.n_heads)  // with model.head_dim set, any d_model
     throw Error("model.d_model = " + std::to_string(s.d_model) + " must be divisible by model.n_heads = " +
-                std::to_string(s.n_heads));
+                std::to_string(s.n_heads) + " (or set model.head_dim)");
   if (s.n_heads % s.n_kv_heads)
     throw Error("model.n_heads = " + std::to_string(s.n_heads) + " must be divisible by model.n_kv_heads = " +
                 std::to_string(s.n_kv_heads));
-  s.head_dim = s.d_model / s.n_heads;
-  if (s.head_dim % 2) throw Error("head dim d_model/n_heads = " + std::to_string(s.head_dim) + " must be even (RoPE)");
+  const int64_t hd = cfg.i("model.head_dim");
+  s.head_dim = hd > 0 ? int(hd) : s.d_model / s.n_heads;
+  if (s.head_dim % 2)
+    throw Error("head dim " + std::string(hd > 0 ? "model.head_dim" : "d_model/n_heads") + " = " +
+                std::to_string(s.head_dim) + " must be even (RoPE)");
+  s.qk_norm = cfg.b("model.qk_norm");
+  if (s.qk_norm && s.qkv_bias)
+    throw Error("model.qk_norm = true with model.qkv_bias = true is not supported (Qwen3 has no q/k/v biases)");
+  RopeScaling& r = s.rope_scaling;
+  r.type = cfg.s("model.rope_scaling.type");
+  r.factor = cfg.f("model.rope_scaling.factor");
+  r.original_max_positions = int(cfg.i("model.rope_scaling.original_max_position_embeddings"));
+  r.low_freq_factor = cfg.f("model.rope_scaling.low_freq_factor");
+  r.high_freq_factor = cfg.f("model.rope_scaling.high_freq_factor");
+  r.beta_fast = cfg.f("model.rope_scaling.beta_fast");
+  r.beta_slow = cfg.f("model.rope_scaling.beta_slow");
+  r.attention_factor = cfg.f("model.rope_scaling.attention_factor");
+  r.truncate = cfg.b("model.rope_scaling.truncate");
+  check_rope_scaling(r);
   return s;
 }
 

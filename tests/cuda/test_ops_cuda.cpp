@@ -169,27 +169,34 @@ void test_rmsnorm(int N, int Cc) {
 }
 
 // ---- rope ----
-void test_rope(int N, int nh, int D, double theta) {
+void test_rope(int N, int nh, int D, double theta, double scale = 1.0) {
   std::vector<int32_t> pos(N);
   std::uniform_int_distribution<int> P(0, 70000);
   for (auto& p : pos) p = P(g_rng);
   const int32_t fixed[] = {0, 1, 69999, 70000, 65536, 4095};
   for (int i = 0; i < 6 && i < N; i++) pos[i] = fixed[i];
   Dev<int32_t> dpos(pos);
+  // RoPE's table (src/model/rope.hpp): plain, or YaRN-like (scale != 1: the upper half of the
+  // frequencies divided by 4, cos and sin times scale)
+  std::vector<double> freq = K::rope_plain_inv_freq(D, theta);
+  if (scale != 1.0)
+    for (size_t d = freq.size() / 2; d < freq.size(); d++) freq[d] /= 4;
+  Dev<double> dfreq(freq);
+  const K::RopeFreqs hr{freq.data(), scale}, dr{dfreq.p, scale};
   const size_t n = size_t(N) * nh * D;
   char name[128];
   for (int bwd = 0; bwd < 2; bwd++) {
     std::vector<double> x = randn(n, 1.0);
     Dev<bf16> dx(to_b(x));  // in place: the input is the output, nothing to poison
     if (bwd) {
-      K::rope_bwd<double>(x.data(), pos.data(), N, nh, D, theta);
-      C::rope_bwd(dx.p, dpos.p, N, nh, D, theta, g_stream);
+      K::rope_bwd<double>(x.data(), pos.data(), N, nh, D, hr);
+      C::rope_bwd(dx.p, dpos.p, N, nh, D, dr, g_stream);
     } else {
-      K::rope_fwd<double>(x.data(), pos.data(), N, nh, D, theta);
-      C::rope_fwd(dx.p, dpos.p, N, nh, D, theta, g_stream);
+      K::rope_fwd<double>(x.data(), pos.data(), N, nh, D, hr);
+      C::rope_fwd(dx.p, dpos.p, N, nh, D, dr, g_stream);
     }
-    std::snprintf(name, sizeof name, "rope_%s N%d nh%d D%d theta %.0f pos<=70000", bwd ? "bwd" : "fwd", N, nh, D,
-                  theta);
+    std::snprintf(name, sizeof name, "rope_%s N%d nh%d D%d theta %.0f scale %.4f pos<=70000", bwd ? "bwd" : "fwd", N,
+                  nh, D, theta, scale);
     report(name, compare(to_d(dx.down()), x), kTolBf16);
   }
 }
@@ -554,6 +561,7 @@ int main(int argc, char** argv) {
     test_rmsnorm(q ? 5 : 33, 4096);
     test_rope(q ? 64 : 300, 4, 64, 10000.0);
     test_rope(q ? 64 : 300, 3, 128, 500000.0);
+    test_rope(q ? 64 : 300, 2, 128, 1000000.0, 1.1386);  // a scaled table with YaRN's attention factor
     test_swiglu(q ? 10007 : 100003);
     test_swiglu(q ? 10000 : 100000);  // a multiple of 8: the 16-byte kernels
     test_fused(q);

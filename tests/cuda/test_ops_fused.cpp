@@ -56,11 +56,18 @@ void test_fused_rmsnorm(int N, int Cc) {
   }
 }
 
-void test_fused_rope(int N, int H, int Hkv, int D, double theta, bool bias) {
+void test_fused_rope(int N, int H, int Hkv, int D, double theta, bool bias, double scale = 1.0) {
   std::vector<int32_t> pos(N);
   std::uniform_int_distribution<int> P(0, 70000);
   for (auto& p : pos) p = P(g_rng);
   Dev<int32_t> dpos(pos);
+  // RoPE's table (src/model/rope.hpp): plain, or YaRN-like (scale != 1: the upper half of the
+  // frequencies divided by 4, cos and sin times scale)
+  std::vector<double> freq = K::rope_plain_inv_freq(D, theta);
+  if (scale != 1.0)
+    for (size_t d = freq.size() / 2; d < freq.size(); d++) freq[d] /= 4;
+  Dev<double> dfreq(freq);
+  const K::RopeFreqs hr{freq.data(), scale}, dr{dfreq.p, scale};
   const size_t nq = size_t(N) * H * D, nk = size_t(N) * Hkv * D;
   char name[128];
   std::vector<double> q = randn(nq, 1.0), k = randn(nk, 1.0), v = randn(nk, 1.0);
@@ -75,17 +82,17 @@ void test_fused_rope(int N, int H, int Hkv, int D, double theta, bool bias) {
     for (auto* a : {&q, &k, &v})
       for (auto& e : *a) e = bfr(e);
   }
-  K::rope_fwd<double>(q.data(), pos.data(), N, H, D, theta);
-  K::rope_fwd<double>(k.data(), pos.data(), N, Hkv, D, theta);
+  K::rope_fwd<double>(q.data(), pos.data(), N, H, D, hr);
+  K::rope_fwd<double>(k.data(), pos.data(), N, Hkv, D, hr);
   C::qkv_rope_fwd(dq.p, dk.p, dv.p, bias ? dbq.p : nullptr, bias ? dbk.p : nullptr, bias ? dbv.p : nullptr, dpos.p, N,
-                  H, Hkv, D, theta, g_stream);
+                  H, Hkv, D, dr, g_stream);
   if (bias) {  // the unfused chain on the same inputs
     C::bias_add_fwd(uq.p, dbq.p, N, H * D, g_stream);
     C::bias_add_fwd(uk.p, dbk.p, N, Hkv * D, g_stream);
     C::bias_add_fwd(uv.p, dbv.p, N, Hkv * D, g_stream);
   }
-  C::rope_fwd(uq.p, dpos.p, N, H, D, theta, g_stream);
-  C::rope_fwd(uk.p, dpos.p, N, Hkv, D, theta, g_stream);
+  C::rope_fwd(uq.p, dpos.p, N, H, D, dr, g_stream);
+  C::rope_fwd(uk.p, dpos.p, N, Hkv, D, dr, g_stream);
   const char* b = bias ? " +bias" : "";
   std::snprintf(name, sizeof name, "qkv_rope_fwd N%d H%d/%d D%d%s q", N, H, Hkv, D, b);
   report(name, compare(to_d(dq.down()), q), kTolBf16, bits_differ(dq.down(), uq.down()));
@@ -96,11 +103,11 @@ void test_fused_rope(int N, int H, int Hkv, int D, double theta, bool bias) {
   // backward: the inverse rotation of dq and dk
   std::vector<double> gq = randn(nq, 1.0), gk = randn(nk, 1.0);
   Dev<bf16> dgq(to_b(gq)), dgk(to_b(gk)), ugq(to_b(gq)), ugk(to_b(gk));
-  K::rope_bwd<double>(gq.data(), pos.data(), N, H, D, theta);
-  K::rope_bwd<double>(gk.data(), pos.data(), N, Hkv, D, theta);
-  C::qk_rope_bwd(dgq.p, dgk.p, dpos.p, N, H, Hkv, D, theta, g_stream);
-  C::rope_bwd(ugq.p, dpos.p, N, H, D, theta, g_stream);
-  C::rope_bwd(ugk.p, dpos.p, N, Hkv, D, theta, g_stream);
+  K::rope_bwd<double>(gq.data(), pos.data(), N, H, D, hr);
+  K::rope_bwd<double>(gk.data(), pos.data(), N, Hkv, D, hr);
+  C::qk_rope_bwd(dgq.p, dgk.p, dpos.p, N, H, Hkv, D, dr, g_stream);
+  C::rope_bwd(ugq.p, dpos.p, N, H, D, dr, g_stream);
+  C::rope_bwd(ugk.p, dpos.p, N, Hkv, D, dr, g_stream);
   std::snprintf(name, sizeof name, "qk_rope_bwd N%d H%d/%d D%d dq", N, H, Hkv, D);
   report(name, compare(to_d(dgq.down()), gq), kTolBf16, bits_differ(dgq.down(), ugq.down()));
   std::snprintf(name, sizeof name, "qk_rope_bwd N%d H%d/%d D%d dk", N, H, Hkv, D);
@@ -119,13 +126,53 @@ std::vector<bf16> pack_rows(const std::vector<const std::vector<bf16>*>& parts, 
   return out;
 }
 
+// head_rmsnorm_fwd / bwd (Qwen3's q_norm, k_norm) against the host rmsnorm over (N*nh, D) rows, the
+// rows at a stride wider than the heads (a column block of the packed q|k|v) when ld > nh*D.
+void test_head_norm(int N, int nh, int D, int64_t ld) {
+  const size_t n = size_t(N) * nh * D, HD = size_t(nh) * D;
+  std::vector<double> x = randn(n, 1.5), w = randn(D, 0.3, 1.0), dy = randn(n, 1.0);
+  std::vector<double> y(n), rstd(size_t(N) * nh), dx(n, 0.0), dw(D, 0.0);
+  K::rmsnorm_fwd<double>(x.data(), w.data(), y.data(), rstd.data(), N * nh, D, 1e-6);
+  K::rmsnorm_bwd<double>(x.data(), w.data(), rstd.data(), dy.data(), dx.data(), dw.data(), N * nh, D);
+  std::vector<double> xs(size_t(N) * ld, 0.0), gs(size_t(N) * ld, 0.0);
+  for (size_t t = 0; t < size_t(N); t++)
+    for (size_t j = 0; j < HD; j++) xs[t * ld + j] = x[t * HD + j], gs[t * ld + j] = dy[t * HD + j];
+  Dev<bf16> dxs(to_b(xs)), dgs(to_b(gs)), dsave(n);
+  Dev<float> dwt(to_f(w)), drs(size_t(N) * nh), ddw(std::vector<float>(size_t(D), 0.f));
+  dsave.poison(), drs.poison();
+  C::head_rmsnorm_fwd(dxs.p, ld, dwt.p, dsave.p, drs.p, N, nh, D, 1e-6f, g_stream);
+  C::head_rmsnorm_bwd(dgs.p, ld, dsave.p, dwt.p, drs.p, ddw.p, N, nh, D, g_stream);
+  auto rows = [&](const std::vector<double>& a) {  // the heads' columns of each row
+    std::vector<double> o(n);
+    for (size_t t = 0; t < size_t(N); t++)
+      for (size_t j = 0; j < HD; j++) o[t * HD + j] = a[t * ld + j];
+    return o;
+  };
+  char name[128];
+  std::snprintf(name, sizeof name, "head_rmsnorm_fwd N%d nh%d D%d ld%lld", N, nh, D, (long long)ld);
+  report(name, compare(rows(to_d(dxs.down())), y), kTolBf16);
+  std::snprintf(name, sizeof name, "head_rmsnorm_fwd N%d nh%d D%d saved input", N, nh, D);
+  report(name, compare(to_d(dsave.down()), x), 1e-12);
+  std::snprintf(name, sizeof name, "head_rmsnorm_bwd N%d nh%d D%d ld%lld dx", N, nh, D, (long long)ld);
+  report(name, compare(rows(to_d(dgs.down())), dx), kTolBf16);
+  std::snprintf(name, sizeof name, "head_rmsnorm_bwd N%d nh%d D%d dw", N, nh, D);
+  report(name, compare(to_d(ddw.down()), dw), 1e-3);
+}
+
 // qkv_rope_unpack_fwd / qkv_rope_pack_bwd against the separate-array kernels (bitwise: the same
 // arithmetic on the same values), and the bias gradient of a packed column block against the CPU.
-void test_packed_rope(int N, int H, int Hkv, int D, double theta, bool bias) {
+void test_packed_rope(int N, int H, int Hkv, int D, double theta, bool bias, double scale = 1.0) {
   std::vector<int32_t> pos(N);
   std::uniform_int_distribution<int> P(0, 70000);
   for (auto& p : pos) p = P(g_rng);
   Dev<int32_t> dpos(pos);
+  // RoPE's table (src/model/rope.hpp): plain, or YaRN-like (scale != 1: the upper half of the
+  // frequencies divided by 4, cos and sin times scale)
+  std::vector<double> freq = K::rope_plain_inv_freq(D, theta);
+  if (scale != 1.0)
+    for (size_t d = freq.size() / 2; d < freq.size(); d++) freq[d] /= 4;
+  Dev<double> dfreq(freq);
+  const K::RopeFreqs hr{freq.data(), scale}, dr{dfreq.p, scale};
   const int HD = H * D, KD = Hkv * D, P3 = HD + 2 * KD;
   const size_t nq = size_t(N) * HD, nk = size_t(N) * KD;
   char name[128];
@@ -137,9 +184,9 @@ void test_packed_rope(int N, int H, int Hkv, int D, double theta, bool bias) {
   Dev<bf16> packed(pack_rows({&q, &k, &v}, N)), oq(nq), ok(nk), ov(nk), sq(q), sk(k), sv(v);
   oq.poison(), ok.poison(), ov.poison();
   C::qkv_rope_unpack_fwd(packed.p, oq.p, ok.p, ov.p, bias ? dbq.p : nullptr, bias ? dbk.p : nullptr,
-                         bias ? dbv.p : nullptr, dpos.p, N, H, Hkv, D, theta, g_stream);
+                         bias ? dbv.p : nullptr, dpos.p, N, H, Hkv, D, dr, g_stream);
   C::qkv_rope_fwd(sq.p, sk.p, sv.p, bias ? dbq.p : nullptr, bias ? dbk.p : nullptr, bias ? dbv.p : nullptr, dpos.p, N,
-                  H, Hkv, D, theta, g_stream);
+                  H, Hkv, D, dr, g_stream);
   std::snprintf(name, sizeof name, "qkv_rope_unpack_fwd N%d H%d/%d D%d%s == in place", N, H, Hkv, D, b);
   report(name, Err{}, 0,
          bits_differ(oq.down(), sq.down()) + bits_differ(ok.down(), sk.down()) + bits_differ(ov.down(), sv.down()));
@@ -147,8 +194,8 @@ void test_packed_rope(int N, int H, int Hkv, int D, double theta, bool bias) {
   const std::vector<bf16> gq = to_b(randn(nq, 1.0)), gk = to_b(randn(nk, 1.0)), gv = to_b(randn(nk, 1.0));
   Dev<bf16> dgq(gq), dgk(gk), dgv(gv), dqkv(size_t(N) * P3), ugq(gq), ugk(gk);
   dqkv.poison();
-  C::qkv_rope_pack_bwd(dgq.p, dgk.p, dgv.p, dqkv.p, dpos.p, N, H, Hkv, D, theta, g_stream);
-  C::qk_rope_bwd(ugq.p, ugk.p, dpos.p, N, H, Hkv, D, theta, g_stream);
+  C::qkv_rope_pack_bwd(dgq.p, dgk.p, dgv.p, dqkv.p, dpos.p, N, H, Hkv, D, dr, g_stream);
+  C::qk_rope_bwd(ugq.p, ugk.p, dpos.p, N, H, Hkv, D, dr, g_stream);
   const std::vector<bf16> uq = ugq.down(), uk = ugk.down(), want = pack_rows({&uq, &uk, &gv}, N);
   std::snprintf(name, sizeof name, "qkv_rope_pack_bwd N%d H%d/%d D%d == in place", N, H, Hkv, D);
   const std::vector<bf16> got = dqkv.down();
@@ -197,6 +244,10 @@ void test_fused(bool q) {
   test_fused_rope(q ? 64 : 300, 14, 2, 64, 1000000.0, true);
   test_packed_rope(q ? 64 : 300, 10, 2, 128, 500000.0, false);
   test_packed_rope(q ? 64 : 300, 14, 2, 64, 1000000.0, true);
+  test_fused_rope(q ? 64 : 300, 8, 2, 128, 1000000.0, false, 1.1386);
+  test_head_norm(q ? 64 : 300, 8, 128, 8 * 128);            // separate q
+  test_head_norm(q ? 64 : 300, 2, 128, (8 + 2 * 2) * 128);  // k's block of a packed q|k|v  // YaRN-like table and attention factor
+  test_packed_rope(q ? 64 : 300, 8, 2, 128, 1000000.0, false, 1.1386);
   test_packed_swiglu(q ? 37 : 300, 4864 / 8);  // 608: the 16-byte kernels
   test_packed_swiglu(q ? 37 : 300, 77);        // scalar
 }

@@ -36,48 +36,61 @@ TEST(KernelsRmsNorm, ForwardAndBackward) {
   EXPECT_LT(sbtest::fd_check(w, dw, loss), 1e-7);
 }
 
-TEST(KernelsRope, MatchesHuggingFaceFormulaAndGradient) {
-  Rng rng(22);
-  const int N = 5, nh = 3, D = 8;
-  const double theta = 10000.0;
+// The plain table (theta^(-2d/D)) at scale 1, and a scaled table with an attention factor (YaRN's
+// shape: any inv_freq, cos and sin times the scale): the formula, the inverse and the gradient.
+static void check_rope(const std::vector<double>& inv_freq, double scale, uint64_t seed) {
+  Rng rng(seed);
+  const int N = 5, nh = 3, D = int(inv_freq.size()) * 2;
+  const k::RopeFreqs f{inv_freq.data(), scale};
   std::vector<int32_t> pos = {0, 1, 7, 300, 4095};
   auto x0 = rng.vec(N * nh * D);
   auto x = x0;
-  k::rope_fwd<double>(x.data(), pos.data(), N, nh, D, theta);
+  k::rope_fwd<double>(x.data(), pos.data(), N, nh, D, f);
   for (int t = 0; t < N; t++)
     for (int h = 0; h < nh; h++) {
       const double* a = &x0[(t * nh + h) * D];
       const double* b = &x[(t * nh + h) * D];
       double n0 = 0, n1 = 0;
       for (int d = 0; d < D; d++) n0 += a[d] * a[d], n1 += b[d] * b[d];
-      EXPECT_NEAR(n0, n1, 1e-12) << "rotation preserves the norm";
+      EXPECT_NEAR(n0 * scale * scale, n1, 1e-12) << "a scaled rotation scales the norm";
       for (int d = 0; d < D / 2; d++) {
-        double ang = pos[t] * std::pow(theta, -2.0 * d / D);
-        EXPECT_NEAR(b[d], a[d] * std::cos(ang) - a[d + D / 2] * std::sin(ang), 1e-12);
-        EXPECT_NEAR(b[d + D / 2], a[d + D / 2] * std::cos(ang) + a[d] * std::sin(ang), 1e-12);
+        double ang = pos[t] * inv_freq[d];
+        EXPECT_NEAR(b[d], scale * (a[d] * std::cos(ang) - a[d + D / 2] * std::sin(ang)), 1e-12);
+        EXPECT_NEAR(b[d + D / 2], scale * (a[d + D / 2] * std::cos(ang) + a[d] * std::sin(ang)), 1e-12);
       }
       if (pos[t] == 0) {
-        for (int d = 0; d < D; d++) EXPECT_EQ(a[d], b[d]) << "position 0 is the identity";
+        for (int d = 0; d < D; d++) EXPECT_NEAR(a[d] * scale, b[d], 1e-15) << "position 0 only scales";
       }
     }
-  // rope_bwd is the inverse rotation: bwd(fwd(x)) == x.
+  // rope_bwd is scale times the inverse rotation: bwd(fwd(x)) == scale^2 x.
   auto back = x;
-  k::rope_bwd<double>(back.data(), pos.data(), N, nh, D, theta);
+  k::rope_bwd<double>(back.data(), pos.data(), N, nh, D, f);
+  for (auto& v : back) v /= scale * scale;
   EXPECT_LT(sbtest::rel_err(back, x0), 1e-14);
   auto xf = std::vector<float>(x0.begin(), x0.end());
-  k::rope_fwd<float>(xf.data(), pos.data(), N, nh, D, theta);
+  k::rope_fwd<float>(xf.data(), pos.data(), N, nh, D, f);
   EXPECT_LT(sbtest::rel_err(xf, x), 1e-6);
   // And it is the gradient: loss = sum(rope(x) * wr)  ->  dx = rope_bwd(wr).
   auto wr = rng.vec(N * nh * D);
   auto xv = x0;
   auto loss = [&] {
     auto y = xv;
-    k::rope_fwd<double>(y.data(), pos.data(), N, nh, D, theta);
+    k::rope_fwd<double>(y.data(), pos.data(), N, nh, D, f);
     return sbtest::dot(y, wr);
   };
   auto dx = wr;
-  k::rope_bwd<double>(dx.data(), pos.data(), N, nh, D, theta);
+  k::rope_bwd<double>(dx.data(), pos.data(), N, nh, D, f);
   EXPECT_LT(sbtest::fd_check(xv, dx, loss), 1e-8);
+}
+
+TEST(KernelsRope, MatchesHuggingFaceFormulaAndGradient) {
+  const auto plain = k::rope_plain_inv_freq(8, 10000.0);
+  for (int d = 0; d < 4; d++) EXPECT_DOUBLE_EQ(plain[d], std::pow(10000.0, -2.0 * d / 8));
+  check_rope(plain, 1.0, 22);
+}
+
+TEST(KernelsRope, ScaledTableAndAttentionFactor) {
+  check_rope({0.9, 0.31, 0.0123, 1.7e-4, 3e-6}, 1.1386, 24);  // D = 10, YaRN-like scale 0.1 ln(4) + 1
 }
 
 TEST(KernelsSwiglu, ForwardAndBackward) {
