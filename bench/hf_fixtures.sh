@@ -14,5 +14,13 @@ for name in qwen2 mistral; do
   "$SB" convert $D/$name runs/fx_ck/$name.h5 || exit 1
   "$SB" convert runs/fx_ck/$name.h5 $D/exp_${name}_bf16 --dtype bf16 || exit 1
 done
-python3 bench/hf_parity.py --out $D --check $D/exp_qwen2_bf16 $D/exp_mistral_bf16 --tar  # tars even when a check fails
+# RoPE scaling (llama3, yarn, linear) and Qwen3: bench/hf_rope_reference.py made these fixtures on the
+# CPU machine in plain torch; transformers loads them and must give their logits (rope_check.json),
+# and our export of each (f32) must load in transformers with no missing / unexpected keys.
+for name in llama31 qwen2_yarn qwen3; do
+  "$SB" convert tests/convert/fixtures/$name runs/fx_ck/$name.h5 || exit 1
+  "$SB" convert runs/fx_ck/$name.h5 $D/exp_$name --dtype f32 || exit 1
+done
+python3 bench/hf_parity.py --out $D --check $D/exp_qwen2_bf16 $D/exp_mistral_bf16 $D/exp_llama31 $D/exp_qwen2_yarn \
+  $D/exp_qwen3 --rope-check tests/convert/fixtures --tar  # tars even when a check fails
 cp $D/fixtures.tar "$OUTDIR/"

@@ -16,6 +16,13 @@ depend on the GPU's TF32 or fused kernels:
 --check loads directories that `sparsebalance convert CKPT DIR` exported, with
 from_pretrained(output_loading_info=True): every missing/unexpected/mismatched key is an error,
 and the logits on the same ids go to DIR/check_<name>.json for the CPU test to compare with ours.
+--rope-check FIXTURES (tests/convert/fixtures) loads the RoPE-scaling and Qwen3 fixtures that
+bench/hf_rope_reference.py wrote on the CPU machine without transformers (llama31: llama3 scaling;
+qwen2_yarn: YaRN; qwen3: Qwen3ForCausalLM with linear scaling under rope_parameters) with
+transformers itself, computes its float32 logits on their golden ids and compares them with the
+committed golden.json (to 1e-4, as the CPU test compares ours); DIR/rope_check.json holds
+transformers' logits and the differences, and DIR/rope_<name>/ a save_pretrained of the loaded
+model (commit its config.json beside ours if transformers writes the scaling differently).
 --tar packs everything into DIR/fixtures.tar (the device tool returns only a few files per run).
 Needs torch, transformers, safetensors (the GPU machine has them). Takes a few seconds.
 """
@@ -78,11 +85,38 @@ def check(out, d):
     return not bad
 
 
+def rope_check(out, fixtures):
+    res, ok = {"transformers": transformers.__version__}, True
+    for name in ("llama31", "qwen2_yarn", "qwen3"):
+        d = os.path.join(fixtures, name)
+        model, info = AutoModelForCausalLM.from_pretrained(d, attn_implementation="eager", output_loading_info=True,
+                                                           **F32)
+        gold = json.load(open(os.path.join(d, "golden.json")))
+        with torch.no_grad():
+            logits = [model.eval()(input_ids=torch.tensor([ids])).logits[0].float() for ids in gold["ids"]]
+        err = max(float((lg - torch.tensor(g, dtype=torch.float32)).abs().max()) for lg, g in zip(logits, gold["logits"]))
+        bad = {k: [str(x) for x in v] for k, v in info.items() if v}
+        inv = getattr(model.model.rotary_emb, "inv_freq", None)
+        res[name] = {"max_abs_logit_diff": err, "loading_info": bad, "config_class": type(model.config).__name__,
+                     "attention_scaling": float(getattr(model.model.rotary_emb, "attention_scaling", 1.0)),
+                     "inv_freq": inv.tolist() if inv is not None else None,
+                     "reference_inv_freq": gold.get("rope", {}).get("inv_freq"),
+                     "logits": [lg.tolist() for lg in logits]}
+        model.save_pretrained(os.path.join(out, "rope_" + name), safe_serialization=True)
+        good = err < 1e-4 and not bad
+        ok = ok and good
+        print(f"rope-check {name}: max |transformers - reference| = {err:.2e} {'ok' if good else 'FAILED'} {bad or ''}")
+    with open(os.path.join(out, "rope_check.json"), "w") as f:
+        json.dump(res, f)
+    return ok
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--check", nargs="*", default=[])
     ap.add_argument("--tar", action="store_true")
+    ap.add_argument("--rope-check", help="tests/convert/fixtures: check the RoPE-scaling / Qwen3 fixtures with transformers")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     torch.set_num_threads(1)
@@ -94,6 +128,8 @@ def main():
             lambda: make(a.out, "qwen2", Qwen2Config(**COMMON, tie_word_embeddings=True, use_sliding_window=False,
                                                      sliding_window=4096, max_window_layers=2))]
     jobs += [lambda d=d: check(a.out, d) for d in a.check]
+    if a.rope_check:
+        jobs.append(lambda: rope_check(a.out, a.rope_check))
     for job in jobs:  # one failure must not lose the other fixtures
         try:
             ok = job() is not False and ok

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -174,7 +175,7 @@ TEST(Convert, TheCommandRoundTripsAndRefuses) {
   expect_same_tensors(g + "/llama_bf16", s / "hf");
   r = convert(g + "/bad_dirs/rope_scaling " + s / "x.h5");
   EXPECT_EQ(r.rc, 1);
-  EXPECT_NE(r.out.find("config.json: field 'rope_scaling'"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("config.json: field 'rope_scaling.low_freq_factor' is missing"), std::string::npos) << r.out;
   r = convert(g + "/llama_bf16 " + s / "x.h5 --dtype f16");
   EXPECT_NE(r.out.find("--dtype and --shard-size apply to checkpoint -> HF"), std::string::npos) << r.out;
   EXPECT_FALSE(exists(s / "x.h5"));
@@ -188,7 +189,7 @@ TEST(Convert, RefusalsNameTheProblemAndWriteNothing) {
       {"unexpected", "model.safetensors: unexpected tensor 'model.layers.0.self_attn.q_proj.bias'"},
       {"shape", "tensor 'model.layers.0.self_attn.k_proj.weight' has shape [32, 16], config.json gives [16, 32]"},
       {"damaged", "model.safetensors: tensor 'lm_head.weight': data_offsets"},
-      {"rope_scaling", "config.json: field 'rope_scaling'"},
+      {"rope_scaling", "config.json: field 'rope_scaling.low_freq_factor' is missing (rope_type \"llama3\" requires it)"},
       {"index_missing", "tensor 'model.layers.9.mlp.up_proj.weight' is missing"},
       {"attention_bias", "config.json: field 'attention_bias' = true (biases on q/k/v and o_proj)"},
       {"mlp_bias", "config.json: field 'mlp_bias' = true"},
@@ -266,6 +267,78 @@ TEST(Parity, ImportedTransformersQwen2AndMistralGiveTheirLogits) {
   }
 }
 
+TEST(Parity, ScaledRopeAndQwen3FixturesGiveTheirLogits) {
+  // bench/hf_rope_reference.py's fixtures (transformers' formulas in plain torch, float64; the GPU
+  // machine cross-checks them with transformers, bench/hf_fixtures.sh): Llama 3.1-style llama3
+  // scaling, Qwen2 with YaRN (attention factor 1.139), Qwen3 (head_dim 16 beside hidden 32 / 4 heads,
+  // q_norm / k_norm, linear scaling under transformers 5's rope_parameters). Their sequences (56 and
+  // 35 tokens) run past original_max_position_embeddings (32). Imported, our forward gives their
+  // logits; exported in float32, the same tensors bit for bit and the same config fields.
+  sbtest::Scratch s;
+  for (const std::string name : {"llama31", "qwen2_yarn", "qwen3"}) {
+    const std::string fx = sbtest::committed(name);
+    hf_to_checkpoint(fx, s / (name + ".h5"), {});
+    expect_matches_transformers(s / (name + ".h5"), json::parse(sbtest::slurp(fx + "/golden.json")), 23);
+    checkpoint_to_hf(s / (name + ".h5"), s / (name + "_hf"), StDtype::F32, kDefaultShardBytes, false);
+    expect_same_tensors(fx, s / (name + "_hf"));
+    const json in = json::parse(sbtest::slurp(fx + "/config.json"));
+    const json out = json::parse(sbtest::slurp(s / (name + "_hf") + "/config.json"));
+    for (const char* f : {"architectures", "model_type", "head_dim", "hidden_size", "num_attention_heads",
+                          "num_key_value_heads", "max_position_embeddings", "tie_word_embeddings"})
+      if (in.contains(f)) EXPECT_EQ(out[f], in[f]) << name << ": " << f;
+    const char* field = in.contains("rope_parameters") ? "rope_parameters" : "rope_scaling";
+    ASSERT_TRUE(out.contains(field)) << name;
+    for (auto& [k, v] : in[field].items())  // every field given comes back ("type" as rope_type)
+      EXPECT_EQ(out[field][k == "type" ? "rope_type" : k], v) << name << ": " << field << "." << k;
+    HfModel a = parse_hf_config(in.dump(), "in"), b = parse_hf_config(out.dump(), "out");
+    EXPECT_TRUE(a.dims.rope_scaling == b.dims.rope_scaling) << name;
+    EXPECT_EQ(a.dims.qk_norm, b.dims.qk_norm);
+    EXPECT_EQ(a.architecture, b.architecture);
+  }
+}
+
+TEST(Parity, ScaledRopeChangesTheLogitsOnlyPastTheOriginalContext) {
+  // The same Llama 3.1 fixture with its scaling removed: the logits move (the test above could not
+  // pass by ignoring the scaling), and a run may set its own scaling over --init-from's.
+  sbtest::Scratch s;
+  const std::string fx = sbtest::committed("llama31");
+  sbtest::fs::create_directories(s / "plain");
+  sbtest::fs::copy_file(fx + "/model.safetensors", s / "plain/model.safetensors");
+  json cfg = json::parse(sbtest::slurp(fx + "/config.json"));
+  cfg["rope_scaling"] = nullptr;
+  {
+    std::ofstream(s / "plain/config.json") << cfg.dump();
+  }
+  hf_to_checkpoint(s / "plain", s / "plain.h5", {});
+  Loaded l = load(s / "plain.h5");
+  const json golden = json::parse(sbtest::slurp(fx + "/golden.json"));
+  auto ours = our_log_softmax(*l.model, golden["ids"], 31);
+  double moved = 0;
+  for (size_t t = 0; t < ours[0].size(); ++t) {
+    const auto row = golden["logits"][0][t].get<std::vector<double>>();
+    double mx = -1e300, sum = 0;
+    for (double x : row) mx = std::max(mx, x);
+    for (double x : row) sum += std::exp(x - mx);
+    for (size_t v = 0; v < row.size(); ++v)
+      if (!std::isnan(ours[0][t][v])) moved = std::max(moved, std::fabs(ours[0][t][v] - (row[v] - mx - std::log(sum))));
+  }
+  EXPECT_GT(moved, 1e-2) << "plain RoPE should not give the llama3-scaled logits";
+  // --init-from the plain directory with the scaling set for the run: the run's keys stand.
+  Config run = Config::load("", std::vector<std::string>{"model.rope_scaling.type=llama3", "model.rope_scaling.factor=8",
+                                                         "model.rope_scaling.original_max_position_embeddings=32"});
+  std::vector<std::string> notes;
+  init_weights_from(s / "plain", run, {}, &notes);
+  const ModelDims d = model_dims(run, 0);
+  EXPECT_EQ(d.rope_scaling.type, "llama3");
+  EXPECT_EQ(d.rope_scaling.factor, 8);
+  EXPECT_EQ(d.rope_scaling.original_max_positions, 32);
+  // Without its own, the run takes PATH's scaling.
+  Config run2;
+  init_weights_from(fx, run2, {}, nullptr);
+  EXPECT_EQ(model_dims(run2, 0).rope_scaling.type, "llama3");
+  EXPECT_EQ(model_dims(run2, 0).rope_scaling.original_max_positions, 32);
+}
+
 TEST(Parity, TransformersLoadsOurExportsAndAgrees) {
   // bench/hf_parity.py --check loaded these exports (BF16 untied; F16 tied, from a Mistral
   // directory; BF16 of transformers' Qwen2 (as Qwen2ForCausalLM, biases included) and Mistral,
@@ -312,7 +385,7 @@ TEST(InitFrom, TrainStartsFromTheWeightsWithTheShapeOfPath) {
   EXPECT_NE(e.find("--set model.n_layers=3 contradicts --init-from " + hf + ", which has model.n_layers = 2"),
             std::string::npos) << e;
   e = error_of([&] { Config c; init_weights_from(sbtest::gen_dir() + "/bad_dirs/rope_scaling", c, {}); });
-  EXPECT_NE(e.find("field 'rope_scaling'"), std::string::npos) << e;
+  EXPECT_NE(e.find("field 'rope_scaling.low_freq_factor' is missing"), std::string::npos) << e;
 }
 
 TEST(InitFrom, AQwen2DirectoryBringsItsBiases) {

@@ -215,8 +215,6 @@ TEST(HfConfig, UnsupportedFieldsAreRefusedNamingTheField) {
   mistral["sliding_window"] = nullptr;
   EXPECT_NO_THROW(parse_hf_config(mistral.dump(), "m"));
   const std::vector<Case> cases = {
-      {"rope_scaling", json::parse(R"({"rope_type": "llama3", "factor": 8.0})"), l},
-      {"rope_parameters", json::parse(R"({"rope_type": "yarn", "rope_theta": 10000.0})"), l},
       {"use_sliding_window", true, q},
       {"sliding_window", 4096, mistral},
       {"num_experts", 8, q},
@@ -226,7 +224,7 @@ TEST(HfConfig, UnsupportedFieldsAreRefusedNamingTheField) {
       {"mlp_bias", true, l},
       {"hidden_act", "gelu", l},
       {"attention_dropout", 0.1, q},
-      {"head_dim", 128, l},
+      {"head_dim", 7, l},
       {"architectures", json::array({"GPT2LMHeadModel"}), l},
       {"model_type", "gemma", l},
       {"quantization_config", json::object({{"quant_method", "gptq"}}), l},
@@ -256,6 +254,139 @@ TEST(HfConfig, UnsupportedFieldsAreRefusedNamingTheField) {
   odd["num_key_value_heads"] = 3;
   e = error_of([&] { Config cfg; set_model_keys(parse_hf_config(odd.dump(), "o"), cfg, "o"); });
   EXPECT_NE(e.find("num_key_value_heads"), std::string::npos) << e;
+}
+
+// The config.json of Qwen/Qwen3-0.6B as published: head_dim 128 beside hidden_size 1024 / 16 heads.
+static json qwen3_config() {
+  return json::parse(R"({
+    "architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 1024,
+    "initializer_range": 0.02, "intermediate_size": 3072, "max_position_embeddings": 40960,
+    "max_window_layers": 28, "model_type": "qwen3", "num_attention_heads": 16, "num_hidden_layers": 28,
+    "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000,
+    "sliding_window": null, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+    "transformers_version": "4.51.0", "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})");
+}
+
+TEST(HfConfig, RealQwen3AndLlama32ConfigsParse) {
+  HfModel q = parse_hf_config(qwen3_config().dump(), "qwen3/config.json");
+  EXPECT_EQ(q.architecture, "Qwen3ForCausalLM");
+  EXPECT_TRUE(q.dims.qk_norm);
+  EXPECT_FALSE(q.qkv_bias);
+  EXPECT_EQ(q.dims.head_dim, 128);
+  Config qc;
+  set_model_keys(q, qc, "qwen3/config.json");
+  const ModelDims qd = model_dims(qc, 0);
+  EXPECT_EQ(qd.head_dim, 128);
+  EXPECT_TRUE(qd.qk_norm);
+  EXPECT_EQ(qd.num_params(), 596049920);  // Qwen3-0.6B's parameter count (tied head)
+  const json out = json::parse(hf_config_json(qc, qd, "bfloat16"));
+  EXPECT_EQ(out["architectures"][0], "Qwen3ForCausalLM");
+  EXPECT_EQ(out["model_type"], "qwen3");
+  EXPECT_EQ(out["head_dim"], 128);
+  EXPECT_EQ(out["attention_bias"], false);
+  EXPECT_TRUE(out["rope_scaling"].is_null());
+  HfModel back = parse_hf_config(out.dump(), "exported");
+  EXPECT_TRUE(back.dims.qk_norm);
+  EXPECT_EQ(back.dims.head_dim, 128);
+  // Llama 3.2 1B's config: llama3 scaling under rope_scaling, exported back in that form.
+  json l32 = llama_config();
+  l32["rope_theta"] = 500000.0;
+  l32["max_position_embeddings"] = 131072;
+  l32["rope_scaling"] = json::parse(R"({"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                                        "original_max_position_embeddings": 8192, "rope_type": "llama3"})");
+  HfModel l = parse_hf_config(l32.dump(), "llama32/config.json");
+  const RopeScaling& r = l.dims.rope_scaling;
+  EXPECT_EQ(r.type, "llama3");
+  EXPECT_EQ(r.factor, 32.0);
+  EXPECT_EQ(r.original_max_positions, 8192);
+  EXPECT_EQ(r.low_freq_factor, 1.0);
+  EXPECT_EQ(r.high_freq_factor, 4.0);
+  Config lc;
+  set_model_keys(l, lc, "llama32/config.json");
+  EXPECT_EQ(lc.s("model.rope_scaling.type"), "llama3");
+  EXPECT_EQ(lc.s("model.rope_scaling.field"), "rope_scaling");
+  const json lo = json::parse(hf_config_json(lc, model_dims(lc, 0), "bfloat16"));
+  EXPECT_EQ(lo["rope_scaling"], l32["rope_scaling"]);
+  // Qwen2.5's YaRN recipe ({"type": "yarn"}, transformers 4's older key) and transformers 5's
+  // rope_parameters: read, and written back under the field they came in.
+  json qy = qwen25_config();
+  qy["rope_scaling"] = json::parse(R"({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})");
+  HfModel y = parse_hf_config(qy.dump(), "qwen25/config.json");
+  EXPECT_EQ(y.dims.rope_scaling.type, "yarn");
+  EXPECT_EQ(y.dims.rope_scaling.beta_fast, 32.0);
+  EXPECT_EQ(y.dims.rope_scaling.beta_slow, 1.0);
+  EXPECT_NEAR(rope_table(64, 1e6, y.dims.rope_scaling).scale, 0.1 * std::log(4.0) + 1, 1e-15);
+  json v5 = llama_config();
+  v5.erase("rope_theta");
+  v5["rope_parameters"] = json::parse(R"({"rope_type": "linear", "factor": 2.0, "rope_theta": 25000.0})");
+  HfModel p = parse_hf_config(v5.dump(), "v5/config.json");
+  EXPECT_EQ(p.dims.rope_theta, 25000.0);
+  EXPECT_EQ(p.rope_field, "rope_parameters");
+  Config pc;
+  set_model_keys(p, pc, "v5/config.json");
+  const json po = json::parse(hf_config_json(pc, model_dims(pc, 0), "float32"));
+  EXPECT_EQ(po["rope_parameters"]["rope_type"], "linear");
+  EXPECT_EQ(po["rope_parameters"]["factor"], 2.0);
+  EXPECT_EQ(po["rope_parameters"]["rope_theta"], 25000.0);
+  EXPECT_FALSE(po.contains("rope_scaling"));
+}
+
+TEST(HfConfig, RopeScalingAndQwen3RefusalsNameTheField) {
+  struct Case { json rope; std::string field; std::string says; };
+  const std::vector<Case> cases = {
+      {json::parse(R"({"rope_type": "llama3", "factor": 8.0})"), "rope_scaling.low_freq_factor", "is missing"},
+      {json::parse(R"({"rope_type": "linear"})"), "rope_scaling.factor", "is missing"},
+      {json::parse(R"({"rope_type": "dynamic", "factor": 2.0})"), "rope_scaling.rope_type", "is not supported"},
+      {json::parse(R"({"type": "longrope", "factor": 2.0})"), "rope_scaling.type", "is not supported"},
+      {json::parse(R"({"rope_type": "yarn", "factor": 4.0, "mscale": 0.7})"), "rope_scaling.mscale", "is not supported"},
+      {json::parse(R"({"rope_type": "linear", "factor": 2.0, "low_freq_factor": 1.0})"), "rope_scaling.low_freq_factor",
+       "is not supported with rope_type \"linear\""},
+      {json::parse(R"({"rope_type": "linear", "factor": 0.5})"), "rope_scaling", "factor must be a number >= 1"},
+      {json::parse(R"({"rope_type": "yarn", "factor": "4"})"), "rope_scaling.factor", "must be a number"},
+      {json::parse(R"({"rope_type": "linear", "factor": 2.0, "partial_rotary_factor": 0.5})"),
+       "rope_scaling.partial_rotary_factor", "whole head"},
+      {json::parse(R"({"rope_type": "yarn", "type": "linear", "factor": 2.0})"), "rope_scaling.type", "contradicts"},
+      {json::parse(R"({"factor": 2.0})"), "rope_scaling.rope_type", "is missing"},
+      {json::parse(R"("yarn")"), "rope_scaling", "must be an object"},
+  };
+  for (const auto& c : cases) {
+    json j = llama_config();
+    j["rope_scaling"] = c.rope;
+    const std::string e = error_of([&] { parse_hf_config(j.dump(), "x/config.json"); });
+    EXPECT_NE(e.find("x/config.json: field '" + c.field + "'"), std::string::npos) << c.rope.dump() << ": " << e;
+    EXPECT_NE(e.find(c.says), std::string::npos) << c.rope.dump() << ": " << e;
+  }
+  json both = llama_config();
+  both["rope_scaling"] = json::parse(R"({"rope_type": "linear", "factor": 2.0})");
+  both["rope_parameters"] = json::parse(R"({"rope_type": "linear", "factor": 2.0})");
+  std::string e = error_of([&] { parse_hf_config(both.dump(), "b"); });
+  EXPECT_NE(e.find("field 'rope_parameters' and rope_scaling both give a scaling"), std::string::npos) << e;
+  // Qwen3 with biases (attention_bias = true puts them on q, k, v and o_proj) is refused.
+  json qb = qwen3_config();
+  qb["attention_bias"] = true;
+  e = error_of([&] { parse_hf_config(qb.dump(), "q3/config.json"); });
+  EXPECT_NE(e.find("q3/config.json: field 'attention_bias' = true: Qwen3 with biases"), std::string::npos) << e;
+  // Without head_dim, hidden_size must divide by the heads.
+  json odd = llama_config();
+  odd["num_attention_heads"] = 5, odd["num_key_value_heads"] = 5;
+  e = error_of([&] { parse_hf_config(odd.dump(), "o/config.json"); });
+  EXPECT_NE(e.find("field 'hidden_size' = 896 is not divisible by num_attention_heads = 5"), std::string::npos) << e;
+  // For a run: an unknown type, a factor below 1 and llama3 / yarn without the original context.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> runs = {
+      {{"model.rope_scaling.type=ntk"}, "model.rope_scaling.type"},
+      {{"model.rope_scaling.factor=0.5"}, "model.rope_scaling.factor"},
+      {{"model.rope_scaling.type=yarn", "model.rope_scaling.factor=4"},
+       "model.rope_scaling.original_max_position_embeddings must be set (> 0) for rope_scaling.type = yarn"},
+      {{"model.rope_scaling.type=llama3", "model.rope_scaling.factor=8",
+        "model.rope_scaling.original_max_position_embeddings=8192", "model.rope_scaling.high_freq_factor=1"},
+       "model.rope_scaling.high_freq_factor must be > low_freq_factor"}};
+  for (const auto& [sets, says] : runs) {
+    e = error_of([&] { (void)model_dims(Config::load("", sets), 100); });
+    EXPECT_NE(e.find(says), std::string::npos) << sets[0] << ": " << e;
+  }
+  e = error_of([&] { (void)model_dims(Config::load("", std::vector<std::string>{"model.qk_norm=true", "model.qkv_bias=true"}), 100); });
+  EXPECT_NE(e.find("model.qk_norm = true with model.qkv_bias = true is not supported"), std::string::npos) << e;
 }
 
 TEST(HfConfig, ShippedQwen25ConfigsHaveTheRealShapes) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numbers>
 #include <random>
 
 #include "src/model/model.hpp"
@@ -43,14 +44,17 @@ AttnSettings settings(bool sparse, int layers, int k) {
 
 // Central differences of the summed loss against the analytic gradient, on a random sample of
 // parameters of every tensor.
-void check_gradients(bool sparse, bool tied, bool qkv_bias = false, ModelExec exec = {}) {
-  Model<double> m(tiny_dims(tied, qkv_bias));
+void check_gradients(const ModelDims& dims, bool sparse, ModelExec exec = {}) {
+  Model<double> m(dims);
   m.set_exec(exec);
   m.init(7);
   std::mt19937_64 brng(5);
-  for (const auto& p : m.params())  // biases start at 0: give them values so they matter
-    if (p.name.ends_with(".bias"))
-      for (size_t i = 0; i < p.size; ++i) m.weights()[p.offset + i] = double(brng() % 1000) / 1000.0 - 0.5;
+  for (const auto& p : m.params()) {  // biases start at 0 and q/k norms at 1: give them values so they matter
+    const bool qk = p.name.ends_with("q_norm.weight") || p.name.ends_with("k_norm.weight");
+    if (p.name.ends_with(".bias") || qk)
+      for (size_t i = 0; i < p.size; ++i)
+        m.weights()[p.offset + i] = (qk ? 1.0 : 0.0) + double(brng() % 1000) / 1000.0 - 0.5;
+  }
   PackedBatch b = random_batch({13, 5, 21}, m.shape().vocab, 3);
   AttnSettings a = settings(sparse, m.shape().n_layers, 1);
   m.zero_grads();
@@ -74,6 +78,20 @@ void check_gradients(bool sparse, bool tied, bool qkv_bias = false, ModelExec ex
     EXPECT_LT(worst, 1e-6) << p.name << (sparse ? " (sparse)" : " (dense)");
   }
 }
+void check_gradients(bool sparse, bool tied, bool qkv_bias = false, ModelExec exec = {}) {
+  check_gradients(tiny_dims(tied, qkv_bias), sparse, exec);
+}
+
+// Qwen3's shape: head_dim 6 decoupled from d_model / n_heads = 4, q_norm / k_norm, and a scaled RoPE
+// whose original context (8) the sequences pass.
+ModelDims qwen3_dims(const std::string& rope) {
+  ModelDims d = tiny_dims(true);
+  d.head_dim = 6, d.qk_norm = true;
+  d.rope_scaling.type = rope;
+  d.rope_scaling.factor = 4, d.rope_scaling.original_max_positions = 8;
+  d.rope_theta = 100;
+  return d;
+}
 
 }  // namespace
 
@@ -82,6 +100,71 @@ TEST(Model, GradientsMatchFiniteDifferencesSparseUntied) { check_gradients(true,
 TEST(Model, GradientsMatchFiniteDifferencesQkvBias) {
   check_gradients(false, true, true);
   check_gradients(true, false, true);
+}
+
+TEST(Model, GradientsMatchFiniteDifferencesQwen3ScaledRope) {
+  check_gradients(qwen3_dims("yarn"), false);                       // attention factor 1.139 on q and k
+  check_gradients(qwen3_dims("llama3"), true);
+  check_gradients(qwen3_dims("linear"), false, ModelExec{0, true});  // and through recomputation
+}
+
+TEST(Model, QkNormNamesShapesAndEffect) {
+  const ModelDims d = qwen3_dims("none");
+  Model<double> m(d);
+  EXPECT_EQ(m.param("model.layers.1.self_attn.q_norm.weight").shape, (std::vector<int64_t>{6}));
+  EXPECT_EQ(m.param("model.layers.0.self_attn.k_norm.weight").shape, (std::vector<int64_t>{6}));
+  EXPECT_EQ(m.param("model.layers.0.self_attn.q_proj.weight").shape, (std::vector<int64_t>{24, 16}));
+  EXPECT_EQ(m.param("model.layers.0.self_attn.o_proj.weight").shape, (std::vector<int64_t>{16, 24}));
+  EXPECT_FALSE(m.param("model.layers.0.self_attn.q_norm.weight").decay);
+  EXPECT_EQ(int64_t(m.weights().size()), d.num_params());
+  // q, k, v adjacent (the GPU's packed projection); the norms inside the layer's range
+  const auto& q = m.param("model.layers.0.self_attn.q_proj.weight");
+  EXPECT_EQ(m.param("model.layers.0.self_attn.k_proj.weight").offset, q.offset + q.size);
+  auto [lo, hi] = m.layout().layer_range(0);
+  EXPECT_LT(m.param("model.layers.0.self_attn.k_norm.weight").offset, hi);
+  EXPECT_EQ(hi, m.layout().layer_range(1).first);
+  // The norms act: a k_norm weight changes the loss; an all-scaled q_norm weight does too (q's scale
+  // is not softmax-invariant).
+  m.init(3);
+  PackedBatch b = random_batch({17, 9}, d.vocab, 4);
+  AttnSettings a = settings(false, d.n_layers, 0);
+  const double l0 = m.forward(b, a).loss_sum;
+  m.weights()[m.param("model.layers.0.self_attn.k_norm.weight").offset + 1] = 1.7;
+  EXPECT_GT(std::abs(m.forward(b, a).loss_sum - l0), 1e-6);
+}
+
+TEST(Model, RopeTablesFollowTransformersFormulas) {
+  // llama3 (Llama 3.1: factor 8, 1, 4, 8192; head 128, theta 500000): the three bands.
+  RopeScaling r;
+  r.type = "llama3", r.factor = 8, r.original_max_positions = 8192;
+  const RopeTable t = rope_table(128, 500000, r);
+  const auto plain = kernels::rope_plain_inv_freq(128, 500000);
+  ASSERT_EQ(t.inv_freq.size(), 64u);
+  EXPECT_EQ(t.scale, 1.0);
+  for (size_t d = 0; d < 64; ++d) {
+    const double wl = 2 * std::numbers::pi / plain[d];
+    if (wl < 8192 / 4.0) EXPECT_DOUBLE_EQ(t.inv_freq[d], plain[d]) << d;          // high frequencies kept
+    else if (wl > 8192) EXPECT_DOUBLE_EQ(t.inv_freq[d], plain[d] / 8) << d;       // low ones divided
+    else EXPECT_TRUE(t.inv_freq[d] < plain[d] && t.inv_freq[d] > plain[d] / 8) << d;  // blended
+  }
+  // yarn (Qwen2.5: factor 4, original 32768; head 128, theta 1e6): ramp bounds floor(23.6) = 23 and
+  // ceil(39.65) = 40 (find_correction_dim), attention factor 0.1 ln 4 + 1.
+  r = RopeScaling{};
+  r.type = "yarn", r.factor = 4, r.original_max_positions = 32768;
+  const RopeTable y = rope_table(128, 1e6, r);
+  const auto p6 = kernels::rope_plain_inv_freq(128, 1e6);
+  EXPECT_DOUBLE_EQ(y.scale, 0.1 * std::log(4.0) + 1);
+  for (int d : {0, 10, 23}) EXPECT_DOUBLE_EQ(y.inv_freq[d], p6[d]) << d;
+  for (int d : {40, 50, 63}) EXPECT_DOUBLE_EQ(y.inv_freq[d], p6[d] / 4) << d;
+  const double ramp = (30 - 23) / double(40 - 23);
+  EXPECT_NEAR(y.inv_freq[30], p6[30] / 4 * ramp + p6[30] * (1 - ramp), 1e-18);
+  r.attention_factor = 1.5;
+  EXPECT_EQ(rope_table(128, 1e6, r).scale, 1.5);
+  // linear: every frequency divided
+  r = RopeScaling{};
+  r.type = "linear", r.factor = 2;
+  const RopeTable lt = rope_table(8, 1e4, r);
+  for (int d = 0; d < 4; ++d) EXPECT_DOUBLE_EQ(lt.inv_freq[d], kernels::rope_plain_inv_freq(8, 1e4)[d] / 2);
 }
 
 TEST(Model, QkvBiasNamesShapesAndEffect) {
