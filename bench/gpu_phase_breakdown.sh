@@ -27,18 +27,16 @@ data=runs/gpu_e2e/data_$L
 [ -f "$data/shard_00000.h5" ] || "$SB" prep synth --preset fixed --docs 24 --max-len "$L" --min-len "$L" \
     --output "$data" > /dev/null || exit 1
 # a plain run (tokens/s without the events) and one with train.phase_times
-for sel in run; do
-  for pt in false true; do
-    run=${sel}_$pt
-    rm -rf runs/gpu_e2e/ckpt_phase_$run
-    "$SB" train "$CONFIG" --set data.path="$data" --set data.val_fraction=0 "${att_sets[@]}" --set train.phase_times=$pt \
-      --set train.micro_batch_tokens="$L" --set train.global_batch_tokens=$((2 * L)) --set train.steps="$STEPS" \
-      --set attention.mode="$MODE" --set balance.tuning=$TUNING --set balance.self_profile=$PROF --set checkpoint.dir=runs/gpu_e2e/ckpt_phase_$run \
-      --set log.path=runs/gpu_e2e/metrics_phase_$run.h5 --summary runs/gpu_e2e/phase_$run.json \
-      > "$OUTDIR/phase_$run.log" 2>&1 || { echo "train failed (train.phase_times=$pt):"; tail -20 "$OUTDIR/phase_$run.log"; continue; }
-    rm -rf runs/gpu_e2e/ckpt_phase_$run
-    grep "^phases" "$OUTDIR/phase_$run.log"
-  done
+for pt in false true; do
+  run=run_$pt
+  rm -rf runs/gpu_e2e/ckpt_phase_$run
+  "$SB" train "$CONFIG" --set data.path="$data" --set data.val_fraction=0 "${att_sets[@]}" --set train.phase_times=$pt \
+    --set train.micro_batch_tokens="$L" --set train.global_batch_tokens=$((2 * L)) --set train.steps="$STEPS" \
+    --set attention.mode="$MODE" --set balance.tuning=$TUNING --set balance.self_profile=$PROF --set checkpoint.dir=runs/gpu_e2e/ckpt_phase_$run \
+    --set log.path=runs/gpu_e2e/metrics_phase_$run.h5 --summary runs/gpu_e2e/phase_$run.json \
+    > "$OUTDIR/phase_$run.log" 2>&1 || { echo "train failed (train.phase_times=$pt):"; tail -20 "$OUTDIR/phase_$run.log"; continue; }
+  rm -rf runs/gpu_e2e/ckpt_phase_$run
+  grep "^phases" "$OUTDIR/phase_$run.log"
 done
 python3 - "$OUTDIR" "$L" run <<'PY' | tee "$OUTDIR/phase_table.md"
 import json, re, statistics, sys
