@@ -15,11 +15,12 @@
 // cut at its query heads first, and the launch runs piece-major in windows of the SMs' items, so
 // that CTAs running together read one stretch of one head's Q, dO and dQ (BwdParams::head_split).
 //
-// The kernel below is the schedule; its pieces are in bwd_sm90/ (FlashAttention-3's hopper/ split):
+// The kernel below is the schedule; its pieces are in bwd_sm90/ (the split of FlashAttention-3's hopper/
+// flash_bwd_kernel_sm90.h over its mainloop, epilogue and tile-scheduler files):
 //   tiling.cuh     shapes and the shared-memory layout
 //   scheduler.cuh  which column and tiles a CTA takes, the tile cursor
 //   load.cuh       K, V, Q, dO by TMA, lse and Delta by cp.async
-//   mainloop.cuh   S^T, dP^T, P^T, dV, dS^T, dK of a tile
+//   mainloop.cuh   the products of a tile: S^T, dP^T, dV, dK (the softmax and dS^T stay in the loop)
 //   dq.cuh         dQ = dS K, staged and bulk-added
 //   epilogue.cuh   dK, dV out (TMA stores or each thread's)
 //   trace.cuh      the per-CTA timestamps (set_bwd_trace), one hook
