@@ -45,6 +45,7 @@ struct BatchCase {
   bool sparse;  // through the gating path, with every causal block in reach (k and theta large)
   bool qkv_bias = false;  // Qwen2's q/k/v biases (bias.cu), set to random values
   sb::ModelExec exec = {};  // the GPU model's LM head chunk and recomputation (the reference: whole, none)
+  bool qwen3 = false;  // head_dim 128 beside d_model 256 / 4 heads, q/k norms (head_norm.cu), YaRN RoPE
 };
 
 // The small model of the per-micro-batch cases: n_layers of d_model 256, 4 / 2 heads of 64.
@@ -52,6 +53,10 @@ sb::ModelDims case_dims(int n_layers, const BatchCase& c) {
   sb::ModelDims d;
   d.n_layers = n_layers, d.d_model = 256, d.n_heads = 4, d.n_kv_heads = 2, d.head_dim = 64, d.ffn_dim = 384;
   d.vocab = 300, d.tied = c.tied, d.qkv_bias = c.qkv_bias;
+  if (c.qwen3) {  // the sequences (300, 130 tokens) run past the original context of 64
+    d.head_dim = 128, d.qk_norm = true;
+    d.rope_scaling.type = "yarn", d.rope_scaling.factor = 4, d.rope_scaling.original_max_positions = 64;
+  }
   return d;
 }
 
@@ -60,9 +65,12 @@ void check_one_micro_batch(BatchCase c) {
   sb::Model<float> host(d);
   host.init(11);
   std::mt19937_64 brng(3);
-  for (const auto& p : host.params())
-    if (p.name.ends_with(".bias"))
-      for (size_t i = 0; i < p.size; ++i) host.weights()[p.offset + i] = float(brng() % 1000) / 1000.0f - 0.5f;
+  for (const auto& p : host.params()) {
+    const bool qk = p.name.ends_with("q_norm.weight") || p.name.ends_with("k_norm.weight");  // 1 +- 0.5
+    if (p.name.ends_with(".bias") || qk)
+      for (size_t i = 0; i < p.size; ++i)
+        host.weights()[p.offset + i] = (qk ? 1.0f : 0.0f) + float(brng() % 1000) / 1000.0f - 0.5f;
+  }
   for (float& w : host.weights()) w = bf16_round(w);  // the GPU's GEMMs read bf16: compare like with like
   sb::Model<double> ref(d);
   for (size_t i = 0; i < host.weights().size(); ++i) ref.weights()[i] = host.weights()[i];
@@ -89,8 +97,9 @@ void check_one_micro_batch(BatchCase c) {
 
   EXPECT_EQ(sg.targets, sr.targets);
   const double loss_err = std::abs(sg.loss_sum - sr.loss_sum) / sr.loss_sum;
-  std::printf("tied=%d sparse=%d qkv_bias=%d lm_head_chunk=%d recompute=%d loss gpu %.6f ref %.6f rel %.2e\n", c.tied,
-              c.sparse, c.qkv_bias, c.exec.lm_head_chunk, int(c.exec.recompute), sg.loss_sum, sr.loss_sum, loss_err);
+  std::printf("tied=%d sparse=%d qkv_bias=%d qwen3=%d lm_head_chunk=%d recompute=%d loss gpu %.6f ref %.6f rel %.2e\n",
+              c.tied, c.sparse, c.qkv_bias, c.qwen3, c.exec.lm_head_chunk, int(c.exec.recompute), sg.loss_sum,
+              sr.loss_sum, loss_err);
   EXPECT_LT(loss_err, 5e-3);
   for (int l = 0; l < d.n_layers; ++l) EXPECT_EQ(sg.gating[l].kept_blocks, sr.gating[l].kept_blocks);
   double worst = 0;
@@ -102,7 +111,7 @@ void check_one_micro_batch(BatchCase c) {
     // measured on the H200. A bias gradient is a column sum of bf16 dq/dk/dv over every token, and
     // k's nearly cancels (softmax ignores a shift of the keys; only RoPE's rotation breaks that):
     // 3.6e-2 measured. A wrong or missing sum is off by ~100%.
-    const double tol = !c.qkv_bias ? 3e-2 : p.name.ends_with(".bias") ? 8e-2 : 5e-2;
+    const double tol = !c.qkv_bias && !c.qwen3 ? 3e-2 : p.name.ends_with(".bias") ? 8e-2 : 5e-2;
     EXPECT_LT(e, tol) << p.name;
   }
   std::printf("  worst gradient rel error %.2e over %zu tensors\n", worst, host.params().size());
@@ -233,6 +242,14 @@ TEST(ModelCuda, QkvBiasMatchesDoubleReference) {
   if (!have_gpu()) GTEST_SKIP();
   check_one_micro_batch({false, false, true});
   check_one_micro_batch({true, true, true});
+}
+
+// Qwen3's shape (decoupled head_dim, q_norm / k_norm through head_rmsnorm_fwd/bwd on the packed
+// q|k|v) with YaRN's table and attention factor in the rope kernels.
+TEST(ModelCuda, Qwen3YarnMatchesDoubleReference) {
+  if (!have_gpu()) GTEST_SKIP();
+  check_one_micro_batch({false, false, false, {}, true});
+  check_one_micro_batch({true, true, false, sb::ModelExec{0, true}, true});
 }
 
 // The chunked, fused LM head (100 tokens per chunk over 503, the last one partial; tied, so the
