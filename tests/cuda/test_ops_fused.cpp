@@ -172,7 +172,7 @@ void test_packed_rope(int N, int H, int Hkv, int D, double theta, bool bias, dou
   if (scale != 1.0)
     for (size_t d = freq.size() / 2; d < freq.size(); d++) freq[d] /= 4;
   Dev<double> dfreq(freq);
-  const K::RopeFreqs hr{freq.data(), scale}, dr{dfreq.p, scale};
+  const K::RopeFreqs dr{dfreq.p, scale};
   const int HD = H * D, KD = Hkv * D, P3 = HD + 2 * KD;
   const size_t nq = size_t(N) * HD, nk = size_t(N) * KD;
   char name[128];
