@@ -7,6 +7,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace sb::kernels {
@@ -112,7 +114,14 @@ struct GatingParams {
 // The rows of D values summarising one block's keys per kv head: 1 (mean), 2 (bounds: the max row,
 // then the min row), sub_blocks (sub). Throws std::invalid_argument when sub_blocks does not divide
 // the block size.
-int key_summary_rows(const GatingParams& p, int block_size);
+inline int key_summary_rows(const GatingParams& p, int block_size) {
+  if (p.key == GateKey::bounds) return 2;
+  if (p.key == GateKey::mean) return 1;
+  if (p.sub_blocks < 1 || block_size % p.sub_blocks != 0)
+    throw std::invalid_argument("gating: sub_blocks (" + std::to_string(p.sub_blocks) +
+                                ") must divide the block size (" + std::to_string(block_size) + ")");
+  return p.sub_blocks;
+}
 
 struct GatingStats {
   double rows = 0;           // rows gated (doc x kv head x query block)

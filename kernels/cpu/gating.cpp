@@ -19,15 +19,6 @@ static void make_row_base(const int32_t* cu_seqlens, int ndocs, AttnShape s, Blo
         sel.doc_row_base[d] + int64_t(s.n_kv_heads) * cpu::num_blocks(cu_seqlens[d + 1] - cu_seqlens[d], s.block_size);
 }
 
-int key_summary_rows(const GatingParams& p, int block_size) {
-  if (p.key == GateKey::bounds) return 2;
-  if (p.key == GateKey::mean) return 1;
-  if (p.sub_blocks < 1 || block_size % p.sub_blocks != 0)
-    throw std::invalid_argument("gating: sub_blocks (" + std::to_string(p.sub_blocks) +
-                                ") must divide the block size (" + std::to_string(block_size) + ")");
-  return p.sub_blocks;
-}
-
 // The key summary of kv head g over the block's tokens [t0, t0 + n), kb (R, D) in double: mean, the
 // mean of the rows; bounds, the max row then the min row; sub, each sub-block's mean (sub-blocks of
 // Bs / R tokens; a short last block's empty sub-blocks repeat its last one, which leaves the max).
