@@ -351,11 +351,9 @@ void DeviceGating::select(const bf16* q, const bf16* k, int layer, DeviceSelecti
   pool_kernel<<<grid, std::min(D, 128), 0, stream>>>(q, k, m.blocks.p, H, Hkv, D, int(m.gate.key), m.R,
                                                       m.s.block_size / m.R, qbar, m.kbar.p);
   SB_CUDA_CHECK_LAUNCH("pool_kernel");
-  const RowParams rp{m.blocks.p, m.block_base.p, m.row_base.p, qbar,  m.kbar.p,         Hkv,
-                     D,          0,             m.local,       m.cap, m.theta,           1.0 / std::sqrt(double(D)),
-                     m.row_slots.p, m.cnt.p,    m.recall.p,    m.kbud.p, layer,          m.words,
-                     m.bits.p,   m.ccnt.p,      q,             H,     int(per_token),    int(m.gate.key),
-                     m.R};
+  const RowParams rp{m.blocks.p, m.block_base.p, m.row_base.p, qbar, m.kbar.p, Hkv, D, 0, m.local, m.cap, m.theta,
+                     1.0 / std::sqrt(double(D)), m.row_slots.p, m.cnt.p, m.recall.p, m.kbud.p, layer, m.words,
+                     m.bits.p, m.ccnt.p, q, H, int(per_token), int(m.gate.key), m.R};
   const size_t smem = row_smem_bytes(D, m.max_nb);
   if (smem > 48 * 1024)
     SB_CUDA_CHECK(cudaFuncSetAttribute(row_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
