@@ -73,6 +73,32 @@ struct RowParams {
 // Shared memory of row_kernel: kTQ query vectors, then nb scores (double), then nb keep flags.
 inline size_t row_smem_bytes(int D, int max_nb) { return size_t(kTQ) * D * sizeof(double) + size_t(max_nb) * (sizeof(double) + 1); }
 
+// The best dot of nt <= TQ query vectors qs (nt, D) with one key block's summary kj (R, D): each
+// dot summed over d ascending (bounds: sum_d max(q_d hi_d, q_d lo_d)), the TQ dots in registers so
+// kj is read once.
+template <int TQ>
+__device__ double best_dot(const double* qs, int nt, const double* kj, int D, int R, bool bounds) {
+  double best = -INFINITY;
+  for (int r = 0; r < (bounds ? 1 : R); r++) {
+    double acc[TQ];
+#pragma unroll
+    for (int t = 0; t < TQ; t++) acc[t] = 0.0;
+    for (int d = 0; d < D; d++) {
+      const double hi = kj[size_t(r) * D + d], lo = bounds ? kj[D + d] : 0.0;
+#pragma unroll
+      for (int t = 0; t < TQ; t++)
+        if (t < nt) {
+          const double x = qs[t * D + d];
+          acc[t] = __dadd_rn(acc[t], bounds ? fmax(__dmul_rn(x, hi), __dmul_rn(x, lo)) : __dmul_rn(x, hi));
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < TQ; t++)
+      if (t < nt) best = fmax(best, acc[t]);
+  }
+  return best;
+}
+
 __global__ void row_kernel(const RowParams p) {
   extern __shared__ double smem[];  // row_smem_bytes
   const BlockInfo b = p.blocks[blockIdx.x];
@@ -98,25 +124,9 @@ __global__ void row_kernel(const RowParams p) {
     __syncthreads();
     for (int j = threadIdx.x; j <= i; j += blockDim.x) {
       const double* kj = p.kbar + (size_t(base + j) * p.Hkv + g) * p.R * D;
-      double best = sc[j];
-      for (int r = 0; r < (bounds ? 1 : p.R); r++) {
-        double acc[kTQ];
-#pragma unroll
-        for (int t = 0; t < kTQ; t++) acc[t] = 0.0;
-        for (int d = 0; d < D; d++) {
-          const double hi = kj[size_t(r) * D + d], lo = bounds ? kj[D + d] : 0.0;
-#pragma unroll
-          for (int t = 0; t < kTQ; t++)
-            if (t < nt) {
-              const double x = qs[t * D + d];
-              acc[t] = __dadd_rn(acc[t], bounds ? fmax(__dmul_rn(x, hi), __dmul_rn(x, lo)) : __dmul_rn(x, hi));
-            }
-        }
-#pragma unroll
-        for (int t = 0; t < kTQ; t++)
-          if (t < nt) best = fmax(best, acc[t]);
-      }
-      sc[j] = best;
+      // one vector (the mean query, or a last pass of one): the plain loop, no idle lanes of kTQ
+      const double best = nt == 1 ? best_dot<1>(qs, 1, kj, D, p.R, bounds) : best_dot<kTQ>(qs, nt, kj, D, p.R, bounds);
+      sc[j] = fmax(sc[j], best);
     }
   }
   for (int j = threadIdx.x; j <= i; j += blockDim.x) sc[j] = __dmul_rn(sc[j], p.scale);
