@@ -47,7 +47,7 @@ static int run_eval(const Args& args) {
   load_weights(ck, ck_path, model);
   // On train.device: the GPU evaluates a GPU-sized model in seconds where the CPU would take minutes.
   AdamW opt(st.optim, model.weights().size());  // unused: eval takes no step
-  std::unique_ptr<Engine> engine = make_engine(st, comm, model, opt);
+  std::unique_ptr<Engine> engine = make_engine(st.engine(), comm, model, opt);
   engine->from_host();
   EvalResult r = evaluate(st, comm, *engine, ds);
   if (!comm.root()) return 0;

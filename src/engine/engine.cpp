@@ -21,7 +21,7 @@ namespace {
 // updated slices are all-gathered, so every rank again holds every weight.
 class CpuEngine final : public Engine {
  public:
-  CpuEngine(const TrainSettings& t, const Comm& comm, Model<float>& model, AdamW& opt)
+  CpuEngine(const EngineSettings& t, const Comm& comm, Model<float>& model, AdamW& opt)
       : comm_(comm), model_(model), opt_(opt), reducer_(comm, size_t(t.bucket_mb * 1024 * 1024)), zero_(t.zero),
         owners_(model.layout(), model.weights().size(), [this](Slice r) {
           reducer_.reduce_to_owners(model_.grads().data(), model_.grads().size(), r);
@@ -127,10 +127,10 @@ std::string cpu_device_name(const Comm& comm) {
   return "cpu: " + name + " (" + std::to_string(comm.size()) + " ranks)";
 }
 
-std::unique_ptr<Engine> make_engine(const Settings& s, const Comm& comm, Model<float>& model, AdamW& opt) {
-  const std::string& dev = s.train.device;
-  model.set_exec(s.train.exec);  // the CPU model runs it; the CUDA engine passes it to its model
-  if (dev == "cpu") return std::make_unique<CpuEngine>(s.train, comm, model, opt);
+std::unique_ptr<Engine> make_engine(const EngineSettings& s, const Comm& comm, Model<float>& model, AdamW& opt) {
+  const std::string& dev = s.device;
+  model.set_exec(s.exec);  // the CPU model runs it; the CUDA engine passes it to its model
+  if (dev == "cpu") return std::make_unique<CpuEngine>(s, comm, model, opt);
 #ifdef SB_WITH_CUDA
   if (dev == "cuda") return make_cuda_engine(s, comm, model, opt);
 #endif

@@ -21,7 +21,7 @@ ProfileReport profile_machine(const Settings& s, const Comm& comm, bool quick) {
   model.init(1);
   // Where train.device says: the same engine the trainer runs, so GPU runs time GPU kernels.
   AdamW opt(s.optim, model.weights().size());
-  std::unique_ptr<Engine> engine = make_engine(s, comm, model, opt);
+  std::unique_ptr<Engine> engine = make_engine(s.engine(), comm, model, opt);
   engine->from_host();
   ProfileReport rep{LatencyModel(ModelShape{dims.n_layers, bs, w}), {}, {}, {}, {}, 0, 0};
 

@@ -158,4 +158,22 @@ SimulateSettings simulate_settings(const Config& cfg) {
   return s;
 }
 
+EngineSettings Settings::engine() const {
+  return {train.device, train.bucket_mb, train.overlap_reduce, train.zero, train.exec, attention.block_size, data.shard_long};
+}
+
+BatchingSettings Settings::batching() const {
+  BatchingSettings b;
+  b.micro_batch_tokens = train.micro_batch_tokens;
+  b.batching = balance.batching;
+  b.plan = balance.plan;
+  b.k0 = balance.dst.k0;
+  b.reject_long = data.reject_long;
+  b.parts = data.shard_long;
+  b.part_costly = balance.shard_docs;
+  b.part_share = balance.shard_part;
+  b.attention = attention.at_k0(0);
+  return b;
+}
+
 }  // namespace sb

@@ -12,7 +12,9 @@
 #include "src/balance/simulate.hpp"
 #include "src/config/config.hpp"
 #include "src/model/model.hpp"
+#include "src/engine/engine.hpp"
 #include "src/engine/update.hpp"
+#include "src/parts/step_batches.hpp"
 
 namespace sb {
 
@@ -94,6 +96,8 @@ struct Settings {
   CheckpointSettings checkpoint;
   LogSettings log;
   EvalSettings eval;
+  EngineSettings engine() const;      // what make_engine takes
+  BatchingSettings batching() const;  // what plan_step_batches takes
 };
 
 // The whole Settings; data_vocab is the dataset's vocabulary (model.vocab_size = 0 takes it; 0
