@@ -118,7 +118,7 @@ TEST(ZeroCuda, EngineKeepsItsSliceAndRoundTripsTheState) {
   std::vector<float> m0(sh.size()), v0(sh.size());
   for (size_t i = 0; i < sh.size(); ++i) m0[i] = float(sh.lo + i), v0[i] = 0.5f * float(sh.lo + i);
   opt.m() = m0, opt.v() = v0;
-  std::unique_ptr<sb::Engine> engine = sb::make_engine(s, comm, model, opt);
+  std::unique_ptr<sb::Engine> engine = sb::make_engine(s.engine(), comm, model, opt);
   const std::string line = engine->memory_line();
   EXPECT_NE(line.find("of " + std::to_string(sh.size()) + " of " + std::to_string(n) + " parameters"),
             std::string::npos) << line;
