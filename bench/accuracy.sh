@@ -6,7 +6,7 @@
 #   ACC_SCALE=tiny bash bench/accuracy.sh          # CPU, a minute or two: checks the pipeline
 #   ACC_SCALE=gpu SB=build-gpu/src/sparsebalance bash bench/accuracy.sh    # one H200, ~13 min of training
 #
-# Measured on one H200 (bench/RESULTS.md, "The accuracy recipe learns the tasks"): the default recipe
+# Measured on one H200 (bench/results/2026-12-01-accuracy-recipe.md): the default recipe
 # (copymix, below) reaches 100% passkey and 94.0% overall exact match on held-out 8K-16K documents
 # (dense), after ~430M training tokens; the plain recipe (ACC_RECIPE=plain) stays at 0.
 #
@@ -102,7 +102,7 @@ case $SCALE in
 esac
 # ACC_RECIPE=copymix (the default): a `copy` stage instead of `pre` (LM loss on repeated random
 # strings, bench/accuracy_copy_corpus.py: the copy heads form abruptly, at ~400 of 600 steps on the
-# H200, bench/RESULTS.md), then `short` and `long` with ACC_MIX of the copy corpus's shards mixed into
+# H200, bench/results/2026-12-01-accuracy-recipe.md), then `short` and `long` with ACC_MIX of the copy corpus's shards mixed into
 # their corpora, so the copy signal stays while the answers are learned (the plain `pre` stage,
 # started from a copy model, undid it: its first loss was 7.2; without copy data `short` stays flat).
 MIX=${ACC_MIX:-$([ "$SCALE" = gpu ] && echo 5 || echo 1)}

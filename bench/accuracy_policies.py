@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/accuracy_policies.sh's runs -> one CSV and Markdown tables for bench/RESULTS.md.
+"""bench/accuracy_policies.sh's runs -> one CSV and Markdown tables for bench/results/ (2026-12-02-policy-comparison-gpu.md).
 
 usage: accuracy_policies.py RUNS [--from 8193] --csv OUT.csv --md OUT.md
 

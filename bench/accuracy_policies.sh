@@ -21,7 +21,7 @@
 # at k0. Seeds (POL_SEEDS, default "1 2 3") set data.seed (the document order) and train.seed.
 # Resumable in bounded calls like bench/accuracy.sh (ACC_DEADLINE / ACC_BUDGET_S; last line
 # `policies: done` or `policies: continue`). Writes $POL_RUNS/policies.csv, policies.md (tables for
-# bench/RESULTS.md) and policies.png (accuracy against step time), copied to $OUT.
+# bench/results/2026-12-02-policy-comparison-gpu.md) and policies.png (accuracy against step time), copied to $OUT.
 # Env: POL_SCALE (tiny|gpu), SB, ACC_RUNS (the recipe's runs), POL_FROM, POL_RUNS (runs/policies_$POL_SCALE),
 # POL_STEPS, POL_BATCH (global batch tokens), POL_NP, POL_SEEDS, POL_POLICIES, POL_MAX_CHANGE (0.25),
 # POL_LR (the fine-tunes' peak train.lr; unset: the config's), POL_EVAL_DOCS (gpu: 256 of the 384

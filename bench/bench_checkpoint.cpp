@@ -1,6 +1,6 @@
 // Checkpoint write time and peak host memory for the configs/gpu_0p5b.toml model shape (~0.47B
 // parameters): today's whole-file writer against the sharded one of train.zero = 1. Not a Google
-// Benchmark (one write is the measurement); bench/checkpoint_zero.sh runs it, bench/RESULTS.md has
+// Benchmark (one write is the measurement); bench/checkpoint_zero.sh runs it, bench/results/2026-12-01-checkpoint-writers.md and -readers.md have
 // the figures.
 //   mpirun -np R build/bench/bench_checkpoint plain|collective|stream|read-whole|read-slice OUT_DIR [LAYERS]
 // plain:      rank 0 holds params, m, v whole (the Checkpoint the trainer fills) and calls

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One real point of "Where DST pays for speed" (bench/RESULTS.md, bench/dst_share_sweep.sh): DST
+# One real point of "Where DST pays for speed" (bench/results/2026-12-02-dst-real-point.md, bench/dst_share_sweep.sh): DST
 # alone (sequential+dst over sequential+fixed, same batches) measured by real CPU training at a large
 # attention share, beside what `simulate` predicts for the same setup.
 #   bash bench/dst_real_point.sh [BUILD_DIR] [ROUNDS] [STEPS]      # defaults: build 4 40 (~7 min on 2 cores)

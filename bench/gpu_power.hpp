@@ -1,7 +1,7 @@
 // GPU power and SM clock while a benchmark runs, from NVML (the driver's libnvidia-ml.so.1, opened
 // with dlopen: no toolkit header or link dependency, and a build where it is absent still runs).
 // Why: at long contexts the attention kernels run at the H200's 700 W cap, where the SM clock drops
-// by up to a fifth and depends on what ran just before (bench/RESULTS.md, 2026-12-04), so a time
+// by up to a fifth and depends on what ran just before (bench/results/2026-12-04-power-cap-mha-splits.md), so a time
 // alone does not say whether a kernel is slower per clock or only hotter.
 //   PowerSampler ps;  ps.start();  ...timed loop...;  PowerSample s = ps.stop();
 // A thread samples the SM clock and its clock-event reasons every 5 ms; the energy counter gives

@@ -2,7 +2,7 @@
 # Sharded documents in `simulate` (issue 21): longalign up to 256K, 64K-token micro-batches, every
 # rank count in RANKS x 1 and 4 micro-batches, for each sharding setting; one Markdown row per run
 # against the token-level bound (total work / ranks at k0) and the bounds sharded plans add to it
-# (src/balance/README.md, "Sharded documents"; bench/RESULTS.md).
+# (src/balance/README.md, "Sharded documents"; bench/results/2026-12-01-parts-in-simulate.md).
 # usage: bench/simulate_shard_table.sh [BIN] [label]   env: RANKS ("64 256 1024"), STEPS (2),
 #   SETS (more simulate arguments, e.g. "--set train.device=cuda": the members gate the whole document)
 set -euo pipefail

@@ -115,7 +115,7 @@ struct DocShard {
 // whole document. Selective: after gating on the shared pooled keys, a member receives only the
 // blocks its own rows keep. Auto: selective when it moves well below the all-gather (kAutoShare).
 enum class ShardExchangeMode { AllGather, Selective, Auto };
-constexpr double kAutoShare = 0.5;  // Auto's threshold: selective rows / all-gather rows (bench/RESULTS.md)
+constexpr double kAutoShare = 0.5;  // Auto's threshold: selective rows / all-gather rows (bench/results/2026-12-01-kv-exchange.md)
 
 // Who needs which rows of a sharded document (the selective exchange): every member's token ranges
 // [begin, end) of blocks other members own that its rows keep, ascending; shared by share_needs.

@@ -297,7 +297,7 @@ TEST(Update, ScheduleWarmupCosineAndClip) {
 }
 
 // train.decay_steps: a 6-step run follows the first 6 steps of the 30-step schedule exactly (the
-// GPU benchmarks' configs rely on it: a cosine over 6 steps spiked at step 6, bench/RESULTS.md), and
+// GPU benchmarks' configs rely on it: a cosine over 6 steps spiked at step 6, bench/results/2026-12-01-loss-spike.md), and
 // a run longer than its decay horizon holds the floor.
 TEST(Update, DecayStepsSetTheCosineHorizon) {
   auto optim = [](const std::string& steps, const std::string& decay) {
