@@ -65,7 +65,7 @@ std::vector<KeySpec> schema_model_train() {
       {"log.path", T::String, "runs/tiny/metrics.h5", 0, 0, {}, "HDF5 metrics log"},
       {"log.every", T::Int, "2", 1, BIG, {}, "steps between log flushes"},
       {"log.progress", T::Bool, "true", 0, 0, {}, "print a progress line per step on rank 0"},
-      {"log.batches", T::String, "", 0, 0, {}, "write every step's documents (tokens, targets) to this JSON-lines file (rank 0; for bench/torch_trajectory.py); empty = off"},
+      {"log.batches", T::String, "", 0, 0, {}, "write every step's documents (tokens, targets) to this JSON-lines file (rank 0; for bench/torch/torch_trajectory.py); empty = off"},
       // [eval]
       {"eval.docs", T::Int, "32", 1, BIG, {}, "validation documents evaluated"},
       {"eval.buckets", T::String, "256,1024,4096", 0, 0, {}, "upper bounds of document-length buckets for the loss report"},

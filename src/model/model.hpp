@@ -172,7 +172,7 @@ struct PackedBatch {
 // `gating` (one per layer, blocks of `block_size`): 6 * flop_params() * tokens plus, per layer,
 // 3 x the forward attention's 4 * H * D FLOPs per query-key pair, pairs per query head =
 // block_size^2 * (kept blocks - rows / 2) / n_kv_heads (the diagonal block counted as half), the
-// formula of bench/torch_model_ref.py. Recomputation (train.recompute) is not counted.
+// formula of bench/torch/torch_model_ref.py. Recomputation (train.recompute) is not counted.
 double train_flops(const ModelDims& s, int64_t tokens, const std::vector<kernels::GatingStats>& gating,
                    int block_size);
 // Attention of this rank's query rows of one sharded document against the whole document
