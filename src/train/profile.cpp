@@ -15,7 +15,7 @@ ProfileReport profile_machine(const Settings& s, const Comm& comm, bool quick) {
   const auto t0 = Clock::now();
   const ModelDims& dims = s.model;
   const int bs = s.attention.block_size, w = s.attention.local_blocks;
-  const int k0 = s.attention.k;
+  const int k0 = s.balance.dst.k0;
   const int64_t cap = s.train.micro_batch_tokens;
   Model<float> model(dims);
   model.init(1);

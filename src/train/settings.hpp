@@ -33,17 +33,16 @@ struct AttentionSettings {
   bool sparse = true;
   int block_size = 32, local_blocks = 1;
   double theta = 8;
-  int k = 4;  // default budget k0
   ShardExchangeMode shard_exchange = ShardExchangeMode::Auto;  // attention.shard_exchange
   AttnSettings for_budgets(std::vector<int> budgets) const;  // one budget per layer
-  AttnSettings at_k0(int n_layers) const;                    // every layer at k
+  AttnSettings at_k0(int n_layers, int k0) const;            // every layer at k0 (balance.dst.k0)
 };
 
 // [balance]: the plan (SAB), the tuner (DST) and the latency and recall models.
 struct BalanceSettings {
   Batching batching = Batching::Sparse;
   PlanOptions plan;
-  DstParams dst;             // k0 = attention.k, n_layers = model.n_layers
+  DstParams dst;             // k0 = attention.k (its one copy), n_layers = model.n_layers
   std::string profile;       // latency profile file ("" = analytic or self-profile)
   bool self_profile = true;
   bool shard_docs = false;   // balance.shard_docs: costly documents that fit are sharded too
@@ -103,6 +102,8 @@ struct Settings {
 // The whole Settings; data_vocab is the dataset's vocabulary (model.vocab_size = 0 takes it; 0
 // when unknown). Errors name the keys at fault.
 Settings from_config(const Config& cfg, int64_t data_vocab);
+// [data] alone: what opens the dataset before the rest can be read (its vocabulary sizes the model).
+DataSettings data_settings(const Config& cfg);
 // [model]; vocab from model.vocab_size or, when 0, from data_vocab.
 ModelDims model_dims(const Config& cfg, int64_t data_vocab);
 OptimSettings optim_settings(const Config& cfg);

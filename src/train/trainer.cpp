@@ -56,7 +56,7 @@ struct Trainer::StepState {
 Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume, int64_t stop_at)
     : cfg_(cfg),
       comm_(comm),
-      ds_(Dataset::open(cfg.s("data.path"))),
+      ds_(Dataset::open(data_settings(cfg).path)),
       set_(from_config(cfg, ds_.vocab_size())),
       dims_(set_.model),
       model_(dims_),
