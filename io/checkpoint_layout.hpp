@@ -1,5 +1,5 @@
 // The pieces of a checkpoint file that the whole-file writer (checkpoint.cpp) and the sharded
-// writer (checkpoint_sharded.cpp) share: one layout, one checksum. Internal to io/.
+// writer (checkpoint_slices.cpp) share: one layout, one checksum. Internal to io/.
 #pragma once
 #include <hdf5.h>
 
