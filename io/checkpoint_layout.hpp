@@ -1,4 +1,4 @@
-// The pieces of a checkpoint file that the whole-file writer (checkpoint.cpp) and the sharded
+// The pieces of a checkpoint file that the whole-file writer (checkpoint.cpp) and the sliced
 // writer (checkpoint_slices.cpp) share: one layout, one checksum. Internal to io/.
 #pragma once
 #include <hdf5.h>

@@ -1,4 +1,4 @@
-// write_checkpoint_sharded (checkpoint.hpp): one checkpoint file from every rank's slice of the
+// write_checkpoint_slices (checkpoint.hpp): one checkpoint file from every rank's slice of the
 // AdamW moments (train.zero = 1), no rank ever holding a whole copy of them. In three parts:
 //  1. the checksum, chained through the ranks in flat order (rank 0 hashes the header, the
 //     parameters and its slice of m, passes the 64-bit state to rank 1, ..., then the same for v),
@@ -41,7 +41,7 @@ struct Ranks {
   std::vector<uint64_t> lo, hi;  // every rank's slice
 };
 
-Ranks ranks_of(MPI_Comm comm, const CheckpointShard& mine) {
+Ranks ranks_of(MPI_Comm comm, const CheckpointSlice& mine) {
   Ranks r{comm, 0, 1, {}, {}};
   mpi(MPI_Comm_rank(comm, &r.rank), "MPI_Comm_rank");
   mpi(MPI_Comm_size(comm, &r.size), "MPI_Comm_size");
@@ -53,7 +53,7 @@ Ranks ranks_of(MPI_Comm comm, const CheckpointShard& mine) {
 }
 
 // Part 1: the checksum, complete on rank 0 (0 elsewhere).
-uint64_t chained_checksum(const Ranks& r, const Checkpoint& meta, const CheckpointShard& mine) {
+uint64_t chained_checksum(const Ranks& r, const Checkpoint& meta, const CheckpointSlice& mine) {
   uint64_t h = 0;
   if (r.rank == 0) h = fnv1a(mine.params.data(), mine.params.size() * sizeof(float), checksum_head(meta));
   const int next = (r.rank + 1) % r.size, prev = (r.rank + r.size - 1) % r.size;
@@ -123,7 +123,7 @@ void write_flat(hid_t ds, const CheckpointTensor& t, hsize_t a, hsize_t b, const
 }
 
 // Part 2 (rank 0): the file without the moments' values.
-void write_skeleton(const std::string& tmp, const Checkpoint& meta, const CheckpointShard& mine, uint64_t sum,
+void write_skeleton(const std::string& tmp, const Checkpoint& meta, const CheckpointSlice& mine, uint64_t sum,
                     const std::function<void(hid_t)>& extra) {
   h5::Id f = h5::create(tmp);
   write_meta(f, meta, mine.params.size(), sum);
@@ -154,7 +154,7 @@ std::pair<size_t, size_t> overlap(const CheckpointTensor& t, size_t lo, size_t h
 }
 
 // Part 3, Stream: rank 0 writes every rank's slice, received in pieces, in rank order.
-void stream_moments(const std::string& tmp, const Ranks& r, const Checkpoint& meta, const CheckpointShard& mine) {
+void stream_moments(const std::string& tmp, const Ranks& r, const Checkpoint& meta, const CheckpointSlice& mine) {
   h5::Id f;
   std::vector<h5::Id> ds[2];
   std::vector<float> buf;
@@ -200,7 +200,7 @@ void stream_moments(const std::string& tmp, const Ranks& r, const Checkpoint& me
 
 #ifdef SB_HDF5_PARALLEL
 // Part 3, Collective: each rank its own slice, through MPI-IO.
-void collective_moments(const std::string& tmp, const Ranks& r, const Checkpoint& meta, const CheckpointShard& mine) {
+void collective_moments(const std::string& tmp, const Ranks& r, const Checkpoint& meta, const CheckpointSlice& mine) {
   h5::Id fapl(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
   H5_CHECK(H5Pset_fapl_mpio(fapl, r.comm, MPI_INFO_NULL));
   H5_CHECK(H5Pset_all_coll_metadata_ops(fapl, true));  // rank 0 reads the metadata, broadcasts it
@@ -245,7 +245,7 @@ void mpi_check(int rc, const char* what) {
   if (rc != MPI_SUCCESS) throw Error(std::string("checkpoint: ") + what + " failed (MPI error " + std::to_string(rc) + ")");
 }
 
-void write_checkpoint_sharded(const std::string& path, const Checkpoint& meta, const CheckpointShard& mine,
+void write_checkpoint_slices(const std::string& path, const Checkpoint& meta, const CheckpointSlice& mine,
                               MPI_Comm comm, CheckpointIo how, const std::function<void(hid_t)>& extra) {
   const Ranks r = ranks_of(comm, mine);
   const std::string tmp = path + ".tmp";

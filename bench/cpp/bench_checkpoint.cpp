@@ -1,5 +1,5 @@
 // Checkpoint write time and peak host memory for the configs/gpu_0p5b.toml model shape (~0.47B
-// parameters): today's whole-file writer against the sharded one of train.zero = 1. Not a Google
+// parameters): today's whole-file writer against the sliced one of train.zero = 1. Not a Google
 // Benchmark (one write is the measurement); bench/studies/checkpoint_zero.sh runs it, bench/results/2026-12-01-checkpoint-writers.md and -readers.md have
 // the figures.
 //   mpirun -np R build/bench/bench_checkpoint plain|collective|stream|read-whole|read-slice OUT_DIR [LAYERS]
@@ -7,7 +7,7 @@
 //             write_checkpoint (the file built in memory, then written); the other ranks hold
 //             nothing here and wait (in training each holds its own whole state too).
 // collective: every rank holds all params and its 1/R slice of m, v (train.zero = 1) and calls
-//             write_checkpoint_sharded(..., Collective); stream: the same, through rank 0.
+//             write_checkpoint_slices(..., Collective); stream: the same, through rank 0.
 // read-whole / read-slice: a resume of train.zero = 1 (the file first written collectively, not
 //             timed): every rank holds the weights and its slice of m, v, and reads the checkpoint
 //             with read_checkpoint (today: the whole file into a Checkpoint, then the weights and
@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
   for (const auto& p : layout.params) ck.tensors.push_back({p.name, p.shape, p.offset, p.size}), n = p.offset + p.size;
   const std::string path = sb::checkpoint_path(dir, 1);
   std::vector<float> params, m, v;
-  const sb::Slice sh = sb::shard_of(n, rank, size);
+  const sb::Slice sh = sb::slice_of(n, rank, size);
   if (mode == "plain") {
     if (rank == 0) {
       ck.params.resize(n), ck.m.resize(n), ck.v.resize(n);
@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
     fill(params, 1), fill(m, 2 + uint32_t(rank)), fill(v, 3 + uint32_t(rank));
   }
   const bool read = mode.starts_with("read-");
-  if (read) sb::write_checkpoint_sharded(path, ck, {params, sh.lo, m, v}, MPI_COMM_WORLD, sb::CheckpointIo::Collective);
+  if (read) sb::write_checkpoint_slices(path, ck, {params, sh.lo, m, v}, MPI_COMM_WORLD, sb::CheckpointIo::Collective);
   const double before = vmhwm_mib();
   MPI_Barrier(MPI_COMM_WORLD);
   const double t0 = MPI_Wtime();
@@ -105,8 +105,8 @@ int main(int argc, char** argv) {
   } else if (mode == "plain") {
     if (rank == 0) sb::write_checkpoint(path, ck);
   } else {
-    const sb::CheckpointShard mine{params, sh.lo, m, v};
-    sb::write_checkpoint_sharded(path, ck, mine, MPI_COMM_WORLD,
+    const sb::CheckpointSlice mine{params, sh.lo, m, v};
+    sb::write_checkpoint_slices(path, ck, mine, MPI_COMM_WORLD,
                                  mode == "stream" ? sb::CheckpointIo::Stream : sb::CheckpointIo::Collective);
   }
   MPI_Barrier(MPI_COMM_WORLD);

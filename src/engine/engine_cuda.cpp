@@ -1,6 +1,6 @@
 // The CUDA engine: one GPU per rank (node-local rank picks it), the model in mixed precision
 // (src/model/model_cuda.cpp), AdamW on fp32 master weights on the device, NCCL all-reduce; with
-// train.zero = 1 the optimizer state is sharded over the ranks (src/engine/zero_cuda.hpp).
+// train.zero = 1 the optimizer state is sliced over the ranks (src/engine/zero_cuda.hpp).
 #include <algorithm>
 #include <chrono>
 #include <cmath>

@@ -88,7 +88,7 @@ Restored Trainer::read_resume(const std::string& path) {
   r.path = path;
   // Every rank reads the weights straight into the model and only its slice of the moments into
   // the optimizer (io/README.md, "Reading a slice"); a failure is the same on every rank.
-  const Slice sh = opt_.shard();
+  const Slice sh = opt_.slice();
   CheckpointSliceRead how{sh.lo, sh.hi, model_.weights(), opt_.m(), opt_.v()};
   r.ck = read_checkpoint_slice(path, how, MPI_COMM_WORLD, [&](hid_t f) {
     try {

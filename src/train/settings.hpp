@@ -58,7 +58,7 @@ struct TrainSettings {
   std::string device;  // "cpu" | "cuda"
   double bucket_mb = 4;
   bool overlap_reduce = true;
-  bool zero = false;  // train.zero = 1: AdamW moments sharded over the ranks (ZeRO-1, CPU)
+  bool zero = false;  // train.zero = 1: AdamW moments sliced over the ranks (ZeRO-1)
   bool nonfinite_stop = false;  // train.nonfinite = "stop" (else skip)
   int64_t max_skips = 0, sync_check_every = 0;
   int64_t inject_nan_step = 0, inject_nan_count = 0;

@@ -61,7 +61,7 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
       dims_(set_.model),
       model_(dims_),
       opt_(set_.optim, model_.weights().size(),  // train.zero = 1: this rank's slice of the moments
-           set_.train.zero ? shard_of(model_.weights().size(), comm.rank(), comm.size())
+           set_.train.zero ? slice_of(model_.weights().size(), comm.rank(), comm.size())
                            : Slice{0, model_.weights().size()}),
       lm_(ModelShape{dims_.n_layers, set_.attention.block_size, set_.attention.local_blocks}),
       rm_(lm_.shape(), set_.balance.recall_alpha, set_.balance.ema),
@@ -136,7 +136,7 @@ void Trainer::save_checkpoint(int64_t s) {
     try {
       engine_->to_host();
       if (set_.train.zero) {  // every rank its slice of the moments, into one file (io/checkpoint.hpp)
-        write_checkpoint_sharded(path, ck, {model_.weights(), opt_.shard().lo, opt_.m(), opt_.v()}, MPI_COMM_WORLD,
+        write_checkpoint_slices(path, ck, {model_.weights(), opt_.slice().lo, opt_.m(), opt_.v()}, MPI_COMM_WORLD,
                                  kCollectiveCheckpoints ? CheckpointIo::Collective : CheckpointIo::Stream, extra);
       } else {
         ck.params = model_.weights();
