@@ -1,6 +1,6 @@
 // The wgmma backward's compacted grid (BwdParams::work). With the column split the full grid has
 // n_split CTAs an item, enough for the longest possible column, and most columns are short: at
-// density 0.1, 85-88% of the GQA grid's CTAs have no tiles (bench/bwd_spare_ctas.py) and leave only
+// density 0.1, 85-88% of the GQA grid's CTAs have no tiles (bench/analysis/bwd_spare_ctas.py) and leave only
 // after reading their column's length, about 1 us each, interleaved with the working CTAs
 // (bench/RESULTS.md, 2026-12-04). Here one CTA lists, on the device, the full-grid positions of the
 // pieces that have tiles, in launch order; the grid is a bound on their count from the kept blocks,

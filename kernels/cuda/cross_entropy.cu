@@ -2,11 +2,10 @@
 // Pass 1 keeps the online softmax (max, sum of exp) and the argmax; pass 2 writes dlogits, over the
 // logits themselves when they are bf16 (in place: the chunk needs one buffer, not two).
 // The row is streamed in 16-byte loads, four in flight per thread: with one scalar load a thread
-// the kernel was latency-bound at ~2 TB/s (ncu, V = 151,936: jobs/gpu/ncu_step.sh).
+// the kernel was latency-bound at ~2 TB/s (ncu, V = 151,936: bench/gpu/ncu_step.sh).
 #include <cmath>
 #include <cstdint>
 
-#include "base/env_choice.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/ops_cuda.hpp"
 
@@ -171,12 +170,6 @@ void cross_entropy(const float* logits, const int32_t* targets, float* loss, bf1
 void cross_entropy_inplace(bf16* logits, const int32_t* targets, float* loss, bool grad, int32_t* argmax, int N, int V,
                            float scale, cudaStream_t stream) {
   launch<bf16>(logits, targets, loss, grad ? logits : nullptr, argmax, N, V, scale, stream);
-}
-
-bool head_logits_bf16() {
-  static constexpr Named<bool> kLogits[] = {{true, "bf16"}, {false, "fp32"}};
-  static const bool bf = env_choice(kLogits, "SB_HEAD_LOGITS", true);
-  return bf;
 }
 
 }  // namespace sb::kernels::cuda

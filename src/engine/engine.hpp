@@ -27,6 +27,7 @@ struct EngineSettings {
   bool overlap_reduce = true;  // train.overlap_reduce
   bool zero = false;           // train.zero = 1: AdamW state sliced over the ranks (ZeRO-1)
   ModelExec exec;              // model.lm_head_chunk, train.recompute
+  bool phase_times = false;    // train.phase_times: per-phase GPU times each step (cuda)
   int block_size = 32;         // attention.block_size (the CUDA kernels take 64 or 128)
   bool parts = false;          // data.long_docs = "shard": documents split into parts over rank groups
 };
