@@ -41,13 +41,13 @@ static int run_eval(const Args& args) {
   Config cfg = args.positional.empty() ? Config::from_text(ck.config_toml, ck_path + " (stored config)") : base;
   if (args.positional.empty())
     for (const auto& s : args.sets) cfg.set(s.substr(0, s.find('=')), s.substr(s.find('=') + 1), "--set " + s);
-  Dataset ds = Dataset::open(cfg.s("data.path"));
+  Dataset ds = Dataset::open(data_settings(cfg).path);
   const Settings st = from_config(cfg, ds.vocab_size());
   Model<float> model(st.model);
   load_weights(ck, ck_path, model);
   // On train.device: the GPU evaluates a GPU-sized model in seconds where the CPU would take minutes.
   AdamW opt(st.optim, model.weights().size());  // unused: eval takes no step
-  std::unique_ptr<Engine> engine = make_engine(st, comm, model, opt);
+  std::unique_ptr<Engine> engine = make_engine(st.engine(), comm, model, opt);
   engine->from_host();
   EvalResult r = evaluate(st, comm, *engine, ds);
   if (!comm.root()) return 0;
@@ -65,7 +65,7 @@ static int run_eval(const Args& args) {
   }
   nlohmann::json j = {{"checkpoint", ck_path}, {"step", ck.step}, {"docs", r.docs}, {"tokens", r.tokens},
                       {"loss", r.dense.loss()}, {"loss_sparse", r.sparse.loss()}, {"buckets", buckets},
-                      {"doc_ids", r.doc_ids}, {"window", cfg.i("train.micro_batch_tokens")}, {"data", cfg.s("data.path")},
+                      {"doc_ids", r.doc_ids}, {"window", cfg.i("train.micro_batch_tokens")}, {"data", st.data.path},
                       {"task_accuracy", tasks_json(r.dense.task_correct, r.dense.task_total)},
                       {"task_accuracy_sparse", tasks_json(r.sparse.task_correct, r.sparse.task_total)}};
   std::printf("eval %s (step %lld): %lld docs, %lld tokens\n", ck_path.c_str(), static_cast<long long>(ck.step),

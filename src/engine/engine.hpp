@@ -13,13 +13,24 @@
 #include <vector>
 
 #include "src/comm/comm.hpp"
-#include "src/train/settings.hpp"
 #include "src/model/model.hpp"
 #include "src/engine/update.hpp"
 
 namespace sb {
 
 class ShardGroups;
+
+// What an engine acts on, from the typed settings (Settings::engine(), src/train/settings.hpp).
+struct EngineSettings {
+  std::string device = "cpu";  // train.device: "cpu" | "cuda"
+  double bucket_mb = 4;        // train.bucket_mb
+  bool overlap_reduce = true;  // train.overlap_reduce
+  bool zero = false;           // train.zero = 1: AdamW state sliced over the ranks (ZeRO-1)
+  ModelExec exec;              // model.lm_head_chunk, train.recompute
+  bool phase_times = false;    // train.phase_times: per-phase GPU times each step (cuda)
+  int block_size = 32;         // attention.block_size (the CUDA kernels take 64 or 128)
+  bool parts = false;          // data.long_docs = "shard": documents split into parts over rank groups
+};
 
 class Engine {
  public:
@@ -60,7 +71,7 @@ class Engine {
 
 // By train.device: "cpu" or "cuda" (one GPU per rank, chosen by node-local rank). The engine keeps
 // references to model, opt and comm. Errors name train.device when this build or machine cannot.
-std::unique_ptr<Engine> make_engine(const Settings& s, const Comm& comm, Model<float>& model, AdamW& opt);
+std::unique_ptr<Engine> make_engine(const EngineSettings& s, const Comm& comm, Model<float>& model, AdamW& opt);
 
 // The ranges of the flat gradient buffer (n values) that the reduction runs over, in the order
 // every rank starts them: the layers from the last to the first (the order the backward finishes
@@ -90,7 +101,7 @@ class LayerReduction {
 std::string cpu_device_name(const Comm& comm);
 
 #ifdef SB_WITH_CUDA
-std::unique_ptr<Engine> make_cuda_engine(const Settings& s, const Comm& comm, Model<float>& model, AdamW& opt);
+std::unique_ptr<Engine> make_cuda_engine(const EngineSettings& s, const Comm& comm, Model<float>& model, AdamW& opt);
 #endif
 
 }  // namespace sb

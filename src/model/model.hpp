@@ -125,7 +125,7 @@ struct DocShard {
 // whole document. Selective: after gating on the shared pooled keys, a member receives only the
 // blocks its own rows keep. Auto: selective when it moves well below the all-gather (kAutoShare).
 enum class ShardExchangeMode { AllGather, Selective, Auto };
-constexpr double kAutoShare = 0.5;  // Auto's threshold: selective rows / all-gather rows (bench/RESULTS.md)
+constexpr double kAutoShare = 0.5;  // Auto's threshold: selective rows / all-gather rows (bench/results/2026-12-01-kv-exchange.md)
 
 // Who needs which rows of a sharded document (the selective exchange): every member's token ranges
 // [begin, end) of blocks other members own that its rows keep, ascending; shared by share_needs.
@@ -182,7 +182,7 @@ struct PackedBatch {
 // `gating` (one per layer, blocks of `block_size`): 6 * flop_params() * tokens plus, per layer,
 // 3 x the forward attention's 4 * H * D FLOPs per query-key pair, pairs per query head =
 // block_size^2 * (kept blocks - rows / 2) / n_kv_heads (the diagonal block counted as half), the
-// formula of bench/torch_model_ref.py. Recomputation (train.recompute) is not counted.
+// formula of bench/torch/torch_model_ref.py. Recomputation (train.recompute) is not counted.
 double train_flops(const ModelDims& s, int64_t tokens, const std::vector<kernels::GatingStats>& gating,
                    int block_size);
 // Attention of this rank's query rows of one sharded document against the whole document

@@ -363,7 +363,7 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   using P = Phase;
   // Sparse gating on the device (select_device.cu): budgets and buffers once per micro-batch, then
   // no host round trip per layer (the host-built lists, one sync a layer, took 1.37x its time:
-  // bench/RESULTS.md, "the sparse selection built on the device").
+  // bench/results/2026-12-01-device-selection.md).
   const bool dev_sel = a.sparse;
   if (dev_sel) {
     gating_->prepare(b.cu_seqlens.data(), b.ndocs(), ashape, a.k, a.gating(-1), cs);
@@ -391,8 +391,8 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   // LM head and loss in chunks of `rows` tokens, never the whole (N, V) logits: logits (rows, V)
   // bf16, overwritten by dlogits (cross_entropy_inplace), reused by every chunk, and the head's
   // backward runs per chunk (fused): dxf (N, C) = dlogits W, the head's gradient += dlogits^T xf.
-  // (fp32 logits with a second bf16 buffer for dlogits took 1.20x the LM head's time: bench/RESULTS.md,
-  // "the LM head's cross-entropy streamed and its logits in bf16".)
+  // (fp32 logits with a second bf16 buffer for dlogits took 1.20x the LM head's time:
+  // bench/results/2026-12-02-lm-head-streamed.md.)
   const int rows = exec_.head_rows(N, V, int(sizeof(bf16)));
   bf16* logits = head16_.resize(size_t(rows) * V);  // (rows, V), then dlogits over them
   float* dxf = backward ? dxf_.resize(NC) : nullptr;

@@ -94,7 +94,7 @@ EvalResult evaluate(const Settings& s, const Comm& comm, Engine& engine, const D
   res.doc_ids = val;
   const int64_t cap = s.train.micro_batch_tokens;
   // Every document twice: dense, and sparse at the default budget k0 (whatever attention.mode says).
-  AttnSettings dense = s.attention.at_k0(s.model.n_layers), sparse = dense;
+  AttnSettings dense = s.attention.at_k0(s.model.n_layers, s.balance.dst.k0), sparse = dense;
   dense.sparse = false;
   sparse.sparse = true;
   for (size_t i = size_t(comm.rank()); i < val.size(); i += size_t(comm.size())) {
