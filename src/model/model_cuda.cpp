@@ -275,9 +275,30 @@ void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a
       kernels::select_all_causal(b.cu_seqlens.data(), nd, ashape, sel);
       st.gating[l] = kernels::all_causal_stats(b.cu_seqlens.data(), nd, {H, Hkv, D, a.block_size});
     }
+    if (probe_ && a.sparse) {  // the diagnostics: float copies of q and k, the host selection
+      auto host = [&](const kc::bf16* d, size_t n) {
+        std::vector<kc::bf16> h(n);
+        SB_CUDA_CHECK(cudaMemcpyAsync(h.data(), d, n * sizeof(kc::bf16), cudaMemcpyDeviceToHost, cs));
+        SB_CUDA_CHECK(cudaStreamSynchronize(cs));
+        std::vector<float> f(n);
+        for (size_t i = 0; i < n; ++i) f[i] = __bfloat162float(h[i]);
+        return f;
+      };
+      const std::vector<float> qh = host(A.q.data(), size_t(N) * HD), kh = host(A.k.data(), size_t(N) * KD);
+      probe_(l, qh.data(), kh.data(), sel);
+    }
     K.sel.upload(sel, b.cu_seqlens.data(), nd, ashape, cs);
     K.selp = &K.sel;
     st.gating_ms += ms_since(tg);
+  }
+  if (gate && a.sparse && a.recall_rows > 0) {  // true recall of sampled rows (DST, balance.recall_rows)
+    int64_t rows = 0;
+    for (int d = 0; d < nd; ++d) rows += int64_t(Hkv) * ((b.cu_seqlens[d + 1] - b.cu_seqlens[d] + a.block_size - 1) / a.block_size);
+    const std::vector<int64_t> pick = recall_sample(rows, a.recall_rows, l, N);
+    std::vector<float> got(pick.size());
+    kc::true_recall(A.q.data(), A.k.data(), b.cu_seqlens.data(), nd, ashape, *K.selp, pick.data(), int(pick.size()),
+                    got.data(), cs);
+    for (float r : got) st.gating[size_t(l)].true_rows += 1, st.gating[size_t(l)].true_recall_sum += r;
   }
   ph.mark(P::attn_fwd, cs);
   const size_t ta = timers.start();
@@ -395,7 +416,7 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   using P = Phase;
   // Sparse gating on the device (select_device.cu): budgets and buffers once per micro-batch, then
   // no host round trip per layer. SB_SELECT=host keeps the host-built lists (one sync per layer).
-  const bool dev_sel = a.sparse && kc::device_selection_enabled();
+  const bool dev_sel = a.sparse && kc::device_selection_enabled() && !probe_;  // a probe reads a host selection
   if (dev_sel) {
     gating_->prepare(b.cu_seqlens.data(), b.ndocs(), ashape, a.k, a.local_blocks, a.theta, cs);
     for (auto& A : layers_) gating_->reserve(A->sel);

@@ -42,6 +42,7 @@ void print_progress(const StepRow& row, int64_t total_steps) {
   std::printf("step %5lld/%lld | loss %.4f | gnorm %.3f | lr %.2e | %7.1f ms | %8.0f tok/s | imb %.2f | dens %.2f | rec %.3f",
               static_cast<long long>(row.step), static_cast<long long>(total_steps), row.loss, row.grad_norm, row.lr,
               row.makespan_ms, row.tokens_per_s, row.imbalance, row.density, row.recall);
+  if (row.recall_true >= 0) std::printf(" | true rec %.3f", row.recall_true);  // balance.recall_rows
   if (row.mfu > 0) std::printf(" | mfu %.1f%%", 100 * row.mfu);  // only when a peak is known
   if (row.peak_mem_gib > 0) std::printf(" | mem %.1f GiB", row.peak_mem_gib);
   std::printf("\n");
