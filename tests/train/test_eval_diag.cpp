@@ -16,6 +16,8 @@
 #include "src/train/batch.hpp"
 #include "src/train/diagnose.hpp"
 #include "src/train/evaluate.hpp"
+#include "io/metrics_log.hpp"
+#include "tests/train/train_test_util.hpp"
 
 using namespace sb;
 namespace fs = std::filesystem;
@@ -177,4 +179,61 @@ TEST(EvalDiagnose, KeepingEveryBlockKeepsTheNeedlesAndTheRecall) {
   EXPECT_LT(kept, 1.0);
   EXPECT_LT(rt, 1.9);
   EXPECT_GT(rt, 0.0);
+}
+
+TEST(TrueRecallInTraining, TheModelMeasuresSampledRowsAndTheLogRecordsThem) {
+  // The model: recall_rows sampled rows per layer; every block kept -> true recall 1 on each,
+  // anchors only -> below 1; none asked -> none measured.
+  ModelDims d;
+  d.n_layers = 2, d.d_model = 32, d.n_heads = 4, d.n_kv_heads = 2, d.head_dim = 8, d.ffn_dim = 48, d.vocab = 50;
+  d.init_std = 0.5;
+  Model<float> model(d);
+  model.init(5);
+  std::mt19937_64 rng(9);
+  PackedBatch b;
+  for (int L : {200, 77, 130}) {
+    std::vector<uint32_t> seq(static_cast<size_t>(L));
+    for (auto& t : seq) t = uint32_t(rng() % 50);
+    b.add(seq);
+  }
+  AttnSettings a;
+  a.sparse = true, a.block_size = 8, a.local_blocks = 1, a.theta = 1e9, a.k = {1000, 1000}, a.recall_rows = 7;
+  MicroBatchStats all = model.forward(b, a);
+  a.k = {0, 0}, a.local_blocks = 0, a.theta = 8;
+  MicroBatchStats few = model.forward(b, a);
+  a.recall_rows = 0;
+  MicroBatchStats none = model.forward(b, a);
+  for (int l = 0; l < 2; l++) {
+    EXPECT_EQ(all.gating[size_t(l)].true_rows, 7);
+    EXPECT_NEAR(all.gating[size_t(l)].true_recall_sum, 7.0, 1e-4);
+    EXPECT_EQ(few.gating[size_t(l)].true_rows, 7);
+    EXPECT_LT(few.gating[size_t(l)].true_recall_sum, 6.9);
+    EXPECT_GT(few.gating[size_t(l)].true_recall_sum, 0.0);
+    EXPECT_EQ(none.gating[size_t(l)].true_rows, 0);
+  }
+  // The same rows as recall_sample names, measured by the kernel directly (gating at k = 0 again).
+  EXPECT_EQ(recall_sample(100, 5, 1, 407), recall_sample(100, 5, 1, 407));
+  EXPECT_NE(recall_sample(100, 5, 0, 407), recall_sample(100, 5, 1, 407));
+}
+
+TEST(TrueRecallInTraining, TrainLogsTrueRecallBesideTheGatesOnTheStepsAsked) {
+  const std::string dir = fresh_dir("train");
+  const std::string data = sbtest::make_corpus(dir, 60, 600);
+  const std::string cmd = sbtest::binary() + " train" + sbtest::tiny_flags(data, dir) +
+                          " --set train.steps=4 --set attention.mode=sparse --set attention.k=1 --set balance.tuning=dst"
+                          " --set balance.target=recall --set balance.self_profile=false --set balance.recall_rows=6"
+                          " --set balance.recall_every=2 --set log.progress=true";
+  ASSERT_EQ(sbtest::sh(cmd, dir + "/train.log"), 0) << sbtest::slurp(dir + "/train.log");
+  const MetricsTables t = read_metrics(dir + "/metrics.h5");
+  ASSERT_EQ(t.steps.size(), 4u);
+  for (const StepRow& r : t.steps) {
+    if (r.step % 2 == 1) {  // steps 1, 3: measured (recall_every = 2 from the first step)
+      EXPECT_GT(r.recall_true, 0.0) << "step " << r.step;
+      EXPECT_LE(r.recall_true, 1.0) << "step " << r.step;
+    } else {
+      EXPECT_EQ(r.recall_true, -1.0) << "step " << r.step;
+    }
+    EXPECT_GT(r.recall, 0.0);
+  }
+  EXPECT_NE(sbtest::slurp(dir + "/train.log").find("true rec"), std::string::npos);
 }
