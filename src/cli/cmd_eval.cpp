@@ -145,7 +145,7 @@ Command cmd_eval() {
           "attention loses the synthetic tasks' retrieval, per layer and kv head (bench/diagnose_table.py).\n",
           {{"checkpoint", 1, "checkpoint file, or 'latest' in checkpoint.dir", "PATH"},
            {"diagnose", 1, "also the sparse-retrieval diagnostics of the task documents (needle ranks, oracle gate, true "
-                           "against gate recall, per-layer ablation) as JSON (src/train/README.md)", "PATH"}},
+                           "against gate recall, per-layer ablation) as JSON (README.md, eval --diagnose)", "PATH"}},
           run_eval};
 }
 

@@ -13,7 +13,7 @@
 //     oracle gate (the needle blocks forced into every row after gating, kernels::force_blocks), and
 //     one layer at a time dense (the rest sparse) and one layer at a time sparse (the rest dense).
 // A layer "dense" inside a sparse pass keeps every causal block (kernels::select_all_causal): the same
-// selection and kernel as the dense pass. Written as JSON (src/train/README.md, "eval --diagnose";
+// selection and kernel as the dense pass. Written as JSON (README.md, "eval --diagnose";
 // bench/diagnose_table.py renders it as Markdown).
 #pragma once
 #include <nlohmann/json.hpp>
