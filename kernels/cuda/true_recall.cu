@@ -63,7 +63,7 @@ void true_recall(const bf16* q, const bf16* k, const int32_t* cu_seqlens_host, i
   std::vector<int64_t> base(size_t(ndocs) + 1, 0);
   for (int d = 0; d < ndocs; d++)
     base[size_t(d) + 1] = base[size_t(d)] + int64_t(s.n_kv_heads) * ((cu_seqlens_host[d + 1] - cu_seqlens_host[d] + s.block_size - 1) / s.block_size);
-  std::vector<RowJob> jobs(size_t(nrows));
+  std::vector<RowJob> jobs(static_cast<size_t>(nrows));
   int max_i = 0;
   for (int n = 0; n < nrows; n++) {
     const int64_t r = rows_host[n];
