@@ -23,6 +23,7 @@ void RunSummary::add(const StepRow& row, int64_t above, int64_t below) {
   res_.mean_imbalance += row.imbalance, res_.mean_bubble += row.bubble;
   res_.mean_density += row.density, res_.mean_recall += row.recall, res_.mean_pred_error += row.pred_error;
   res_.budgets_above_k0 += above, res_.budgets_below_k0 += below;
+  if (row.recall_true >= 0) true_sum_ += row.recall_true, true_n_ += 1;
 }
 
 TrainResult RunSummary::finish(const std::string& last_checkpoint, bool stopped_early) {
@@ -33,6 +34,7 @@ TrainResult RunSummary::finish(const std::string& last_checkpoint, bool stopped_
     for (double* x : {&res_.mean_imbalance, &res_.mean_bubble, &res_.mean_density, &res_.mean_recall, &res_.mean_pred_error})
       *x /= double(n_);
   }
+  res_.mean_recall_true = true_n_ > 0 ? true_sum_ / double(true_n_) : -1;
   res_.checkpoint = last_checkpoint;
   res_.stopped_early = stopped_early;
   return res_;

@@ -222,7 +222,7 @@ TEST(TrueRecallInTraining, TrainLogsTrueRecallBesideTheGatesOnTheStepsAsked) {
   const std::string cmd = sbtest::binary() + " train" + sbtest::tiny_flags(data, dir) +
                           " --set train.steps=4 --set attention.mode=sparse --set attention.k=1 --set balance.tuning=dst"
                           " --set balance.target=recall --set balance.self_profile=false --set balance.recall_rows=6"
-                          " --set balance.recall_every=2 --set log.progress=true";
+                          " --set balance.recall_every=2 --set log.progress=true --summary " + dir + "/train.json";
   ASSERT_EQ(sbtest::sh(cmd, dir + "/train.log"), 0) << sbtest::slurp(dir + "/train.log");
   const MetricsTables t = read_metrics(dir + "/metrics.h5");
   ASSERT_EQ(t.steps.size(), 4u);
@@ -236,4 +236,6 @@ TEST(TrueRecallInTraining, TrainLogsTrueRecallBesideTheGatesOnTheStepsAsked) {
     EXPECT_GT(r.recall, 0.0);
   }
   EXPECT_NE(sbtest::slurp(dir + "/train.log").find("true rec"), std::string::npos);
+  const double mean_true = sbtest::read_json(dir + "/train.json")["mean_recall_true"].get<double>();
+  EXPECT_NEAR(mean_true, (t.steps[0].recall_true + t.steps[2].recall_true) / 2, 1e-12);
 }
