@@ -41,7 +41,7 @@ class DeviceArray {
 };
 
 // The exchange of a sharded document's rows on device buffers (bf16), passed in by the trainer
-// (src/train/shard_cuda.hpp: NCCL with one GPU per rank, MPI through host memory when ranks share a
+// (src/parts/groups_cuda.hpp: NCCL with one GPU per rank, MPI through host memory when ranks share a
 // GPU): the model never communicates. Collective over the shard's group, called in the same order
 // on every member (layer by layer, the shards in batch order); the work is enqueued on `stream` and
 // may still be running when the call returns.

@@ -5,7 +5,7 @@
 // CPU), the ordinary CUDA kernels, and in the backward dK, dV reduce-scattered back to the keys'
 // owners.
 //
-// The exchange is the trainer's (src/train/shard_cuda.hpp), by the engine's rule for gradients:
+// The exchange is the trainer's (src/parts/groups_cuda.hpp), by the engine's rule for gradients:
 // NCCL point-to-point on device buffers, on this stream, when every rank has its own GPU; MPI
 // through host memory when ranks share one. Both run the same plans (src/comm/row_exchange.hpp).
 // The gather is not overlapped with the local chunk's attention: src/model/README.md ("Sharded

@@ -12,7 +12,7 @@
 #include "src/balance/simulate.hpp"
 #include "src/config/config.hpp"
 #include "src/model/model.hpp"
-#include "src/train/update.hpp"
+#include "src/engine/update.hpp"
 
 namespace sb {
 
