@@ -20,7 +20,7 @@
 
 #include "io/shard.hpp"
 #include "src/comm/comm.hpp"
-#include "src/train/engine.hpp"
+#include "src/engine/engine.hpp"
 #include "src/train/settings.hpp"
 
 namespace sb {
