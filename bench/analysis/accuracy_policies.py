@@ -21,7 +21,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from accuracy_collect import TASKS, rows_of  # noqa: E402
 
-ORDER = ["dense", "fixed", "dst_mean", "dst_max", "dst_recall"]
+ORDER = ["dense", "fixed", "dst_mean", "dst_max", "dst_recall", "dst_recall_true"]
 
 
 def spread(xs, fmt="{:.3f}"):
@@ -51,7 +51,8 @@ def main():
         with open(os.path.join(d, "eval.json")) as f:
             ev = json.load(f)
         extra = {"policy": pol, "seed": seed, "step_ms": round(tr["mean_step_ms"], 2),
-                 "mean_recall": round(tr["mean_recall"], 4), "budgets_above_k0": tr["budgets_above_k0"],
+                 "mean_recall": round(tr["mean_recall"], 4), "mean_recall_true": round(tr.get("mean_recall_true", -1), 4),
+                 "budgets_above_k0": tr["budgets_above_k0"],
                  "budgets_below_k0": tr["budgets_below_k0"], "loss_sparse": round(ev["loss_sparse"], 5),
                  "train_last_loss": round(tr["last_loss"], 5)}
         for r in rows_of(ev, "policy", tr["last_step"], 0, a.lo):
@@ -76,8 +77,8 @@ def main():
     out = [f"Held-out exact match at lengths >= {a.lo} (the policy's own attention: dense for dense, sparse at k0 "
            f"otherwise); mean ± sd over seeds [min..max]:", "",
            "| policy | seeds | " + " | ".join(TASKS) + " | eval loss (dense) | eval loss (sparse) | "
-           "loss on answers | mean recall | budgets >k0 / <k0 | step ms |",
-           "|---|---:|" + "---:|" * (len(TASKS) + 6)]
+           "loss on answers | mean recall (gate) | true recall | budgets >k0 / <k0 | step ms |",
+           "|---|---:|" + "---:|" * (len(TASKS) + 7)]
     start_path = os.path.join(a.runs, "start", "eval.json")
     start = []  # (label, its rows) of the starting checkpoint, once per attention of the eval
     if os.path.exists(start_path):
@@ -91,19 +92,20 @@ def main():
 
     for label, rs in start:
         out.append(f"| {label} | - | " + " | ".join(spread(start_acc(rs, "target", t)) for t in TASKS) +
-                   f" | {sev['loss']:.4f} | {sev['loss_sparse']:.4f} | {sev.get('loss_masked', 0.0):.4f} | - | - | - |")
+                   f" | {sev['loss']:.4f} | {sev['loss_sparse']:.4f} | {sev.get('loss_masked', 0.0):.4f} | - | - | - | - |")
     for p in pols:
         rs = runs[p]
         loss = [ev["loss"] for _, _, ev in rs]
         lsp = [ev["loss_sparse"] for _, _, ev in rs]
         lm = [ev.get("loss_masked", 0.0) for _, _, ev in rs]
         rec = [tr["mean_recall"] for _, tr, _ in rs]
+        true = [tr["mean_recall_true"] for _, tr, _ in rs if tr.get("mean_recall_true", -1) >= 0]  # balance.recall_rows
         above = statistics.mean(tr["budgets_above_k0"] for _, tr, _ in rs)
         below = statistics.mean(tr["budgets_below_k0"] for _, tr, _ in rs)
         ms = [tr["mean_step_ms"] for _, tr, _ in rs]
         out.append(f"| {p} | {len(rs)} | " + " | ".join(spread(acc(p, "target", t)) for t in TASKS) +
                    f" | {spread(loss, '{:.4f}')} | {spread(lsp, '{:.4f}')} | {spread(lm, '{:.4f}')} | "
-                   f"{spread(rec)} | {above:.0f} / {below:.0f} | {spread(ms, '{:.1f}')} |")
+                   f"{spread(rec)} | {spread(true) if true else '-'} | {above:.0f} / {below:.0f} | {spread(ms, '{:.1f}')} |")
     buckets = []
     for r in rows:
         if r["lengths"] not in ("all", "target") and r["lengths"] not in buckets:

@@ -5,6 +5,7 @@
 #
 #   ACC_SCALE=tiny bash bench/gpu/accuracy.sh          # CPU, a minute or two: checks the pipeline
 #   ACC_SCALE=gpu SB=build-gpu/src/sparsebalance bash bench/gpu/accuracy.sh    # one H200, ~13 min of training
+#   ACC_SCALE=proxy bash bench/gpu/accuracy.sh     # CPU proxy, ~20 min on 2 idle cores (bench/studies/accuracy_proxy.sh)
 #
 # Measured on one H200 (bench/results/2026-12-01-accuracy-recipe.md): the default recipe
 # (copymix, below) reaches 100% passkey and 94.0% overall exact match on held-out 8K-16K documents
@@ -76,7 +77,7 @@ if [ -n "${ACC_DEADLINE:-}" ]; then DEADLINE=$ACC_DEADLINE
 elif [ -n "${ACC_BUDGET_S:-}" ]; then DEADLINE=$((START + ACC_BUDGET_S))
 else DEADLINE=$((START + 10 ** 9)); fi
 [ -x "$SB" ] || { echo "accuracy.sh: $SB not found (build the sparsebalance target, or set SB)" >&2; exit 1; }
-[ -f "$CFG" ] || { echo "accuracy.sh: ACC_SCALE=$SCALE: no $CFG (expected tiny or gpu)" >&2; exit 1; }
+[ -f "$CFG" ] || { echo "accuracy.sh: ACC_SCALE=$SCALE: no $CFG (expected tiny, proxy or gpu)" >&2; exit 1; }
 mkdir -p "$RUNS/eval" "$OUTDIR"
 log() { echo "== $(date -u +%H:%M:%S) $*"; }
 left() { echo $((DEADLINE - $(date +%s))); }
@@ -98,7 +99,14 @@ case $SCALE in
     PREP_long="uniform 512 2048 200 13 answers all";  STEPS_long=6;  LR_long=1e-3; WU_long=1; GB_long=8192; EVERY_long=3
     PREP_eval="uniform 256 2048 40 99 answers one"
     FROM=1025 MIN_STAGE_S=5 EVAL_S=3 ;;
-  *) echo "accuracy.sh: ACC_SCALE=$SCALE: expected tiny or gpu" >&2; exit 1 ;;
+  proxy)  # the CPU proxy (configs/accuracy_proxy.toml): 1K-2K tokens, blocks of 32, evaluated at 1K-2K
+    STAGES=(pre short long)
+    PREP_pre="uniform 128 512 2000 11 none all";       STEPS_pre=60;  LR_pre=2e-3; WU_pre=6;  GB_pre=8192;  EVERY_pre=60
+    PREP_short="uniform 128 1024 3000 12 answers all"; STEPS_short=200; LR_short=2e-3; WU_short=10; GB_short=8192; EVERY_short=100
+    PREP_long="uniform 1024 2048 600 13 answers all"; STEPS_long=60; LR_long=1e-3; WU_long=5; GB_long=8192; EVERY_long=30
+    PREP_eval="uniform 1024 2048 120 99 answers one"
+    FROM=1025 MIN_STAGE_S=20 EVAL_S=30 ;;
+  *) echo "accuracy.sh: ACC_SCALE=$SCALE: expected tiny, proxy or gpu" >&2; exit 1 ;;
 esac
 # ACC_RECIPE=copymix (the default): a `copy` stage instead of `pre` (LM loss on repeated random
 # strings, bench/gpu/accuracy_copy_corpus.py: the copy heads form abruptly, at ~400 of 600 steps on the
@@ -109,8 +117,9 @@ MIX=${ACC_MIX:-$([ "$SCALE" = gpu ] && echo 5 || echo 1)}
 if [ "$RECIPE" = copymix ]; then
   STAGES=(copy short long)
   if [ "$SCALE" = gpu ]; then PREP_copy="copy 16 300 80000 7"; STEPS_copy=600; GB_copy=131072
+  elif [ "$SCALE" = proxy ]; then PREP_copy="copy 16 128 8000 7"; STEPS_copy=150; GB_copy=8192
   else PREP_copy="copy 16 100 600 7"; STEPS_copy=10; GB_copy=8192; fi
-  LR_copy=1e-3; WU_copy=$((STEPS_copy / 20 + 1)); EVERY_copy=$STEPS_copy
+  LR_copy=$([ "$SCALE" = proxy ] && echo 2e-3 || echo 1e-3); WU_copy=$((STEPS_copy / 20 + 1)); EVERY_copy=$STEPS_copy
 fi
 if [ -n "${ACC_STEPS:-}" ]; then read -r "STEPS_${STAGES[0]}" "STEPS_${STAGES[1]}" "STEPS_${STAGES[2]}" <<< "$ACC_STEPS"; fi
 # ACC_UNTIL=STAGE: train up to that stage only, no evaluation (bench/gpu/accuracy_policies.sh starts from

@@ -8,7 +8,8 @@
 #
 # Policies (POL_POLICIES): dense (dense attention), fixed (block-sparse, budget k0 everywhere), and
 # dst_mean, dst_max, dst_recall (block-sparse, budgets tuned by DST with balance.target = mean, max,
-# recall). All use SAB batching (balance.batching = sparse), so the sparse ones differ only in their
+# recall; dst_recall_true, not in the default list: target recall with the recall model fed true recall,
+# balance.recall_rows = 8). All use SAB batching (balance.batching = sparse), so the sparse ones differ only in their
 # budgets. POL_NP ranks (default 2) share ONE device: DST needs several ranks to have bubbles to fill.
 # Their budgets are planned from one fixed latency profile, measured once on one rank alone
 # (`sparsebalance profile`), with the online correction off (balance.ema = 0): ranks sharing a device
@@ -90,7 +91,9 @@ policy_sets() {  # policy_sets NAME: its --set flags
     dst_mean)   echo "--set attention.mode=sparse --set balance.tuning=dst --set balance.target=mean" ;;
     dst_max)    echo "--set attention.mode=sparse --set balance.tuning=dst --set balance.target=max" ;;
     dst_recall) echo "--set attention.mode=sparse --set balance.tuning=dst --set balance.target=recall" ;;
-    *) echo "accuracy_policies.sh: unknown policy '$1' (dense fixed dst_mean dst_max dst_recall)" >&2; return 1 ;;
+    # the recall model fed true recall (8 sampled rows per layer and micro-batch, every step), not the gate's
+    dst_recall_true) echo "--set attention.mode=sparse --set balance.tuning=dst --set balance.target=recall --set balance.recall_rows=8" ;;
+    *) echo "accuracy_policies.sh: unknown policy '$1' (dense fixed dst_mean dst_max dst_recall dst_recall_true)" >&2; return 1 ;;
   esac
 }
 

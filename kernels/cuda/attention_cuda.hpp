@@ -155,6 +155,14 @@ class DeviceGating {
   std::unique_ptr<Impl> impl_;
 };
 
+// True recall of sampled rows (kernels::true_recall's twin, kernels/cuda/true_recall.cu): out_host[n]
+// = the dense softmax mass on row rows_host[n]'s kept blocks of `sel` (row_ptr/cols on the device,
+// built by upload or DeviceGating), averaged over the row's query tokens and its group's heads, fp32
+// from bf16 q (N,H,D), k (N,Hkv,D). cu_seqlens on the host; synchronises `stream`.
+void true_recall(const bf16* q, const bf16* k, const int32_t* cu_seqlens_host, int ndocs, AttnShape s,
+                 const DeviceSelection& sel, const int64_t* rows_host, int nrows, float* out_host,
+                 cudaStream_t stream = nullptr);
+
 // SMs of the current device (the launch order's slots: one wgmma CTA per SM).
 int sm_count();
 

@@ -99,6 +99,7 @@ static int run_train(const Args& args) {
                           {"mean_bubble", r.mean_bubble},
                           {"mean_density", r.mean_density},
                           {"mean_recall", r.mean_recall},
+                          {"mean_recall_true", r.mean_recall_true},
                           {"mean_pred_error", r.mean_pred_error},
                           {"mfu", r.mfu},
                           {"peak_mem_gib", r.peak_mem_gib},

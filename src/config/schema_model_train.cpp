@@ -74,6 +74,7 @@ std::vector<KeySpec> schema_model_train() {
       // [eval]
       {"eval.docs", T::Int, "32", 1, BIG, {}, "validation documents evaluated"},
       {"eval.buckets", T::String, "256,1024,4096", 0, 0, {}, "upper bounds of document-length buckets for the loss report"},
+      {"eval.diagnose_rows", T::Int, "16", 0, 1 << 20, {}, "eval --diagnose: sampled query-block rows per layer and document whose true recall is measured beside the gate's estimate"},
   };
 }
 

@@ -35,6 +35,7 @@ class CpuEngine final : public Engine {
     if (!zero_ || !last || !b.shards.empty()) return model_.forward_backward(b, a, loss_scale, shard_exchange);
     return model_.forward_backward(b, a, loss_scale, shard_exchange, [this](int l) { owners_.layer_done(l); });
   }
+  void set_probe(SelectionProbe p) override { model_.set_probe(std::move(p)); }
   MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax) override {
     return model_.forward(b, a, argmax);
   }

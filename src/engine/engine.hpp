@@ -48,6 +48,9 @@ class Engine {
                                            bool last = false) = 0;
   // Forward only (eval): as Model::forward, `argmax` (optional) gets every token's greedy prediction.
   virtual MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax) = 0;
+  // The diagnostics' probe (eval --diagnose, model.hpp SelectionProbe), empty: none. The CUDA engine
+  // gates on the host while one is set (the probe reads and changes a host selection).
+  virtual void set_probe(SelectionProbe p) = 0;
   // Fault injection (train.inject_nan_step): the first gradient becomes +inf.
   virtual void poison_gradient() = 0;
   virtual void reduce_gradients() = 0;  // sum over ranks, in place

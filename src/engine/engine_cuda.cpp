@@ -106,6 +106,7 @@ class CudaEngine final : public Engine {
       layers_->layer_done(l);
     });
   }
+  void set_probe(SelectionProbe p) override { gpu_->set_probe(std::move(p)); }
   MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax) override {
     return gpu_->forward(b, a, argmax);
   }

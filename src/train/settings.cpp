@@ -144,6 +144,8 @@ Settings from_config(const Config& cfg, int64_t data_vocab) {
   b.shard_part = cfg.f("balance.shard_part");
   b.ema = cfg.f("balance.ema");
   b.recall_alpha = cfg.f("balance.recall_alpha");
+  b.recall_rows = int(cfg.i("balance.recall_rows"));
+  b.recall_every = cfg.i("balance.recall_every");
 
   TrainSettings& t = s.train;
   t.steps = cfg.i("train.steps");
@@ -169,7 +171,7 @@ Settings from_config(const Config& cfg, int64_t data_vocab) {
   s.checkpoint = {cfg.s("checkpoint.dir"), cfg.i("checkpoint.every"), cfg.i("checkpoint.keep"),
                   cfg.s("checkpoint.on_error") == "stop"};
   s.log = {cfg.s("log.path"), cfg.i("log.every"), cfg.b("log.progress"), cfg.s("log.batches")};
-  s.eval = {cfg.i("eval.docs"), cfg.s("eval.buckets")};
+  s.eval = {cfg.i("eval.docs"), cfg.s("eval.buckets"), int(cfg.i("eval.diagnose_rows"))};
   return s;
 }
 

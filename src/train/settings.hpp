@@ -52,6 +52,8 @@ struct BalanceSettings {
   bool shard_docs = false;   // balance.shard_docs: costly documents that fit are sharded too
   double shard_part = 1.0;  // balance.shard_part: their parts cost at most this x the fair share
   double ema = 0.3, recall_alpha = 0.5;
+  int recall_rows = 0;      // balance.recall_rows: true recall on sampled rows per layer (0 = the gate's estimate)
+  int64_t recall_every = 1; // balance.recall_every: on every this many steps
 };
 
 // [train] apart from the optimizer: the loop, the device and its gradient reduction, the
@@ -87,6 +89,7 @@ struct LogSettings {
 struct EvalSettings {
   int64_t docs = 0;
   std::string buckets;  // eval.buckets as written; `eval` parses it (a bad list fails eval, not train)
+  int diagnose_rows = 16;  // eval.diagnose_rows: sampled rows per layer and document (eval --diagnose)
 };
 
 // Everything `train`, `eval` and `profile` act on.

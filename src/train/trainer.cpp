@@ -231,7 +231,8 @@ void Trainer::compute(StepState& st) {
   for (size_t m = 0; m < st.mine.size(); ++m) {
     const MicroBatch& mb = st.mine[m];
     PackedBatch b = m < st.planned ? pack_micro_batch(ds_, mb) : pack_shard(ds_, mb, st.shards[m - st.planned]);
-    const AttnSettings a = set_.attention.for_budgets(std::move(st.tuned.k[m]));
+    AttnSettings a = set_.attention.for_budgets(std::move(st.tuned.k[m]));
+    if ((st.s - 1) % set_.balance.recall_every == 0) a.recall_rows = set_.balance.recall_rows;  // true recall this step
     MicroBatchStats ms = engine_->forward_backward(b, a, loss_scale, m + 1 == st.mine.size());
     my.tokens += double(b.n());
     if (m < st.planned) {
@@ -311,7 +312,9 @@ void Trainer::measure(StepState& st) {
   if (sparse && sum.cand_pred > 0) lm_.observe_density(sum.cand_pred, sum.cand_meas);
   for (int l = 0; l < dims_.n_layers && sparse; ++l) {
     const LayerStats& g = st.stats.layers[size_t(l)];
-    if (g.causal > 0 && g.rows > 0) rm_.observe(l, g.kept / g.causal, g.recall_sum / g.rows);
+    // true recall where sampled (balance.recall_rows), else the gate's estimate unless true recall is on
+    if (g.causal > 0 && g.true_rows > 0) rm_.observe(l, g.kept / g.causal, g.true_recall_sum / g.true_rows);
+    else if (g.causal > 0 && g.rows > 0 && set_.balance.recall_rows == 0) rm_.observe(l, g.kept / g.causal, g.recall_sum / g.rows);
   }
 }
 

@@ -65,7 +65,9 @@ run "$BIN" prep synth --preset uniform --docs 30 --min-len 100 --max-len 400 --s
   --output "$D/evaldata" > "$D/prep2.log" 2>&1 || { cat "$D/prep2.log"; fail "prep synth (eval corpus)"; }
 run "$BIN" eval --checkpoint "$D/study/n1/ckpt/ckpt_00000006.h5" --set data.path="$D/evaldata" --set data.val_fraction=0.9 \
   --set eval.docs=12 --set eval.buckets=200,300 \
-  --summary "$D/acc/eval/pre_6.json" > "$D/eval.log" 2>&1 || { cat "$D/eval.log"; fail "eval"; }
+  --summary "$D/acc/eval/pre_6.json" --diagnose "$D/acc/diag.json" > "$D/eval.log" 2>&1 || { cat "$D/eval.log"; fail "eval"; }
+"$PY" "$SRC/bench/analysis/diagnose_table.py" "$D/acc/diag.json" --heads > "$D/diag.md" 2> "$D/diag.log" || { cat "$D/diag.log"; fail "diagnose_table.py"; }
+grep -qE '^\| oracle gate \| ' "$D/diag.md" && grep -qE '^\| 1 \| 1 \| ' "$D/diag.md" || { cat "$D/diag.md"; fail "diag.md lacks the oracle row or layer 1's head 1"; }
 cp "$D/study/n1/metrics.h5" "$D/acc/metrics_pre.h5"
 cp "$D/acc/eval/pre_6.json" "$D/pol/dense_s1/eval.json" && cp "$D/acc/eval/pre_6.json" "$D/pol/start/eval.json" && cp "$D/study/n1.json" "$D/pol/dense_s1/train.json"
 "$PY" "$SRC/bench/analysis/accuracy_collect.py" "$D/acc" --stages pre --from 201 --csv "$D/acc/accuracy.csv" \
@@ -88,9 +90,13 @@ for att, key in (("dense", "task_accuracy"), ("sparse", "task_accuracy_sparse"))
                   and r["lengths"] not in ("all", "target"))
     assert total > 0 and buckets == total, (att, total, buckets)
     assert ev["docs"] >= total
-print("ok accuracy.csv: per-bucket task counts add up to", total)
+    # --mask answers, one question: the trained span of a record is its task's answer, so the
+    # record exact match (span_accuracy) is the task exact match
+    span = ev["span_accuracy" + key[len("task_accuracy"):]]
+    assert (span["correct"], span["total"]) == (ev[key]["overall"]["correct"], total), (att, span, ev[key]["overall"])
+print("ok accuracy.csv: per-bucket task counts add up to", total, "and span_accuracy equals task accuracy")
 PY
-say "accuracy tools: eval -> accuracy.csv, policies.md, two plots"
+say "accuracy tools: eval -> accuracy.csv, policies.md, two plots; eval --diagnose -> diag.md"
 
 "$PY" - "$D" <<'PY' || fail "PNG checks"
 import sys, os
