@@ -138,8 +138,11 @@ struct GatingStats {
   double kept_blocks = 0;    // blocks kept over all rows
   double causal_blocks = 0;  // blocks a dense causal mask would keep
   double recall_sum = 0;     // sum over rows of the row's recall
+  // True recall (true_recall below) on the rows sampled for it (balance.recall_rows): their count and sum.
+  double true_rows = 0, true_recall_sum = 0;
   double density() const { return causal_blocks > 0 ? kept_blocks / causal_blocks : 1.0; }
   double recall() const { return rows > 0 ? recall_sum / rows : 1.0; }
+  double true_recall() const { return true_rows > 0 ? true_recall_sum / true_rows : 1.0; }
 };
 
 // Gating: block scores s_ij, by default mean(q_i) . mean(k_j) / sqrt(D), q pooled over the block's
@@ -184,5 +187,25 @@ void block_attention_bwd(const T* q, const T* k, const T* v, const T* out, const
 template <class T>
 void reference_attention_fwd(const T* q, const T* k, const T* v, const int32_t* cu_seqlens, int ndocs,
                              AttnShape s, const BlockSelection& sel, T* out);
+
+// ---- true recall and the oracle gate (kernels/cpu/true_recall.cpp) ----
+// Where selection row `row` sits: document d, kv head g, query block i; the document's first token
+// (in the packed batch) and its length.
+struct RowPlace {
+  int doc, g, i, doc_begin, doc_len;
+};
+RowPlace place_row(const BlockSelection& sel, const int32_t* cu_seqlens, int ndocs, AttnShape s, int64_t row);
+// True recall of selection rows: out[n] (nrows) = the dense softmax attention mass that row rows[n]'s
+// kept blocks hold, averaged over the row's query tokens and its kv group's query heads (query t sees
+// keys <= t of its document; scale 1/sqrt(D)). BlockSelection::recall is the gate's own estimate
+// (a softmax over pooled block scores); this is what the attention loses. q (N,H,D), k (N,Hkv,D).
+template <class T>
+void true_recall(const T* q, const T* k, const int32_t* cu_seqlens, int ndocs, AttnShape s, const BlockSelection& sel,
+                 const int64_t* rows, int nrows, float* out);
+// The oracle gate (eval --diagnose): key blocks `blocks` of document `doc` added to every row of that
+// document that may see them (j <= i), after gating; the rows stay ascending, without repeats.
+// sel.recall is left as the gate computed it.
+void force_blocks(BlockSelection& sel, const int32_t* cu_seqlens, int ndocs, AttnShape s, int doc,
+                  const std::vector<int32_t>& blocks);
 
 }  // namespace sb::kernels

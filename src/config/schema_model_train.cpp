@@ -51,7 +51,7 @@ std::vector<KeySpec> schema_model_train() {
       {"train.recompute", T::String, "none", 0, 0, {"none", "layer"}, "activation recomputation: layer = keep only each decoder layer's input (and block selection) in the forward and recompute the layer in its backward (less memory, about one more forward)"},
       {"train.threads", T::Int, "1", 0, 1024, {}, "BLAS threads per rank (0 = library default)"},
       {"train.bucket_mb", T::Float, "4", 0.001, 4096, {}, "gradient all-reduce bucket size in MiB"},
-      {"train.zero", T::Int, "0", 0, 1, {}, "ZeRO-1: 1 shards the AdamW moments over the ranks (gradients reduced to each slice's owner, weights all-gathered; checkpoints written collectively); on cuda the fp32 master weights too (NCCL, or MPI through the host when ranks share a GPU)"},
+      {"train.zero", T::Int, "0", 0, 1, {}, "ZeRO-1: 1 slices the AdamW moments over the ranks (gradients reduced to each slice's owner, weights all-gathered; checkpoints written collectively); on cuda the fp32 master weights too (NCCL, or MPI through the host when ranks share a GPU)"},
       {"train.overlap_reduce", T::Bool, "true", 0, 0, {}, "cuda, NCCL: reduce each layer's gradients during the step's last backward pass (all-reduced; train.zero = 1: to each slice's owner)"},
       {"train.phase_times", T::Bool, "false", 0, 0, {}, "cuda: print on rank 0 each step's GPU ms per phase (attention forward and backward, GEMMs, gating, elementwise, LM head + loss, optimizer, all-reduce; CUDA events) and the idle rest of its wall time"},
       {"train.nonfinite", T::String, "skip", 0, 0, {"skip", "stop"}, "on NaN/inf loss or gradient: skip the step or stop"},
@@ -82,10 +82,11 @@ std::vector<KeySpec> schema_model_train() {
       {"log.path", T::String, "runs/tiny/metrics.h5", 0, 0, {}, "HDF5 metrics log"},
       {"log.every", T::Int, "2", 1, BIG, {}, "steps between log flushes"},
       {"log.progress", T::Bool, "true", 0, 0, {}, "print a progress line per step on rank 0"},
-      {"log.batches", T::String, "", 0, 0, {}, "write every step's documents (tokens, targets) to this JSON-lines file (rank 0; for bench/torch_trajectory.py); empty = off"},
+      {"log.batches", T::String, "", 0, 0, {}, "write every step's documents (tokens, targets) to this JSON-lines file (rank 0; for bench/torch/torch_trajectory.py); empty = off"},
       // [eval]
       {"eval.docs", T::Int, "32", 1, BIG, {}, "validation documents evaluated"},
       {"eval.buckets", T::String, "256,1024,4096", 0, 0, {}, "upper bounds of document-length buckets for the loss report"},
+      {"eval.diagnose_rows", T::Int, "16", 0, 1 << 20, {}, "eval --diagnose: sampled query-block rows per layer and document whose true recall is measured beside the gate's estimate"},
   };
 }
 

@@ -7,6 +7,7 @@
 #include <numbers>
 #include <random>
 #include <stdexcept>
+#include <type_traits>
 
 #include "base/error.hpp"
 
@@ -243,6 +244,7 @@ void Model<T>::layer_forward(int l, const PackedBatch& b, const AttnSettings& a,
                                   : k::select_all_causal(b.cu_seqlens.data(), nd, ashape, A.sel);
     st.gating_ms += ms_since(tg);
   }
+  if (gate && a.sparse_at(l)) probe_and_sample(l, a, ashape, b, A, st);
   auto ta = Clock::now();
   k::block_attention_fwd(A.q.data(), A.kk.data(), A.v.data(), b.cu_seqlens.data(), nd, ashape, A.sel,
                          sized(A.att, size_t(N) * HD), sized(A.lse, size_t(N) * H));
@@ -266,6 +268,35 @@ void Model<T>::layer_forward(int l, const PackedBatch& b, const AttnSettings& a,
   k::swiglu_fwd(A.gate.data(), A.up.data(), sized(A.h, size_t(N) * F), size_t(N) * F);
   k::linear_fwd(A.h.data(), W(I.down), tmp.data(), N, F, C);
   for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
+}
+
+std::vector<int64_t> recall_sample(int64_t rows, int n, int layer, int64_t tokens) {
+  std::vector<int64_t> out;
+  if (rows <= 0 || n <= 0) return out;
+  uint64_t x = 0x9E3779B97F4A7C15ull * uint64_t(layer + 1) ^ uint64_t(tokens);  // splitmix64 stream
+  for (int i = 0; i < n; ++i) {
+    uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    out.push_back(int64_t((z ^ (z >> 31)) % uint64_t(rows)));
+  }
+  return out;
+}
+
+// After a sparse layer's gating: the diagnostics probe (float models), then the true recall of
+// a.recall_rows sampled rows into the layer's stats.
+template <class T>
+void Model<T>::probe_and_sample(int l, const AttnSettings& a, const k::AttnShape& ashape, const PackedBatch& b, Layer& A,
+                                MicroBatchStats& st) {
+  if constexpr (std::is_same_v<T, float>)
+    if (probe_) probe_(l, A.q.data(), A.kk.data(), A.sel);
+  const int64_t rows = A.sel.doc_row_base.empty() ? 0 : A.sel.doc_row_base.back();
+  if (a.recall_rows <= 0 || rows == 0) return;
+  const std::vector<int64_t> pick = recall_sample(rows, a.recall_rows, l, b.n());
+  std::vector<float> got(pick.size());
+  k::true_recall(A.q.data(), A.kk.data(), b.cu_seqlens.data(), b.ndocs(), ashape, A.sel, pick.data(), int(pick.size()),
+                 got.data());
+  for (float r : got) st.gating[size_t(l)].true_rows += 1, st.gating[size_t(l)].true_recall_sum += r;
 }
 
 template <class T>

@@ -263,7 +263,7 @@ void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a
     }
     K.selp = &dense_sel_;
     st.gating[l] = kernels::all_causal_stats(b.cu_seqlens.data(), nd, ashape);
-  } else if (gate && a.sparse) {
+  } else if (gate && a.sparse && !probe_) {
     const size_t tg = gtimers.start();
     gating_->select(A.q.data(), A.k.data(), l, K.sel, cs);
     gtimers.stop(tg);
@@ -272,12 +272,36 @@ void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a
     SB_CUDA_CHECK(cudaStreamSynchronize(cs));
     const auto tg = Clock::now();
     kernels::BlockSelection sel;
-    // the stats in the gating's blocks, as the CPU engine and the latency model count them
-    kernels::select_all_causal(b.cu_seqlens.data(), nd, ashape, sel);
-    st.gating[l] = kernels::all_causal_stats(b.cu_seqlens.data(), nd, {H, Hkv, D, a.block_size});
+    if (a.sparse_at(l)) {  // the diagnostics' host selection (probe_: device gating is off)
+      st.gating[l] = kc::gate_blocks(A.q.data(), A.k.data(), b.cu_seqlens.data(), nd, ashape, a.gating(l), sel, cs);
+    } else {  // the stats in the gating's blocks, as the CPU engine and the latency model count them
+      kernels::select_all_causal(b.cu_seqlens.data(), nd, ashape, sel);
+      st.gating[l] = kernels::all_causal_stats(b.cu_seqlens.data(), nd, {H, Hkv, D, a.block_size});
+    }
+    if (probe_ && a.sparse_at(l)) {  // the diagnostics: float copies of q and k, the host selection
+      auto host = [&](const kc::bf16* d, size_t n) {
+        std::vector<kc::bf16> h(n);
+        SB_CUDA_CHECK(cudaMemcpyAsync(h.data(), d, n * sizeof(kc::bf16), cudaMemcpyDeviceToHost, cs));
+        SB_CUDA_CHECK(cudaStreamSynchronize(cs));
+        std::vector<float> f(n);
+        for (size_t i = 0; i < n; ++i) f[i] = __bfloat162float(h[i]);
+        return f;
+      };
+      const std::vector<float> qh = host(A.q.data(), size_t(N) * HD), kh = host(A.k.data(), size_t(N) * KD);
+      probe_(l, qh.data(), kh.data(), sel);
+    }
     K.sel.upload(sel, b.cu_seqlens.data(), nd, ashape, cs);
     K.selp = &K.sel;
     st.gating_ms += ms_since(tg);
+  }
+  if (gate && a.sparse_at(l) && a.recall_rows > 0) {  // true recall of sampled rows (DST, balance.recall_rows)
+    int64_t rows = 0;
+    for (int d = 0; d < nd; ++d) rows += int64_t(Hkv) * ((b.cu_seqlens[d + 1] - b.cu_seqlens[d] + a.block_size - 1) / a.block_size);
+    const std::vector<int64_t> pick = recall_sample(rows, a.recall_rows, l, N);
+    std::vector<float> got(pick.size());
+    kc::true_recall(A.q.data(), A.k.data(), b.cu_seqlens.data(), nd, ashape, *K.selp, pick.data(), int(pick.size()),
+                    got.data(), cs);
+    for (float r : got) st.gating[size_t(l)].true_rows += 1, st.gating[size_t(l)].true_recall_sum += r;
   }
   ph.mark(P::attn_fwd, cs);
   const size_t ta = timers.start();
@@ -377,8 +401,8 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   using P = Phase;
   // Sparse gating on the device (select_device.cu): budgets and buffers once per micro-batch, then
   // no host round trip per layer (the host-built lists, one sync a layer, took 1.37x its time:
-  // bench/RESULTS.md, "the sparse selection built on the device").
-  const bool dev_sel = a.sparse;
+  // bench/results/2026-12-01-device-selection.md). The diagnostics (probe_) read a host selection.
+  const bool dev_sel = a.sparse && !probe_;
   if (dev_sel) {
     gating_->prepare(b.cu_seqlens.data(), b.ndocs(), ashape, a.k, a.gating(-1), cs);
     for (auto& A : layers_) gating_->reserve(A->sel);
@@ -405,8 +429,8 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   // LM head and loss in chunks of `rows` tokens, never the whole (N, V) logits: logits (rows, V)
   // bf16, overwritten by dlogits (cross_entropy_inplace), reused by every chunk, and the head's
   // backward runs per chunk (fused): dxf (N, C) = dlogits W, the head's gradient += dlogits^T xf.
-  // (fp32 logits with a second bf16 buffer for dlogits took 1.20x the LM head's time: bench/RESULTS.md,
-  // "the LM head's cross-entropy streamed and its logits in bf16".)
+  // (fp32 logits with a second bf16 buffer for dlogits took 1.20x the LM head's time:
+  // bench/results/2026-12-02-lm-head-streamed.md.)
   const int rows = exec_.head_rows(N, V, int(sizeof(bf16)));
   bf16* logits = head16_.resize(size_t(rows) * V);  // (rows, V), then dlogits over them
   float* dxf = backward ? dxf_.resize(NC) : nullptr;

@@ -129,6 +129,9 @@ class ModelCuda {
   // Memory-for-time choices (ModelExec, model.hpp): the LM head's chunk, layer recomputation.
   const ModelExec& exec() const { return exec_; }
   void set_exec(const ModelExec& e) { exec_ = e; }
+  // The diagnostics' probe (model.hpp): while set, sparse layers gate on the host and the probe
+  // gets float copies of q and k and the host selection before its upload.
+  void set_probe(SelectionProbe p) { probe_ = std::move(p); }
   cudaStream_t stream() const { return stream_; }
   // Per-phase GPU times (train.phase_times): run() marks its phases and collects them at its end;
   // the engine adds the optimizer and all-reduce and reads the totals.
@@ -172,6 +175,7 @@ class ModelCuda {
   DeviceArray<double> inv_freq_;  // (head_dim / 2) RoPE's table (src/model/rope.hpp), uploaded once
   double rope_scale_ = 1;         // its attention factor
   kernels::RopeFreqs rope() const { return {inv_freq_.data(), rope_scale_}; }
+  SelectionProbe probe_;
   size_t n_ = 0, mem_peak_ = 0;
   bool master_ = true;
   std::vector<size_t> off32_;  // per param: its offset in w32_ (kNoParam: no fp32 copy)

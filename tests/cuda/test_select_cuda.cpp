@@ -8,6 +8,7 @@
 // makespan against the host's mixed order; the attention forward on the device selection equal bit
 // for bit to the one on the uploaded host selection, and the backward to rounding (its compacted
 // grid bounded by the worst case reserve() sized, against the uploaded selection's kept blocks).
+// Also true recall on the device (true_recall.cu) against the CPU's on sampled rows.
 // Exit 0 all passed, 1 a failure, 77 no usable GPU (ctest SKIP).
 #include <Kokkos_Core.hpp>
 
@@ -232,6 +233,39 @@ bool run_case(const Case& c, uint64_t seed, int slots) {
 
 }  // namespace
 
+// True recall on the device (true_recall.cu) against kernels::true_recall<double> on the same bf16
+// inputs and selection (gated on the host, uploaded), on sampled rows of packed documents.
+bool check_true_recall(const Case& c, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const K::AttnShape s{c.H, c.Hkv, c.D, c.Bs};
+  const int ndocs = int(c.lens.size());
+  std::vector<int32_t> cu(ndocs + 1, 0);
+  for (int d = 0; d < ndocs; d++) cu[d + 1] = cu[d] + c.lens[d];
+  std::vector<double> q, k;
+  inputs(c, cu, rng, q, k);
+  K::BlockSelection sel;
+  K::gate_blocks<double>(q.data(), k.data(), cu.data(), ndocs, s, {c.budgets[0], c.local, c.theta}, sel);
+  const int64_t rows = sel.doc_row_base.back();
+  std::vector<int64_t> pick;
+  for (int n = 0; n < 64; n++) pick.push_back(int64_t(rng() % uint64_t(rows)));
+  pick.push_back(rows - 1);
+  std::vector<float> want(pick.size()), got(pick.size());
+  K::true_recall<double>(q.data(), k.data(), cu.data(), ndocs, s, sel, pick.data(), int(pick.size()), want.data());
+  bf16 *dq = upload_bf16(q), *dk = upload_bf16(k);
+  C::DeviceSelection dsel;
+  dsel.upload(sel, cu.data(), ndocs, s);
+  C::true_recall(dq, dk, cu.data(), ndocs, s, dsel, pick.data(), int(pick.size()), got.data());
+  SB_CUDA_CHECK(cudaFree(dq));
+  SB_CUDA_CHECK(cudaFree(dk));
+  double worst = 0;
+  int below = 0;
+  for (size_t i = 0; i < pick.size(); i++) worst = std::max(worst, std::abs(double(got[i]) - want[i])), below += want[i] < 0.99;
+  const bool ok = worst < 2e-3 && below > 0;
+  std::printf("  true recall %-28s %zu rows (%d below 0.99), max |cuda - cpu| %.2e %s\n", c.name, pick.size(), below, worst,
+              ok ? "ok" : "FAIL");
+  return ok;
+}
+
 int main(int argc, char** argv) {
   std::string why;
   if (!C::device_available(&why)) {
@@ -266,6 +300,7 @@ int main(int argc, char** argv) {
   int fails = 0;
   try {
     for (size_t i = 0; i < (quick ? 3 : cases.size()); i++) fails += !run_case(cases[i], base + i, slots);
+    for (size_t i = 0; i < (quick ? 2 : 3); i++) fails += !check_true_recall(cases[i], base + 100 + i);
   } catch (const std::exception& e) {
     std::printf("FAIL: %s\n", e.what());
     return 1;

@@ -185,7 +185,7 @@ void check_eval_and_profile(const sb::Comm& comm, const std::string& dir, const 
     sb::Model<float> model(st.model);
     sb::load_weights(ck, ck_path, model);
     sb::AdamW opt(st.optim, model.weights().size());
-    auto engine = sb::make_engine(st, comm, model, opt);
+    auto engine = sb::make_engine(st.engine(), comm, model, opt);
     engine->from_host();
     r[gpu] = sb::evaluate(st, comm, *engine, ds);
   }

@@ -365,7 +365,7 @@ TEST(Model, GateAndDenseLayerKeys) {
   const Settings s = from_config(c, 100);
   EXPECT_EQ(s.attention.gate_query, kernels::GateQuery::max);
   EXPECT_EQ(s.attention.gate_key, kernels::GateKey::sub);
-  const AttnSettings a = s.attention.at_k0(4);
+  const AttnSettings a = s.attention.at_k0(4, s.balance.dst.k0);
   EXPECT_EQ(a.dense, (std::vector<uint8_t>{0, 0, 1, 1}));
   EXPECT_TRUE(a.sparse_at(1));
   EXPECT_FALSE(a.sparse_at(2));
@@ -471,7 +471,7 @@ TEST(Update, ScheduleWarmupCosineAndClip) {
 }
 
 // train.decay_steps: a 6-step run follows the first 6 steps of the 30-step schedule exactly (the
-// GPU benchmarks' configs rely on it: a cosine over 6 steps spiked at step 6, bench/RESULTS.md), and
+// GPU benchmarks' configs rely on it: a cosine over 6 steps spiked at step 6, bench/results/2026-12-01-loss-spike.md), and
 // a run longer than its decay horizon holds the floor.
 TEST(Update, DecayStepsSetTheCosineHorizon) {
   auto optim = [](const std::string& steps, const std::string& decay) {
