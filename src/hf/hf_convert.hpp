@@ -44,9 +44,11 @@ std::string checkpoint_to_hf(const std::string& src, const std::string& dst, StD
 
 // train --init-from PATH (an HF directory or a checkpoint): weights only. Sets the shape keys of
 // `cfg` (model.n_layers, d_model, n_heads, n_kv_heads, ffn_dim, vocab_size, rope_theta, norm_eps,
-// tie_embeddings, qkv_bias) from PATH; a `--set model.*` among `sets` that contradicts PATH is an error, and
-// `notes` receives a line for each non-default config value that PATH replaced. Returns the
-// weights in the layout of the resulting [model] keys.
+// tie_embeddings, qkv_bias, qk_norm, head_dim) from PATH; a `--set model.*` among `sets` that contradicts
+// PATH is an error, and `notes` receives a line for each non-default config value that PATH replaced.
+// The RoPE scaling (model.rope_scaling.*) is PATH's unless the run sets any of those keys to a
+// non-default value (its own scaling, to extend the context; noted). Returns the weights in the
+// layout of the resulting [model] keys.
 std::vector<float> init_weights_from(const std::string& path, Config& cfg, const std::vector<std::string>& sets,
                                      std::vector<std::string>* notes = nullptr);
 
