@@ -13,6 +13,7 @@
 #include "base/error.hpp"
 #include "base/hash.hpp"
 #include "io/checkpoint_parts.hpp"
+#include "io/file_checksum.hpp"
 #include "io/h5.hpp"
 
 namespace sb {
@@ -226,6 +227,10 @@ void write_meta(hid_t f, const Checkpoint& ck, size_t num_params, uint64_t sum) 
 void write_checkpoint(const std::string& path, const Checkpoint& ck, const std::function<void(hid_t)>& extra) {
   fs::path p(path);
   std::error_code ec;
+  // Checked before anything is created: "x.h5/" would make a directory x.h5 and fail at the rename.
+  if (path.empty() || !p.has_filename() || p.filename() == "." || p.filename() == ".." || fs::is_directory(p, ec))
+    throw Error(path + ": names a directory; a checkpoint path names a file (e.g. " +
+                (p.has_filename() ? path + "/ckpt.h5" : fs::path(path).parent_path().string()) + ")");
   if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
   if (ec) throw Error(path + ": cannot create checkpoint directory: " + ec.message());
   const std::string tmp = path + ".tmp";
@@ -237,7 +242,8 @@ void write_checkpoint(const std::string& path, const Checkpoint& ck, const std::
     std::vector<unsigned char> image;
     h5::Id fapl(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
     H5_CHECK(H5Pset_fapl_core(fapl, 1 << 20, 0));
-    hid_t fid = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    h5::Id fcpl = h5::create_plist();  // the user block the whole-file checksum goes into
+    hid_t fid = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl, fapl);
     if (fid < 0) throw Error(tmp + ": cannot create the checkpoint image in memory");
     h5::Id f(fid);
     write_meta(f, ck, ck.params.size(), checksum(ck));
@@ -260,6 +266,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& ck, const std::
     image.resize(size_t(n));
     if (H5Fget_file_image(f, image.data(), size_t(n)) != n) throw Error(tmp + ": cannot get the checkpoint image");
     f.reset();
+    stamp_image_checksum(image);  // the image is the whole file: its checksum before it is written
     write_file_synced(tmp, image);
   } catch (const std::exception& e) {
     fs::remove(tmp, ec);
@@ -323,15 +330,8 @@ void verify_checksums(hid_t f, const std::string& path, uint64_t sum) {
   }
 }
 
-void check_regular_file(const std::string& path) {
-  std::error_code ec;
-  if (fs::exists(path, ec) && !fs::is_regular_file(path, ec))  // a FIFO would block the open forever
-    throw Error(path + ": not a regular file (a directory, FIFO or device); expected a checkpoint");
-}
-
 Checkpoint read_checkpoint(const std::string& path, const std::function<void(hid_t)>& extra) {
-  check_regular_file(path);
-  h5::Id f = h5::open_read(path);
+  h5::Id f = h5::open_read(path, "a checkpoint");  // the input-file rule and the whole-file checksum
   Checkpoint ck = read_meta(f, path);
   read_shapes(f, ck, path);  // no reserve from the claimed sizes: a corrupt file may claim anything
   for (const auto& t : ck.tensors)
