@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <span>
 
 #include "base/error.hpp"
 #include "base/hash.hpp"
@@ -130,7 +131,7 @@ static void check_vlen_heap(hid_t ds, const std::string& name, const std::string
     return v;
   };
   unsigned char d[24];
-  read_at(ub + at, d, 4 + sa + 4);
+  read_at(at, d, 4 + sa + 4);  // H5Dget_offset is absolute (user block included); heap addresses are not
   const uint64_t len = le(d, 4), heap = le(d + 4, sa), index = le(d + 4 + sa, 4);
   if (len == 0) return;  // empty string: HDF5 reads nothing from the heap
   unsigned char h[16];
@@ -184,21 +185,23 @@ void fsync_path(const std::string& path, bool dir) {
 }
 
 // Whole file, then fsync; errors carry errno's text (e.g. "No space left on device").
-static void write_file_synced(const std::string& p, const std::vector<unsigned char>& data) {
+static void write_file_synced(const std::string& p, std::initializer_list<std::span<const unsigned char>> parts) {
   int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) throw Error(p + ": cannot create: " + std::strerror(errno));
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t w = ::write(fd, data.data() + done, data.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      int e = w < 0 ? errno : ENOSPC;
-      ::close(fd);
-      throw Error(p + ": write failed after " + std::to_string(done) + " of " + std::to_string(data.size()) +
-                  " bytes: " + std::strerror(e));
+  size_t total = 0, done = 0;
+  for (const auto& data : parts) total += data.size();
+  for (const auto& data : parts)
+    for (size_t at = 0; at < data.size();) {
+      ssize_t w = ::write(fd, data.data() + at, data.size() - at);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        int e = w < 0 ? errno : ENOSPC;
+        ::close(fd);
+        throw Error(p + ": write failed after " + std::to_string(done) + " of " + std::to_string(total) +
+                    " bytes: " + std::strerror(e));
+      }
+      at += size_t(w), done += size_t(w);
     }
-    done += size_t(w);
-  }
   if (::fsync(fd) != 0) {
     int e = errno;
     ::close(fd);
@@ -266,8 +269,9 @@ void write_checkpoint(const std::string& path, const Checkpoint& ck, const std::
     image.resize(size_t(n));
     if (H5Fget_file_image(f, image.data(), size_t(n)) != n) throw Error(tmp + ": cannot get the checkpoint image");
     f.reset();
-    stamp_image_checksum(image);  // the image is the whole file: its checksum before it is written
-    write_file_synced(tmp, image);
+    unsigned char block[kChecksumBlock];  // the user block the image leaves out: the whole-file checksum
+    image_checksum_block(image, block);
+    write_file_synced(tmp, {{block, kChecksumBlock}, {image.data(), image.size()}});
   } catch (const std::exception& e) {
     fs::remove(tmp, ec);
     throw Error(path + ": checkpoint write failed, previous checkpoints untouched: " + e.what());

@@ -119,10 +119,10 @@ void make_checksum_block(const unsigned char* rest, size_t n, unsigned char* blo
   fill_block(n, xxh64(rest, n), block);
 }
 
-void stamp_image_checksum(std::vector<unsigned char>& image) {
-  if (image.size() < kChecksumBlock + 8 || std::memcmp(image.data() + kChecksumBlock, kHdf5Signature, 8) != 0)
-    throw std::logic_error("stamp_image_checksum: no HDF5 signature after a 512-byte user block");
-  make_checksum_block(image.data() + kChecksumBlock, image.size() - kChecksumBlock, image.data());
+void image_checksum_block(const std::vector<unsigned char>& image, unsigned char* block) {
+  if (image.size() < 8 || std::memcmp(image.data(), kHdf5Signature, 8) != 0)
+    throw std::logic_error("image_checksum_block: the image does not start with the HDF5 signature");
+  make_checksum_block(image.data(), image.size(), block);
 }
 
 void stamp_file_checksum(const std::string& path) {

@@ -35,8 +35,10 @@ class Xxh64 {
 
 // The block for `rest` (the file's bytes after the block), written into `block` (512 bytes).
 void make_checksum_block(const unsigned char* rest, size_t n, unsigned char* block);
-// The same on a whole file image in memory (the checkpoint writer's), before it is written.
-void stamp_image_checksum(std::vector<unsigned char>& image);
+// The block for a whole file image in memory (the checkpoint writer's, H5Fget_file_image: it
+// holds the file from the superblock on, without the user block): the file is the block, then
+// the image.
+void image_checksum_block(const std::vector<unsigned char>& image, unsigned char* block);
 // Stamps a closed file created with a 512-byte user block (h5::create does): hashes the bytes
 // after the block, writes the block, fsyncs. Throws naming the file.
 void stamp_file_checksum(const std::string& path);

@@ -300,7 +300,10 @@ class AtomicFile {
 
 std::string Staged::tmp_name(const std::string& path) {
   const fs::path p(path);
-  return (p.parent_path() / ("." + p.filename().string() + ".sbtmp")).string();
+  std::string name = ".";  // hidden, beside the final name
+  name += p.filename().string();
+  name += ".sbtmp";
+  return (p.parent_path() / name).string();
 }
 
 void Staged::add(const std::string& path) { paths_.push_back(path); }
@@ -310,7 +313,6 @@ void Staged::commit() {
     if (std::rename(tmp_name(p).c_str(), p.c_str()) != 0)
       throw Error(p + ": cannot move into place: " + std::strerror(errno));
   committed_ = true;
-  std::vector<std::string> dirs;
   for (const auto& p : paths_) {
     const fs::path parent = fs::path(p).parent_path();
     int dfd = ::open(parent.empty() ? "." : parent.c_str(), O_RDONLY | O_DIRECTORY);

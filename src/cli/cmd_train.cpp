@@ -61,8 +61,7 @@ static int run_train(const Args& args) {
     if (!err.empty()) throw Error(err);
     if (!stale.empty())
       std::printf("note: %s was left by a run that ended without releasing it (%s); that run holds no lock any more, "
-                  "this one took it
-", lock.path().c_str(), stale.c_str());
+                  "this one took it\n", lock.path().c_str(), stale.c_str());
   }
   std::string resume;
   if (args.has("resume")) resume = args.get("resume", "").empty() ? "latest" : args.get("resume");

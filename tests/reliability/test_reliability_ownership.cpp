@@ -33,7 +33,8 @@ std::string flags(const std::string& dir, const std::string& extra = "") {
          " --set checkpoint.every=1 --set train.steps=2" + extra;
 }
 std::string train(const std::string& dir, const std::string& extra = "") { return binary() + " train" + flags(dir, extra); }
-std::string sb(const std::string& args) { return binary() + " " + args; }
+std::string cli(const std::string& args) { return binary() + " " + args; }
+std::string in_dir(const std::string& dir, const std::string& cmd) { return "sh -c " + sbtest::sh_quote("cd " + dir + " && " + cmd); }
 
 struct Outcome {
   Exit exit;
@@ -105,7 +106,7 @@ class Issue50 : public ::testing::Test {
       if (e.code != 0) ADD_FAILURE() << "train failed:\n" << slurp(dir + "/train.log");
     }
     if (!fs::exists(g_hf + "/config.json")) {
-      const Exit e = run(sb("convert " + g_ck + " " + g_hf + " --dtype f32"), dir + "/convert.log");
+      const Exit e = run(cli("convert " + g_ck + " " + g_hf + " --dtype f32"), dir + "/convert.log");
       if (e.code != 0) ADD_FAILURE() << "convert failed:\n" << slurp(dir + "/convert.log");
     }
   }
@@ -124,33 +125,33 @@ TEST_F(Issue50, Case01_ConvertOverwriteReplacesOnlyItsOwnFiles) {
   const Snapshot before = snapshot(run_dir);
   // DST a parent of SRC, or the directory holding it: refused, nothing touched.
   for (const std::string& dst : {run_dir, run_dir + "/ckpt", run_dir + "/ckpt/"}) {
-    auto o = run_bounded(sb("convert " + src + " " + dst + " --overwrite"), dir + "/a.log");
+    auto o = run_bounded(cli("convert " + src + " " + dst + " --overwrite"), dir + "/a.log");
     expect_refused(o, {"holds SRC " + src}, dst);
     expect_kept(before, run_dir);
     EXPECT_EQ(snapshot(run_dir).size(), before.size()) << "files appeared in " << run_dir;
   }
   // DST = SRC: refused.
-  expect_refused(run_bounded(sb("convert " + src + " " + src + " --overwrite"), dir + "/b.log"), {src + ": is a file"}, "SRC");
+  expect_refused(run_bounded(cli("convert " + src + " " + src + " --overwrite"), dir + "/b.log"), {src + ": is a file"}, "SRC");
   // An export directory with a user's files: re-export replaces config.json and the weights only.
   const std::string hf = dir + "/hf";
-  ASSERT_EQ(run_bounded(sb("convert " + src + " " + hf), dir + "/c.log").exit.code, 0);
+  ASSERT_EQ(run_bounded(cli("convert " + src + " " + hf), dir + "/c.log").exit.code, 0);
   write(hf + "/tokenizer.json", "{\"mine\": true}");
   write(hf + "/README.md", "# my model\n");
   Snapshot hf_before = snapshot(hf);
-  auto o = run_bounded(sb("convert " + src + " " + hf + " --overwrite --dtype f32"), dir + "/d.log");
+  auto o = run_bounded(cli("convert " + src + " " + hf + " --overwrite --dtype f32"), dir + "/d.log");
   ASSERT_EQ(o.exit.code, 0) << o.out;
   expect_kept(hf_before, hf, {"config.json", "model.safetensors"});
   EXPECT_TRUE(has(config_json(hf), "float32"));
   // A previous export with shards: the new single-file export removes the old index and the shards
   // it names (a mix would load the wrong weights), and nothing else.
   const std::string hf2 = dir + "/hf2";
-  o = run_bounded(sb("convert " + src + " " + hf2 + " --shard-size 4KB"), dir + "/e.log");
+  o = run_bounded(cli("convert " + src + " " + hf2 + " --shard-size 4KB"), dir + "/e.log");
   ASSERT_EQ(o.exit.code, 0) << o.out;
   ASSERT_TRUE(fs::exists(hf2 + "/model.safetensors.index.json")) << o.out;
   write(hf2 + "/tokenizer.json", "{\"mine\": true}");
   write(hf2 + "/model-00009-of-00009.safetensors", "not named by the index: not the export's");
   hf_before = snapshot(hf2);
-  o = run_bounded(sb("convert " + src + " " + hf2 + " --overwrite"), dir + "/f.log");
+  o = run_bounded(cli("convert " + src + " " + hf2 + " --overwrite"), dir + "/f.log");
   ASSERT_EQ(o.exit.code, 0) << o.out;
   EXPECT_TRUE(has(o.out, "removed the previous export's files")) << o.out;
   for (const auto& [rel, what] : hf_before) {
@@ -166,11 +167,11 @@ TEST_F(Issue50, Case01_ConvertOverwriteReplacesOnlyItsOwnFiles) {
 // ---- 2. a trailing slash or '.' as DST; a failure leaves everything as it was; import to x.h5/
 TEST_F(Issue50, Case02_PathsAreNormalisedAndAFailureChangesNothing) {
   const std::string dir = scratch("i50_c02"), hf_old = dir + "/hf_old";
-  ASSERT_EQ(run_bounded(sb("convert " + g_ck + " " + hf_old), dir + "/a.log").exit.code, 0);
+  ASSERT_EQ(run_bounded(cli("convert " + g_ck + " " + hf_old), dir + "/a.log").exit.code, 0);
   write(hf_old + "/tokenizer.json", "{}");
   Snapshot before = snapshot(hf_old);
   for (const std::string& dst : {hf_old + "/", hf_old + "/.", hf_old + "/../hf_old/"}) {
-    auto o = run_bounded(sb("convert " + g_ck + " " + dst + " --overwrite"), dir + "/b.log");
+    auto o = run_bounded(cli("convert " + g_ck + " " + dst + " --overwrite"), dir + "/b.log");
     ASSERT_EQ(o.exit.code, 0) << dst << "\n" << o.out;
     expect_kept(before, hf_old, {"config.json", "model.safetensors"});
     EXPECT_EQ(snapshot(hf_old).size(), before.size()) << dst;  // no temporaries left
@@ -179,23 +180,23 @@ TEST_F(Issue50, Case02_PathsAreNormalisedAndAFailureChangesNothing) {
   const std::string work = dir + "/work";
   write(work + "/notes.txt", "mine");
   before = snapshot(work);
-  auto o = run_bounded("cd " + work + " && " + sb("convert " + g_ck + " . --overwrite"), dir + "/c.log");
+  auto o = run_bounded(in_dir(work, cli("convert " + g_ck + " . --overwrite")), dir + "/c.log");
   ASSERT_EQ(o.exit.code, 0) << o.out;
   expect_kept(before, work);
   fs::copy_file(g_ck, work + "/ck.h5");
   before = snapshot(work);
-  o = run_bounded("cd " + work + " && " + sb("convert ck.h5 . --overwrite"), dir + "/d.log");
+  o = run_bounded(in_dir(work, cli("convert ck.h5 . --overwrite")), dir + "/d.log");
   expect_refused(o, {"holds SRC ck.h5"}, "dot holding SRC");
   expect_kept(before, work);
   // A failure while writing (a directory stands where a temporary goes): everything as it was.
   fs::create_directories(hf_old + "/.model.safetensors.sbtmp");
   before = snapshot(hf_old);
-  o = run_bounded(sb("convert " + g_ck + " " + hf_old + " --overwrite --dtype bf16"), dir + "/e.log");
+  o = run_bounded(cli("convert " + g_ck + " " + hf_old + " --overwrite --dtype bf16"), dir + "/e.log");
   expect_refused(o, {hf_old + ": export failed, nothing in it changed"}, "failing export");
   expect_kept(before, hf_old);
   EXPECT_EQ(snapshot(hf_old).size(), before.size());
   // Import to x.h5/: refused, no directory made.
-  o = run_bounded(sb("convert " + g_hf + " " + dir + "/x.h5/"), dir + "/f.log");
+  o = run_bounded(cli("convert " + g_hf + " " + dir + "/x.h5/"), dir + "/f.log");
   expect_refused(o, {"DST " + dir + "/x.h5/: names a directory"}, "x.h5/");
   EXPECT_FALSE(fs::exists(dir + "/x.h5"));
 }
@@ -238,11 +239,11 @@ TEST_F(Issue50, Case04_NonRegularInputsAreRefusedNamingTheFile) {
     const std::string d = dir + "/hf_" + name;
     copy_dir(g_hf, d);
     fifo(d + "/" + name);
-    cases.push_back({sb("convert " + d + " " + dir + "/o.h5"), d + "/" + name});
+    cases.push_back({cli("convert " + d + " " + dir + "/o.h5"), d + "/" + name});
     cases.push_back({train(dir + "/t_" + name) + " --init-from " + d, d + "/" + name});
   }
   const std::string sh = dir + "/hf_sharded";
-  ASSERT_EQ(run_bounded(sb("convert " + g_ck + " " + sh + " --shard-size 4KB"), dir + "/s.log").exit.code, 0);
+  ASSERT_EQ(run_bounded(cli("convert " + g_ck + " " + sh + " --shard-size 4KB"), dir + "/s.log").exit.code, 0);
   for (const char* name : {"model.safetensors.index.json", "model-00001-of-"}) {
     const std::string d = dir + "/hf_" + std::string(name).substr(0, 10);
     copy_dir(sh, d);
@@ -250,27 +251,27 @@ TEST_F(Issue50, Case04_NonRegularInputsAreRefusedNamingTheFile) {
     for (const auto& e : fs::directory_iterator(d))
       if (e.path().filename().string().starts_with(name)) file = e.path().string();
     fifo(file);
-    cases.push_back({sb("convert " + d + " " + dir + "/o.h5"), file});
+    cases.push_back({cli("convert " + d + " " + dir + "/o.h5"), file});
   }
   fifo(dir + "/dict");
-  cases.push_back({sb("prep synth --dict " + dir + "/dict --output " + dir + "/p1"), dir + "/dict"});
+  cases.push_back({cli("prep synth --dict " + dir + "/dict --output " + dir + "/p1"), dir + "/dict"});
   write(dir + "/in.txt", "abc abc\n\nbca ab\n");
   fifo(dir + "/tok.json");
-  cases.push_back({sb("prep text --input " + dir + "/in.txt --tokenizer " + dir + "/tok.json --output " + dir + "/p2"),
+  cases.push_back({cli("prep text --input " + dir + "/in.txt --tokenizer " + dir + "/tok.json --output " + dir + "/p2"),
                    dir + "/tok.json"});
   fs::create_directories(dir + "/tok");
   fs::copy_file(std::string(SB_SOURCE_DIR) + "/tests/data/fixtures/bpe_tiny_pairs.json", dir + "/tok/tokenizer.json");
   fifo(dir + "/tok/tokenizer_config.json");
-  cases.push_back({sb("prep text --input " + dir + "/in.txt --tokenizer " + dir + "/tok/tokenizer.json --eos '<|end|>' --output " +
+  cases.push_back({cli("prep text --input " + dir + "/in.txt --tokenizer " + dir + "/tok/tokenizer.json --eos '<|end|>' --output " +
                       dir + "/p3"), dir + "/tok/tokenizer_config.json"});
   fifo(dir + "/profile.h5");
-  cases.push_back({sb("simulate --profile " + dir + "/profile.h5"), dir + "/profile.h5"});
+  cases.push_back({cli("simulate --profile " + dir + "/profile.h5"), dir + "/profile.h5"});
   cases.push_back({train(dir + "/t_profile", " --set balance.profile=" + dir + "/profile.h5"), dir + "/profile.h5"});
   const std::string zero = dir + "/hf_zero";
   copy_dir(g_hf, zero);
   fs::remove(zero + "/config.json");
   fs::create_symlink("/dev/zero", zero + "/config.json");
-  cases.push_back({sb("convert " + zero + " " + dir + "/o.h5"), zero + "/config.json"});  // "(a device)"
+  cases.push_back({cli("convert " + zero + " " + dir + "/o.h5"), zero + "/config.json"});  // "(a device)"
   const Snapshot before = snapshot(dir);
   for (size_t i = 0; i < cases.size(); ++i) {
     auto o = run_bounded(cases[i].first, dir + "/run" + std::to_string(i) + ".log");
@@ -288,11 +289,11 @@ TEST_F(Issue50, Case04_NonRegularInputsAreRefusedNamingTheFile) {
 TEST_F(Issue50, Case05_SimulateRanksAboveWhatCanBePlannedIsRefused) {
   const std::string dir = scratch("i50_c05");
   for (const char* ranks : {"100000", "1048576"}) {
-    auto o = run_bounded(sb(std::string("simulate --set simulate.steps=1 --set simulate.ranks=") + ranks), dir + "/a.log");
+    auto o = run_bounded(cli(std::string("simulate --set simulate.steps=1 --set simulate.ranks=") + ranks), dir + "/a.log");
     expect_refused(o, {std::string("simulate.ranks = ") + ranks, "at most 65536"}, ranks);
     EXPECT_LT(o.exit.seconds, 5) << o.out;
   }
-  EXPECT_EQ(run_bounded(sb("simulate --set simulate.steps=1 --set simulate.ranks=8"), dir + "/b.log").exit.code, 0);
+  EXPECT_EQ(run_bounded(cli("simulate --set simulate.steps=1 --set simulate.ranks=8"), dir + "/b.log").exit.code, 0);
 }
 
 // ---- 6. config.json claiming a huge model: the shape error comes before the allocation
@@ -302,8 +303,8 @@ TEST_F(Issue50, Case06_ShapesAreCheckedBeforeTheModelIsAllocated) {
   set_field(hf, "num_hidden_layers", "1024");
   set_field(hf, "intermediate_size", "1048576");  // ~70 GB of float32 claimed
   const Snapshot before = snapshot(dir);
-  auto o = run_bounded("/usr/bin/time -f 'maxrss_kb=%M' " + sb("convert " + hf + " " + dir + "/o.h5"), dir + "/a.log");
-  expect_refused(o, {hf + "/model.safetensors: tensor 'model.layers.0.mlp.", "1048576]", "config.json gives ["},
+  auto o = run_bounded("/usr/bin/time -f 'maxrss_kb=%M' " + cli("convert " + hf + " " + dir + "/o.h5"), dir + "/a.log");
+  expect_refused(o, {hf + "/model.safetensors: tensor 'model.layers.0.mlp.", "config.json gives [", "1048576"},
                  "huge config.json");
   const size_t at = o.out.find("maxrss_kb=");
   ASSERT_NE(at, std::string::npos) << o.out;
@@ -326,7 +327,7 @@ TEST_F(Issue50, Case07_IntegerRangeMessagesStateTheRealRange) {
     copy_dir(g_hf, hf);
     set_field(hf, field, value);
     const Snapshot before = snapshot(hf);
-    expect_refused(run_bounded(sb("convert " + hf + " " + dir + "/o.h5"), dir + "/a.log"), {hf + "/config.json: " + message}, value);
+    expect_refused(run_bounded(cli("convert " + hf + " " + dir + "/o.h5"), dir + "/a.log"), {hf + "/config.json: " + message}, value);
     expect_kept(before, hf);
   }
   auto o = run_bounded(train(dir, " --set train.steps=9223372036854775807"), dir + "/b.log");
@@ -336,7 +337,7 @@ TEST_F(Issue50, Case07_IntegerRangeMessagesStateTheRealRange) {
 // ---- 8. an index naming "" or a directory
 TEST_F(Issue50, Case08_IndexEntriesMustNameAFile) {
   const std::string dir = scratch("i50_c08"), sh = dir + "/sh";
-  ASSERT_EQ(run_bounded(sb("convert " + g_ck + " " + sh + " --shard-size 4KB"), dir + "/s.log").exit.code, 0);
+  ASSERT_EQ(run_bounded(cli("convert " + g_ck + " " + sh + " --shard-size 4KB"), dir + "/s.log").exit.code, 0);
   const std::string index = slurp(sh + "/model.safetensors.index.json");
   const size_t at = index.find("\"model.norm.weight\": \"");
   ASSERT_NE(at, std::string::npos) << index;
@@ -349,7 +350,7 @@ TEST_F(Issue50, Case08_IndexEntriesMustNameAFile) {
     write(d + "/model.safetensors.index.json", t);
     if (name == "adir") fs::create_directories(d + "/adir");
     const Snapshot before = snapshot(d);
-    auto o = run_bounded(sb("convert " + d + " " + dir + "/o.h5"), dir + "/a.log");
+    auto o = run_bounded(cli("convert " + d + " " + dir + "/o.h5"), dir + "/a.log");
     if (name == "adir")
       expect_refused(o, {d + "/adir: not a regular file (a directory); expected a safetensors file"}, name);
     else
@@ -362,17 +363,17 @@ TEST_F(Issue50, Case08_IndexEntriesMustNameAFile) {
 // ---- 9. flags whose numbers overflow are refused, not wrapped
 TEST_F(Issue50, Case09_OverflowingFlagsAreRefused) {
   const std::string dir = scratch("i50_c09");
-  auto o = run_bounded(sb("convert " + g_ck + " " + dir + "/hf --shard-size 99999999999999999999GB"), dir + "/a.log");
+  auto o = run_bounded(cli("convert " + g_ck + " " + dir + "/hf --shard-size 99999999999999999999GB"), dir + "/a.log");
   expect_refused(o, {"--shard-size 99999999999999999999GB: expected a size from 1 byte to 1e18 bytes"}, "shard-size");
   EXPECT_FALSE(fs::exists(dir + "/hf"));
-  o = run_bounded(sb("convert " + g_ck + " " + dir + "/hf --shard-size 0.1"), dir + "/b.log");
+  o = run_bounded(cli("convert " + g_ck + " " + dir + "/hf --shard-size 0.1"), dir + "/b.log");
   expect_refused(o, {"--shard-size 0.1: expected a size from 1 byte"}, "shard-size below a byte");
   const Snapshot before = snapshot(g_data);
   for (const char* doc : {"18446744073709551616", "18446744073709551615", "-1"}) {
-    o = run_bounded(sb("inspect " + g_data + " --decode " + doc), dir + "/c.log");
+    o = run_bounded(cli("inspect " + g_data + " --decode " + doc), dir + "/c.log");
     expect_refused(o, {std::string("--decode '") + doc + "': expected a document index (0, 1, ...), an integer from 0 to 9223372036854775807"}, doc);
   }
-  o = run_bounded(sb("inspect " + g_data + " --decode 9223372036854775807"), dir + "/d.log");
+  o = run_bounded(cli("inspect " + g_data + " --decode 9223372036854775807"), dir + "/d.log");
   expect_refused(o, {"--decode 9223372036854775807: the dataset has 60 documents (0..59)"}, "past the end");
   expect_kept(before, g_data);
 }
@@ -387,7 +388,7 @@ TEST_F(Issue50, Case10_TokenizerIdsBeyondTheVocabularyAreRefusedAtLoad) {
   fs::create_directories(dir + "/out");
   write(dir + "/out/keep.txt", "mine");
   const Snapshot before = snapshot(dir);
-  auto o = run_bounded(sb("prep text --input " + dir + "/in.txt --tokenizer " + dir + "/tokenizer.json --eos '<|end|>' --output " +
+  auto o = run_bounded(cli("prep text --input " + dir + "/in.txt --tokenizer " + dir + "/tokenizer.json --eos '<|end|>' --output " +
                           dir + "/out --overwrite"), dir + "/a.log");
   expect_refused(o, {dir + "/tokenizer.json: model.vocab[\"bc\"]: id 20000000 is beyond what a model vocabulary holds: ids must be < 16777216 (model.vocab_size"}, "id");
   EXPECT_FALSE(has(o.out, "staging")) << o.out;
@@ -436,13 +437,13 @@ TEST_F(Issue50, Case13_NonFiniteWeightsAreNamedAtImport) {
     io.write(reinterpret_cast<const char*>(&nan), 4);
   }
   const Snapshot before = snapshot(hf);
-  auto o = run_bounded(sb("convert " + hf + " " + dir + "/o.h5"), dir + "/a.log");
+  auto o = run_bounded(cli("convert " + hf + " " + dir + "/o.h5"), dir + "/a.log");
   expect_refused(o, {hf + "/model.safetensors: tensor 'model.norm.weight' holds 1 non-finite value(s) (NaN or inf; the first at flat index 2",
                      "convert --nonfinite warn"}, "nan");
   EXPECT_FALSE(fs::exists(dir + "/o.h5"));
   o = run_bounded(train(dir) + " --init-from " + hf, dir + "/b.log");
   expect_refused(o, {"tensor 'model.norm.weight' holds 1 non-finite value(s)"}, "init-from");
-  o = run_bounded(sb("convert " + hf + " " + dir + "/o.h5 --nonfinite warn"), dir + "/c.log");
+  o = run_bounded(cli("convert " + hf + " " + dir + "/o.h5 --nonfinite warn"), dir + "/c.log");
   ASSERT_EQ(o.exit.code, 0) << o.out;
   EXPECT_TRUE(has(o.out, "warning: " + hf + "/model.safetensors: tensor 'model.norm.weight' holds 1 non-finite value(s)")) << o.out;
   expect_kept(before, hf);
@@ -490,7 +491,7 @@ TEST_F(Issue50, Case14_AFlippedBitAnywhereIsRefusedNamingTheFile) {
     char c = 0;
     io.seekg(at), io.read(&c, 1), io.seekp(at), io.put(char(c ^ 0x5a));
   }
-  for (const std::string& cmd : {sb("inspect " + bad), train(dir, " --set data.path=" + dir + "/data")}) {
+  for (const std::string& cmd : {cli("inspect " + bad), train(dir, " --set data.path=" + dir + "/data")}) {
     auto o = run_bounded(cmd, dir + "/a.log");
     expect_refused(o, {bad + ": damaged: whole-file checksum mismatch"}, cmd);
   }
