@@ -39,12 +39,18 @@ std::string one_line(std::string text) {
 
 DirLock::DirLock(const std::string& dir, const std::string& command, std::string* stale) {
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw Error(dir + ": cannot create the checkpoint directory (checkpoint.dir): " + ec.message());
   path_ = (std::filesystem::path(dir) / kName).string();
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {  // no checkpoint can be written there either: checkpoint.on_error decides what happens
+    why_ = dir + ": cannot create the checkpoint directory: " + ec.message();
+    return;
+  }
   // O_NOFOLLOW and O_NONBLOCK: a symlink or FIFO planted under the name neither redirects nor blocks us.
   const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(path_ + ": cannot open the checkpoint directory's lock file: " + std::strerror(errno));
+  if (fd < 0) {
+    why_ = path_ + ": cannot open the lock file: " + std::strerror(errno);
+    return;
+  }
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
@@ -60,8 +66,9 @@ DirLock::DirLock(const std::string& dir, const std::string& command, std::string
       throw Error("checkpoint.dir " + dir + " is in use by another run (" + holder + ", lock " + path_ +
                   "): one run owns a checkpoint directory; wait for it to end, stop it, or give this run another "
                   "checkpoint.dir");
-    throw Error(path_ + ": cannot lock the checkpoint directory: " + std::strerror(e) +
-                " (the file system must support POSIX fcntl locks: NFS with lockd, Lustre mounted with -o flock)");
+    why_ = path_ + ": cannot lock: " + std::strerror(e) +
+           " (a file system without POSIX fcntl locks? NFS needs lockd, Lustre the flock mount option)";
+    return;
   }
   // Ours. A text left behind names a holder that is gone (its lock died with it).
   const std::string before = read_fd(fd);
@@ -73,12 +80,10 @@ DirLock::DirLock(const std::string& dir, const std::string& command, std::string
   std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   const std::string text = "host=" + std::string(host) + "\npid=" + std::to_string(::getpid()) + "\nstarted=" + when +
                            "\ncommand=" + command + "\n";
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, text.data(), text.size(), 0) != ssize_t(text.size())) {
-    ::close(fd);
-    throw Error(path_ + ": cannot write the checkpoint directory's lock file: " + std::strerror(errno));
-  }
+  fd_ = fd;  // held from here on, even if the text below cannot be written (a full disk)
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, text.data(), text.size(), 0) != ssize_t(text.size()))
+    why_ = path_ + ": locked, but its holder text could not be written: " + std::strerror(errno);
   ::fsync(fd);
-  fd_ = fd;
 }
 
 DirLock::~DirLock() {
@@ -87,11 +92,12 @@ DirLock::~DirLock() {
   if (fd_ >= 0) (void)!::ftruncate(fd_, 0), ::close(fd_);
 }
 
-DirLock::DirLock(DirLock&& o) noexcept : fd_(std::exchange(o.fd_, -1)), path_(std::move(o.path_)) {}
+DirLock::DirLock(DirLock&& o) noexcept
+    : fd_(std::exchange(o.fd_, -1)), path_(std::move(o.path_)), why_(std::move(o.why_)) {}
 DirLock& DirLock::operator=(DirLock&& o) noexcept {
   if (this != &o) {
     if (fd_ >= 0) (void)!::ftruncate(fd_, 0), ::close(fd_);
-    fd_ = std::exchange(o.fd_, -1), path_ = std::move(o.path_);
+    fd_ = std::exchange(o.fd_, -1), path_ = std::move(o.path_), why_ = std::move(o.why_);
   }
   return *this;
 }

@@ -13,7 +13,10 @@ class DirLock {
  public:
   DirLock() = default;
   // Creates DIR (and parents) and takes DIR/.sparsebalance.lock. Throws naming DIR and the
-  // holder's host, pid, start time and command when another process holds it. `stale`, when
+  // holder's host, pid, start time and command when another process holds it. When the lock
+  // cannot be taken for another reason (DIR cannot be made, a file system without POSIX locks)
+  // it is not held and why() says why: the caller warns and goes on (the checkpoint writes then
+  // fail or not on their own, as checkpoint.on_error says). `stale`, when
   // given, receives the holder text of a run that ended without releasing the lock (killed, or
   // ended by an error on some rank): its lock is gone, so this run took it; "" otherwise. A run
   // that ends normally empties the file when it releases the lock.
@@ -25,12 +28,13 @@ class DirLock {
   DirLock& operator=(const DirLock&) = delete;
   bool held() const { return fd_ >= 0; }
   const std::string& path() const { return path_; }
+  const std::string& why() const { return why_; }  // "" when held and recorded
 
   static constexpr const char* kName = ".sparsebalance.lock";
 
  private:
   int fd_ = -1;
-  std::string path_;
+  std::string path_, why_;
 };
 
 }  // namespace sb

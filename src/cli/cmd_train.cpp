@@ -53,12 +53,15 @@ static int run_train(const Args& args) {
         std::string command = "sparsebalance train";
         for (const auto& p : args.positional) command += " " + p;
         if (args.has("resume")) command += " --resume";
-        lock = DirLock(cfg.s("checkpoint.dir"), command + " (" + std::to_string(comm.size()) + " ranks)", &stale);
+        lock = DirLock(cfg.s("checkpoint.dir"), command + ", " + std::to_string(comm.size()) + " rank(s)", &stale);
       } catch (const std::exception& e) {
         err = e.what();
       }
     comm.broadcast(err);
     if (!err.empty()) throw Error(err);
+    if (comm.root() && !lock.why().empty())
+      std::fprintf(stderr, lock.held() ? "warning: %s\n" : "warning: checkpoint.dir is not guarded against a second run: %s\n",
+                   lock.why().c_str());
     if (!stale.empty())
       std::printf("note: %s was left by a run that ended without releasing it (%s); that run holds no lock any more, "
                   "this one took it\n", lock.path().c_str(), stale.c_str());

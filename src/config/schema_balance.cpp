@@ -22,7 +22,7 @@ std::vector<KeySpec> schema_balance() {
       {"balance.shard_part", T::Float, "1", 0.01, 1, {}, "with balance.shard_docs: a document that fits is sharded when it costs more than this fraction of the fair share, over enough ranks that each part is within it; small parts (0.1) fill the gaps whole documents leave, at more exchange (src/balance/README.md, 'Sharded documents')"},
       {"balance.curve_points", T::Int, "32", 2, 4096, {}, "samples of each rank's recall/time curve exchanged for balance.target = recall"},
       // [simulate] the balancer on a modelled cluster (no model run)
-      {"simulate.ranks", T::Int, "8", 1, 1 << 20, {}, "modelled ranks"},
+      {"simulate.ranks", T::Int, "8", 1, 1 << 16, {}, "modelled ranks (with simulate.micro_batches at most 65536 micro-batches per step: src/balance/README.md, \"Simulate\")"},
       {"simulate.micro_batches", T::Int, "16", 1, 1 << 16, {}, "micro-batches per rank (token capacity simulate.capacity each)"},
       {"simulate.preset", T::String, "longalign", 0, 0, {"longalign", "chatqa2", "uniform", "fixed"}, "document-length distribution"},
       {"simulate.steps", T::Int, "10", 1, 1 << 20, {}, "steps (global batches) simulated"},
