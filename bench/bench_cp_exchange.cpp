@@ -20,7 +20,7 @@
 #include "bench/bench_flags.hpp"
 #include "src/comm/comm.hpp"
 #include "src/model/shard_attention.hpp"
-#include "src/train/shard.hpp"
+#include "src/parts/groups.hpp"
 
 namespace {
 

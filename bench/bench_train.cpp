@@ -7,7 +7,7 @@
 #include <random>
 
 #include "src/model/model.hpp"
-#include "src/train/update.hpp"
+#include "src/engine/update.hpp"
 
 using namespace sb;
 

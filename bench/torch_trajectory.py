@@ -18,7 +18,7 @@ CKPT       any checkpoint of the run: its stored config gives the optimizer sett
 (a) The dense loss of step 1's documents at the initial weights, in float32 and in bf16 autocast,
     against our step-1 loss (our loss is computed before the step's update).
 (b) --steps N (default 10): a plain PyTorch loop over the same batches with our optimizer exactly
-    (src/train/update.cpp): loss = sum of cross-entropies / the step's target count; gradient norm
+    (src/engine/update.cpp): loss = sum of cross-entropies / the step's target count; gradient norm
     over all parameters (tied head counted once); clip by grad_clip / norm when above; linear warmup
     then cosine to lr * min_lr_ratio; AdamW with bias correction and decoupled decay lr * wd * p, no
     decay on norms and biases. fp32 master weights, bf16 autocast matmuls (as our CUDA engine).
@@ -58,7 +58,7 @@ def read_optim(path):
     return t
 
 
-def lr_at(o, step):  # src/train/update.cpp lr_at
+def lr_at(o, step):  # src/engine/update.cpp lr_at
     if o["warmup_steps"] > 0 and step <= o["warmup_steps"]:
         return o["lr"] * step / o["warmup_steps"]
     decay = o["decay_steps"] - o["warmup_steps"]

@@ -54,7 +54,7 @@ struct PlanOptions {
 Plan make_plan(std::span<const Segment> segs, int ranks, int micro_batches_per_rank, int64_t capacity, Batching batching,
                const LatencyModel& lm, int k0, const PlanOptions& opt = {}, std::span<const double> preload = {});
 
-// ---- sharded documents (data.long_docs = "shard", src/train/shard.hpp)
+// ---- sharded documents (data.long_docs = "shard", src/parts/groups.hpp)
 
 // A document trained whole by `ranks` consecutive ranks from `first`, each with a part of it.
 struct ShardGroup {

@@ -7,7 +7,7 @@
 
 #include "src/cli/args.hpp"
 #include "base/error.hpp"
-#include "src/train/hf_convert.hpp"
+#include "src/hf/hf_convert.hpp"
 
 namespace sb {
 

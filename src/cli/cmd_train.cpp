@@ -9,7 +9,7 @@
 #include "src/comm/comm.hpp"
 #include "base/error.hpp"
 #include "io/dir_lock.hpp"
-#include "src/train/hf_convert.hpp"
+#include "src/hf/hf_convert.hpp"
 #include "src/train/trainer.hpp"
 
 extern "C" void openblas_set_num_threads(int);

@@ -82,7 +82,7 @@ struct OwnerPiece {
 std::vector<OwnerPiece> owner_pieces(size_t n, Slice range, size_t bucket, int ranks);
 
 // A group of ranks cut out of MPI_COMM_WORLD (MPI_Comm_split): the context-parallel group of a
-// sharded document (src/train/shard.hpp). Collective over every rank of the world to create;
+// sharded document (src/parts/groups.hpp). Collective over every rank of the world to create;
 // a rank passing color < 0 belongs to none (valid() is false).
 class Group {
  public:

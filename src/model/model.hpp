@@ -1,7 +1,7 @@
 // The model: a Llama/Qwen-style decoder-only transformer over packed variable-length
 // micro-batches, with dense or block-sparse attention. Parameter names and shapes follow
 // Hugging Face Llama (and Qwen2 with ModelDims::qkv_bias), so a checkpoint exports to
-// LlamaForCausalLM or Qwen2ForCausalLM (src/train/hf_convert.hpp).
+// LlamaForCausalLM or Qwen2ForCausalLM (src/hf/hf_convert.hpp).
 //
 // Reads top to bottom in model.cpp: embed -> L x (RMSNorm, attention with RoPE and GQA,
 // residual, RMSNorm, SwiGLU MLP, residual) -> RMSNorm -> LM head -> cross-entropy.
@@ -127,7 +127,7 @@ struct ShardNeeds {
   int64_t rows(int m) const;  // member m's needed rows
 };
 
-// The exchange of a sharded document's rows, passed in by the trainer (src/train/shard.hpp): the
+// The exchange of a sharded document's rows, passed in by the trainer (src/parts/groups.hpp): the
 // model itself never communicates. All are collective over the shard's group, called in the same
 // order on every member (layer by layer, the shards in batch order).
 template <class T>

@@ -11,7 +11,7 @@
 //   keep from their owners (alltoallv), and the backward sends those blocks' dK, dV back to the
 //   owners, who add them. Auto takes it when it moves below kAutoShare of the all-gather.
 // The CUDA path (shard_attention_cuda.cpp) all-gathers on device buffers (NCCL, or MPI through host
-// memory when ranks share a GPU: src/train/shard_cuda.hpp).
+// memory when ranks share a GPU: src/parts/groups_cuda.hpp).
 #include <algorithm>
 #include <optional>
 #include <stdexcept>

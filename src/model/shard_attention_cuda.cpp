@@ -5,7 +5,7 @@
 // CPU), the ordinary CUDA kernels, and in the backward dK, dV reduce-scattered back to the keys'
 // owners.
 //
-// The exchange is the trainer's (src/train/shard_cuda.hpp), by the engine's rule for gradients:
+// The exchange is the trainer's (src/parts/groups_cuda.hpp), by the engine's rule for gradients:
 // NCCL point-to-point on device buffers, on this stream, when every rank has its own GPU; MPI
 // through host memory when ranks share one. Both run the same plans (src/comm/row_exchange.hpp).
 // The gather is not overlapped with the local chunk's attention: src/model/README.md ("Sharded
@@ -69,7 +69,7 @@ kernels::GatingStats shard_attention_fwd_cuda(const DocShard& sh, const ShardExc
   whole_qkv(sh, ex, q, k, v, s, h, cs);
   const int32_t cu[2] = {0, sh.doc_len};
   kernels::GatingStats st;
-  if (gate) {  // built on the host (whatever SB_SELECT says): one document, kept rows only
+  if (gate) {  // built on the host: one document, kept rows only
     kernels::BlockSelection hs;
     if (sparse) kc::gate_blocks(h.q.data(), h.k.data(), cu, 1, s, p, hs, cs);
     else kernels::select_all_causal(cu, 1, s, hs);

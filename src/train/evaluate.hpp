@@ -10,7 +10,7 @@
 #include "src/comm/comm.hpp"
 #include "src/train/settings.hpp"
 #include "src/model/model.hpp"
-#include "src/train/engine.hpp"
+#include "src/engine/engine.hpp"
 
 namespace sb {
 

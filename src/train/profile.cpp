@@ -4,8 +4,8 @@
 #include <chrono>
 #include <random>
 
-#include "src/train/engine.hpp"
-#include "src/train/update.hpp"
+#include "src/engine/engine.hpp"
+#include "src/engine/update.hpp"
 
 namespace sb {
 

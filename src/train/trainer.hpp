@@ -16,12 +16,12 @@
 #include "src/train/settings.hpp"
 #include "src/model/model.hpp"
 #include "src/train/batch.hpp"
-#include "src/train/engine.hpp"
+#include "src/engine/engine.hpp"
 #include "src/train/faults.hpp"
 #include "src/train/resume.hpp"
-#include "src/train/shard.hpp"
+#include "src/parts/groups.hpp"
 #include "src/train/summary.hpp"
-#include "src/train/update.hpp"
+#include "src/engine/update.hpp"
 
 namespace sb {
 

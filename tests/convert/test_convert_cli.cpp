@@ -13,9 +13,9 @@
 #include "io/checkpoint.hpp"
 #include "io/safetensors.hpp"
 #include "src/train/settings.hpp"
-#include "src/train/hf_config.hpp"
+#include "src/hf/hf_config.hpp"
 #include "src/train/evaluate.hpp"
-#include "src/train/hf_convert.hpp"
+#include "src/hf/hf_convert.hpp"
 #include "tests/convert/convert_test_util.hpp"
 #include "tests/error_of.hpp"
 

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors.hpp"
-#include "src/train/hf_config.hpp"
+#include "src/hf/hf_config.hpp"
 #include "src/train/settings.hpp"
 #include "tests/convert/convert_test_util.hpp"
 #include "tests/error_of.hpp"

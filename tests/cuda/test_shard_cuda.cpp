@@ -1,5 +1,5 @@
 // Context parallelism on the GPU (issue 21), at 2 real MPI ranks: the device exchange
-// (ShardExchangeDevice, src/train/shard_cuda.hpp) through host memory and MPI, as it runs when the
+// (ShardExchangeDevice, src/parts/groups_cuda.hpp) through host memory and MPI, as it runs when the
 // ranks share one GPU, and, when each rank has a GPU of its own (a 2-GPU machine), through NCCL
 // point-to-point too. Needs a GPU; skipped without one.
 // - One micro-batch: a document of 2 x micro_batch_tokens sharded over the 2 ranks, each rank also
@@ -19,8 +19,8 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "src/comm/comm.hpp"
 #include "src/model/model_cuda.hpp"
-#include "src/train/shard.hpp"
-#include "src/train/shard_cuda.hpp"
+#include "src/parts/groups.hpp"
+#include "src/parts/groups_cuda.hpp"
 #include "src/train/trainer.hpp"
 #include "tests/cuda/gpu_test_util.hpp"
 #include "tests/train/train_test_util.hpp"

@@ -18,7 +18,7 @@
 #include "base/hash.hpp"
 #include "io/checkpoint.hpp"
 #include "kernels/cuda/attention_cuda.hpp"
-#include "src/train/engine.hpp"
+#include "src/engine/engine.hpp"
 #include "src/train/trainer.hpp"
 #include "tests/cuda/gpu_test_util.hpp"
 #include "tests/train/train_test_util.hpp"

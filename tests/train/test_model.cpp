@@ -8,7 +8,7 @@
 #include "src/model/model.hpp"
 #include "src/config/config.hpp"
 #include "src/train/settings.hpp"
-#include "src/train/update.hpp"
+#include "src/engine/update.hpp"
 
 using namespace sb;
 

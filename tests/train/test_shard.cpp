@@ -17,7 +17,7 @@
 #include "io/checkpoint.hpp"
 #include "src/comm/comm.hpp"
 #include "src/comm/row_exchange.hpp"
-#include "src/train/shard.hpp"
+#include "src/parts/groups.hpp"
 #include "src/train/trainer.hpp"
 #include "train_test_util.hpp"
 

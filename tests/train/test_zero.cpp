@@ -18,7 +18,7 @@
 #include "io/checkpoint.hpp"
 #include "io/h5.hpp"
 #include "src/comm/comm.hpp"
-#include "src/train/engine.hpp"
+#include "src/engine/engine.hpp"
 #include "src/train/trainer.hpp"
 #include "train_test_util.hpp"
 

@@ -15,7 +15,7 @@
 #include "src/comm/comm.hpp"
 #include "src/train/settings.hpp"
 #include "src/model/model.hpp"
-#include "src/train/update.hpp"
+#include "src/engine/update.hpp"
 
 namespace sb {
 
@@ -24,9 +24,9 @@ class ShardGroups;
 class Engine {
  public:
   virtual ~Engine() = default;
-  // The exchange of sharded documents' rows (data.long_docs = "shard", src/train/shard.hpp), for a
+  // The exchange of sharded documents' rows (data.long_docs = "shard", src/parts/groups.hpp), for a
   // batch with shards: the CPU engine passes shard_exchange to the model; the CUDA one runs its
-  // device exchange (src/train/shard_cuda.hpp) over the groups.
+  // device exchange (src/parts/groups_cuda.hpp) over the groups.
   const ShardExchange<float>* shard_exchange = nullptr;
   const ShardGroups* shard_groups = nullptr;
   virtual void zero_grads() = 0;

@@ -10,7 +10,7 @@
 
 #include "src/comm/nccl_group_cuda.hpp"
 #include "src/model/model_cuda.hpp"
-#include "src/train/shard.hpp"
+#include "src/parts/groups.hpp"
 
 namespace sb {
 

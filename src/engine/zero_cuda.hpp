@@ -15,7 +15,7 @@
 #include "src/comm/comm.hpp"
 #include "src/comm/nccl_cuda.hpp"
 #include "src/model/model_cuda.hpp"
-#include "src/train/update.hpp"
+#include "src/engine/update.hpp"
 
 namespace sb {
 

@@ -1,4 +1,4 @@
-#include "src/train/zero_cuda.hpp"
+#include "src/engine/zero_cuda.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "src/train/shard.hpp"
+#include "src/parts/groups.hpp"
 
 #include <algorithm>
 #include <chrono>

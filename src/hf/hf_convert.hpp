@@ -10,7 +10,7 @@
 #include "io/checkpoint.hpp"
 #include "io/safetensors.hpp"
 #include "src/config/config.hpp"
-#include "src/train/hf_config.hpp"
+#include "src/hf/hf_config.hpp"
 #include "src/model/model.hpp"
 
 namespace sb {

@@ -1,4 +1,4 @@
-#include "src/train/shard_cuda.hpp"
+#include "src/parts/groups_cuda.hpp"
 
 #include <cuda_bf16.h>
 

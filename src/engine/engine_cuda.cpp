@@ -1,6 +1,6 @@
 // The CUDA engine: one GPU per rank (node-local rank picks it), the model in mixed precision
 // (src/model/model_cuda.cpp), AdamW on fp32 master weights on the device, NCCL all-reduce; with
-// train.zero = 1 the optimizer state is sharded over the ranks (src/train/zero_cuda.hpp).
+// train.zero = 1 the optimizer state is sharded over the ranks (src/engine/zero_cuda.hpp).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -13,9 +13,9 @@
 #include "base/hash.hpp"
 #include "src/comm/nccl_cuda.hpp"
 #include "src/model/model_cuda.hpp"
-#include "src/train/engine.hpp"
-#include "src/train/shard_cuda.hpp"
-#include "src/train/zero_cuda.hpp"
+#include "src/engine/engine.hpp"
+#include "src/parts/groups_cuda.hpp"
+#include "src/engine/zero_cuda.hpp"
 
 namespace sb {
 
@@ -51,6 +51,7 @@ class CudaEngine final : public Engine {
     const int dev = choose_device(s.attention, comm, model.shape(), &shared);
     gpu_ = std::make_unique<ModelCuda>(model.shape(), model.layout(), !s.train.zero);  // zero: the master is sliced
     gpu_->set_exec(s.train.exec);
+    gpu_->phases().set_on(s.train.phase_times);
     if (!s.train.zero) m_.resize(gpu_->size()), v_.resize(gpu_->size());
     const size_t bucket = size_t(s.train.bucket_mb * 1024 * 1024);
     ZeroReducer* zred = nullptr;
@@ -94,7 +95,7 @@ class CudaEngine final : public Engine {
   // With overlap, the step's last backward starts each layer's sum as soon as that layer is done:
   // layer l's gradients are final then (the earlier micro-batches are already accumulated).
   // Sharded documents (data.long_docs = "shard") exchange their rows through the device exchange
-  // (src/train/shard_cuda.hpp: NCCL, or MPI through host memory). Their batches leave the overlap
+  // (src/parts/groups_cuda.hpp: NCCL, or MPI through host memory). Their batches leave the overlap
   // off: a member waiting in that exchange must not hold gradient sums that wait for it.
   MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool last) override {
     if (shard_dev_) shard_dev_->set_groups(shard_groups);
@@ -228,7 +229,7 @@ class CudaEngine final : public Engine {
   std::vector<float> scratch_;
   std::chrono::steady_clock::time_point phase_t0_ = std::chrono::steady_clock::now();
 
-  // SB_PHASE_TIMES=1: one line per step on rank 0, GPU ms per phase since the last step's end and
+  // train.phase_times: one line per step on rank 0, GPU ms per phase since the last step's end and
   // the idle remainder of the step's wall time (src/model/phase_clock_cuda.hpp).
   void print_phases(int64_t step) {
     PhaseClock& ph = gpu_->phases();

@@ -1,4 +1,4 @@
-#include "src/train/hf_convert.hpp"
+#include "src/hf/hf_convert.hpp"
 
 #include <algorithm>
 #include <cmath>

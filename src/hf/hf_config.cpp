@@ -1,4 +1,4 @@
-#include "src/train/hf_config.hpp"
+#include "src/hf/hf_config.hpp"
 
 #include <algorithm>
 #include <cstdint>

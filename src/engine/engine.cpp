@@ -1,4 +1,4 @@
-#include "src/train/engine.hpp"
+#include "src/engine/engine.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "src/train/update.hpp"
+#include "src/engine/update.hpp"
 
 #include <cmath>
 #include <cstdio>
