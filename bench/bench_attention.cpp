@@ -9,6 +9,8 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/kernels.hpp"
@@ -110,13 +112,23 @@ void BM_AttentionFwd(benchmark::State& st) {
   set_counters(st, sel, 2);
 }
 
-// Gating at the same size (budget k=8 besides anchors, w=1, theta=2).
+// Gating at the same size (budget k=8 besides anchors, w=1, theta=2), one argument per gate mode
+// (attention.gate_query / gate_key): 0 mean/mean (the default), 1 max/mean, 2 mean/bounds,
+// 3 mean/sub (4 sub-blocks), 4 max/bounds, 5 max/sub.
 void BM_Gating(benchmark::State& st) {
   Problem& p = problem();
   k::BlockSelection sel;
   k::GatingStats gs;
+  using Q = k::GateQuery;
+  using K = k::GateKey;
+  static const std::pair<Q, K> kModes[] = {{Q::mean, K::mean}, {Q::max, K::mean}, {Q::mean, K::bounds},
+                                           {Q::mean, K::sub},  {Q::max, K::bounds}, {Q::max, K::sub}};
+  const auto [qm, km] = kModes[st.range(0)];
+  const k::GatingParams gp{8, 1, 2.0, qm, km, 4};
+  st.SetLabel(std::string(qm == Q::max ? "query=max" : "query=mean") +
+              (km == K::mean ? " key=mean" : km == K::bounds ? " key=bounds" : " key=sub/4"));
   for (auto _ : st) {
-    gs = k::gate_blocks<float>(p.q.data(), p.kk.data(), p.cu.data(), 1, S, {8, 1, 2.0}, sel);
+    gs = k::gate_blocks<float>(p.q.data(), p.kk.data(), p.cu.data(), 1, S, gp, sel);
     benchmark::DoNotOptimize(sel.cols.data());
   }
   st.counters["density"] = gs.density();
@@ -129,7 +141,7 @@ void BM_Gating(benchmark::State& st) {
 double min_of(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
 BENCHMARK(BM_AttentionFwdBwd)->Arg(100)->Arg(50)->Arg(25)->Arg(10)->Unit(benchmark::kMillisecond)->ComputeStatistics("min", min_of);
 BENCHMARK(BM_AttentionFwd)->Arg(100)->Arg(50)->Arg(25)->Arg(10)->Unit(benchmark::kMillisecond)->ComputeStatistics("min", min_of);
-BENCHMARK(BM_Gating)->Unit(benchmark::kMillisecond)->ComputeStatistics("min", min_of);
+BENCHMARK(BM_Gating)->DenseRange(0, 5)->Unit(benchmark::kMillisecond)->ComputeStatistics("min", min_of);
 
 int main(int argc, char** argv) {
   Kokkos::ScopeGuard kokkos(argc, argv);

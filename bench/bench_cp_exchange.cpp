@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
         t[0] = std::min(t[0], MPI_Wtime() - t0);
         comm.barrier();
         t0 = MPI_Wtime();
-        k::pool_block_keys(K.data(), len, 0, nb, s, kbar.data());
+        k::pool_block_keys(K.data(), len, 0, nb, s, p, kbar.data());
         k::gate_blocks_pooled(Q.data(), kbar.data(), len, s, p, b, own.data());
         t[1] = std::min(t[1], MPI_Wtime() - t0);
         if (a.cols != b.cols) std::fprintf(stderr, "bench_cp_exchange: own-row gating differs from the whole's rows\n");

@@ -7,7 +7,8 @@
 #   L=32768 STEPS=6 bash bench/gpu_phase_breakdown.sh
 #   CONFIG=configs/qwen2.5-0.5b.toml MODE=dense L=16384 bash bench/gpu_phase_breakdown.sh
 #     another shape (CONFIG), dense (MODE; tuning fixed) or sparse (tuning dst, the default); BLOCK
-#     and K override CONFIG's attention block and attention.k (as bench/gpu_e2e.sh)
+#     and K override CONFIG's attention block and attention.k (as bench/gpu_e2e.sh); GATE_QUERY,
+#     GATE_KEY, GATE_SUB, DENSE_LAYERS set the gate mode and the hybrid layers
 # One plain run (tokens/s) and one with the events; prints the per-step phase lines and a table
 # ($OUT/phase_table.md): median over steps 3.. (the first two warm up). An A/B of two commits: run
 # it on each (jobs/gpu/make_baseline.sh builds the other tree).
@@ -23,6 +24,12 @@ mkdir -p "$OUTDIR" runs/gpu_e2e
 att_sets=()  # BLOCK, K: the attention block and attention.k over CONFIG's (as bench/gpu_e2e.sh)
 [ -n "${BLOCK:-}" ] && att_sets+=(--set attention.block_size="$BLOCK")
 [ -n "${K:-}" ] && att_sets+=(--set attention.k="$K")
+# GATE_QUERY, GATE_KEY, GATE_SUB, DENSE_LAYERS: the gate mode and hybrid layers (kernels/README.md,
+# "Gate modes"), e.g. GATE_QUERY=max GATE_KEY=bounds DENSE_LAYERS=last:2
+[ -n "${GATE_QUERY:-}" ] && att_sets+=(--set attention.gate_query="$GATE_QUERY")
+[ -n "${GATE_KEY:-}" ] && att_sets+=(--set attention.gate_key="$GATE_KEY")
+[ -n "${GATE_SUB:-}" ] && att_sets+=(--set attention.gate_sub_blocks="$GATE_SUB")
+[ -n "${DENSE_LAYERS:-}" ] && att_sets+=(--set attention.dense_layers="$DENSE_LAYERS")
 data=runs/gpu_e2e/data_$L
 [ -f "$data/shard_00000.h5" ] || "$SB" prep synth --preset fixed --docs 24 --max-len "$L" --min-len "$L" \
     --output "$data" > /dev/null || exit 1

@@ -122,7 +122,7 @@ void block_attention_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16
 // Gating on the GPU with the semantics of kernels::gate_blocks (kernels/cpu/gating.cpp), computed in
 // double in the same order, so the kept blocks are identical and recall agrees to rounding of exp:
 // pooled q (over the block's tokens and the kv head's query group) and k, s_ij = qbar_i . kbar_j /
-// sqrt(D), anchors (sink, diagonal, w local blocks), candidates with s_ij >= a_i - theta, the best k
+// sqrt(D) (or the other gate modes of GatingParams, the same in every mode), anchors (sink, diagonal, w local blocks), candidates with s_ij >= a_i - theta, the best k
 // (ties -> lower j), recall = sum of softmax_j s_ij over kept j. q (N,H,D), k (N,Hkv,D) on the device;
 // cu_seqlens on the host; sel is filled on the host (upload it with DeviceSelection::upload).
 GatingStats gate_blocks(const bf16* q, const bf16* k, const int32_t* cu_seqlens_host, int ndocs, AttnShape s,
@@ -142,8 +142,9 @@ class DeviceGating {
   ~DeviceGating();
   DeviceGating(const DeviceGating&) = delete;
   DeviceGating& operator=(const DeviceGating&) = delete;
+  // gate: local_blocks, theta and the gate mode (query, key, sub_blocks); its k is not read.
   void prepare(const int32_t* cu_seqlens_host, int ndocs, AttnShape s, const std::vector<int>& k_per_layer,
-               int local_blocks, double theta, cudaStream_t stream = nullptr);
+               GatingParams gate, cudaStream_t stream = nullptr);
   void reserve(DeviceSelection& sel) const;
   void select(const bf16* q, const bf16* k, int layer, DeviceSelection& sel, cudaStream_t stream = nullptr);
   void fetch_stats(cudaStream_t stream = nullptr);

@@ -22,8 +22,8 @@ double shard_exchange_ms(const LatencyModel& lm, int64_t len, int G, double kv_b
 }
 
 double shard_gating_ms(const LatencyModel& lm, int64_t len) {
-  if (lm.shard_gating() == ShardGating::OwnRows) return lm.shape().n_layers * lm.part_ms(Part::Gating, 0, 0);
-  return lm.shape().n_layers * lm.part_ms(Part::Gating, double(len), LatencyModel::causal_blocks(len, lm.shape().block_size));
+  if (lm.shard_gating() == ShardGating::OwnRows) return lm.sparse_layers() * lm.part_ms(Part::Gating, 0, 0);
+  return lm.sparse_layers() * lm.part_ms(Part::Gating, double(len), LatencyModel::causal_blocks(len, lm.shape().block_size));
 }
 
 namespace {

@@ -56,6 +56,10 @@ std::vector<KeySpec> schema_model_train() {
       {"attention.k", T::Int, "4", 0, 1 << 20, {}, "default budget k0: blocks per query row besides the anchors"},
       {"attention.local_blocks", T::Int, "1", 0, 1 << 20, {}, "w local blocks before the diagonal, always kept"},
       {"attention.theta", T::Float, "8", 0, 1e30, {}, "threshold: drop blocks scoring below anchor - theta"},
+      {"attention.gate_query", T::String, "mean", 0, 0, {"mean", "max"}, "how the gate scores a key block for a query block: mean, the query block's mean vector; max, the best of its tokens' vectors (MoBA-style per-token scoring; kernels/README.md, 'Gate modes'). Default provisional, to be set by measurement"},
+      {"attention.gate_key", T::String, "mean", 0, 0, {"mean", "bounds", "sub"}, "the key block's summary the gate scores: mean, its mean key; bounds, per-dimension max and min (Quest: an upper bound on q.k in the block); sub, attention.gate_sub_blocks sub-block means, the best of them. Default provisional"},
+      {"attention.gate_sub_blocks", T::Int, "4", 1, 4096, {}, "attention.gate_key = \"sub\": sub-blocks per key block (must divide attention.block_size)"},
+      {"attention.dense_layers", T::String, "", 0, 0, {}, "layers that attend densely in a sparse run (hybrid layers; every causal block kept, no gating): comma-separated layer indices and/or last:N, e.g. \"last:3\" or \"0,5,last:2\"; empty: none"},
       {"attention.shard_exchange", T::String, "auto", 0, 0, {"auto", "allgather", "selective"}, "how a sharded document's K/V reach its group (data.long_docs = \"shard\", CPU): all-gather of the whole document, only the blocks each rank's rows keep (pooled keys shared for gating), or auto: selective when it moves below half the all-gather's rows (src/model/README.md, 'Sharded documents'); the CUDA path always all-gathers"},
       // [checkpoint]
       {"checkpoint.dir", T::String, "runs/tiny/ckpt", 0, 0, {}, "directory of checkpoints (ckpt_<step>.h5)"},

@@ -133,6 +133,8 @@ void Model<T>::zero_grads() {
 
 void check_inputs(const PackedBatch& b, const AttnSettings& a, const ModelDims& s) {
   if (int(a.k.size()) != s.n_layers) throw std::logic_error("AttnSettings.k must hold one budget per layer");
+  if (!a.dense.empty() && int(a.dense.size()) != s.n_layers)
+    throw std::logic_error("AttnSettings.dense must hold one flag per layer (or none)");
   int64_t rows = b.cu_seqlens.empty() ? 0 : b.cu_seqlens.back();
   for (const DocShard& sh : b.shards) rows += sh.local_tokens();
   if (rows != b.n() || (!b.shards.empty() && b.cu_seqlens.empty()))
@@ -225,9 +227,9 @@ void Model<T>::layer_forward(int l, const PackedBatch& b, const AttnSettings& a,
   k::rope_fwd(A.kk.data(), b.pos.data(), N, Hkv, D, s.rope_theta);
   if (gate) {
     auto tg = Clock::now();
-    st.gating[l] = a.sparse ? k::gate_blocks(A.q.data(), A.kk.data(), b.cu_seqlens.data(), nd, ashape,
-                                             k::GatingParams{a.k[l], a.local_blocks, a.theta}, A.sel)
-                            : k::select_all_causal(b.cu_seqlens.data(), nd, ashape, A.sel);
+    st.gating[l] = a.sparse_at(l) ? k::gate_blocks(A.q.data(), A.kk.data(), b.cu_seqlens.data(), nd, ashape,
+                                                   a.gating(l), A.sel)
+                                  : k::select_all_causal(b.cu_seqlens.data(), nd, ashape, A.sel);
     st.gating_ms += ms_since(tg);
   }
   auto ta = Clock::now();
@@ -237,8 +239,8 @@ void Model<T>::layer_forward(int l, const PackedBatch& b, const AttnSettings& a,
   const size_t n_seq = b.cu_seqlens.empty() ? 0 : size_t(b.cu_seqlens.back());  // rows of the whole sequences
   for (size_t i = 0, at = n_seq; i < b.shards.size(); at += size_t(b.shards[i++].local_tokens())) {
     const k::GatingStats g = shard_attention_fwd(b.shards[i], *ex, A.q.data() + at * HD, A.kk.data() + at * KD,
-                                                 A.v.data() + at * KD, ashape, a.sparse,
-                                                 k::GatingParams{a.k[l], a.local_blocks, a.theta}, A.shard_sel[i],
+                                                 A.v.data() + at * KD, ashape, a.sparse_at(l), a.gating(l),
+                                                 A.shard_sel[i],
                                                  A.att.data() + at * HD, A.lse.data() + at * H);
     if (gate) add_stats(st.gating[l], g);
   }

@@ -84,9 +84,19 @@ struct ParamLayout {
 // How attention runs for one micro-batch: mode and gating parameters, and a budget per layer.
 struct AttnSettings {
   bool sparse = true;
+  // The gate's mode (attention.gate_query, gate_key, gate_sub_blocks; kernels::GatingParams).
+  kernels::GateQuery gate_query = kernels::GateQuery::mean;
+  kernels::GateKey gate_key = kernels::GateKey::mean;
+  int gate_sub_blocks = 4;
+  // Layer l gates (sparse, not one of attention.dense_layers), and its gating parameters.
+  bool sparse_at(int l) const { return sparse && !(size_t(l) < dense.size() && dense[size_t(l)]); }
+  kernels::GatingParams gating(int l) const {
+    return {l >= 0 ? k[size_t(l)] : 0, local_blocks, theta, gate_query, gate_key, gate_sub_blocks};
+  }
   int block_size = 32, local_blocks = 1;
   double theta = 8;
   std::vector<int> k;  // (n_layers) budget per layer
+  std::vector<uint8_t> dense;  // (n_layers) 1: the layer attends densely (attention.dense_layers); empty: none
 };
 
 // What one micro-batch's forward/backward observed, for the balancer and the log.

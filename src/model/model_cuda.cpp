@@ -232,12 +232,23 @@ void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a
                           A.v.resize(size_t(N) * KD), s.qkv_bias ? W(I.q_bias) : nullptr,
                           s.qkv_bias ? W(I.k_bias) : nullptr, s.qkv_bias ? W(I.v_bias) : nullptr, pos_.data(), N, H,
                           Hkv, D, s.rope_theta, cs);
-  // Sparse: the kept blocks selected on the device (DeviceGating). Dense keeps every causal block in
-  // every layer: one selection per micro-batch, built on the host at layer 0 (it synchronises).
+  // Sparse: the kept blocks selected on the device (DeviceGating); a dense layer of a sparse run
+  // (attention.dense_layers) keeps every causal block, one such selection per micro-batch shared by
+  // those layers. Dense keeps every causal block in every layer: one selection per micro-batch, built
+  // on the host at layer 0 (it synchronises).
   ph.mark(P::gating, cs);
   if (gate && !a.sparse && l > 0) {
     K.selp = layers_[0]->selp;
     st.gating[l] = st.gating[0];
+  } else if (gate && !a.sparse_at(l)) {  // a dense layer of a sparse run: every causal block, built once a micro-batch
+    if (!dense_sel_ready_) {
+      kernels::BlockSelection sel;
+      kernels::select_all_causal(b.cu_seqlens.data(), nd, ashape, sel);
+      dense_sel_.upload(sel, b.cu_seqlens.data(), nd, ashape, cs);
+      dense_sel_ready_ = true;
+    }
+    K.selp = &dense_sel_;
+    st.gating[l] = kernels::all_causal_stats(b.cu_seqlens.data(), nd, ashape);
   } else if (gate && a.sparse) {
     const size_t tg = gtimers.start();
     gating_->select(A.q.data(), A.k.data(), l, K.sel, cs);
@@ -306,8 +317,8 @@ void ModelCuda::shards_forward(int l, const PackedBatch& b, const AttnSettings& 
   for (size_t i = 0, at = size_t(b.cu_seqlens.back()); i < b.shards.size(); at += size_t(b.shards[i++].local_tokens())) {
     if (!K.shard_sel[i]) K.shard_sel[i] = std::make_unique<kc::DeviceSelection>();
     const kernels::GatingStats g = shard_attention_fwd_cuda(
-        b.shards[i], *shard_ex_, A.q.data() + at * HD, A.k.data() + at * KD, A.v.data() + at * KD, ashape, a.sparse,
-        kernels::GatingParams{a.k[l], a.local_blocks, a.theta}, gate, *K.shard_sel[i], A.att.data() + at * HD,
+        b.shards[i], *shard_ex_, A.q.data() + at * HD, A.k.data() + at * KD, A.v.data() + at * KD, ashape,
+        a.sparse_at(l), a.gating(l), gate, *K.shard_sel[i], A.att.data() + at * HD,
         A.lse.data() + at * H, *shard_ws_, stream_);
     if (gate) {
       kernels::GatingStats& t = K.shard_stats;
@@ -339,6 +350,7 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   const size_t NC = size_t(N) * C, NF = size_t(N) * F;
   check_inputs(b, a, s);
   shard_ex_ = ex;
+  dense_sel_ready_ = false;
   MicroBatchStats st;
   st.gating.resize(L);
   if (N == 0) return st;
@@ -354,7 +366,7 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   // bench/RESULTS.md, "the sparse selection built on the device").
   const bool dev_sel = a.sparse;
   if (dev_sel) {
-    gating_->prepare(b.cu_seqlens.data(), b.ndocs(), ashape, a.k, a.local_blocks, a.theta, cs);
+    gating_->prepare(b.cu_seqlens.data(), b.ndocs(), ashape, a.k, a.gating(-1), cs);
     for (auto& A : layers_) gating_->reserve(A->sel);
   }
   ph.mark(P::elementwise, cs);
@@ -467,7 +479,8 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   SB_CUDA_CHECK(cudaStreamSynchronize(cs));
   ph.collect();
   if (dev_sel) {
-    for (int l = 0; l < L; ++l) st.gating[l] = gating_->stats(l);
+    for (int l = 0; l < L; ++l)  // dense layers (attention.dense_layers) counted theirs in the forward
+      if (a.sparse_at(l)) st.gating[l] = gating_->stats(l);
     st.gating_ms = gtimers.total_ms();
   }
   for (int l = 0; l < L && !b.shards.empty(); ++l) {  // the shards' rows, once per layer

@@ -189,6 +189,8 @@ class ModelCuda {
   DeviceArray<bf16> qkv_, dqkv_, dgu_;  // (N, H*D + 2*Hkv*D) packed q|k|v and its gradient, (N, 2F)
   DeviceArray<unsigned char> attn_ws_;
   std::unique_ptr<kernels::cuda::DeviceGating> gating_;  // sparse selection on the device
+  kernels::cuda::DeviceSelection dense_sel_;  // every causal block: the dense layers of a sparse run
+  bool dense_sel_ready_ = false;              // dense_sel_ holds this micro-batch's (reset by run())
   PhaseClock phases_;
   const ShardExchangeCuda* shard_ex_ = nullptr;  // run()'s exchange, for the shards' layers
   std::unique_ptr<ShardScratchCuda> shard_ws_;

@@ -29,6 +29,10 @@ struct DataSettings {
 // its own budgets (for_budgets) where it is used.
 struct AttentionSettings {
   bool sparse = true;
+  kernels::GateQuery gate_query = kernels::GateQuery::mean;  // attention.gate_query
+  kernels::GateKey gate_key = kernels::GateKey::mean;        // attention.gate_key
+  int gate_sub_blocks = 4;                                   // attention.gate_sub_blocks
+  std::vector<uint8_t> dense;  // (n_layers) attention.dense_layers, or empty: none
   int block_size = 32, local_blocks = 1;
   double theta = 8;
   int k = 4;  // default budget k0
@@ -114,8 +118,13 @@ struct SimulateSettings {
   double alpha_lo = 0, alpha_hi = 0;  // recall exponents of the first and last layer
   double ema = 0, recall_alpha = 0;
   ShardGating shard_gating = ShardGating::OwnRows;  // shard_gating_of(train.device)
+  std::string dense_layers;  // attention.dense_layers, parsed against the model's n_layers when known
 };
 SimulateSettings simulate_settings(const Config& cfg);
+// attention.dense_layers ("" none; comma-separated indices and/or last:N) as n_layers flags (empty
+// when none); errors name the key, the item and the range 0..n_layers-1 (n_layers_key says where
+// n_layers comes from).
+std::vector<uint8_t> parse_dense_layers(const std::string& text, int n_layers, const std::string& n_layers_key);
 // How the engine of train.device gates a sharded document (the costs of its parts): the CPU engine
 // its own rows, CUDA (src/model/shard_attention_cuda.cpp) the whole document.
 ShardGating shard_gating_of(const std::string& device);

@@ -60,7 +60,7 @@ void StepStats::add_micro_batch(int me, const MicroBatch& mb, int64_t tokens, co
     my.kept += g.kept_blocks, my.causal += g.causal_blocks, my.recall_sum += g.recall_sum, my.rows += g.rows;
     LayerStats& ls = layers[l];
     ls.kept += g.kept_blocks, ls.causal += g.causal_blocks, ls.recall_sum += g.recall_sum, ls.rows += g.rows;
-    if (a.sparse) {  // what the budget allowed vs what survived theta (per kv head)
+    if (a.sparse_at(int(l))) {  // what the budget allowed vs what survived theta (per kv head)
       double anchors = 0, allowed = 0;
       for (const auto& sg : mb.segs) {
         anchors += lm.anchor_blocks(int64_t(sg.len));

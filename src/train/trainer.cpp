@@ -179,6 +179,7 @@ void Trainer::plan(StepState& st) {
   st.gb = draw_global_batch(ds_, set_.data.seed, set_.data.val_fraction, set_.train.global_batch_tokens, cur_, order_);
   const BalanceSettings& b = set_.balance;
   lm_.set_shard_gating(shard_gating_of(set_.train.device));  // the costs of sharded parts
+  lm_.set_dense_layers(set_.attention.dense);                 // hybrid layers cost dense, DST leaves them
   // data.long_docs = "shard": the long documents' groups first, their load the plan's preload.
   std::vector<std::pair<uint64_t, uint64_t>> docs = st.gb.docs;
   std::vector<double> preload;
@@ -209,7 +210,8 @@ void Trainer::plan(StepState& st) {
     std::vector<std::vector<Piece>> pieces(size_t(d.ranks));  // a rank outside the group needs only its size
     if (me >= d.first && me < d.first + d.ranks)
       pieces = split_document(int64_t(d.len), d.ranks, at.block_size,
-                              block_costs(int64_t(d.len), at.block_size, at.sparse, at.k, at.local_blocks, token_cost(dims_, at.block_size)));
+                              block_costs(int64_t(d.len), at.block_size, at.sparse, at.k, at.local_blocks, token_cost(dims_, at.block_size),
+                                          lm_.dense_share()));
     std::optional<DocShard> sh = shard_groups_.add(d.first, int32_t(d.len), std::move(pieces));
     if (!sh) continue;
     st.mine.push_back(piece_batch(d.doc, sh->pieces));

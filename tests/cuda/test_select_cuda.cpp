@@ -37,6 +37,10 @@ struct Case {
   double theta;
   std::vector<int> lens, budgets;  // documents; k per layer
   bool ties;
+  K::GateQuery query = K::GateQuery::mean;  // the gate mode (attention.gate_query, gate_key, gate_sub_blocks)
+  K::GateKey key = K::GateKey::mean;
+  int sub = 4;
+  K::GatingParams params(int k) const { return {k, local, theta, query, key, sub}; }
 };
 
 float bf_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
@@ -127,7 +131,7 @@ bool run_case(const Case& c, uint64_t seed, int slots) {
   // the device path: one prepare, every layer's selection, the stats at the end
   C::DeviceGating gate;
   std::vector<C::DeviceSelection> dev(L);
-  gate.prepare(cu.data(), ndocs, s, c.budgets, c.local, c.theta);
+  gate.prepare(cu.data(), ndocs, s, c.budgets, c.params(0));
   for (auto& d : dev) gate.reserve(d);
   for (int l = 0; l < L; l++) gate.select(dq[l], dk[l], l, dev[l]);
   gate.fetch_stats();
@@ -139,7 +143,7 @@ bool run_case(const Case& c, uint64_t seed, int slots) {
   for (int l = 0; l < L; l++) {
     K::BlockSelection ref;
     const K::GatingStats sr =
-        K::gate_blocks<double>(q[l].data(), k[l].data(), cu.data(), ndocs, s, {c.budgets[l], c.local, c.theta}, ref);
+        K::gate_blocks<double>(q[l].data(), k[l].data(), cu.data(), ndocs, s, c.params(c.budgets[l]), ref);
     C::DeviceSelection host;
     host.upload(ref, cu.data(), ndocs, s);
     const C::DeviceSelection::HostCopy h = host.download(ndocs), g = dev[l].download(ndocs);
@@ -247,6 +251,14 @@ int main(int argc, char** argv) {
       {"D128 Bs128 GQA5 32K (0.47B)", 128, 128, 10, 2, 1, 8.0, {32768}, {8, 20}, false},
       // MHA on the wgmma kernels: kept unknown on the host, so the backward splits the sink columns
       {"D64 Bs128 MHA 9K", 64, 128, 4, 4, 1, 8.0, {9000, 2000}, {6, 12}, false},
+      // the gate modes (kernels/README.md, "Gate modes")
+      {"D64 Bs64 GQA2 query max", 64, 64, 4, 2, 1, 4.0, {1200, 300, 1}, {2, 5}, false, K::GateQuery::max},
+      {"D128 Bs128 GQA5 key bounds", 128, 128, 10, 2, 1, 8.0, {3000, 129}, {3, 8}, false, K::GateQuery::mean,
+       K::GateKey::bounds},
+      {"D64 Bs64 MHA ties max+sub4", 64, 64, 2, 2, 2, 100.0, {2000, 650}, {2, 7}, true, K::GateQuery::max,
+       K::GateKey::sub, 4},
+      {"D128 Bs128 GQA5 8K max+bounds", 128, 128, 10, 2, 1, 8.0, {8192, 77}, {8, 4}, false, K::GateQuery::max,
+       K::GateKey::bounds},
   };
   std::random_device rd;
   const uint64_t base = (uint64_t(rd()) << 32) ^ rd();
