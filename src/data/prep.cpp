@@ -24,6 +24,11 @@ namespace fs = std::filesystem;
 // format attribute of a *.h5 file ("" when it has none or does not open as HDF5).
 static std::string format_of(const fs::path& p) {
   h5::quiet_errors();
+  try {
+    h5::check_file(p.string(), "a token shard");  // a FIFO would block the open, a damaged file crash libhdf5
+  } catch (const Error&) {
+    return "";
+  }
   hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (f < 0) return "";
   h5::Id id(f);

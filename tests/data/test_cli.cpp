@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/restamp.hpp"
 #include "io/latency_profile.hpp"
 #include "io/shard.hpp"
 #include "src/data/tokenizer.hpp"
@@ -128,7 +129,7 @@ TEST(Cli, ClearErrors) {
   expect_error("keys nosuch.toml", "keys: takes no CONFIG or other argument (got 'nosuch.toml')");
   // An integer out of range is printed as typed, the open bound as in KEYS.md.
   expect_error("prep synth --set model.d_model=99999999 --output " + dir + "/x", "'model.d_model' = 99999999 is out of range: expected 8 <= value <= 65536");
-  expect_error("prep synth --docs -1 --output " + dir + "/x", "<= value <= inf");
+  expect_error("prep synth --docs -1 --output " + dir + "/x", "<= value <= 9000000000000000");
 
   // A shard whose token id is out of range: inspect's verify pass names file, dataset and id.
   auto bad = dir + "/bad.h5";
@@ -147,6 +148,7 @@ TEST(Cli, ClearErrors) {
   uint32_t id = 4000;
   ASSERT_GE(H5Dwrite(d, H5T_NATIVE_UINT32, ms, fs, H5P_DEFAULT, &id), 0);
   H5Sclose(ms), H5Sclose(fs), H5Dclose(d), H5Fclose(f);
+  sbtest::restamp(bad);
   expect_error("inspect " + bad + " --json", bad + ": dataset '/tokens' has id 4000 at token 1");
 }
 
