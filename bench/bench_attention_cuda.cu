@@ -7,6 +7,7 @@
 //   bench_attention_cuda [--lens 8192,16384,32768,65536] [--densities 1,0.5,0.25,0.1] [--heads 32]
 //                        [--kv-heads H] [--dim 128] [--block 128] [--reps 10] [--seed 1234] [--csv FILE]
 //                        [--kernels wgmma,mma] [--ref FLEX.csv] [--split 1] [--power 1] [--trace FILE]
+//                        [--order mixed] [--bwd-grid compact] [--bwd-chunk -1]
 // --kv-heads: grouped-query attention (default = --heads, MHA); each kv head's query blocks keep the
 // same blocks for the whole group, as the gating selects (--heads 14 --kv-heads 2 --dim 64 is the
 // Qwen2.5-0.5B shape).
@@ -23,6 +24,10 @@
 // (set_bwd_trace), written to FILE as CSV (L, density, CTA, then set_bwd_trace's ten values);
 // bench/bwd_trace.py summarizes it: where the backward's
 // time goes between its CTAs' tiles, their starts and ends, and the last wave.
+// --order heads|blocks: the CTA launch order's alternatives to the default mixed (set_launch_order);
+// --bwd-grid full: the wgmma backward's full grid instead of the compacted one (set_bwd_compact);
+// --bwd-chunk N: its column split at N 64-query tiles, 0 none (set_bwd_column_chunk; -1 automatic).
+// Each against the default in one call: jobs/gpu/ab_bench.sh ALT="--order heads".
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -194,6 +199,9 @@ int main(int argc, char** argv) {
   const char* trace = nullptr;
   std::vector<RefPoint> ref;
   std::string kernels = "wgmma,mma";
+  K::CtaOrder order = K::CtaOrder::mixed;
+  bool bwd_compact = true;
+  int bwd_chunk = -1;
   for (sb::bench::Flags f("bench_attention_cuda", argc, argv); f.next();) {
     if (f.is("--lens")) lens = f.list(1, INT_MAX, false, true);
     else if (f.is("--densities")) dens = f.list(0, 1, true, false);
@@ -209,6 +217,17 @@ int main(int argc, char** argv) {
     else if (f.is("--split")) split = int(f.integer(0, 1));
     else if (f.is("--power")) power = int(f.integer(0, 1));
     else if (f.is("--trace")) trace = f.text();
+    else if (f.is("--order")) {
+      const std::string t = f.text();
+      if (t == "mixed") order = K::CtaOrder::mixed;
+      else if (t == "heads") order = K::CtaOrder::heads;
+      else if (t == "blocks") order = K::CtaOrder::blocks;
+      else { std::fprintf(stderr, "bench_attention_cuda: --order '%s': expected mixed, heads or blocks\n", t.c_str()); return 2; }
+    } else if (f.is("--bwd-grid")) {
+      const std::string t = f.text();
+      if (t == "compact" || t == "full") bwd_compact = t == "compact";
+      else { std::fprintf(stderr, "bench_attention_cuda: --bwd-grid '%s': expected compact or full\n", t.c_str()); return 2; }
+    } else if (f.is("--bwd-chunk")) bwd_chunk = int(f.integer(-1, INT_MAX));
     else f.unknown();
   }
   if (Hkv == 0) Hkv = H;
@@ -233,6 +252,13 @@ int main(int argc, char** argv) {
   SB_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device %s, %d SMs; H=%d Hkv=%d D=%d Bs=%d, median of %d\n", prop.name, prop.multiProcessorCount, H, Hkv,
               D, Bs, reps);
+  C::set_launch_order(order);
+  C::set_bwd_compact(bwd_compact);
+  C::set_bwd_column_chunk(bwd_chunk);
+  if (order != K::CtaOrder::mixed || !bwd_compact || bwd_chunk != -1)
+    std::printf("launch order %s, backward grid %s, column chunk %d\n",
+                order == K::CtaOrder::heads ? "heads" : order == K::CtaOrder::blocks ? "blocks" : "mixed",
+                bwd_compact ? "compacted" : "full", bwd_chunk);
   PowerSampler sampler;
   if (power && !sampler.ok()) std::printf("--power: NVML (libnvidia-ml.so.1) is not available here; no power figures\n");
   std::vector<bool> gens;  // true: wgmma, false: mma.sync

@@ -3,7 +3,7 @@
 
 Mirrors, for bench_attention_cuda's masks (row_blocks: splitmix64, seed 1234), the rules that size
 the backward's grid and make its CTAs leave: kernels/cuda/attention_bwd.cu column_split (GQA,
-SB_ATTN_BWD_CHUNK unset: chunk = max(128, bound / 16) 64-query tiles, n_split = the group x the
+the automatic chunk (set_bwd_column_chunk(-1)): chunk = max(128, bound / 16) 64-query tiles, n_split = the group x the
 chunks of the longest head column) and bwd_sm90_kernel's exits (a column is split if G x nq x 2 >
 chunk; a split column's CTA s takes head s / m, chunk s % m, and leaves if that chunk starts past
 the head's tiles; an unsplit column runs on piece 0 alone), and the compacted grid's size

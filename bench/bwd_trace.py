@@ -5,7 +5,7 @@ the SMs' time (SMs x the kernel's span) spent in its CTAs' tiles, before their f
 and the first Q, dO stages landing), after their last (the last dQ, dK and dV out), between CTAs
 on an SM (one ends, the next starts), and idle at the end (the last wave); the cycles of a CTA's
 end (its last dQ product and staging, the waits for its bulk adds, the rest: dK, dV stores unless
-they went out under the last dQ product, SB_ATTN_BWD_TAIL); and the cycles a tile
+they went out under the last dQ product by TMA stores); and the cycles a tile
 from a fit of each CTA's loop cycles against its tile count (the intercept: what a CTA costs
 beyond its tiles inside the loop).
 

@@ -1,23 +1,21 @@
 #!/usr/bin/env bash
-# Per-phase GPU time of sparse training steps on one GPU (SB_PHASE_TIMES=1: CUDA events cut the
-# stream into attention forward/backward, GEMMs, gating + selection, norms/RoPE/SwiGLU/residual,
+# Per-phase GPU time of sparse training steps on one GPU (train.phase_times = true: CUDA events cut
+# the stream into attention forward/backward, GEMMs, gating + selection, norms/RoPE/SwiGLU/residual,
 # LM head + loss, optimizer, all-reduce; idle = the step's wall time outside them; see
-# src/model/phase_clock_cuda.hpp). configs/gpu_0p5b.toml sparse at L tokens as bench/gpu_e2e.sh runs
-# it, once per selection path: SB_SELECT=host (kept-block lists built on the host, a round trip and a
-# stream sync per layer: the old path) and device (kernels/cuda/select_device.cu).
+# src/model/phase_clock_cuda.hpp). configs/gpu_0p5b.toml sparse at L tokens as bench/gpu_e2e.sh runs it.
 # Run on the GPU machine after jobs/gpu/build_on_gpu.sh (SB = the binary it built):
-#   L=32768 STEPS=6 SELECTS="host device" bash bench/gpu_phase_breakdown.sh
-#   CONFIG=configs/qwen2.5-0.5b.toml MODE=dense SELECTS=device L=16384 bash bench/gpu_phase_breakdown.sh
+#   L=32768 STEPS=6 bash bench/gpu_phase_breakdown.sh
+#   CONFIG=configs/qwen2.5-0.5b.toml MODE=dense L=16384 bash bench/gpu_phase_breakdown.sh
 #     another shape (CONFIG), dense (MODE; tuning fixed) or sparse (tuning dst, the default); BLOCK
 #     and K override CONFIG's attention block and attention.k (as bench/gpu_e2e.sh)
-# Per path one plain run (tokens/s) and one with the events; prints the per-step phase lines and a
-# table ($OUT/phase_table.md): median over steps 3.. (the first two warm up).
+# One plain run (tokens/s) and one with the events; prints the per-step phase lines and a table
+# ($OUT/phase_table.md): median over steps 3.. (the first two warm up). An A/B of two commits: run
+# it on each (jobs/gpu/make_baseline.sh builds the other tree).
 set -uo pipefail
 SB=${SB:-build-gpu/src/sparsebalance}
 OUTDIR=${OUT:-gpu-out}
 L=${L:-32768}
 STEPS=${STEPS:-6}
-SELECTS=${SELECTS:-"host device"}
 CONFIG=${CONFIG:-configs/gpu_0p5b.toml}
 MODE=${MODE:-sparse}
 TUNING=dst; PROF=true; [ "$MODE" = dense ] && { TUNING=fixed; PROF=false; }  # dense: no latency model to fit
@@ -28,29 +26,27 @@ att_sets=()  # BLOCK, K: the attention block and attention.k over CONFIG's (as b
 data=runs/gpu_e2e/data_$L
 [ -f "$data/shard_00000.h5" ] || "$SB" prep synth --preset fixed --docs 24 --max-len "$L" --min-len "$L" \
     --output "$data" > /dev/null || exit 1
-# per path: a plain run (tokens/s without the events) and one with SB_PHASE_TIMES=1
-for sel in $SELECTS; do
-  for pt in 0 1; do
-    run=${sel}_$pt
-    rm -rf runs/gpu_e2e/ckpt_phase_$run
-    SB_SELECT=$sel SB_PHASE_TIMES=$pt "$SB" train "$CONFIG" --set data.path="$data" --set data.val_fraction=0 "${att_sets[@]}" \
-      --set train.micro_batch_tokens="$L" --set train.global_batch_tokens=$((2 * L)) --set train.steps="$STEPS" \
-      --set attention.mode="$MODE" --set balance.tuning=$TUNING --set balance.self_profile=$PROF --set checkpoint.dir=runs/gpu_e2e/ckpt_phase_$run \
-      --set log.path=runs/gpu_e2e/metrics_phase_$run.h5 --summary runs/gpu_e2e/phase_$run.json \
-      > "$OUTDIR/phase_$run.log" 2>&1 || { echo "train failed (SB_SELECT=$sel SB_PHASE_TIMES=$pt):"; tail -20 "$OUTDIR/phase_$run.log"; continue; }
-    rm -rf runs/gpu_e2e/ckpt_phase_$run
-    grep "^phases" "$OUTDIR/phase_$run.log"
-  done
+# a plain run (tokens/s without the events) and one with train.phase_times
+for pt in false true; do
+  run=run_$pt
+  rm -rf runs/gpu_e2e/ckpt_phase_$run
+  "$SB" train "$CONFIG" --set data.path="$data" --set data.val_fraction=0 "${att_sets[@]}" --set train.phase_times=$pt \
+    --set train.micro_batch_tokens="$L" --set train.global_batch_tokens=$((2 * L)) --set train.steps="$STEPS" \
+    --set attention.mode="$MODE" --set balance.tuning=$TUNING --set balance.self_profile=$PROF --set checkpoint.dir=runs/gpu_e2e/ckpt_phase_$run \
+    --set log.path=runs/gpu_e2e/metrics_phase_$run.h5 --summary runs/gpu_e2e/phase_$run.json \
+    > "$OUTDIR/phase_$run.log" 2>&1 || { echo "train failed (train.phase_times=$pt):"; tail -20 "$OUTDIR/phase_$run.log"; continue; }
+  rm -rf runs/gpu_e2e/ckpt_phase_$run
+  grep "^phases" "$OUTDIR/phase_$run.log"
 done
-python3 - "$OUTDIR" "$L" $SELECTS <<'PY' | tee "$OUTDIR/phase_table.md"
+python3 - "$OUTDIR" "$L" run <<'PY' | tee "$OUTDIR/phase_table.md"
 import json, re, statistics, sys
 out, L, sels = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 cols, table = None, {}
 for sel in sels:
     try:
-        lines = [l for l in open(f"{out}/phase_{sel}_1.log") if l.startswith("phases step")]
-        summ = json.load(open(f"runs/gpu_e2e/phase_{sel}_0.json"))
-        summ1 = json.load(open(f"runs/gpu_e2e/phase_{sel}_1.json"))
+        lines = [l for l in open(f"{out}/phase_{sel}_true.log") if l.startswith("phases step")]
+        summ = json.load(open(f"runs/gpu_e2e/phase_{sel}_false.json"))
+        summ1 = json.load(open(f"runs/gpu_e2e/phase_{sel}_true.json"))
     except OSError:
         continue
     rows = []
@@ -67,7 +63,7 @@ for sel in sels:
     table[sel] = (med, ms, summ.get("mean_density", 0), ms1, summ["first_loss"], summ["last_loss"])
 if cols:
     print(f"L={L}, median over steps 3.. (ms per step of 2 micro-batches)\n")
-    print("| phase | " + " | ".join(f"SB_SELECT={s}" for s in table) + " |")
+    print("| phase | ms |")
     print("|---|" + "---:|" * len(table))
     for i, c in enumerate(cols):
         print(f"| {c} | " + " | ".join(f"{table[s][0][i]:.1f}" for s in table) + " |")

@@ -25,12 +25,12 @@ namespace sb::kernels {
 
 enum class CtaOrder { mixed, heads, blocks };
 
-// The value of SB_ATTN_ORDER (null or empty: mixed).
+// The order named s (null or empty: mixed): bench_attention_cuda's --order.
 inline CtaOrder parse_cta_order(const char* s) {
   if (!s || !*s || std::string_view(s) == "mixed") return CtaOrder::mixed;
   if (std::string_view(s) == "heads") return CtaOrder::heads;
   if (std::string_view(s) == "blocks") return CtaOrder::blocks;
-  throw std::invalid_argument(std::string("SB_ATTN_ORDER='") + s + "': expected mixed, heads or blocks");
+  throw std::invalid_argument(std::string("launch order '") + s + "': expected mixed, heads or blocks");
 }
 
 // work[bi * n_heads + h]: cost of block bi for head h (any unit). Returns the item indices

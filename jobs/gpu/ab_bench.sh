@@ -2,11 +2,12 @@
 # On the GPU machine, after jobs/gpu/build_on_gpu.sh built build-gpu from the working tree: builds
 # bench_attention_cuda of the baseline tree in .baseline/ (jobs/gpu/make_baseline.sh made it here),
 # then times the working tree and the baseline side by side, alternating (ROUNDS times each, the
-# median kept), plus the working tree under ALT (environment settings; default SB_ATTN_ORDER=heads,
-# the head-outer CTA order), and prints per point the ratios baseline/new and alt/new of forward,
+# median kept), plus the working tree with the benchmark flags ALT (default "--order heads", the
+# head-outer CTA order), and prints per point the ratios baseline/new and alt/new of forward,
 # backward and f+b time (above 1: the new code is faster). LENS, DENS and BENCH_ARGS (more flags,
 # e.g. the Qwen2.5-0.5B shape "--heads 14 --kv-heads 2 --dim 64") pass to the benchmark; CSVs and
-# logs under $OUT. E.g. ALT=SB_ATTN_BWD_COMPACT=0: the backward's full grid beside the compacted one.
+# logs under $OUT. E.g. ALT="--bwd-grid full": the backward's full grid beside the compacted one
+# (bench_attention_cuda.cu lists the flags).
 set -uo pipefail
 ROOT=$(pwd)
 B=${BUILD_DIR:-$ROOT/build-gpu}
@@ -15,16 +16,16 @@ O=${OUT:-$ROOT/gpu-out}
 LENS=${LENS:-8192,16384,32768,65536}
 DENS=${DENS:-1,0.5,0.25,0.1}
 ROUNDS=${ROUNDS:-2}
-ALT=${ALT:-SB_ATTN_ORDER=heads}
+ALT=${ALT:---order heads}
 mkdir -p "$O/base"
 [ -f .baseline/REV ] || { echo "ab_bench: no .baseline/ (run jobs/gpu/make_baseline.sh REV here and carry it)"; exit 2; }
 echo "== baseline $(cat .baseline/REV): build"
 (cd .baseline && BUILD_DIR=$BB DEBS=$ROOT/.debs OUT=$O/base BUILD_TARGETS=bench_attention_cuda \
   bash "$ROOT/jobs/gpu/build_on_gpu.sh" none) | tail -3
 [ -x "$BB/kernels/bench_attention_cuda" ] || { echo "ab_bench: baseline build failed (see $O/base/build.log)"; exit 1; }
-run() {  # name binary [env...]
+run() {  # name binary [flags...]
   local name=$1 bin=$2; shift 2
-  env "$@" timeout 300 "$bin" --lens "$LENS" --densities "$DENS" --kernels wgmma ${BENCH_ARGS:-} --csv "$O/ab_${name}_$r.csv" \
+  timeout 300 "$bin" --lens "$LENS" --densities "$DENS" --kernels wgmma ${BENCH_ARGS:-} "$@" --csv "$O/ab_${name}_$r.csv" \
     > "$O/ab_${name}_$r.log" 2>&1 || echo "ab_bench: $name round $r failed (rc $?)"
 }
 for r in $(seq 1 "$ROUNDS"); do

@@ -15,11 +15,10 @@
 #             long-tail corpus, the one-GPU latency fit, 1 GPU vs all (NGPU, STEPS pass through)
 #   e2e       bench/gpu_e2e.sh: train the 0.47B model of configs/gpu_0p5b.toml, dense and sparse, beside
 #             PyTorch (LENS, STEPS, TORCH=0|1 pass through)
-#   phases    bench/gpu_phase_breakdown.sh: per-phase GPU time of sparse steps (CUDA events), the
-#             host-built selection against the device-built one (L, STEPS, SELECTS pass through)
-#   fuse      bench_fused_cuda (each fused kernel beside its unfused chain, one layer's arrays of the
-#             0.47B shape), then bench/gpu_fuse_ab.sh: sparse 0.47B steps with SB_FUSE=0, 1 and 2 and
-#             the phase times (CONFIG, MODE, LEVELS, L, STEPS, ROUNDS pass through)
+#   phases    bench/gpu_phase_breakdown.sh: per-phase GPU time of sparse steps (train.phase_times,
+#             CUDA events; CONFIG, MODE, L, STEPS pass through)
+#   fuse      bench_fused_cuda: each fused kernel beside its unfused chain, one layer's arrays of the
+#             0.47B shape
 #   overlap   bench/gpu_overlap.sh: the gradient all-reduce overlapped with the last backward against
 #             after it, one rank per GPU (NGPU, L, STEPS, ROUNDS pass through)
 #   accuracy  bench/accuracy.sh ACC_SCALE=gpu: the accuracy recipe, resumable; this call stops it
@@ -125,9 +124,8 @@ for st in $STAGES; do
       log "phases"
       SB=$B/src/sparsebalance OUT=$OUTDIR timeout 560 bash bench/gpu_phase_breakdown.sh 2>&1 | tee "$OUTDIR/phases.log" || rc=1 ;;
     fuse)
-      log "fuse A/B"
-      [ -x "$B/kernels/bench_fused_cuda" ] && { timeout 120 "$B/kernels/bench_fused_cuda" 2>&1 | tee "$OUTDIR/bench_fused.md" || rc=1; }
-      SB=$B/src/sparsebalance OUT=$OUTDIR timeout 560 bash bench/gpu_fuse_ab.sh 2>&1 | tee "$OUTDIR/fuse.log" || rc=1 ;;
+      log "fused kernels"
+      [ -x "$B/kernels/bench_fused_cuda" ] && { timeout 120 "$B/kernels/bench_fused_cuda" 2>&1 | tee "$OUTDIR/bench_fused.md" || rc=1; } ;;
     overlap)
       log "overlap"
       SB=$B/src/sparsebalance OUT=$OUTDIR timeout 560 bash bench/gpu_overlap.sh 2>&1 | tee "$OUTDIR/overlap.log" || rc=1 ;;

@@ -6,9 +6,7 @@
 //   dK += dS^T Q, dQ += dS K (fp32 atomics into a workspace, scaled and rounded to bf16 at the end).
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 
-#include "base/env_choice.hpp"
 #include "kernels/cuda/attention_params.cuh"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/mma.cuh"
@@ -93,8 +91,6 @@ __global__ void __launch_bounds__(BS / 16 * 32, 1) bwd_kernel(const BwdParams p)
   bf16* sdS = sdO + 2 * QT * D; // BS x QT (dS^T: rows keys, columns queries)
   float* sL = reinterpret_cast<float*>(sdS + BS * QT);  // 2 x QT: lse * log2(e)
   float* sDl = sL + 2 * QT;                             // 2 x QT: Delta
-  float* sdQ = sDl + 2 * QT;                            // QT x (D + 4) fp32 dQ tile (variant 4)
-  constexpr int LDQ = D + 4;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const WorkItem w = bwd_item(p, int(blockIdx.x));  // one CTA an item (no column split here)
@@ -146,7 +142,6 @@ __global__ void __launch_bounds__(BS / 16 * 32, 1) bwd_kernel(const BwdParams p)
     if (it + 1 < niter) issue(it + 1);
     cp_async_commit();
     cp_async_wait<1>();
-    if (p.variant == 4 && tid < QT) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
     __syncthreads();
     const int buf = it & 1;
     const bf16* tQ = sQ + buf * QT * D;
@@ -222,42 +217,20 @@ __global__ void __launch_bounds__(BS / 16 * 32, 1) bwd_kernel(const BwdParams p)
         lds_a_t<QT>(a, sdS, m0, kk * 16, lane);
         mma_a_kn<D, DW>(acc, a, sK, kk * 16, lane, n0);
       }
-      if (p.variant != 4) {
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-          const int qr = m0 + (lane >> 2) + r * 8;
-          if (qr < nv) {
-            float* dst = p.dq_acc + ((int64_t(qt0) + qr) * p.H + h) * D + n0 + 2 * (lane & 3);
-#pragma unroll
-            for (int n = 0; n < NN; n++)
-              atomicAdd(reinterpret_cast<float2*>(dst + n * 8), make_float2(acc[n][2 * r], acc[n][2 * r + 1]));
-          }
-        }
-      } else if (p.variant == 4) {
-        // stage the fp32 tile in shared memory; one bulk reduce-add (TMA unit) per query row
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-          const int qr = m0 + (lane >> 2) + r * 8;
+      for (int r = 0; r < 2; r++) {
+        const int qr = m0 + (lane >> 2) + r * 8;
+        if (qr < nv) {
+          float* dst = p.dq_acc + ((int64_t(qt0) + qr) * p.H + h) * D + n0 + 2 * (lane & 3);
 #pragma unroll
           for (int n = 0; n < NN; n++)
-            *reinterpret_cast<float2*>(sdQ + qr * LDQ + n0 + n * 8 + 2 * (lane & 3)) =
-                make_float2(acc[n][2 * r], acc[n][2 * r + 1]);
-        }
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncthreads();
-        if (tid < nv) {
-          float* dst = p.dq_acc + ((int64_t(qt0) + tid) * p.H + h) * D;
-          asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
-                       "r"(smem_u32(sdQ + tid * LDQ)), "n"(D * 4)
-                       : "memory");
-          asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+            atomicAdd(reinterpret_cast<float2*>(dst + n * 8), make_float2(acc[n][2 * r], acc[n][2 * r + 1]));
         }
       }
     }
     __syncthreads();  // buffers and sdS are reused
   }
   cp_async_wait<0>();
-  if (p.variant == 4 && tid < QT) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 
 #pragma unroll
   for (int r = 0; r < 2; r++) {
@@ -276,38 +249,18 @@ __global__ void __launch_bounds__(BS / 16 * 32, 1) bwd_kernel(const BwdParams p)
 template <int D, int BS>
 void launch_bwd(const BwdParams& p, int n_blocks, cudaStream_t stream) {
   constexpr int NT = BS / 16 * 32;
-  // the fp32 dQ staging tile only for variant 4 (it would halve the CTAs per SM at block 64)
-  const size_t smem = size_t(2 * BS * D + 4 * QT * D + BS * QT) * sizeof(bf16) + 4 * QT * sizeof(float) +
-                      (p.variant == 4 ? size_t(QT) * (D + 4) * sizeof(float) : 0);
+  const size_t smem = size_t(2 * BS * D + 4 * QT * D + BS * QT) * sizeof(bf16) + 4 * QT * sizeof(float);
   SB_CUDA_CHECK(cudaFuncSetAttribute(bwd_kernel<D, BS>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   bwd_kernel<D, BS><<<n_blocks * p.Hkv, NT, smem, stream>>>(p);
   SB_CUDA_CHECK_LAUNCH("bwd_kernel");
 }
 }  // namespace
 
-// dQ accumulation, SB_ATTN_BWD_VARIANT (for comparisons; unset: each kernel's default, 0):
-//   mma.sync: float2 atomics from registers (default); 4 a shared-memory tile and a bulk reduce-add
-//     per row (measured 5% slower on the H200, 2026-11-29: 27.7 vs 26.2 ms backward at L=16K dense).
-//   wgmma: each warpgroup's dQ tile staged in shared memory and added by one bulk reduce-add into
-//     a tiled workspace (dq_tiled_index; default); 7 staged, float4 atomics overlapping the next
-//     tile (the default before); 1 float2 atomics from registers before the next tile starts; 2
-//     staged, then one bulk reduce-add per row (bench/RESULTS.md compares them). 1, 2 and 5 run
-//     head_dim 64 in 64-query tiles, not 128 (5: float4 atomics); 6 in 128-query tiles with dQ
-//     split by keys, not queries; 8 the default's tiles with dQ staged right after its product (the
-//     order before the deferred dQ, bwd_sm90_kernel's DQD); 9 the default without the head split
-//     (split columns in item-major chunks, across the group's heads with GQA, launched item by
-//     item: the order before it, column_split).
-int bwd_variant() {
-  static constexpr Named<int> kVariants[] = {{0, "0"}, {1, "1"}, {2, "2"}, {4, "4"}, {5, "5"}, {6, "6"}, {7, "7"}, {8, "8"}, {9, "9"}};
-  static const int v = env_choice(kVariants, "SB_ATTN_BWD_VARIANT", 0);
-  return v;
-}
-
 // The column split of the wgmma backward (BwdParams::chunk). One CTA per (key block, kv head) walks
 // every query tile that keeps the block; with the always-kept sink block that column holds every
 // query block of the document (x the group), 6x a fair share of an SM at 32K, and bounded the whole
-// backward (bench/RESULTS.md). SB_ATTN_BWD_CHUNK=N: at most N tiles per CTA, 0 never split; unset:
-// the longest possible column (the longest document x the group) in at most 16 chunks, and never
+// backward (bench/RESULTS.md). set_bwd_column_chunk(N): at most N tiles per CTA, 0 never split;
+// -1 (the default): the longest possible column (the longest document x the group) in at most 16 chunks, and never
 // below 128 tiles a chunk (the K, V loads and the fp32 dK, dV adds stay a few % of a chunk). With
 // MHA and the kept blocks known on the host, a column is split only where it could exceed half an
 // SM's fair share of the tiles, in chunks of that half: a split costs the fp32 dK, dV adds and
@@ -315,17 +268,13 @@ int bwd_variant() {
 // at 16K-64K (bench/RESULTS.md, 2026-12-04). GQA keeps the 16 chunks: its head split is what keeps the
 // group's Q and dO in L2.
 namespace {
-// -2: SB_ATTN_BWD_CHUNK not read yet (read at the first backward, so that a bad value is an
-// error the caller sees, not a throw during static initialisation); -1 automatic.
-int g_bwd_chunk = -2;
-bool g_bwd_head_split = true;
+int g_bwd_chunk = -1;  // set_bwd_column_chunk; -1 automatic
 size_t dkv_acc_offset(int64_t n_tokens, AttnShape s) {
   const size_t rows = size_t(n_tokens) * s.n_heads;
   return (rows * (s.head_dim + 2) * sizeof(float) + 255) / 256 * 256;
 }
 void column_split(BwdParams& p, int max_doc_blocks, int block_size, int64_t kept) {
   const int bound = std::max(1, (p.H / p.Hkv) * max_doc_blocks * (block_size / 64));
-  if (g_bwd_chunk == -2) g_bwd_chunk = env_int("SB_ATTN_BWD_CHUNK", -1, 0);
   if (g_bwd_chunk >= 0) {
     p.chunk = g_bwd_chunk;
   } else if (p.H == p.Hkv && kept > 0) {  // MHA, the kept blocks known
@@ -335,13 +284,14 @@ void column_split(BwdParams& p, int max_doc_blocks, int block_size, int64_t kept
     p.chunk = std::max(128, (bound + 15) / 16);
   }
   p.n_split = p.chunk > 0 ? std::max(1, (bound + p.chunk - 1) / p.chunk) : 1;
-  // The head split (the default): a split column is cut at its query heads first (with GQA) and
-  // each head's tiles into chunks, n_split = the group x the chunks of the longest head, and the
-  // launch runs in windows of the SMs' items, piece-major (BwdParams::head_split), so that the CTAs
-  // running together read one stretch of one head's Q, dO and dQ. Item-major chunks (variant 9,
-  // the order before) read the whole group's, or with MHA one head's whole length, at once: L2 hit
-  // rate 67% at 10 / 2 heads, 83% with 32 MHA heads at 64K (bench/RESULTS.md).
-  if (p.variant == 0 && g_bwd_head_split && p.chunk > 0) {
+  // The head split: a split column is cut at its query heads first (with GQA) and each head's
+  // tiles into chunks, n_split = the group x the chunks of the longest head, and the launch runs in
+  // windows of the SMs' items, piece-major (BwdParams::head_split), so that the CTAs running
+  // together read one stretch of one head's Q, dO and dQ. Item-major chunks (the order before)
+  // read the whole group's, or with MHA one head's whole length, at once: L2 hit rate 67% at 10 / 2
+  // heads, 83% with 32 MHA heads at 64K; the head split took 0.79x their backward time at 64K
+  // dense, 0.47B shape (bench/RESULTS.md, "the GQA backward's split columns cut at their query heads").
+  if (p.chunk > 0) {
     p.head_split = sm_count();
     const int per_head = std::max(1, max_doc_blocks * (block_size / 64));
     p.n_split = (p.H / p.Hkv) * std::max(1, (per_head + p.chunk - 1) / p.chunk);
@@ -350,33 +300,23 @@ void column_split(BwdParams& p, int max_doc_blocks, int block_size, int64_t kept
 }  // namespace
 
 void set_bwd_column_chunk(int tiles) { g_bwd_chunk = std::max(-1, tiles); }
-void set_bwd_head_split(bool on) { g_bwd_head_split = on; }
 
-// The compacted grid (bwd_pieces.cu; the default): SB_ATTN_BWD_COMPACT=0 (or set_bwd_compact(false))
-// launches the full grid, whose pieces without tiles leave after reading their column, as before.
+// The compacted grid (bwd_pieces.cu; the default): set_bwd_compact(false) launches the full grid,
+// whose pieces without tiles leave after reading their column (test_attention_cuda compares them).
 namespace {
-constexpr Named<int> kCompact[] = {{1, "1"}, {0, "0"}};
-int g_bwd_compact = -1;  // -1: SB_ATTN_BWD_COMPACT not read yet (read at the first backward)
-bool bwd_compact() {
-  if (g_bwd_compact < 0) g_bwd_compact = env_choice(kCompact, "SB_ATTN_BWD_COMPACT", 1);
-  return g_bwd_compact == 1;
-}
+bool g_bwd_compact = true;
 }  // namespace
-void set_bwd_compact(bool on) { g_bwd_compact = on ? 1 : 0; }
+void set_bwd_compact(bool on) { g_bwd_compact = on; }
 
 size_t bwd_work_bytes(int n_blocks, int max_doc_blocks, int64_t kept, AttnShape s) {
   if (n_blocks <= 0 || !use_sm90(s.block_size) || s.n_kv_heads <= 0 || s.n_heads % s.n_kv_heads != 0) return 0;
   BwdParams p{};
   p.H = s.n_heads;
   p.Hkv = s.n_kv_heads;
-  p.variant = bwd_variant();
   column_split(p, max_doc_blocks, s.block_size, kept);
   return p.n_split > 1 ? compact_scratch_bytes(int64_t(n_blocks) * p.Hkv * p.n_split) : 0;
 }
 namespace {
-// SB_ATTN_BWD_TAIL=0: the CTA's end as before (dK, dV by each thread's stores after the last bulk
-// dQ add completed); unset or 1: by TMA stores (BwdParams::tma_dkv)
-constexpr Named<int> kTails[] = {{1, "1"}, {0, "0"}};
 unsigned long long* g_bwd_trace = nullptr;
 int64_t g_bwd_trace_ctas = 0;
 }  // namespace
@@ -413,23 +353,20 @@ void block_attention_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16
   }
   const double scale = 1.0 / std::sqrt(double(D));
   BwdParams p{q, k, v, dout, lse, delta, dq_acc, dk, dv, sel.blocks, sel.row_base, sel.col_ptr, sel.col_rows,
-              s.n_heads, s.n_kv_heads, float(scale), float(1.4426950408889634 * scale), sel.bwd_items,
-              bwd_variant()};
-  bool tiled = false;  // dq_acc in the tiled layout (launch_bwd_sm90)
-  if (use_sm90(s.block_size)) {
+              s.n_heads, s.n_kv_heads, float(scale), float(1.4426950408889634 * scale), sel.bwd_items};
+  const bool tiled = use_sm90(s.block_size);  // the wgmma backward: dq_acc in the tiled layout
+  if (tiled) {
     column_split(p, sel.max_doc_blocks, s.block_size, sel.kept);
     p.n_tokens = sel.n_tokens;
     p.lse2 = lse2;
     p.trace = g_bwd_trace;
     p.trace_ctas = g_bwd_trace_ctas;
-    static const bool tma_dkv = env_choice(kTails, "SB_ATTN_BWD_TAIL", 1) == 1;
-    p.tma_dkv = tma_dkv;
     p.dkv_acc = reinterpret_cast<float*>(static_cast<char*>(workspace) + dkv_acc_offset(sel.n_tokens, s));
     if (p.chunk > 0)
       SB_CUDA_CHECK(cudaMemsetAsync(p.dkv_acc, 0, 2 * size_t(sel.n_tokens) * s.n_kv_heads * D * sizeof(float), stream));
     p.n_items = sel.n_blocks * p.Hkv;
-    const BwdCompact compact{p.n_split > 1 && bwd_compact(), sel.max_kept, sel.bwd_work, sel.bwd_work_size};
-    tiled = launch_bwd_sm90(p, D, sel.n_tokens, compact, stream);
+    const BwdCompact compact{p.n_split > 1 && g_bwd_compact, sel.max_kept, sel.bwd_work, sel.bwd_work_size};
+    launch_bwd_sm90(p, D, sel.n_tokens, compact, stream);
     if (p.chunk > 0) {
       if (D == 64) dkv_convert_kernel<64><<<sel.n_blocks * p.Hkv, 256, 0, stream>>>(p);
       else dkv_convert_kernel<128><<<sel.n_blocks * p.Hkv, 256, 0, stream>>>(p);

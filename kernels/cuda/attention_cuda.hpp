@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cta_order.hpp"
 #include "kernels/kernels.hpp"
 
 namespace sb::kernels::cuda {
@@ -78,8 +79,8 @@ class DeviceSelection {
 
 // Two generations of attention kernels: wgmma (Hopper warpgroup MMA, attention_*_sm90.cu) where the
 // build has sm_90a code, the device is compute capability 9.0 and the block size is 128; mma.sync
-// (Ampere-style, every shape and architecture) otherwise. wgmma is preferred unless SB_ATTN_KERNEL=mma
-// is set at start or prefer_wgmma_attention(false) is called (benchmarks compare the two).
+// (Ampere-style, every shape and architecture) otherwise. wgmma is preferred unless
+// prefer_wgmma_attention(false) is called (tests and bench_attention_cuda --kernels run both).
 bool wgmma_attention_available();  // built for sm_90a and running on a compute-capability 9.0 device
 void prefer_wgmma_attention(bool on);
 // The block size to run dense attention of shape s at. Dense keeps every causal block whatever the
@@ -88,17 +89,17 @@ void prefer_wgmma_attention(bool on);
 // the tokens/s, bench/RESULTS.md), else s.block_size.
 int dense_block_size(AttnShape s);
 // The wgmma backward's column split: a (key block, kv head) column of more than `tiles` 64-query
-// tiles is shared by several CTAs; 0 never splits, -1 (the default, or SB_ATTN_BWD_CHUNK=N at start)
-// chooses from the longest document (attention_bwd.cu, column_split).
+// tiles is shared by several CTAs; 0 never splits, -1 (the default) chooses from the longest document
+// (attention_bwd.cu, column_split): for tests and bench_attention_cuda --bwd-chunk.
 void set_bwd_column_chunk(int tiles);
-// Split columns cut at their query heads first (GQA) and launched piece-major in windows of the SMs'
-// items (true, the default, MHA too), or in item-major chunks across the group's heads (false,
-// SB_ATTN_BWD_VARIANT=9): for tests and comparisons.
-void set_bwd_head_split(bool on);
 // With the column split, launch only the pieces that have tiles, listed on the device (true, the
-// default), or the full grid of n_split CTAs an item (false, SB_ATTN_BWD_COMPACT=0), whose pieces
-// without tiles leave after reading their column: for tests and comparisons.
+// default), or the full grid of n_split CTAs an item (false), whose pieces without tiles leave after
+// reading their column: for tests and bench_attention_cuda --bwd-grid full.
 void set_bwd_compact(bool on);
+// The CTA launch order DeviceSelection::upload and DeviceGating plan (kernels/cta_order.hpp): mixed
+// (the default); heads and blocks for bench_attention_cuda --order (each slower: bench/RESULTS.md).
+void set_launch_order(CtaOrder mode);
+CtaOrder launch_order();
 // Per-CTA timestamps of the wgmma backwards that follow (bench_attention_cuda --trace): buf (device,
 // 16 x ctas values) takes, for each CTA x < ctas, at 16x: [0] %globaltimer (ns) at its start, [1]
 // at its end (0: not written, a CTA without tiles, which left at once), [2] %smid, [3]
@@ -134,7 +135,7 @@ GatingStats gate_blocks(const bf16* q, const bf16* k, const int32_t* cu_seqlens_
 // the worst case); reserve() each layer's DeviceSelection before the layer loop; select() per layer
 // (kernel launches only: no allocation, no copy to the host, no synchronisation); fetch_stats() once
 // after the last layer, stats() after the stream has passed it. The default mixed launch order is
-// cta_order_bounded (kernels/cta_order.hpp); SB_ATTN_ORDER=heads|blocks as for upload().
+// cta_order_bounded (kernels/cta_order.hpp); set_launch_order's other orders as for upload().
 class DeviceGating {
  public:
   DeviceGating();
@@ -152,10 +153,6 @@ class DeviceGating {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-// SB_SELECT=host builds the sparse selection on the host (gate_blocks + upload, one round trip per
-// layer), SB_SELECT=device with DeviceGating; unset: the default of select_device.cu.
-bool device_selection_enabled();
 
 // SMs of the current device (the launch order's slots: one wgmma CTA per SM).
 int sm_count();

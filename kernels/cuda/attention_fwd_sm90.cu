@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <stdexcept>
 
-#include "base/env_choice.hpp"
 #include "kernels/cuda/attention_params.cuh"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/mma.cuh"
@@ -222,7 +221,7 @@ void launch(const FwdParams& p, int n_blocks, int64_t n_tokens, cudaStream_t str
 }  // namespace
 
 namespace {
-std::atomic<int> g_prefer{-1};  // -1: not read yet (SB_ATTN_KERNEL), 0 mma.sync, 1 wgmma
+std::atomic<bool> g_prefer{true};  // prefer_wgmma_attention
 }  // namespace
 
 bool wgmma_attention_available() {
@@ -240,14 +239,10 @@ bool wgmma_attention_available() {
 #endif
 }
 
-void prefer_wgmma_attention(bool on) { g_prefer = on ? 1 : 0; }
+void prefer_wgmma_attention(bool on) { g_prefer = on; }
 
 bool use_sm90(int block_size) {
-  if (g_prefer < 0) {
-    static constexpr Named<int> kKernels[] = {{1, "wgmma"}, {0, "mma"}};
-    g_prefer = env_choice(kKernels, "SB_ATTN_KERNEL", 1);
-  }
-  return g_prefer == 1 && block_size == kBS && wgmma_attention_available();
+  return g_prefer && block_size == kBS && wgmma_attention_available();
 }
 
 int dense_block_size(AttnShape s) {

@@ -35,16 +35,14 @@ struct BwdParams {
   int H, Hkv;
   float scale, scale_log2;
   const int32_t* items;  // (n_blocks x Hkv) CTA -> block * Hkv + kv head (DeviceSelection::bwd_items)
-  int variant;  // dQ accumulation (attention_bwd.cu, bwd_variant): 0 the kernel's default, 1 float2
-                // atomics from registers, 4 shared tile + bulk reduce-add (mma.sync only)
   // Column split (wgmma backward only): a column of more than `chunk` 64-query tiles is cut into
   // chunks of `chunk` tiles, one CTA each (n_split CTAs per item, the spare ones exit at once); their
   // dK, dV (dK already scaled) are added into dkv_acc (fp32, (N, Hkv, D) dK then dV, zeroed) and
   // converted afterwards. chunk 0: one CTA per column, as the mma.sync kernel always does.
   float* dkv_acc = nullptr;
   int chunk = 0, n_split = 1;
-  // head_split W > 0 (the default, attention_bwd.cu column_split; n_split = the group's query
-  // heads x the chunks of the longest head): a split column is cut at its query heads (GQA), then
+  // head_split W > 0 (attention_bwd.cu column_split, wherever a column is split; n_split = the
+  // group's query heads x the chunks of the longest head): a split column is cut at its query heads (GQA), then
   // each head's tiles into chunks, and the launch runs in windows of W items (the SMs), piece-major
   // within a window, so that CTAs running together read one stretch of one head's Q, dO and dQ (L2
   // reuse) while the heavy items of the launch order still start first
@@ -61,10 +59,9 @@ struct BwdParams {
   // wgmma backward, set_bwd_trace: 16 values a CTA (blockIdx.x < trace_ctas; attention_cuda.hpp)
   unsigned long long* trace = nullptr;
   int64_t trace_ctas = 0;
-  // wgmma backward: an unsplit whole key block's dK, dV leave through shared memory by TMA stores
-  // (the launcher clears it where dk, dv are not 16-byte aligned); false (SB_ATTN_BWD_TAIL=0): by
-  // each thread's own stores, after the last bulk dQ add completed, as before
-  bool tma_dkv = true;
+  // wgmma backward: an unsplit whole key block's dK, dV leave through shared memory by TMA stores;
+  // the launcher sets it where dk, dv are 16-byte aligned (else each thread stores its own rows)
+  bool tma_dkv = false;
 };
 
 // The tiled dQ workspace (the wgmma backward's default): (H, D / 64, N, 64) fp32, so that
@@ -190,7 +187,7 @@ __device__ __forceinline__ void fwd_store(const FwdParams& p, const BlockInfo& b
 }
 
 // Which kernels run: the wgmma ones (sm_90a build, a compute-capability 9.0 device, block 128) unless
-// SB_ATTN_KERNEL=mma asks for the mma.sync ones (kept as the portable path and for comparison).
+// prefer_wgmma_attention(false) asks for the mma.sync ones (tests and the benchmark; the portable path).
 bool use_sm90(int block_size);
 
 // TMA descriptors of the wgmma kernels (kernels/cuda/tma.hpp), made by their launchers per call.
@@ -214,9 +211,9 @@ struct BwdCompact {
   void* scratch = nullptr;
   size_t bytes = 0;
 };
-// Expects dq_acc zeroed and delta computed (bwd_prep_kernel), as the mma.sync kernel does.
-// Returns whether dQ went into the tiled workspace (dq_tiled_index) rather than (N, H, D).
-bool launch_bwd_sm90(const BwdParams& p, int head_dim, int64_t n_tokens, const BwdCompact& compact,
+// Expects dq_acc zeroed and delta, lse2 computed (bwd_prep_kernel); dQ goes into the tiled
+// workspace (dq_tiled_index).
+void launch_bwd_sm90(const BwdParams& p, int head_dim, int64_t n_tokens, const BwdCompact& compact,
                      cudaStream_t stream);
 
 // The compacted grid (bwd_pieces.cu). compact_pieces lists, on `stream`, the positions of p's pieces

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdint>
 
-#include "base/env_choice.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/ops_cuda.hpp"
 
@@ -171,12 +170,6 @@ void cross_entropy(const float* logits, const int32_t* targets, float* loss, bf1
 void cross_entropy_inplace(bf16* logits, const int32_t* targets, float* loss, bool grad, int32_t* argmax, int N, int V,
                            float scale, cudaStream_t stream) {
   launch<bf16>(logits, targets, loss, grad ? logits : nullptr, argmax, N, V, scale, stream);
-}
-
-bool head_logits_bf16() {
-  static constexpr Named<bool> kLogits[] = {{true, "bf16"}, {false, "fp32"}};
-  static const bool bf = env_choice(kLogits, "SB_HEAD_LOGITS", true);
-  return bf;
 }
 
 }  // namespace sb::kernels::cuda

@@ -1,11 +1,10 @@
 // Fused elementwise kernels of the layer on the GPU (issue 18 item 4): each one replaces a chain of
 // ops.cu / bias.cu launches that made separate passes over the same (N, C) or (N, heads * D) arrays.
 // Same formulas and the same roundings as the chains they replace (see ops_cuda.hpp), so the fused
-// and unfused paths agree to fp32 summation order. SB_FUSE=0 selects the unfused chains, 1 these
-// kernels on separate q/k/v and gate/up arrays, 2 (the default) the packed projections' kernels too.
+// and unfused paths agree to fp32 summation order (test_ops_cuda checks each against its chain;
+// bench_fused_cuda times them side by side). The CUDA model runs these, on the packed projections.
 #include <cstdint>
 
-#include "base/env_choice.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/ops_cuda.hpp"
 #include "kernels/cuda/reduce.cuh"
@@ -13,23 +12,6 @@
 #include "kernels/cuda/swiglu.cuh"
 
 namespace sb::kernels::cuda {
-
-namespace {
-int g_fuse_override = -1;  // set_fuse_override: -1 the environment, else the level
-
-constexpr Named<int> kFuseLevels[] = {{0, "0"}, {1, "1"}, {2, "2"}};
-
-int fuse_level() {
-  if (g_fuse_override >= 0) return g_fuse_override;
-  static const int level = env_choice(kFuseLevels, "SB_FUSE", 2);
-  return level;
-}
-}  // namespace
-
-bool fuse_enabled() { return fuse_level() >= 1; }
-bool packed_projections() { return fuse_level() >= 2; }
-
-void set_fuse_override(int level) { g_fuse_override = level < 0 ? -1 : level > 2 ? 2 : level; }
 
 namespace {
 

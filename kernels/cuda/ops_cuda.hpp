@@ -71,13 +71,9 @@ void swiglu_fwd(const bf16* gate, const bf16* up, bf16* h, size_t n, cudaStream_
 void swiglu_bwd(const bf16* gate, const bf16* up, const bf16* dh, bf16* dgate, bf16* dup, size_t n,
                 cudaStream_t stream = nullptr);
 // ---- fused (fused.cu; issue 18 item 4) ----
-// SB_FUSE (environment, read once): 0 the unfused chains in the model, 1 the fused elementwise
-// kernels, 2 (the default) also the packed projections: q/k/v in one GEMM and gate/up in one, whose
-// outputs these kernels read and write as column blocks of one (N, width) array.
-bool fuse_enabled();        // level >= 1
-bool packed_projections();  // level >= 2
-// Tests: the level (0, 1, 2), or -1 back to SB_FUSE (not thread-safe; call between model runs).
-void set_fuse_override(int level);
+// The CUDA model runs these on the packed projections (q/k/v in one GEMM and gate/up in one, whose
+// outputs they read and write as column blocks of one (N, width) array); the unfused chains above
+// are their references (test_ops_cuda) and the model's before (src/model/README.md).
 // Residual add + rmsnorm + bf16: xm (N,C) += x, then y = bf16(rmsnorm(xm) * w), rstd (N), in one
 // pass (xm holds a GEMM's output on entry, the residual stream on exit).
 void add_rmsnorm_fwd(float* xm, const float* x, const float* w, bf16* y, float* rstd, int N, int C, float eps,
@@ -120,9 +116,6 @@ void cross_entropy(const float* logits, const int32_t* targets, float* loss, bf1
 // LM head's default on the GPU: one bf16 buffer a chunk instead of fp32 logits + bf16 dlogits).
 void cross_entropy_inplace(bf16* logits, const int32_t* targets, float* loss, bool grad, int32_t* argmax, int N, int V,
                            float scale, cudaStream_t stream = nullptr);
-// SB_HEAD_LOGITS=fp32 (environment, read once) keeps the LM head's fp32 logits and separate bf16
-// dlogits, for comparison; default bf16 (cross_entropy_inplace).
-bool head_logits_bf16();
 // AdamW as kernels::adamw (bias correction, decoupled decay, step counts from 1) on fp32 master p,
 // moments m, v; also writes p16 = bf16(p) when p16 != nullptr.
 void adamw(float* p, bf16* p16, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,

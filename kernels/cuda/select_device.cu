@@ -17,10 +17,8 @@
 #include <cub/cub.cuh>
 
 #include <algorithm>
-#include <cstdlib>
 #include <vector>
 
-#include "base/env_choice.hpp"
 #include "kernels/cta_order.hpp"
 #include "kernels/cuda/attention_cuda.hpp"
 #include "kernels/cuda/cuda_check.hpp"
@@ -210,15 +208,6 @@ struct Buf {
 int grid_for(int64_t n, int threads) { return int(std::clamp<int64_t>((n + threads - 1) / threads, 1, 4096)); }
 }  // namespace
 
-// Checked on an H200 (bench/RESULTS.md): the device path is the default.
-constexpr bool kSelectOnDevice = true;
-
-bool device_selection_enabled() {
-  static constexpr Named<bool> kWhere[] = {{true, "device"}, {false, "host"}};
-  static const bool on = env_choice(kWhere, "SB_SELECT", kSelectOnDevice);
-  return on;
-}
-
 struct DeviceGating::Impl {
   AttnShape s{};
   int ndocs = 0, n_blocks = 0, max_nb = 0, cap = 0, words = 0, slots = 1, local = 0, n_layers = 0;
@@ -283,7 +272,7 @@ void DeviceGating::prepare(const int32_t* cu, int ndocs, AttnShape s, const std:
   m.local = local_blocks, m.theta = theta, m.n_layers = int(k_per_layer.size());
   m.cap = std::max(1, std::min(kmax + std::max(local_blocks, 0) + 2, m.max_nb));
   m.words = (m.max_nb + 31) / 32;
-  m.mode = parse_cta_order(std::getenv("SB_ATTN_ORDER"));
+  m.mode = launch_order();
   m.slots = sm_count();
   // worst case of every layer of this micro-batch
   const size_t nbk = size_t(m.n_blocks), rows = size_t(m.rows), items = nbk * s.n_heads;

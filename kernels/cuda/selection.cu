@@ -1,7 +1,6 @@
 // DeviceSelection: a BlockSelection and its transpose on the device; device probing.
 #include <algorithm>
 #include <numeric>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -47,12 +46,11 @@ void free_ptr(T*& p) {
   if (p) cudaFree(p);  // no check: also called from the destructor
   p = nullptr;
 }
-// SB_ATTN_ORDER=heads|blocks picks the other launch orders (for comparisons); unset or mixed: default.
-CtaOrder cta_order_mode() {
-  static const CtaOrder m = parse_cta_order(std::getenv("SB_ATTN_ORDER"));
-  return m;
-}
+CtaOrder g_launch_order = CtaOrder::mixed;  // set_launch_order
 }  // namespace
+
+void set_launch_order(CtaOrder mode) { g_launch_order = mode; }
+CtaOrder launch_order() { return g_launch_order; }
 
 DeviceSelection::~DeviceSelection() { release(); }
 
@@ -125,7 +123,7 @@ void DeviceSelection::upload(const BlockSelection& sel, const int32_t* cu, int n
     }
   }
   const int slots = sm_count();
-  const CtaOrder mode = cta_order_mode();
+  const CtaOrder mode = g_launch_order;
 
   n_blocks = int(binfo.size());
   block_size = Bs;

@@ -41,6 +41,7 @@ std::vector<KeySpec> schema_model_train() {
       {"train.bucket_mb", T::Float, "4", 0.001, 4096, {}, "gradient all-reduce bucket size in MiB"},
       {"train.zero", T::Int, "0", 0, 1, {}, "ZeRO-1: 1 shards the AdamW moments over the ranks (gradients reduced to each slice's owner, weights all-gathered; checkpoints written collectively); on cuda the fp32 master weights too (NCCL, or MPI through the host when ranks share a GPU)"},
       {"train.overlap_reduce", T::Bool, "true", 0, 0, {}, "cuda, NCCL: reduce each layer's gradients during the step's last backward pass (all-reduced; train.zero = 1: to each slice's owner)"},
+      {"train.phase_times", T::Bool, "false", 0, 0, {}, "cuda: print on rank 0 each step's GPU ms per phase (attention forward and backward, GEMMs, gating, elementwise, LM head + loss, optimizer, all-reduce; CUDA events) and the idle rest of its wall time"},
       {"train.nonfinite", T::String, "skip", 0, 0, {"skip", "stop"}, "on NaN/inf loss or gradient: skip the step or stop"},
       {"train.sync_check_every", T::Int, "10", 0, BIG, {}, "every N steps verify that all ranks hold bit-identical parameters (0 = never)"},
       {"train.max_skips", T::Int, "5", 0, BIG, {}, "consecutive skipped steps before stopping"},

@@ -51,6 +51,7 @@ class CudaEngine final : public Engine {
     const int dev = choose_device(s.attention, comm, model.shape(), &shared);
     gpu_ = std::make_unique<ModelCuda>(model.shape(), model.layout(), !s.train.zero);  // zero: the master is sliced
     gpu_->set_exec(s.train.exec);
+    gpu_->phases().set_on(s.train.phase_times);
     if (!s.train.zero) m_.resize(gpu_->size()), v_.resize(gpu_->size());
     const size_t bucket = size_t(s.train.bucket_mb * 1024 * 1024);
     ZeroReducer* zred = nullptr;
@@ -228,7 +229,7 @@ class CudaEngine final : public Engine {
   std::vector<float> scratch_;
   std::chrono::steady_clock::time_point phase_t0_ = std::chrono::steady_clock::now();
 
-  // SB_PHASE_TIMES=1: one line per step on rank 0, GPU ms per phase since the last step's end and
+  // train.phase_times: one line per step on rank 0, GPU ms per phase since the last step's end and
   // the idle remainder of the step's wall time (src/model/phase_clock_cuda.hpp).
   void print_phases(int64_t step) {
     PhaseClock& ph = gpu_->phases();

@@ -47,8 +47,8 @@ struct ModelCuda::Layer {
   DeviceArray<float> lse;              // (N, H)
   DeviceArray<float> x_mid, rstd2;     // (N, C) after the attention residual, (N)
   DeviceArray<kc::bf16> xn2;           // (N, C)
-  DeviceArray<kc::bf16> gate, up, h;   // (N, F) x3 (SB_FUSE <= 1: gate and up)
-  DeviceArray<kc::bf16> gu;            // (N, 2F) gate|up, one GEMM's output (SB_FUSE=2)
+  DeviceArray<kc::bf16> h;             // (N, F) swiglu(gate, up)
+  DeviceArray<kc::bf16> gu;            // (N, 2F) gate|up, one GEMM's output
   // data.long_docs = "shard": each shard's selection (this rank's rows) and the layer's statistics
   // of those rows, kept in layers_[l] for the backward and recomputation
   std::vector<std::unique_ptr<kc::DeviceSelection>> shard_sel;
@@ -111,7 +111,7 @@ ModelCuda::ModelCuda(const ModelDims& dims, const ParamLayout& layout, bool fp32
     off32_[i] = master_ ? layout_.params[i].offset : w32_size_;
     w32_size_ += layout_.params[i].size;
   }
-  // SB_FUSE=2 reads gate|up as one (2F, C) matrix and q|k|v as one (H*D + 2*Hkv*D, C): the layout
+  // The layers read gate|up as one (2F, C) matrix and q|k|v as one (H*D + 2*Hkv*D, C): the layout
   // keeps gate and up adjacent, and q, k, v too unless their biases sit between them (Qwen2)
   for (const LayerParams& I : layout_.layers) {
     auto next = [&](size_t a, size_t b) {
@@ -202,11 +202,11 @@ static void to_device(DeviceArray<T>& d, const std::vector<T>& h, cudaStream_t s
 // layer's input (nullptr: not needed, as when recomputing for the backward). The activations the
 // backward reads go to A: layers_[l] itself, or the one shared work_ layer under train.recompute.
 // gate: select the blocks into layers_[l] (recomputation reuses them: no gating, no host sync).
-// Fused (SB_FUSE, the default): the residual adds go into the norms that follow them, so layer l
-// leaves layer l+1's xn and rstd1 (or the final norm's xf_, rstdf_) computed; q/k/v bias + RoPE are
-// one launch.
+// The residual adds go into the norms that follow them (kernels/cuda/fused.cu), so layer l leaves
+// layer l+1's xn and rstd1 (or the final norm's xf_, rstdf_) computed; q|k|v and gate|up are one
+// GEMM each, whose outputs the fused kernels read as column blocks (bias + RoPE, SwiGLU).
 void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a, Layer& A, float* x_out, bool gate,
-                              bool dev_sel, MicroBatchStats& st, Timers& timers, Timers& gtimers) {
+                              MicroBatchStats& st, Timers& timers, Timers& gtimers) {
   const ModelDims& s = dims_;
   const int N = b.n(), C = s.d_model, H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, F = s.ffn_dim;
   const int HD = H * D, KD = Hkv * D, nd = b.ndocs();
@@ -220,46 +220,25 @@ void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a
   const LayerParams& I = layout_.layers[size_t(l)];
   PhaseClock& ph = phases_;
   using P = Phase;
-  const bool fuse = kc::fuse_enabled(), pack = kc::packed_projections();
   // attention block
   ph.mark(P::elementwise, cs);
-  if (!(fuse && x_out && l > 0))  // else layer l-1 computed it with its residual add
+  if (!(x_out && l > 0))  // else layer l-1 computed it with its residual add
     kc::rmsnorm_fwd(x, W(I.ln1), A.xn.resize(NC), A.rstd1.resize(N), N, C, eps, cs);
   ph.mark(P::gemm, cs);
-  if (pack) {  // q|k|v (N, HD + 2 KD) in one GEMM, then bias + RoPE into the arrays attention reads
-    kc::linear_fwd(bl, A.xn.data(), Wqkv(l), qkv_.resize(size_t(N) * (HD + 2 * KD)), N, C, HD + 2 * KD);
-  } else {
-    kc::linear_fwd(bl, A.xn.data(), W16(I.q), A.q.resize(size_t(N) * HD), N, C, HD);
-    kc::linear_fwd(bl, A.xn.data(), W16(I.k), A.k.resize(size_t(N) * KD), N, C, KD);
-    kc::linear_fwd(bl, A.xn.data(), W16(I.v), A.v.resize(size_t(N) * KD), N, C, KD);
-  }
+  // q|k|v (N, HD + 2 KD) in one GEMM, then bias + RoPE into the arrays attention reads
+  kc::linear_fwd(bl, A.xn.data(), Wqkv(l), qkv_.resize(size_t(N) * (HD + 2 * KD)), N, C, HD + 2 * KD);
   ph.mark(P::elementwise, cs);
-  if (pack) {
-    kc::qkv_rope_unpack_fwd(qkv_.data(), A.q.resize(size_t(N) * HD), A.k.resize(size_t(N) * KD),
-                            A.v.resize(size_t(N) * KD), s.qkv_bias ? W(I.q_bias) : nullptr,
-                            s.qkv_bias ? W(I.k_bias) : nullptr, s.qkv_bias ? W(I.v_bias) : nullptr, pos_.data(), N, H,
-                            Hkv, D, s.rope_theta, cs);
-  } else if (fuse) {
-    kc::qkv_rope_fwd(A.q.data(), A.k.data(), A.v.data(), s.qkv_bias ? W(I.q_bias) : nullptr,
-                     s.qkv_bias ? W(I.k_bias) : nullptr, s.qkv_bias ? W(I.v_bias) : nullptr, pos_.data(), N, H, Hkv,
-                     D, s.rope_theta, cs);
-  } else if (s.qkv_bias) {  // Qwen2: before RoPE, from the fp32 master biases
-    kc::bias_add_fwd(A.q.data(), W(I.q_bias), N, HD, cs);
-    kc::bias_add_fwd(A.k.data(), W(I.k_bias), N, KD, cs);
-    kc::bias_add_fwd(A.v.data(), W(I.v_bias), N, KD, cs);
-  }
-  if (!fuse) {
-    kc::rope_fwd(A.q.data(), pos_.data(), N, H, D, s.rope_theta, cs);
-    kc::rope_fwd(A.k.data(), pos_.data(), N, Hkv, D, s.rope_theta, cs);
-  }
-  // Host path: gating decides on the device and builds the CSR on the host (it synchronises), so
-  // its wall time is its cost on the critical path.
-  // Dense attention keeps every causal block in every layer: one selection per micro-batch.
+  kc::qkv_rope_unpack_fwd(qkv_.data(), A.q.resize(size_t(N) * HD), A.k.resize(size_t(N) * KD),
+                          A.v.resize(size_t(N) * KD), s.qkv_bias ? W(I.q_bias) : nullptr,
+                          s.qkv_bias ? W(I.k_bias) : nullptr, s.qkv_bias ? W(I.v_bias) : nullptr, pos_.data(), N, H,
+                          Hkv, D, s.rope_theta, cs);
+  // Sparse: the kept blocks selected on the device (DeviceGating). Dense keeps every causal block in
+  // every layer: one selection per micro-batch, built on the host at layer 0 (it synchronises).
   ph.mark(P::gating, cs);
   if (gate && !a.sparse && l > 0) {
     K.selp = layers_[0]->selp;
     st.gating[l] = st.gating[0];
-  } else if (gate && dev_sel) {
+  } else if (gate && a.sparse) {
     const size_t tg = gtimers.start();
     gating_->select(A.q.data(), A.k.data(), l, K.sel, cs);
     gtimers.stop(tg);
@@ -268,13 +247,9 @@ void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a
     SB_CUDA_CHECK(cudaStreamSynchronize(cs));
     const auto tg = Clock::now();
     kernels::BlockSelection sel;
-    if (a.sparse) {
-      st.gating[l] = kc::gate_blocks(A.q.data(), A.k.data(), b.cu_seqlens.data(), nd, ashape,
-                                     kernels::GatingParams{a.k[l], a.local_blocks, a.theta}, sel, cs);
-    } else {  // the stats in the gating's blocks, as the CPU engine and the latency model count them
-      kernels::select_all_causal(b.cu_seqlens.data(), nd, ashape, sel);
-      st.gating[l] = kernels::all_causal_stats(b.cu_seqlens.data(), nd, {H, Hkv, D, a.block_size});
-    }
+    // the stats in the gating's blocks, as the CPU engine and the latency model count them
+    kernels::select_all_causal(b.cu_seqlens.data(), nd, ashape, sel);
+    st.gating[l] = kernels::all_causal_stats(b.cu_seqlens.data(), nd, {H, Hkv, D, a.block_size});
     K.sel.upload(sel, b.cu_seqlens.data(), nd, ashape, cs);
     K.selp = &K.sel;
     st.gating_ms += ms_since(tg);
@@ -285,39 +260,20 @@ void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a
                           A.lse.resize(size_t(N) * H), cs);
   if (!b.shards.empty()) shards_forward(l, b, a, A, gate);  // their gating and exchange count as attention
   timers.stop(ta);
-  // x_mid = x_in + o(att): unfused, the GEMM adds into a copy of the stream; fused, the GEMM writes
-  // o(att) and the norm's kernel adds x_in
+  // x_mid = x_in + o(att): the GEMM writes o(att) and the norm's kernel adds x_in
   ph.mark(P::gemm, cs);
   float* xm = A.x_mid.resize(NC);
-  if (!fuse) SB_CUDA_CHECK(cudaMemcpyAsync(xm, x, NC * sizeof(float), cudaMemcpyDeviceToDevice, cs));
-  kc::gemm(bl, false, true, N, C, HD, 1.f, A.att.data(), HD, W16(I.o), HD, fuse ? 0.f : 1.f, xm, C);
+  kc::gemm(bl, false, true, N, C, HD, 1.f, A.att.data(), HD, W16(I.o), HD, 0.f, xm, C);
   // MLP block
   ph.mark(P::elementwise, cs);
-  if (fuse)
-    kc::add_rmsnorm_fwd(xm, x, W(I.ln2), A.xn2.resize(NC), A.rstd2.resize(N), N, C, eps, cs);
-  else
-    kc::rmsnorm_fwd(xm, W(I.ln2), A.xn2.resize(NC), A.rstd2.resize(N), N, C, eps, cs);
+  kc::add_rmsnorm_fwd(xm, x, W(I.ln2), A.xn2.resize(NC), A.rstd2.resize(N), N, C, eps, cs);
   ph.mark(P::gemm, cs);
-  if (pack) {  // gate|up (N, 2F): the two weights are adjacent, one (2F, C) matrix
-    kc::linear_fwd(bl, A.xn2.data(), W16(I.gate), A.gu.resize(2 * NF), N, C, 2 * F);
-  } else {
-    kc::linear_fwd(bl, A.xn2.data(), W16(I.gate), A.gate.resize(NF), N, C, F);
-    kc::linear_fwd(bl, A.xn2.data(), W16(I.up), A.up.resize(NF), N, C, F);
-  }
+  // gate|up (N, 2F): the two weights are adjacent, one (2F, C) matrix
+  kc::linear_fwd(bl, A.xn2.data(), W16(I.gate), A.gu.resize(2 * NF), N, C, 2 * F);
   ph.mark(P::elementwise, cs);
-  if (pack)
-    kc::swiglu_fwd_packed(A.gu.data(), A.h.resize(NF), N, F, cs);
-  else if (fuse)
-    kc::swiglu_fwd_wide(A.gate.data(), A.up.data(), A.h.resize(NF), NF, cs);
-  else
-    kc::swiglu_fwd(A.gate.data(), A.up.data(), A.h.resize(NF), NF, cs);
+  kc::swiglu_fwd_packed(A.gu.data(), A.h.resize(NF), N, F, cs);
   ph.mark(P::gemm, cs);
   if (!x_out) return;
-  if (!fuse) {
-    SB_CUDA_CHECK(cudaMemcpyAsync(x_out, xm, NC * sizeof(float), cudaMemcpyDeviceToDevice, cs));
-    kc::gemm(bl, false, true, N, C, F, 1.f, A.h.data(), F, W16(I.down), F, 1.f, x_out, C);
-    return;
-  }
   // x_out = x_mid + down(h), added by the next norm's kernel: layer l+1's ln1 into its activations
   // (the work_ layer under train.recompute), or the final norm after the last layer
   kc::gemm(bl, false, true, N, C, F, 1.f, A.h.data(), F, W16(I.down), F, 0.f, x_out, C);
@@ -394,14 +350,15 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   PhaseClock& ph = phases_;
   using P = Phase;
   // Sparse gating on the device (select_device.cu): budgets and buffers once per micro-batch, then
-  // no host round trip per layer. SB_SELECT=host keeps the host-built lists (one sync per layer).
-  const bool dev_sel = a.sparse && kc::device_selection_enabled();
+  // no host round trip per layer (the host-built lists, one sync a layer, took 1.37x its time:
+  // bench/RESULTS.md, "the sparse selection built on the device").
+  const bool dev_sel = a.sparse;
   if (dev_sel) {
     gating_->prepare(b.cu_seqlens.data(), b.ndocs(), ashape, a.k, a.local_blocks, a.theta, cs);
     for (auto& A : layers_) gating_->reserve(A->sel);
   }
   ph.mark(P::elementwise, cs);
-  if (kc::packed_projections()) pack_qkv_weights();
+  pack_qkv_weights();
   to_device(tokens_, b.tokens, cs);
   to_device(targets_, b.targets, cs);
   to_device(pos_, b.pos, cs);
@@ -411,40 +368,31 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   kc::embedding_fwd(tokens_.data(), W(layout_.embed), x, N, C, cs);
   for (int l = 0; l < L; ++l) {
     float* xo = l + 1 < L ? layers_[l + 1]->x_in.resize(NC) : xs_top_.resize(NC);  // the next layer's input
-    layer_forward(l, b, a, exec_.recompute ? *work_ : *layers_[l], xo, true, dev_sel, st, timers, gtimers);
+    layer_forward(l, b, a, exec_.recompute ? *work_ : *layers_[l], xo, true, st, timers, gtimers);
     x = xo;
   }
   // x is the last layer's output (xs_top_)
   if (dev_sel) gating_->fetch_stats(cs);
   ph.mark(P::head_loss, cs);
-  const bool fuse = kc::fuse_enabled();
-  if (!fuse || L == 0)  // else the last layer computed it with its residual add
+  if (L == 0)  // else the last layer computed it with its residual add
     kc::rmsnorm_fwd(x, W(layout_.norm), xf_.resize(NC), rstdf_.resize(N), N, C, eps, cs);
   // LM head and loss in chunks of `rows` tokens, never the whole (N, V) logits: logits (rows, V)
   // bf16, overwritten by dlogits (cross_entropy_inplace), reused by every chunk, and the head's
   // backward runs per chunk (fused): dxf (N, C) = dlogits W, the head's gradient += dlogits^T xf.
-  // SB_HEAD_LOGITS=fp32: fp32 logits and a second (rows, V) bf16 buffer for dlogits (the old path).
-  const bool bf = kc::head_logits_bf16();
-  const int rows = exec_.head_rows(N, V, bf ? int(sizeof(bf16)) : int(sizeof(float)));
-  bf16* logits16 = bf ? head16_.resize(size_t(rows) * V) : nullptr;  // (rows, V)
-  float* logits32 = bf ? nullptr : logits_.resize(size_t(rows) * V);   // (rows, V)
-  bf16* dlogits = !backward ? nullptr : bf ? logits16 : head16_.resize(size_t(rows) * V);
+  // (fp32 logits with a second bf16 buffer for dlogits took 1.20x the LM head's time: bench/RESULTS.md,
+  // "the LM head's cross-entropy streamed and its logits in bf16".)
+  const int rows = exec_.head_rows(N, V, int(sizeof(bf16)));
+  bf16* logits = head16_.resize(size_t(rows) * V);  // (rows, V), then dlogits over them
   float* dxf = backward ? dxf_.resize(NC) : nullptr;
   loss_.resize(N), argmax_.resize(N);
   for (int t0 = 0; t0 < N; t0 += rows) {
     const int n = std::min(rows, N - t0);
     const bf16* xc = xf_.data() + size_t(t0) * C;
-    if (bf) {
-      kc::linear_fwd(bl, xc, W16(layout_.head), logits16, n, C, V);
-      kc::cross_entropy_inplace(logits16, targets_.data() + t0, loss_.data() + t0, backward, argmax_.data() + t0, n, V,
-                                loss_scale, cs);
-    } else {
-      kc::linear_fwd(bl, xc, W16(layout_.head), logits32, n, C, V);
-      kc::cross_entropy(logits32, targets_.data() + t0, loss_.data() + t0, dlogits, argmax_.data() + t0, n, V,
-                        loss_scale, cs);
-    }
+    kc::linear_fwd(bl, xc, W16(layout_.head), logits, n, C, V);
+    kc::cross_entropy_inplace(logits, targets_.data() + t0, loss_.data() + t0, backward, argmax_.data() + t0, n, V,
+                              loss_scale, cs);
     if (backward)
-      kc::linear_bwd(bl, xc, W16(layout_.head), dlogits, dxf + size_t(t0) * C, false, G(layout_.head), n, C, V);
+      kc::linear_bwd(bl, xc, W16(layout_.head), logits, dxf + size_t(t0) * C, false, G(layout_.head), n, C, V);
   }
   std::vector<float> loss(N);
   std::vector<int32_t> am(N);
@@ -458,51 +406,29 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
     bf16* dx16 = dx16_.resize(NC);
     SB_CUDA_CHECK(cudaMemsetAsync(dx, 0, NC * sizeof(float), cs));
     ph.mark(P::head_loss, cs);
-    // fused: the norms' backward also write dx16 = bf16(dx), the input of the GEMM after them
-    if (fuse)
-      kc::rmsnorm_bwd_fused(xs_top_.data(), W(layout_.norm), rstdf_.data(), dxf, dx, dx16, G(layout_.norm), N, C, cs);
-    else
-      kc::rmsnorm_bwd(xs_top_.data(), W(layout_.norm), rstdf_.data(), dxf, dx, G(layout_.norm), N, C, cs);
-    const bool pack = kc::packed_projections();
+    // the norms' backward also write dx16 = bf16(dx), the input of the GEMM after them
+    kc::rmsnorm_bwd_fused(xs_top_.data(), W(layout_.norm), rstdf_.data(), dxf, dx, dx16, G(layout_.norm), N, C, cs);
     const int P3 = HD + 2 * KD;  // packed q|k|v columns
     bf16* dh = dh_.resize(NF);
-    bf16 *dg = pack ? nullptr : dg_.resize(NF), *du = pack ? nullptr : du_.resize(NF);
-    bf16 *dgu = pack ? dgu_.resize(2 * NF) : nullptr, *dqkv = pack ? dqkv_.resize(size_t(N) * P3) : nullptr;
+    bf16 *dgu = dgu_.resize(2 * NF), *dqkv = dqkv_.resize(size_t(N) * P3);
     bf16 *datt = datt_.resize(size_t(N) * HD), *dq = dq_.resize(size_t(N) * HD);
     bf16 *dk = dk_.resize(size_t(N) * KD), *dv = dv_.resize(size_t(N) * KD);
     void* ws = attn_ws_.resize(kc::block_attention_bwd_workspace(N, ashape));
     for (int l = L - 1; l >= 0; --l) {
       Layer& K = *layers_[l];  // x_in and the selection
       Layer& A = exec_.recompute ? *work_ : K;
-      if (exec_.recompute) layer_forward(l, b, a, A, nullptr, false, dev_sel, st, timers, gtimers);  // the activations again
+      if (exec_.recompute) layer_forward(l, b, a, A, nullptr, false, st, timers, gtimers);  // the activations again
       const LayerParams& I = layout_.layers[size_t(l)];
       // MLP block: x_out = x_mid + down(swiglu(gate(xn2), up(xn2)))
-      ph.mark(P::elementwise, cs);
-      if (!fuse) kc::to_bf16(dx, dx16, NC, cs);
       ph.mark(P::gemm, cs);
       kc::linear_bwd(bl, A.h.data(), W16(I.down), dx16, dh, false, G(I.down), N, F, C);
       ph.mark(P::elementwise, cs);
-      if (pack) {
-        kc::swiglu_bwd_packed(A.gu.data(), dh, dgu, N, F, cs);
-      } else if (fuse) {
-        kc::swiglu_bwd_wide(A.gate.data(), A.up.data(), dh, dg, du, NF, cs);
-      } else {
-        kc::swiglu_bwd(A.gate.data(), A.up.data(), dh, dg, du, NF, cs);
-      }
+      kc::swiglu_bwd_packed(A.gu.data(), dh, dgu, N, F, cs);
       ph.mark(P::gemm, cs);
-      if (pack) {  // dxn = dgu Wgu, the gate and up gradients (adjacent) += dgu^T xn2: two GEMMs, not four
-        kc::linear_bwd(bl, A.xn2.data(), W16(I.gate), dgu, dxn, false, G(I.gate), N, C, 2 * F);
-      } else {
-        kc::linear_bwd(bl, A.xn2.data(), W16(I.gate), dg, dxn, false, G(I.gate), N, C, F);
-        kc::linear_bwd(bl, A.xn2.data(), W16(I.up), du, dxn, true, G(I.up), N, C, F);
-      }
+      // dxn = dgu Wgu, the gate and up gradients (adjacent) += dgu^T xn2: two GEMMs, not four
+      kc::linear_bwd(bl, A.xn2.data(), W16(I.gate), dgu, dxn, false, G(I.gate), N, C, 2 * F);
       ph.mark(P::elementwise, cs);
-      if (fuse) {
-        kc::rmsnorm_bwd_fused(A.x_mid.data(), W(I.ln2), A.rstd2.data(), dxn, dx, dx16, G(I.ln2), N, C, cs);
-      } else {
-        kc::rmsnorm_bwd(A.x_mid.data(), W(I.ln2), A.rstd2.data(), dxn, dx, G(I.ln2), N, C, cs);
-        kc::to_bf16(dx, dx16, NC, cs);
-      }
+      kc::rmsnorm_bwd_fused(A.x_mid.data(), W(I.ln2), A.rstd2.data(), dxn, dx, dx16, G(I.ln2), N, C, cs);
       // attention block: x_mid = x_in + o(attn(rope(q(xn)), rope(k(xn)), v(xn)))
       ph.mark(P::gemm, cs);
       kc::linear_bwd(bl, A.att.data(), W16(I.o), dx16, datt, false, G(I.o), N, HD, C);
@@ -513,42 +439,25 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
       if (!b.shards.empty()) shards_backward(l, b, a, A, datt, dq, dk, dv);
       timers.stop(ta);
       ph.mark(P::elementwise, cs);
-      if (pack) {
-        kc::qkv_rope_pack_bwd(dq, dk, dv, dqkv, pos_.data(), N, H, Hkv, D, s.rope_theta, cs);
-      } else if (fuse) {
-        kc::qk_rope_bwd(dq, dk, pos_.data(), N, H, Hkv, D, s.rope_theta, cs);
-      } else {
-        kc::rope_bwd(dq, pos_.data(), N, H, D, s.rope_theta, cs);
-        kc::rope_bwd(dk, pos_.data(), N, Hkv, D, s.rope_theta, cs);
-      }
-      if (s.qkv_bias && pack) {  // the column blocks of dqkv
+      kc::qkv_rope_pack_bwd(dq, dk, dv, dqkv, pos_.data(), N, H, Hkv, D, s.rope_theta, cs);
+      if (s.qkv_bias) {  // the column blocks of dqkv
         kc::bias_add_bwd(dqkv, G(I.q_bias), N, HD, cs, P3);
         kc::bias_add_bwd(dqkv + HD, G(I.k_bias), N, KD, cs, P3);
         kc::bias_add_bwd(dqkv + HD + KD, G(I.v_bias), N, KD, cs, P3);
-      } else if (s.qkv_bias) {
-        kc::bias_add_bwd(dq, G(I.q_bias), N, HD, cs);
-        kc::bias_add_bwd(dk, G(I.k_bias), N, KD, cs);
-        kc::bias_add_bwd(dv, G(I.v_bias), N, KD, cs);
       }
       ph.mark(P::gemm, cs);
-      if (pack && qkv_adjacent_) {  // dxn = dqkv Wqkv; the q/k/v gradients, adjacent, += dqkv^T xn
+      if (qkv_adjacent_) {  // dxn = dqkv Wqkv; the q/k/v gradients, adjacent, += dqkv^T xn
         kc::linear_bwd(bl, A.xn.data(), W16(I.q), dqkv, dxn, false, G(I.q), N, C, P3);
-      } else if (pack) {  // biases between the weights: dW per column block of dqkv
+      } else {  // biases between the weights: dW per column block of dqkv
         kc::linear_bwd(bl, A.xn.data(), Wqkv(l), dqkv, dxn, false, nullptr, N, C, P3);
         kc::gemm(bl, true, false, HD, C, N, 1.f, dqkv, P3, A.xn.data(), C, 1.f, G(I.q), C);
         kc::gemm(bl, true, false, KD, C, N, 1.f, dqkv + HD, P3, A.xn.data(), C, 1.f, G(I.k), C);
         kc::gemm(bl, true, false, KD, C, N, 1.f, dqkv + HD + KD, P3, A.xn.data(), C, 1.f, G(I.v), C);
-      } else {
-        kc::linear_bwd(bl, A.xn.data(), W16(I.q), dq, dxn, false, G(I.q), N, C, HD);
-        kc::linear_bwd(bl, A.xn.data(), W16(I.k), dk, dxn, true, G(I.k), N, C, KD);
-        kc::linear_bwd(bl, A.xn.data(), W16(I.v), dv, dxn, true, G(I.v), N, C, KD);
       }
       ph.mark(P::elementwise, cs);
-      if (fuse)  // dx16 feeds layer l-1's down projection (layer 0: the embedding reads dx)
-        kc::rmsnorm_bwd_fused(K.x_in.data(), W(I.ln1), A.rstd1.data(), dxn, dx, l > 0 ? dx16 : nullptr, G(I.ln1), N,
-                              C, cs);
-      else
-        kc::rmsnorm_bwd(K.x_in.data(), W(I.ln1), A.rstd1.data(), dxn, dx, G(I.ln1), N, C, cs);
+      // dx16 feeds layer l-1's down projection (layer 0: the embedding reads dx)
+      kc::rmsnorm_bwd_fused(K.x_in.data(), W(I.ln1), A.rstd1.data(), dxn, dx, l > 0 ? dx16 : nullptr, G(I.ln1), N, C,
+                            cs);
       if (layer_done) layer_done(l);
     }
     ph.mark(P::elementwise, cs);

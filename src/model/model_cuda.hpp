@@ -130,7 +130,7 @@ class ModelCuda {
   const ModelExec& exec() const { return exec_; }
   void set_exec(const ModelExec& e) { exec_ = e; }
   cudaStream_t stream() const { return stream_; }
-  // Per-phase GPU times (SB_PHASE_TIMES=1): run() marks its phases and collects them at its end;
+  // Per-phase GPU times (train.phase_times): run() marks its phases and collects them at its end;
   // the engine adds the optimizer and all-reduce and reads the totals.
   PhaseClock& phases() { return phases_; }
   // High-water mark of the device memory in use (bytes: total - free of cudaMemGetInfo, so the
@@ -145,7 +145,7 @@ class ModelCuda {
                       std::vector<int32_t>* argmax, const std::function<void(int)>& layer_done = {},
                       const ShardExchangeCuda* ex = nullptr);
   void layer_forward(int l, const PackedBatch& b, const AttnSettings& a, Layer& A, float* x_out, bool gate,
-                     bool dev_sel, MicroBatchStats& st, Timers& timers, Timers& gtimers);
+                     MicroBatchStats& st, Timers& timers, Timers& gtimers);
   // The shape of the whole sequences' attention: dense tiles at kc::dense_block_size (every causal
   // block is kept whatever the block), sparse at the gating's block. Sharded parts keep the gating's.
   kernels::AttnShape attn_shape(const AttnSettings& a) const;
@@ -160,7 +160,7 @@ class ModelCuda {
     return w32_.data() + off32_[i];
   }
   bf16* W16(size_t i) { return w16_.data() + layout_.params[i].offset; }
-  // Layer l's q|k|v weight as one (H*D + 2*Hkv*D, C) matrix (SB_FUSE=2): in w16_ itself when the
+  // Layer l's q|k|v weight as one (H*D + 2*Hkv*D, C) matrix (one GEMM): in w16_ itself when the
   // three are adjacent, else the copy pack_qkv_weights() gathered.
   const bf16* Wqkv(int l);
   void pack_qkv_weights();
@@ -182,11 +182,11 @@ class ModelCuda {
   std::vector<std::unique_ptr<Layer>> layers_;  // saved activations, kept between micro-batches
   std::unique_ptr<Layer> work_;                 // train.recompute: the activations of the layer at hand
   // per micro-batch: inputs, final norm, one chunk of logits (model.lm_head_chunk; head16_ holds the
-  // bf16 logits, then dlogits over them; with SB_HEAD_LOGITS=fp32 logits_ the logits) and scratch
+  // bf16 logits, then dlogits over them) and scratch
   DeviceArray<int32_t> tokens_, targets_, pos_, argmax_;
-  DeviceArray<float> xs_top_, rstdf_, logits_, loss_, dxf_, dx_, dxn_;
-  DeviceArray<bf16> xf_, head16_, dx16_, dh_, dg_, du_, datt_, dq_, dk_, dv_;
-  DeviceArray<bf16> qkv_, dqkv_, dgu_;  // SB_FUSE=2: (N, H*D + 2*Hkv*D) packed q|k|v and its gradient, (N, 2F)
+  DeviceArray<float> xs_top_, rstdf_, loss_, dxf_, dx_, dxn_;
+  DeviceArray<bf16> xf_, head16_, dx16_, dh_, datt_, dq_, dk_, dv_;
+  DeviceArray<bf16> qkv_, dqkv_, dgu_;  // (N, H*D + 2*Hkv*D) packed q|k|v and its gradient, (N, 2F)
   DeviceArray<unsigned char> attn_ws_;
   std::unique_ptr<kernels::cuda::DeviceGating> gating_;  // sparse selection on the device
   PhaseClock phases_;

@@ -1,5 +1,5 @@
-// Per-phase GPU time of the training step from CUDA events, on when SB_PHASE_TIMES=1 (off: every
-// call returns at once). The stream's timeline is cut into consecutive intervals: mark(p) records an
+// Per-phase GPU time of the training step from CUDA events, on with train.phase_times (set_on; off,
+// the default: every call returns at once). The stream's timeline is cut into consecutive intervals: mark(p) records an
 // event, and the time from it to the next mark (or end()) is phase p's, so host waits inside an
 // interval (a synchronisation, a host-built selection) count in that phase. collect() after the
 // stream is synchronised adds the intervals to the per-phase totals; the CUDA engine prints them
@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "base/cuda_check.hpp"
-#include "base/env_choice.hpp"
 
 namespace sb {
 
@@ -24,16 +23,14 @@ inline constexpr std::array<const char*, kPhases> kPhaseNames = {
 
 class PhaseClock {
  public:
-  PhaseClock() {
-    static constexpr Named<bool> kOnOff[] = {{false, "0"}, {true, "1"}};
-    on_ = env_choice(kOnOff, "SB_PHASE_TIMES", false);  // another value stops the run: no silent default
-  }
+  PhaseClock() = default;
   ~PhaseClock() {
     for (cudaEvent_t e : events_) cudaEventDestroy(e);  // no check in a destructor
   }
   PhaseClock(const PhaseClock&) = delete;
   PhaseClock& operator=(const PhaseClock&) = delete;
   bool on() const { return on_; }
+  void set_on(bool on) { on_ = on; }
   void mark(Phase p, cudaStream_t s) { record(int(p), s); }
   void end(cudaStream_t s) { record(-1, s); }
   // After the stream is synchronised: the closed intervals into totals(); the marks are reused.

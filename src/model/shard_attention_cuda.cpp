@@ -69,7 +69,7 @@ kernels::GatingStats shard_attention_fwd_cuda(const DocShard& sh, const ShardExc
   whole_qkv(sh, ex, q, k, v, s, h, cs);
   const int32_t cu[2] = {0, sh.doc_len};
   kernels::GatingStats st;
-  if (gate) {  // built on the host (whatever SB_SELECT says): one document, kept rows only
+  if (gate) {  // built on the host: one document, kept rows only
     kernels::BlockSelection hs;
     if (sparse) kc::gate_blocks(h.q.data(), h.k.data(), cu, 1, s, p, hs, cs);
     else kernels::select_all_causal(cu, 1, s, hs);

@@ -105,6 +105,7 @@ Settings from_config(const Config& cfg, int64_t data_vocab) {
   t.device = cfg.s("train.device");
   t.bucket_mb = cfg.f("train.bucket_mb");
   t.overlap_reduce = cfg.b("train.overlap_reduce");
+  t.phase_times = cfg.b("train.phase_times");
   t.zero = cfg.i("train.zero") == 1;
   t.nonfinite_stop = cfg.s("train.nonfinite") == "stop";
   t.max_skips = cfg.i("train.max_skips");

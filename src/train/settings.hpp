@@ -57,6 +57,7 @@ struct TrainSettings {
   std::string device;  // "cpu" | "cuda"
   double bucket_mb = 4;
   bool overlap_reduce = true;
+  bool phase_times = false;  // cuda: per-phase GPU times each step (src/model/phase_clock_cuda.hpp)
   bool zero = false;  // train.zero = 1: AdamW moments sharded over the ranks (ZeRO-1, CPU)
   bool nonfinite_stop = false;  // train.nonfinite = "stop" (else skip)
   int64_t max_skips = 0, sync_check_every = 0;

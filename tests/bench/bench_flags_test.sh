@@ -44,7 +44,11 @@ for kv in "$@"; do
       refused "$bin" "$p: --split 2: expected a whole number >= 0 and <= 1" --split 2
       refused "$bin" "$p: --power needs a value" --lens 1024 --power
       refused "$bin" "$p: unknown flag --len (its flags are listed at the top of its source file)" --len 1024
+      refused "$bin" "$p: --order 'Heads': expected mixed, heads or blocks" --order Heads
+      refused "$bin" "$p: --bwd-grid 'none': expected compact or full" --bwd-grid none
+      refused "$bin" "$p: --bwd-chunk -2: expected a whole number >= -1" --bwd-chunk -2
       accepted "$bin" "0 77" --lens 1024 --densities 1,0.5 --reps 1 --split 0 --power 0 --seed 5
+      accepted "$bin" "0 77" --lens 1024 --densities 1 --reps 1 --order heads --bwd-grid full --bwd-chunk 0
       ;;
     fused)
       p=bench_fused_cuda

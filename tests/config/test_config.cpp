@@ -1,12 +1,10 @@
-// Config loading, overrides and validation errors; the environment switches' parser.
+// Config loading, overrides and validation errors.
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "src/cli/args.hpp"
-#include "base/env_choice.hpp"
 #include "base/error.hpp"
 #include "src/config/config.hpp"
 #include "tests/error_of.hpp"
@@ -114,47 +112,4 @@ TEST(Args, FlagsAndSets) {
   const char* bad[] = {"--ouptut", "x"};
   auto msg = error_of([&] { sb::parse_args(std::span<char* const>(const_cast<char**>(bad), 2), flags, "sparsebalance x"); });
   EXPECT_NE(msg.find("unknown flag --ouptut; did you mean --output?"), std::string::npos) << msg;
-}
-
-// SB_FUSE, SB_SELECT, SB_HEAD_LOGITS (read by the GPU code through env_choice): unset or empty gives
-// the default, a listed name its value, anything else an error naming the variable and the choices.
-TEST(EnvChoice, ValuesDefaultAndBadValue) {
-  const char* name = "SB_TEST_ENV_CHOICE";
-  constexpr sb::Named<int> levels[] = {{0, "0"}, {1, "1"}, {2, "2"}};
-  constexpr sb::Named<bool> logits[] = {{true, "bf16"}, {false, "fp32"}};
-  constexpr sb::Named<bool> where[] = {{true, "device"}, {false, "host"}};
-  unsetenv(name);
-  EXPECT_EQ(sb::env_choice(levels, name, 2), 2);
-  setenv(name, "", 1);
-  EXPECT_EQ(sb::env_choice(levels, name, 2), 2);
-  setenv(name, "1", 1);
-  EXPECT_EQ(sb::env_choice(levels, name, 2), 1);
-  setenv(name, "fp32", 1);
-  EXPECT_EQ(sb::env_choice(logits, name, true), false);
-  setenv(name, "3", 1);
-  EXPECT_EQ(error_of([&] { sb::env_choice(levels, name, 2); }),
-            "SB_TEST_ENV_CHOICE = \"3\": expected one of 0, 1, 2");
-  setenv(name, "Device", 1);  // case matters
-  EXPECT_EQ(error_of([&] { sb::env_choice(where, name, true); }),
-            "SB_TEST_ENV_CHOICE = \"Device\": expected one of device, host");
-  unsetenv(name);
-}
-
-TEST(EnvChoice, WholeNumbers) {
-  const char* name = "SB_TEST_ENV_INT";
-  unsetenv(name);
-  EXPECT_EQ(sb::env_int(name, -1, 0), -1);
-  setenv(name, "", 1);
-  EXPECT_EQ(sb::env_int(name, -1, 0), -1);
-  setenv(name, "0", 1);
-  EXPECT_EQ(sb::env_int(name, -1, 0), 0);
-  setenv(name, "256", 1);
-  EXPECT_EQ(sb::env_int(name, -1, 0), 256);
-  for (const char* bad : {"abc", "12x", "-3", "1.5", "99999999999"}) {
-    setenv(name, bad, 1);
-    EXPECT_EQ(error_of([&] { sb::env_int(name, -1, 0); }),
-              std::string("SB_TEST_ENV_INT = \"") + bad + "\": expected a whole number >= 0")
-        << bad;
-  }
-  unsetenv(name);
 }

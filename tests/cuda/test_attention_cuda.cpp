@@ -316,20 +316,15 @@ int main(int argc, char** argv) {
     if (C::wgmma_attention_available()) {
       C::prefer_wgmma_attention(true);
       g_wgmma = true;
-      // split columns cut at their query heads and launched in windows (the default, MHA too) and in
-      // item-major chunks across the heads
-      for (const bool heads : {true, false})
-        for (const int chunk : {0, 3, 16}) {
-          if (!heads && (chunk == 0 || quick)) continue;  // chunk 0: no split, the head split unused
-          C::set_bwd_column_chunk(chunk);
-          C::set_bwd_head_split(heads);
-          std::printf("column split: chunk %d tiles, %s\n", chunk, heads ? "cut at heads" : "across heads");
-          for (size_t i = 0; i < cases.size(); i++)
-            if (cases[i].Bs == 128 && !(quick && chunk == 16))
-              fails += !run_case(cases[i], base + 5000 + 100 * chunk + 50 * heads + i, 0);
-        }
+      // split columns cut at their query heads and launched in windows of the SMs' items
+      for (const int chunk : {0, 3, 16}) {
+        C::set_bwd_column_chunk(chunk);
+        std::printf("column split: chunk %d tiles\n", chunk);
+        for (size_t i = 0; i < cases.size(); i++)
+          if (cases[i].Bs == 128 && !(quick && chunk == 16))
+            fails += !run_case(cases[i], base + 5000 + 100 * chunk + 50 + i, 0);
+      }
       C::set_bwd_column_chunk(-1);
-      C::set_bwd_head_split(true);
     }
     C::prefer_wgmma_attention(true);
     fails += !run_gating("D128 Bs128 GQA4 k3 w1", 128, 128, 8, 2, {3000, 700, 64, 1}, {3, 1, 4.0}, false, base + 77);

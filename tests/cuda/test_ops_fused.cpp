@@ -1,6 +1,6 @@
 // The fused elementwise kernels (kernels/cuda/fused.cu) against the CPU kernels of the chains they
 // replace, and bitwise against the unfused GPU chains where the arithmetic is the same (the A/B of
-// SB_FUSE must differ only by summation order elsewhere). Part of test_ops_cuda (its main calls
+// the model's fused path must differ only by summation order elsewhere). Part of test_ops_cuda (its main calls
 // test_fused).
 #include "tests/cuda/ops_check.hpp"
 
@@ -107,7 +107,7 @@ void test_fused_rope(int N, int H, int Hkv, int D, double theta, bool bias) {
   report(name, compare(to_d(dgk.down()), gk), kTolBf16, bits_differ(dgk.down(), ugk.down()));
 }
 
-// Packed rows (SB_FUSE=2): column blocks [0, w0), [w0, w0 + w1), ... of a (N, sum w) array, from and
+// Packed rows (the packed projections): column blocks [0, w0), [w0, w0 + w1), ... of a (N, sum w) array, from and
 // to separate (N, w) arrays.
 std::vector<bf16> pack_rows(const std::vector<const std::vector<bf16>*>& parts, int N) {
   std::vector<bf16> out;

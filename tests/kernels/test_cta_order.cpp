@@ -137,9 +137,9 @@ TEST(CtaOrder, ParsesTheSwitch) {
   EXPECT_EQ(k::parse_cta_order("blocks"), k::CtaOrder::blocks);
   try {
     k::parse_cta_order("Heads");
-    FAIL() << "no error for SB_ATTN_ORDER=Heads";
+    FAIL() << "no error for order Heads";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("SB_ATTN_ORDER='Heads'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("launch order 'Heads'"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("expected mixed, heads or blocks"), std::string::npos) << e.what();
   }
 }
