@@ -123,11 +123,13 @@ int run(const Args& args) {
   std::printf("prep %s: %llu documents, %llu tokens, %llu shards -> %s in %.2f s (%.2f M tokens/s)\n", mode.c_str(),
               (unsigned long long)st.documents, (unsigned long long)st.tokens, (unsigned long long)st.shards,
               opt.output.c_str(), st.seconds, tps / 1e6);
+  if (!st.chat_template.empty()) std::printf("prep %s: chat records rendered with %s\n", mode.c_str(), st.chat_template.c_str());
   if (args.has("summary"))
     write_summary(args.get("summary"), {{"command", "prep " + mode}, {"output", opt.output},
                                         {"documents", st.documents}, {"tokens", st.tokens},
                                         {"shards", st.shards}, {"files", st.files},
-                                        {"seconds", st.seconds}, {"tokens_per_s", tps}});
+                                        {"seconds", st.seconds}, {"tokens_per_s", tps},
+                                        {"chat_template", st.chat_template}});
   comm.barrier();
   return 0;
 }

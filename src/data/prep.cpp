@@ -209,6 +209,7 @@ PrepStats prep_text(const std::vector<std::string>& inputs, const std::string& f
         throw Error(opt.tokenizer + ": has no token " + t + ", which the " + chat_family_name(chat.family) +
                     " chat template writes (" + chat.source + "); choose another --chat-template");
   ShardSetWriter out(opt.output, meta, opt.shard_tokens, opt.overwrite);
+  uint64_t chats = 0;  // "messages" records rendered
   std::vector<uint32_t> ids;
   std::string where;  // the document being added, for a tokenizer error (text that is not UTF-8)
   // Appends the ids of `text` with the chosen tokenizer (`where` names the document in an error).
@@ -241,6 +242,7 @@ PrepStats prep_text(const std::vector<std::string>& inputs, const std::string& f
         if (is_blank(line)) continue;
         where = path + ":" + std::to_string(lineno);
         auto rec = parse_record(line, where, chat);
+        chats += rec.chat;
         if (rec.pieces.size() == 1 && !rec.whole) {  // "text": all trained, no mask
           add(rec.pieces[0].text);
           continue;
@@ -263,6 +265,7 @@ PrepStats prep_text(const std::vector<std::string>& inputs, const std::string& f
   }
   auto stats = out.finish();
   stats.seconds = now_s() - t0;
+  if (chats) stats.chat_template = std::string(chat_family_name(chat.family)) + (chat.think ? " with <think>" : "") + " (" + chat.source + ")";
   return stats;
 }
 

@@ -18,6 +18,7 @@ struct PrepStats {
   uint64_t documents = 0, tokens = 0, shards = 0;
   double seconds = 0;
   std::vector<std::string> files;
+  std::string chat_template;  // prep text: the template "messages" records were rendered with ("" = none seen)
 };
 
 // Writes documents into DIR/shard_00000.h5, shard_00001.h5, ...; a shard is closed once the

@@ -42,7 +42,7 @@ Record chat(const nlohmann::json& msgs, const std::string& where, const ChatTemp
     list.push_back(std::move(msg));
   }
   // Roles are checked by the renderer (the template names them); an unknown one is refused there.
-  Record r{render_chat(tpl, list, false, where), tpl.family != ChatFamily::Plain};
+  Record r{render_chat(tpl, list, false, where), tpl.family != ChatFamily::Plain, true};
   if (!any_assistant) throw Error(where + ": field \"messages\" has no assistant turn (nothing to train)");
   return r;
 }

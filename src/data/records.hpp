@@ -17,6 +17,7 @@ struct Record {
   // Tokenize the whole text at once (the model's own chat template: the ids apply_chat_template
   // gives); otherwise each piece on its own, so a piece boundary is a token boundary.
   bool whole = false;
+  bool chat = false;  // a "messages" record
 };
 
 // Parses one line; errors name `where` (FILE:LINE), the field and what is expected. A "messages"
