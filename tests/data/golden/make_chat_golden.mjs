@@ -27,6 +27,8 @@ rendered.versions = {
 };
 for (const c of rendered.cases)
   for (const [fam, t] of Object.entries(tokenizers)) c[fam].ids = t.encode(c[fam].text, { add_special_tokens: false }).ids;
-writeFileSync(join(here, "chat_golden.json"), JSON.stringify(rendered, null, 1) + "\n");
+// One line per id list, so the file reads (and diffs) per case.
+const text = JSON.stringify(rendered, null, 1).replace(/\[\s+([\d,\s]+?)\s+\]/g, (_, ids) => "[" + ids.replace(/\s+/g, "") + "]");
+writeFileSync(join(here, "chat_golden.json"), text + "\n");
 unlinkSync(tmp);
 console.log(`wrote chat_golden.json: ${rendered.cases.length} cases`);
