@@ -43,7 +43,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& ck,
 
 // One rank's part of a checkpoint written by every rank (train.zero = 1): all parameters (read on
 // rank 0 only) and this rank's contiguous slice [lo, lo + m.size()) of the flat moments.
-struct CheckpointShard {
+struct CheckpointSlice {
   std::span<const float> params;
   size_t lo = 0;
   std::span<const float> m, v;
@@ -65,7 +65,7 @@ inline constexpr bool kCollectiveCheckpoints = false;
 // included; read_checkpoint reads it. Atomic as write_checkpoint: the temporary is renamed by rank
 // 0 once every rank's part is written and synced. `extra(file)` runs on rank 0 only. Throws the
 // same sb::Error on every rank when the write fails on any.
-void write_checkpoint_sharded(const std::string& path, const Checkpoint& meta, const CheckpointShard& mine,
+void write_checkpoint_slices(const std::string& path, const Checkpoint& meta, const CheckpointSlice& mine,
                               MPI_Comm comm, CheckpointIo how, const std::function<void(hid_t file)>& extra = {});
 
 // Reads and verifies (format, version, shapes, checksum). `extra(file)` reads further groups.

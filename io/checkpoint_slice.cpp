@@ -19,7 +19,7 @@
 #include "base/error.hpp"
 #include "base/hash.hpp"
 #include "io/checkpoint.hpp"
-#include "io/checkpoint_parts.hpp"
+#include "io/checkpoint_layout.hpp"
 #include "io/h5.hpp"
 
 namespace sb {

@@ -19,7 +19,7 @@ static h5::Id step_type() {
   F(tokens_per_s, H5T_NATIVE_DOUBLE); F(imbalance, H5T_NATIVE_DOUBLE); F(bubble, H5T_NATIVE_DOUBLE);
   F(density, H5T_NATIVE_DOUBLE); F(recall, H5T_NATIVE_DOUBLE); F(plan_ms, H5T_NATIVE_DOUBLE);
   F(pred_error, H5T_NATIVE_DOUBLE); F(skipped, H5T_NATIVE_INT32); F(mfu, H5T_NATIVE_DOUBLE);
-  F(peak_mem_gib, H5T_NATIVE_DOUBLE);
+  F(peak_mem_gib, H5T_NATIVE_DOUBLE); F(recall_true, H5T_NATIVE_DOUBLE);
 #undef F
   return t;
 }

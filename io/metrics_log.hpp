@@ -30,6 +30,7 @@ struct StepRow {
   int32_t skipped;       // 1 when the step was skipped for a non-finite loss/gradient
   double mfu;            // model FLOPs / (makespan * ranks * peak FLOP/s); 0 when no peak is known
   double peak_mem_gib;   // largest device memory high-water over ranks (GiB; 0 on the CPU)
+  double recall_true;    // true recall of the sampled rows (balance.recall_rows); -1 when not measured
 };
 
 struct RankRow {

@@ -7,7 +7,7 @@
 //           keeps, has ten times the average work.
 //   blocks  heaviest first over all heads (longest-processing-time list scheduling): no tail, but
 //           concurrent CTAs spread over all heads and L2 reuse suffers (measured 5-11% slower at
-//           density 0.5 on an H200, bench/RESULTS.md).
+//           density 0.5 on an H200, bench/results/2026-11-29-tma-cta-order.md).
 //   mixed   (default) the head-outer order, except that items which finish more than 3% past the
 //           best possible makespan (max of mean load per slot and largest item) in a simulation of
 //           that list schedule go first, heaviest first (repeated until none does).

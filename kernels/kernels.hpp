@@ -7,6 +7,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace sb::kernels {
@@ -92,38 +94,65 @@ struct BlockSelection {
   std::vector<float> recall;          // (rows) attention mass kept, sum of p_ij over kept j
 };
 
+// How the gate scores key block j for query block i (attention.gate_query, attention.gate_key;
+// kernels/README.md, "Gate modes"). Query side: mean, qbar_i (the block's tokens and the kv head's
+// group of query heads pooled); max, the best of those token vectors (MoBA-style per-token scoring).
+// Key side, per kv head: mean, kbar_j; bounds, per dimension the max and min of the block's keys
+// scored sum_d max(q_d*kmax_d, q_d*kmin_d) (Quest: an upper bound on q.k over the block); sub, the
+// block cut into sub_blocks equal sub-blocks, each pooled, scored by the best of them.
+enum class GateQuery : uint8_t { mean, max };
+enum class GateKey : uint8_t { mean, bounds, sub };
+
 struct GatingParams {
   int k;             // budget: blocks per row besides the anchors (the knob DST turns)
   int local_blocks;  // w local blocks before the diagonal, always kept
   double theta;      // drop candidates with s_ij < a_i - theta
+  GateQuery query = GateQuery::mean;
+  GateKey key = GateKey::mean;
+  int sub_blocks = 4;  // key = sub: sub-blocks per block; must divide the block size
 };
+// The rows of D values summarising one block's keys per kv head: 1 (mean), 2 (bounds: the max row,
+// then the min row), sub_blocks (sub). Throws std::invalid_argument when sub_blocks does not divide
+// the block size.
+inline int key_summary_rows(const GatingParams& p, int block_size) {
+  if (p.key == GateKey::bounds) return 2;
+  if (p.key == GateKey::mean) return 1;
+  if (p.sub_blocks < 1 || block_size % p.sub_blocks != 0)
+    throw std::invalid_argument("gating: sub_blocks (" + std::to_string(p.sub_blocks) +
+                                ") must divide the block size (" + std::to_string(block_size) + ")");
+  return p.sub_blocks;
+}
 
 struct GatingStats {
   double rows = 0;           // rows gated (doc x kv head x query block)
   double kept_blocks = 0;    // blocks kept over all rows
   double causal_blocks = 0;  // blocks a dense causal mask would keep
   double recall_sum = 0;     // sum over rows of the row's recall
+  // True recall (true_recall below) on the rows sampled for it (balance.recall_rows): their count and sum.
+  double true_rows = 0, true_recall_sum = 0;
   double density() const { return causal_blocks > 0 ? kept_blocks / causal_blocks : 1.0; }
   double recall() const { return rows > 0 ? recall_sum / rows : 1.0; }
+  double true_recall() const { return true_rows > 0 ? true_recall_sum / true_rows : 1.0; }
 };
 
-// Gating: pooled scores s_ij = mean(q_i) . mean(k_j) / sqrt(D), q pooled over the block's tokens
-// and over the kv head's group of query heads, k over the block's tokens; p_ij = softmax over
-// j <= i. Anchors (sink j=0, diagonal j=i, w local blocks) always kept; candidates within theta
+// Gating: block scores s_ij, by default mean(q_i) . mean(k_j) / sqrt(D), q pooled over the block's
+// tokens and over the kv head's group of query heads, k over the block's tokens (the other modes:
+// GatingParams above; every mode s_ij = (best over query vectors and key rows of the dot) / sqrt(D),
+// the dots summed over d ascending in double); p_ij = softmax over j <= i. Anchors (sink j=0, diagonal j=i, w local blocks) always kept; candidates within theta
 // of the anchor score a_i; at most k of them, best first. q (N,H,D), k (N,Hkv,D).
 template <class T>
 GatingStats gate_blocks(const T* q, const T* k, const int32_t* cu_seqlens, int ndocs, AttnShape s,
                         GatingParams p, BlockSelection& sel);
 // Context parallelism (src/model/shard_attention.cpp): gating of one document split over ranks.
-// pool_block_keys: the pooled keys gate_blocks uses, kbar (Hkv, D) per block in double, of the
-// blocks [b0, b1) of a document of L tokens, k (rows, Hkv, D) starting at block b0's first row.
-// gate_blocks_pooled: gate_blocks of that one document (cu_seqlens {0, L}) given every block's
-// pooled keys kbar (nb, Hkv, D): the same selection bit for bit. Non-null `query_blocks` (nb flags):
+// pool_block_keys: the key summaries gate_blocks uses, kbar (Hkv, R, D) per block in double (R =
+// key_summary_rows(p)), of the blocks [b0, b1) of a document of L tokens, k (rows, Hkv, D) starting
+// at block b0's first row. gate_blocks_pooled: gate_blocks of that one document (cu_seqlens {0, L})
+// given every block's summaries kbar (nb, Hkv, R, D): the same selection bit for bit. Non-null `query_blocks` (nb flags):
 // only the flagged query blocks are gated (a shard member's own rows: its gating is its share);
 // their rows are gate_blocks' bit for bit, the others' rows are empty (recall 0), and the stats
 // count the flagged rows only.
 template <class T>
-void pool_block_keys(const T* k, int L, int b0, int b1, AttnShape s, double* kbar);
+void pool_block_keys(const T* k, int L, int b0, int b1, AttnShape s, GatingParams p, double* kbar);
 template <class T>
 GatingStats gate_blocks_pooled(const T* q, const double* kbar, int L, AttnShape s, GatingParams p,
                                BlockSelection& sel, const char* query_blocks = nullptr);
@@ -148,5 +177,25 @@ void block_attention_bwd(const T* q, const T* k, const T* v, const T* out, const
 template <class T>
 void reference_attention_fwd(const T* q, const T* k, const T* v, const int32_t* cu_seqlens, int ndocs,
                              AttnShape s, const BlockSelection& sel, T* out);
+
+// ---- true recall and the oracle gate (kernels/cpu/true_recall.cpp) ----
+// Where selection row `row` sits: document d, kv head g, query block i; the document's first token
+// (in the packed batch) and its length.
+struct RowPlace {
+  int doc, g, i, doc_begin, doc_len;
+};
+RowPlace place_row(const BlockSelection& sel, const int32_t* cu_seqlens, int ndocs, AttnShape s, int64_t row);
+// True recall of selection rows: out[n] (nrows) = the dense softmax attention mass that row rows[n]'s
+// kept blocks hold, averaged over the row's query tokens and its kv group's query heads (query t sees
+// keys <= t of its document; scale 1/sqrt(D)). BlockSelection::recall is the gate's own estimate
+// (a softmax over pooled block scores); this is what the attention loses. q (N,H,D), k (N,Hkv,D).
+template <class T>
+void true_recall(const T* q, const T* k, const int32_t* cu_seqlens, int ndocs, AttnShape s, const BlockSelection& sel,
+                 const int64_t* rows, int nrows, float* out);
+// The oracle gate (eval --diagnose): key blocks `blocks` of document `doc` added to every row of that
+// document that may see them (j <= i), after gating; the rows stay ascending, without repeats.
+// sel.recall is left as the gate computed it.
+void force_blocks(BlockSelection& sel, const int32_t* cu_seqlens, int ndocs, AttnShape s, int doc,
+                  const std::vector<int32_t>& blocks);
 
 }  // namespace sb::kernels

@@ -10,29 +10,29 @@
 #   sanitize  compute-sanitizer memcheck on the test programs (--quick cases)
 #   bench     bench_attention_cuda over L x density (table at the end); its "x flex" / "x cudnn"
 #             columns come from $OUT/flex.csv of the same call: name flex before bench
-#   flex      bench/flex_attention_ref.py (PyTorch FlexAttention + cuDNN SDPA on the same masks)
-#   multi     bench/gpu_multi.sh: the four balancing policies with one rank per GPU (NCCL) on a
+#   flex      bench/torch/flex_attention_ref.py (PyTorch FlexAttention + cuDNN SDPA on the same masks)
+#   multi     bench/gpu/gpu_multi.sh: the four balancing policies with one rank per GPU (NCCL) on a
 #             long-tail corpus, the one-GPU latency fit, 1 GPU vs all (NGPU, STEPS pass through)
-#   e2e       bench/gpu_e2e.sh: train the 0.47B model of configs/gpu_0p5b.toml, dense and sparse, beside
+#   e2e       bench/gpu/gpu_e2e.sh: train the 0.47B model of configs/gpu_0p5b.toml, dense and sparse, beside
 #             PyTorch (LENS, STEPS, TORCH=0|1 pass through)
-#   phases    bench/gpu_phase_breakdown.sh: per-phase GPU time of sparse steps (train.phase_times,
+#   phases    bench/gpu/gpu_phase_breakdown.sh: per-phase GPU time of sparse steps (train.phase_times,
 #             CUDA events; CONFIG, MODE, L, STEPS pass through)
 #   fuse      bench_fused_cuda: each fused kernel beside its unfused chain, one layer's arrays of the
 #             0.47B shape
-#   overlap   bench/gpu_overlap.sh: the gradient all-reduce overlapped with the last backward against
+#   overlap   bench/gpu/gpu_overlap.sh: the gradient all-reduce overlapped with the last backward against
 #             after it, one rank per GPU (NGPU, L, STEPS, ROUNDS pass through)
-#   accuracy  bench/accuracy.sh ACC_SCALE=gpu: the accuracy recipe, resumable; this call stops it
+#   accuracy  bench/gpu/accuracy.sh ACC_SCALE=gpu: the accuracy recipe, resumable; this call stops it
 #             ACC_CALL_S (default 530) seconds after this script started (repeat until `accuracy: done`)
-#   policies  bench/accuracy_policies.sh: the policy comparison from the recipe's POL_FROM (default
+#   policies  bench/gpu/accuracy_policies.sh: the policy comparison from the recipe's POL_FROM (default
 #             long) stage (run first if missing: ACC_UNTIL), resumable the same way (until `policies: done`)
-#   scaling   bench/gpu_scaling.sh: weak and strong scaling over 1, 2, 4, .. NGPU GPUs, a long document
+#   scaling   bench/gpu/gpu_scaling.sh: weak and strong scaling over 1, 2, 4, .. NGPU GPUs, a long document
 #             sharded over them against one GPU, train.zero = 0 and 1 on all (NGPU, STEPS, PARTS, TPG,
 #             CP_LEN, ZLEN, LONG pass through; SCALING_TIMEOUT, default 560 s)
-#   memory3b  bench/gpu_3b_memory.sh: the Qwen2.5-3B shape at 32K context on one GPU, train.zero = 0
+#   memory3b  bench/gpu/gpu_3b_memory.sh: the Qwen2.5-3B shape at 32K context on one GPU, train.zero = 0
 #             and 1: peak GPU memory, tokens/s, optimizer state per rank (STEPS, L, ZEROS pass through)
-#   fixtures  bench/hf_fixtures.sh: transformers fixtures of tests/convert ($OUT/fixtures.tar)
-#   traj      bench/torch_trajectory.sh: our steps beside a plain PyTorch loop (CONFIG, L, STEPS)
-#   finetune  bench/hf_finetune.sh: a Qwen2.5-0.5B-shaped model converted, fine-tuned, exported,
+#   fixtures  bench/torch/hf_fixtures.sh: transformers fixtures of tests/convert ($OUT/fixtures.tar)
+#   traj      bench/torch/torch_trajectory.sh: our steps beside a plain PyTorch loop (CONFIG, L, STEPS)
+#   finetune  bench/torch/hf_finetune.sh: a Qwen2.5-0.5B-shaped model converted, fine-tuned, exported,
 #             reloaded by transformers (L, STEPS)
 #   none      build only (BUILD_TARGETS narrows what is built; BUILD_DIR, DEBS, OUT as below;
 #             SB_NO_BUILD=1 skips the build and runs the stages on the one in BUILD_DIR)
@@ -66,7 +66,7 @@ grep -rl "/usr/lib/x86_64-linux-gnu\|/usr/include" "$P"/usr/lib/x86_64-linux-gnu
 sed -i -E "s#^(prefix *= *)/usr\$#\1$P/usr#" "$P"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc
 export PKG_CONFIG_PATH=$P/usr/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
 command -v pkg-config >/dev/null || export PATH=$PATH:$P/usr/bin  # the carried pkgconf, if none there
-# `prep synth` (tests, bench/gpu_e2e.sh) reads the word list where Debian puts it (prep.dict).
+# `prep synth` (tests, bench/gpu/gpu_e2e.sh) reads the word list where Debian puts it (prep.dict).
 if [ ! -f /usr/share/dict/american-english ] && [ -f "$P/usr/share/dict/american-english" ]; then
   mkdir -p /usr/share/dict && cp "$P/usr/share/dict/american-english" /usr/share/dict/
 fi
@@ -113,40 +113,40 @@ for st in $STAGES; do
       timeout 300 "$B/kernels/bench_attention_cuda" --csv "$OUTDIR/bench_cuda.csv" "${ref[@]}" 2>&1 | tee "$OUTDIR/bench_cuda.log" || rc=1 ;;
     flex)
       log "flex"
-      PYTHONUNBUFFERED=1 timeout 400 python3 bench/flex_attention_ref.py --csv "$OUTDIR/flex.csv" 2>&1 | tee "$OUTDIR/flex.log" || rc=1 ;;
+      PYTHONUNBUFFERED=1 timeout 400 python3 bench/torch/flex_attention_ref.py --csv "$OUTDIR/flex.csv" 2>&1 | tee "$OUTDIR/flex.log" || rc=1 ;;
     multi)
       log "multi-GPU"
-      SB=$B/src/sparsebalance OUT=$OUTDIR timeout ${MULTI_TIMEOUT:-560} bash bench/gpu_multi.sh 2>&1 | tee "$OUTDIR/multi.log" || rc=1 ;;
+      SB=$B/src/sparsebalance OUT=$OUTDIR timeout ${MULTI_TIMEOUT:-560} bash bench/gpu/gpu_multi.sh 2>&1 | tee "$OUTDIR/multi.log" || rc=1 ;;
     e2e)
       log "e2e"
-      SB=$B/src/sparsebalance OUT=$OUTDIR timeout 560 bash bench/gpu_e2e.sh 2>&1 | tee "$OUTDIR/e2e.log" || rc=1 ;;
+      SB=$B/src/sparsebalance OUT=$OUTDIR timeout 560 bash bench/gpu/gpu_e2e.sh 2>&1 | tee "$OUTDIR/e2e.log" || rc=1 ;;
     phases)
       log "phases"
-      SB=$B/src/sparsebalance OUT=$OUTDIR timeout 560 bash bench/gpu_phase_breakdown.sh 2>&1 | tee "$OUTDIR/phases.log" || rc=1 ;;
+      SB=$B/src/sparsebalance OUT=$OUTDIR timeout 560 bash bench/gpu/gpu_phase_breakdown.sh 2>&1 | tee "$OUTDIR/phases.log" || rc=1 ;;
     fuse)
       log "fused kernels"
       [ -x "$B/kernels/bench_fused_cuda" ] && { timeout 120 "$B/kernels/bench_fused_cuda" 2>&1 | tee "$OUTDIR/bench_fused.md" || rc=1; } ;;
     overlap)
       log "overlap"
-      SB=$B/src/sparsebalance OUT=$OUTDIR timeout 560 bash bench/gpu_overlap.sh 2>&1 | tee "$OUTDIR/overlap.log" || rc=1 ;;
+      SB=$B/src/sparsebalance OUT=$OUTDIR timeout 560 bash bench/gpu/gpu_overlap.sh 2>&1 | tee "$OUTDIR/overlap.log" || rc=1 ;;
     accuracy)
       log "accuracy recipe"
       SB=$B/src/sparsebalance OUT=$OUTDIR ACC_SCALE=gpu ACC_DEADLINE=$((T0 + ${ACC_CALL_S:-530})) \
-        bash bench/accuracy.sh 2>&1 | tee "$OUTDIR/accuracy.log" || rc=1 ;;
+        bash bench/gpu/accuracy.sh 2>&1 | tee "$OUTDIR/accuracy.log" || rc=1 ;;
     policies)
       log "accuracy policies"
       # The recipe's stages up to POL_FROM first (kept when done: a no-op on the machine that ran the recipe).
       (export SB=$B/src/sparsebalance OUT=$OUTDIR ACC_SCALE=gpu POL_SCALE=gpu ACC_DEADLINE=$((T0 + ${ACC_CALL_S:-530}))
-       ACC_UNTIL=${POL_FROM:-long} bash bench/accuracy.sh && { [ ! -s runs/accuracy_gpu/final_${POL_FROM:-long} ] || bash bench/accuracy_policies.sh; }) 2>&1 | tee "$OUTDIR/policies.log" || rc=1 ;;
+       ACC_UNTIL=${POL_FROM:-long} bash bench/gpu/accuracy.sh && { [ ! -s runs/accuracy_gpu/final_${POL_FROM:-long} ] || bash bench/gpu/accuracy_policies.sh; }) 2>&1 | tee "$OUTDIR/policies.log" || rc=1 ;;
     scaling)
       log "scaling"
-      SB=$B/src/sparsebalance OUT=$OUTDIR timeout ${SCALING_TIMEOUT:-560} bash bench/gpu_scaling.sh 2>&1 | tee "$OUTDIR/scaling.log" || rc=1 ;;
+      SB=$B/src/sparsebalance OUT=$OUTDIR timeout ${SCALING_TIMEOUT:-560} bash bench/gpu/gpu_scaling.sh 2>&1 | tee "$OUTDIR/scaling.log" || rc=1 ;;
     memory3b)
       log "memory3b"
-      SB=$B/src/sparsebalance OUT=$OUTDIR timeout 560 bash bench/gpu_3b_memory.sh 2>&1 | tee "$OUTDIR/memory3b.log" || rc=1 ;;
+      SB=$B/src/sparsebalance OUT=$OUTDIR timeout 560 bash bench/gpu/gpu_3b_memory.sh 2>&1 | tee "$OUTDIR/memory3b.log" || rc=1 ;;
     fixtures|traj|finetune)
-      script=bench/hf_fixtures.sh; [ $st = traj ] && script=bench/torch_trajectory.sh
-      [ $st = finetune ] && script=bench/hf_finetune.sh
+      script=bench/torch/hf_fixtures.sh; [ $st = traj ] && script=bench/torch/torch_trajectory.sh
+      [ $st = finetune ] && script=bench/torch/hf_finetune.sh
       log "$st"
       SB=$B/src/sparsebalance OUT=$OUTDIR timeout ${STAGE_TIMEOUT:-560} bash $script 2>&1 | tee "$OUTDIR/$st.log" || rc=1 ;;
     none) ;;  # build only

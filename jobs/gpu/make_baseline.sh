@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Here, before a device call: puts the tree of commit REV (default HEAD) into .baseline/ (ignored),
-# for jobs/gpu/ab_bench.sh to build and time beside the working tree. Carry it: carry [".debs", ".baseline"].
+# for bench/gpu/ab_bench.sh to build and time beside the working tree. Carry it: carry [".debs", ".baseline"].
 set -euo pipefail
 REV=${1:-HEAD}
 cd "$(git rev-parse --show-toplevel)"

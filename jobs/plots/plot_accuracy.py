@@ -4,10 +4,10 @@
 usage: /usr/bin/python3 jobs/plots/plot_accuracy.py curve ACCURACY.csv [--out PNG] [--title TEXT]
        /usr/bin/python3 jobs/plots/plot_accuracy.py policies POLICIES.csv [--out PNG] [--title TEXT]
 
-curve:    bench/accuracy_collect.py's CSV -> held-out exact-match accuracy against training tokens,
+curve:    bench/analysis/accuracy_collect.py's CSV -> held-out exact-match accuracy against training tokens,
           one line per task at the target lengths (dense solid, sparse at k0 dashed), the stage
           boundaries marked, and the masked eval loss on a second panel.
-policies: bench/accuracy_policies.py's CSV -> overall accuracy at the target lengths against the
+policies: bench/analysis/accuracy_policies.py's CSV -> overall accuracy at the target lengths against the
           step time, one point per policy (mean over seeds, error bars = min..max over seeds), each
           policy's accuracy read with its own attention (dense for "dense", sparse otherwise).
           The step times come from ranks sharing one device: they order the policies, they are

@@ -4,7 +4,7 @@
 usage: /usr/bin/python3 jobs/plots/report_study.py RESULTS_DIR [--out DIR] [--policies P,P,...|ablation] [--wide]
 
 RESULTS_DIR holds study.json (written by jobs/slurm/{weak_scaling,strong_scaling,ablation}.sh or
-bench/scaling/simulate_study.sh) and the --summary JSON files it lists. By study.json "kind":
+bench/studies/scaling/simulate_study.sh) and the --summary JSON files it lists. By study.json "kind":
   weak      train summaries per rank count, tokens per rank fixed:
             throughput speedup = tok/s(N) / tok/s(N0); efficiency = speedup / (N / N0)
             (= per-rank throughput kept); plots weak_speedup.png, weak_efficiency.png

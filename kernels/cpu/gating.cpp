@@ -1,8 +1,11 @@
 // Anchor-guided block selection (DESIGN.md, "Block-sparse attention with anchor-guided selection")
-// and the dense causal selection. Cost: O(N*H*D) pooling + O(nblocks^2 * D) scores per doc-head.
+// and the dense causal selection. Cost: O(N*H*D) pooling + O(nblocks^2 * D * R) scores per doc-head
+// (R key rows: 1 mean, 2 bounds, sub_blocks sub), times Bs * G with the per-token query (max).
 #include <cmath>
 #include <limits>
 #include <span>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/cpu/cpu_common.hpp"
 
@@ -16,19 +19,50 @@ static void make_row_base(const int32_t* cu_seqlens, int ndocs, AttnShape s, Blo
         sel.doc_row_base[d] + int64_t(s.n_kv_heads) * cpu::num_blocks(cu_seqlens[d + 1] - cu_seqlens[d], s.block_size);
 }
 
-// The pooled key of kv head g over tokens [t0, t0 + n): kb (D) = mean of the rows, in double.
+// The key summary of kv head g over the block's tokens [t0, t0 + n), kb (R, D) in double: mean, the
+// mean of the rows; bounds, the max row then the min row; sub, each sub-block's mean (sub-blocks of
+// Bs / R tokens; a short last block's empty sub-blocks repeat its last one, which leaves the max).
 template <class T>
-static void pool_key(const T* k, int t0, int n, int g, int Hkv, int D, double* kb) {
-  for (int d = 0; d < D; d++) kb[d] = 0.0;
-  for (int t = t0; t < t0 + n; t++) {
-    const T* kt = k + (int64_t(t) * Hkv + g) * D;
-    for (int d = 0; d < D; d++) kb[d] += kt[d];
+static void pool_key(const T* k, int t0, int n, int g, int Hkv, AttnShape s, GatingParams p, double* kb) {
+  const int D = s.head_dim, R = key_summary_rows(p, s.block_size);
+  auto row = [&](int t) { return k + (int64_t(t) * Hkv + g) * D; };
+  if (p.key == GateKey::bounds) {
+    for (int d = 0; d < D; d++) kb[d] = -std::numeric_limits<double>::infinity(), kb[D + d] = -kb[d];
+    for (int t = t0; t < t0 + n; t++)
+      for (int d = 0; d < D; d++) kb[d] = std::max(kb[d], double(row(t)[d])), kb[D + d] = std::min(kb[D + d], double(row(t)[d]));
+    return;
   }
-  for (int d = 0; d < D; d++) kb[d] /= double(n);
+  const int u = p.key == GateKey::sub ? s.block_size / R : n;  // tokens per sub-block
+  for (int r = 0; r < R; r++) {
+    const int re = std::min(r, (n - 1) / u), a = t0 + re * u, e = t0 + std::min((re + 1) * u, n);
+    double* o = kb + size_t(r) * D;
+    for (int d = 0; d < D; d++) o[d] = 0.0;
+    for (int t = a; t < e; t++)
+      for (int d = 0; d < D; d++) o[d] += row(t)[d];
+    for (int d = 0; d < D; d++) o[d] /= double(e - a);
+  }
+}
+
+// The dot of one query vector qv (D) with block j's summary kj (R, D): the best row's dot (mean,
+// sub), or sum_d max(q_d*kmax_d, q_d*kmin_d) (bounds). Summed over d ascending (the CUDA twin, in
+// gating_kernels.cuh, does the same operations in the same order).
+static double summary_dot(const double* qv, const double* kj, int D, int R, GateKey key) {
+  if (key == GateKey::bounds) {
+    double acc = 0;
+    for (int d = 0; d < D; d++) acc += std::max(qv[d] * kj[d], qv[d] * kj[D + d]);
+    return acc;
+  }
+  double best = -std::numeric_limits<double>::infinity();
+  for (int r = 0; r < R; r++) {
+    double acc = 0;
+    for (int d = 0; d < D; d++) acc += qv[d] * kj[size_t(r) * D + d];
+    best = std::max(best, acc);
+  }
+  return best;
 }
 
 // Gate one (doc, kv head): fills cols of its rows (row r at lists[r - base]) and recall. Block j's
-// pooled key is kbar + j * kstride (D values); null kbar: pooled here from k. Non-empty `only`
+// key summary is kbar + j * kstride (R*D values); null kbar: pooled here from k. Non-empty `only`
 // (flags, nb): only those query blocks are gated (pooled and scored); the other rows stay empty.
 template <class T>
 static void gate_doc_head(const T* q, const T* k, const double* kbar_in, int kstride, int t_begin, int L, int g,
@@ -36,16 +70,18 @@ static void gate_doc_head(const T* q, const T* k, const double* kbar_in, int kst
                           float* recall) {
   auto gated = [&](int i) { return only.empty() || only[size_t(i)]; };
   const int H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, Bs = s.block_size;
-  const int G = H / Hkv, nb = cpu::num_blocks(L, Bs);
-  // Pooled vectors in double: qbar (nb, D) over tokens x group heads, kbar (nb, D) over tokens.
-  std::vector<double> qbar(size_t(nb) * D, 0.0), kpool;
+  const int G = H / Hkv, nb = cpu::num_blocks(L, Bs), R = key_summary_rows(p, Bs);
+  const bool per_token = p.query == GateQuery::max;
+  // Query vectors in double: qbar (nb, D) over tokens x group heads (mean), or, per block when it
+  // is scored, its tokens x group heads (max). Key summaries kbar (nb, R, D).
+  std::vector<double> qbar(per_token ? 0 : size_t(nb) * D, 0.0), qtok, kpool;
   if (!kbar_in) {
-    kpool.resize(size_t(nb) * D);
+    kpool.resize(size_t(nb) * R * D);
     for (int b = 0; b < nb; b++)
-      pool_key(k, t_begin + b * Bs, std::min(Bs, L - b * Bs), g, Hkv, D, &kpool[size_t(b) * D]);
-    kbar_in = kpool.data(), kstride = D;
+      pool_key(k, t_begin + b * Bs, std::min(Bs, L - b * Bs), g, Hkv, s, p, &kpool[size_t(b) * R * D]);
+    kbar_in = kpool.data(), kstride = R * D;
   }
-  for (int b = 0; b < nb; b++) {
+  for (int b = 0; b < nb && !per_token; b++) {
     if (!gated(b)) continue;
     int t0 = t_begin + b * Bs, n = std::min(Bs, L - b * Bs);
     double* qb = &qbar[size_t(b) * D];
@@ -56,7 +92,6 @@ static void gate_doc_head(const T* q, const T* k, const double* kbar_in, int kst
       }
     for (int d = 0; d < D; d++) qb[d] /= double(n) * G;
   }
-  auto kbar = [&](int j, int d) { return kbar_in[size_t(j) * kstride + d]; };
   const double scale = 1.0 / std::sqrt(double(D));
   std::vector<double> sc(nb), prob(nb);
   std::vector<char> keep(nb);
@@ -64,11 +99,23 @@ static void gate_doc_head(const T* q, const T* k, const double* kbar_in, int kst
   for (int i = 0; i < nb; i++) {
     if (!gated(i)) continue;
     // s_ij (j <= i) and p_ij = softmax_j s_ij
+    const double* qv = per_token ? nullptr : &qbar[size_t(i) * D];
+    int nv = 1;  // query vectors of block i
+    if (per_token) {
+      const int t0 = t_begin + i * Bs, n = std::min(Bs, L - i * Bs);
+      nv = n * G;
+      qtok.resize(size_t(nv) * D);
+      for (int t = t0, v = 0; t < t0 + n; t++)
+        for (int h = g * G; h < (g + 1) * G; h++, v++)
+          for (int d = 0; d < D; d++) qtok[size_t(v) * D + d] = double(q[(int64_t(t) * H + h) * D + d]);
+      qv = qtok.data();
+    }
     double mx = -std::numeric_limits<double>::infinity();
     for (int j = 0; j <= i; j++) {
-      double acc = 0;
-      for (int d = 0; d < D; d++) acc += qbar[size_t(i) * D + d] * kbar(j, d);
-      sc[j] = acc * scale;
+      double best = -std::numeric_limits<double>::infinity();
+      for (int v = 0; v < nv; v++)
+        best = std::max(best, summary_dot(qv + size_t(v) * D, kbar_in + size_t(j) * kstride, D, R, p.key));
+      sc[j] = best * scale;
       mx = std::max(mx, sc[j]);
     }
     double z = 0;
@@ -150,11 +197,11 @@ GatingStats gate_blocks(const T* q, const T* k, const int32_t* cu_seqlens, int n
 }
 
 template <class T>
-void pool_block_keys(const T* k, int L, int b0, int b1, AttnShape s, double* kbar) {
-  const int Hkv = s.n_kv_heads, D = s.head_dim, Bs = s.block_size;
+void pool_block_keys(const T* k, int L, int b0, int b1, AttnShape s, GatingParams p, double* kbar) {
+  const int Hkv = s.n_kv_heads, RD = key_summary_rows(p, s.block_size) * s.head_dim, Bs = s.block_size;
   for (int b = b0; b < b1; b++)
     for (int g = 0; g < Hkv; g++)
-      pool_key(k, (b - b0) * Bs, std::min(Bs, L - b * Bs), g, Hkv, D, kbar + (size_t(b - b0) * Hkv + g) * D);
+      pool_key(k, (b - b0) * Bs, std::min(Bs, L - b * Bs), g, Hkv, s, p, kbar + (size_t(b - b0) * Hkv + g) * RD);
 }
 
 template <class T>
@@ -169,10 +216,10 @@ GatingStats gate_blocks_pooled(const T* q, const double* kbar, int L, AttnShape 
   sel.recall.assign(rows, 0.0f);
   float* recall = sel.recall.data();
   std::vector<int32_t>* lp = lists.data();
-  const int Hkv = s.n_kv_heads, D = s.head_dim;
+  const int Hkv = s.n_kv_heads, RD = key_summary_rows(p, s.block_size) * s.head_dim;
   if (L > 0)
     cpu::host_for("gate_blocks", Hkv, [=](int64_t g) {
-      gate_doc_head(q, static_cast<const T*>(nullptr), kbar + size_t(g) * D, Hkv * D, 0, L, int(g), s, p, only, lp, recall);
+      gate_doc_head(q, static_cast<const T*>(nullptr), kbar + size_t(g) * RD, Hkv * RD, 0, L, int(g), s, p, only, lp, recall);
     });
   return finish(lists, cu, 1, s, sel, only);
 }
@@ -211,8 +258,8 @@ template GatingStats gate_blocks<float>(const float*, const float*, const int32_
                                         BlockSelection&);
 template GatingStats gate_blocks<double>(const double*, const double*, const int32_t*, int, AttnShape,
                                          GatingParams, BlockSelection&);
-template void pool_block_keys<float>(const float*, int, int, int, AttnShape, double*);
-template void pool_block_keys<double>(const double*, int, int, int, AttnShape, double*);
+template void pool_block_keys<float>(const float*, int, int, int, AttnShape, GatingParams, double*);
+template void pool_block_keys<double>(const double*, int, int, int, AttnShape, GatingParams, double*);
 template GatingStats gate_blocks_pooled<float>(const float*, const double*, int, AttnShape, GatingParams,
                                                BlockSelection&, const char*);
 template GatingStats gate_blocks_pooled<double>(const double*, const double*, int, AttnShape, GatingParams,

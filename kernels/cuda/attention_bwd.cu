@@ -259,13 +259,13 @@ void launch_bwd(const BwdParams& p, int n_blocks, cudaStream_t stream) {
 // The column split of the wgmma backward (BwdParams::chunk). One CTA per (key block, kv head) walks
 // every query tile that keeps the block; with the always-kept sink block that column holds every
 // query block of the document (x the group), 6x a fair share of an SM at 32K, and bounded the whole
-// backward (bench/RESULTS.md). set_bwd_column_chunk(N): at most N tiles per CTA, 0 never split;
+// backward (bench/results/2026-12-01-bwd-column-split.md). set_bwd_column_chunk(N): at most N tiles per CTA, 0 never split;
 // -1 (the default): the longest possible column (the longest document x the group) in at most 16 chunks, and never
 // below 128 tiles a chunk (the K, V loads and the fp32 dK, dV adds stay a few % of a chunk). With
 // MHA and the kept blocks known on the host, a column is split only where it could exceed half an
 // SM's fair share of the tiles, in chunks of that half: a split costs the fp32 dK, dV adds and
 // their zeroing, and with 32 heads (never split this way) the backward took 0.93-0.99x its time
-// at 16K-64K (bench/RESULTS.md, 2026-12-04). GQA keeps the 16 chunks: its head split is what keeps the
+// at 16K-64K (bench/results/2026-12-04-power-cap-mha-splits.md). GQA keeps the 16 chunks: its head split is what keeps the
 // group's Q and dO in L2.
 namespace {
 int g_bwd_chunk = -1;  // set_bwd_column_chunk; -1 automatic
@@ -290,7 +290,7 @@ void column_split(BwdParams& p, int max_doc_blocks, int block_size, int64_t kept
   // together read one stretch of one head's Q, dO and dQ. Item-major chunks (the order before)
   // read the whole group's, or with MHA one head's whole length, at once: L2 hit rate 67% at 10 / 2
   // heads, 83% with 32 MHA heads at 64K; the head split took 0.79x their backward time at 64K
-  // dense, 0.47B shape (bench/RESULTS.md, "the GQA backward's split columns cut at their query heads").
+  // dense, 0.47B shape (bench/results/2026-12-03-gqa-split-by-head.md).
   if (p.chunk > 0) {
     p.head_split = sm_count();
     const int per_head = std::max(1, max_doc_blocks * (block_size / 64));

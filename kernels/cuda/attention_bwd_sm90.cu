@@ -48,7 +48,7 @@ using namespace bwd90;
 // every warp is past iteration it - 1, whose stage tile it + 2 then takes. Nothing is in flight
 // across iterations: a product in flight over the back edge made ptxas serialize every wgmma
 // (warning C7514), hence dQ issued at the top of the next tile rather than at the end of its own.
-// Deferring dQ took 0.96-1.04x the time of staging it right after its product (bench/RESULTS.md,
+// Deferring dQ took 0.96-1.04x the time of staging it right after its product (bench/results/2026-12-03-dq-deferred.md,
 // "dQ deferred to the next tile"); issuing dK after dQ (FlashAttention-3's order) 1.00-1.07x.
 template <int D>
 __global__ void __launch_bounds__(kThreads, 1) bwd_sm90_kernel(const BwdParams p, const __grid_constant__ BwdMaps maps) {
@@ -216,7 +216,7 @@ void launch(const BwdParams& p, int64_t n_tokens, const BwdCompact& c, cudaStrea
 // head_dim 128 splits dQ by columns (the key split there was 1.26x slower), head_dim 64 takes
 // 128-query tiles with dQ split by queries (0.72x the time of 64-query tiles at the Qwen2.5-0.5B
 // shape); dQ by one bulk reduce-add a staged tile into the tiled workspace (0.88-0.95x the time of
-// float4 atomics), deferred to the next tile; bench/RESULTS.md.
+// float4 atomics), deferred to the next tile; bench/results/2026-12-03-dq-bulk-reduce.md, 2026-12-03-dq-deferred.md.
 void launch_bwd_sm90(const BwdParams& p, int head_dim, int64_t n_tokens, const BwdCompact& compact, cudaStream_t stream) {
   if (head_dim == 128) launch<128>(p, n_tokens, compact, stream);
   else if (head_dim == 64) launch<64>(p, n_tokens, compact, stream);

@@ -86,7 +86,7 @@ void prefer_wgmma_attention(bool on);
 // The block size to run dense attention of shape s at. Dense keeps every causal block whatever the
 // block, so it need not tile at the gating's block: 128 where the wgmma kernels take the shape (they
 // tile at 128 only; the Qwen2.5-0.5B shape's dense step at block 64 ran the mma.sync kernels at 0.79x
-// the tokens/s, bench/RESULTS.md), else s.block_size.
+// the tokens/s, bench/results/2026-12-02-e2e-64k-128k.md), else s.block_size.
 int dense_block_size(AttnShape s);
 // The wgmma backward's column split: a (key block, kv head) column of more than `tiles` 64-query
 // tiles is shared by several CTAs; 0 never splits, -1 (the default) chooses from the longest document
@@ -97,7 +97,7 @@ void set_bwd_column_chunk(int tiles);
 // reading their column: for tests and bench_attention_cuda --bwd-grid full.
 void set_bwd_compact(bool on);
 // The CTA launch order DeviceSelection::upload and DeviceGating plan (kernels/cta_order.hpp): mixed
-// (the default); heads and blocks for bench_attention_cuda --order (each slower: bench/RESULTS.md).
+// (the default); heads and blocks for bench_attention_cuda --order (each slower: bench/results/2026-11-29-tma-cta-order.md).
 void set_launch_order(CtaOrder mode);
 CtaOrder launch_order();
 // Per-CTA timestamps of the wgmma backwards that follow (bench_attention_cuda --trace): buf (device,
@@ -122,7 +122,7 @@ void block_attention_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16
 // Gating on the GPU with the semantics of kernels::gate_blocks (kernels/cpu/gating.cpp), computed in
 // double in the same order, so the kept blocks are identical and recall agrees to rounding of exp:
 // pooled q (over the block's tokens and the kv head's query group) and k, s_ij = qbar_i . kbar_j /
-// sqrt(D), anchors (sink, diagonal, w local blocks), candidates with s_ij >= a_i - theta, the best k
+// sqrt(D) (or the other gate modes of GatingParams, the same in every mode), anchors (sink, diagonal, w local blocks), candidates with s_ij >= a_i - theta, the best k
 // (ties -> lower j), recall = sum of softmax_j s_ij over kept j. q (N,H,D), k (N,Hkv,D) on the device;
 // cu_seqlens on the host; sel is filled on the host (upload it with DeviceSelection::upload).
 GatingStats gate_blocks(const bf16* q, const bf16* k, const int32_t* cu_seqlens_host, int ndocs, AttnShape s,
@@ -142,8 +142,9 @@ class DeviceGating {
   ~DeviceGating();
   DeviceGating(const DeviceGating&) = delete;
   DeviceGating& operator=(const DeviceGating&) = delete;
+  // gate: local_blocks, theta and the gate mode (query, key, sub_blocks); its k is not read.
   void prepare(const int32_t* cu_seqlens_host, int ndocs, AttnShape s, const std::vector<int>& k_per_layer,
-               int local_blocks, double theta, cudaStream_t stream = nullptr);
+               GatingParams gate, cudaStream_t stream = nullptr);
   void reserve(DeviceSelection& sel) const;
   void select(const bf16* q, const bf16* k, int layer, DeviceSelection& sel, cudaStream_t stream = nullptr);
   void fetch_stats(cudaStream_t stream = nullptr);
@@ -153,6 +154,14 @@ class DeviceGating {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// True recall of sampled rows (kernels::true_recall's twin, kernels/cuda/true_recall.cu): out_host[n]
+// = the dense softmax mass on row rows_host[n]'s kept blocks of `sel` (row_ptr/cols on the device,
+// built by upload or DeviceGating), averaged over the row's query tokens and its group's heads, fp32
+// from bf16 q (N,H,D), k (N,Hkv,D). cu_seqlens on the host; synchronises `stream`.
+void true_recall(const bf16* q, const bf16* k, const int32_t* cu_seqlens_host, int ndocs, AttnShape s,
+                 const DeviceSelection& sel, const int64_t* rows_host, int nrows, float* out_host,
+                 cudaStream_t stream = nullptr);
 
 // SMs of the current device (the launch order's slots: one wgmma CTA per SM).
 int sm_count();

@@ -1,12 +1,12 @@
 // The wgmma backward's compacted grid (BwdParams::work). With the column split the full grid has
 // n_split CTAs an item, enough for the longest possible column, and most columns are short: at
-// density 0.1, 85-88% of the GQA grid's CTAs have no tiles (bench/bwd_spare_ctas.py) and leave only
+// density 0.1, 85-88% of the GQA grid's CTAs have no tiles (bench/analysis/bwd_spare_ctas.py) and leave only
 // after reading their column's length, about 1 us each, interleaved with the working CTAs
-// (bench/RESULTS.md, 2026-12-04). Here one CTA lists, on the device, the full-grid positions of the
+// (bench/results/2026-12-04-bwd-per-cta.md). Here one CTA lists, on the device, the full-grid positions of the
 // pieces that have tiles, in launch order; the grid is a bound on their count from the kept blocks,
 // so nothing waits on the host, and the CTAs past the count leave at the end of the launch.
 // (CUB's DeviceSelect did the same in two launches and host-side queries: 0.945x the backward's
-// time of the full grid at the Qwen2.5-0.5B shape, 16K, density 0.1; bench/RESULTS.md.)
+// time of the full grid at the Qwen2.5-0.5B shape, 16K, density 0.1; bench/results/2026-12-06-compacted-grid.md.)
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>

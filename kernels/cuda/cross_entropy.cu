@@ -2,7 +2,7 @@
 // Pass 1 keeps the online softmax (max, sum of exp) and the argmax; pass 2 writes dlogits, over the
 // logits themselves when they are bf16 (in place: the chunk needs one buffer, not two).
 // The row is streamed in 16-byte loads, four in flight per thread: with one scalar load a thread
-// the kernel was latency-bound at ~2 TB/s (ncu, V = 151,936: jobs/gpu/ncu_step.sh).
+// the kernel was latency-bound at ~2 TB/s (ncu, V = 151,936: bench/gpu/ncu_step.sh).
 #include <cmath>
 #include <cstdint>
 

@@ -1,8 +1,10 @@
 // Block gating on the GPU, bit-compatible with kernels/cpu/gating.cpp: every double operation in the
 // same order as there (explicit _rn intrinsics, so no FMA contraction), so scores, thresholds and the
 // top-k choice match exactly; exp in the softmax (recall) may differ in the last bit.
-//   pool_kernel: one CTA per (block, kv head), one thread per dimension: qbar, kbar in double.
-//   row_kernel:  one CTA per (block i, kv head): scores s_ij (j <= i) into shared memory, anchors,
+//   pool_kernel: one CTA per (block, kv head), one thread per dimension: qbar (mean query) and the
+//                key summary (mean, bounds or sub-block means: GatingParams) in double.
+//   row_kernel:  one CTA per (block i, kv head): scores s_ij (j <= i) into shared memory (the query
+//                vectors, qbar or the block's tokens x group heads, staged kTQ at a time), anchors,
 //                the rank of each candidate (O(i^2) / threads), then thread 0 does the softmax and
 //                recall sequentially, as the CPU does. Rows are written into fixed-capacity slots
 //                (k + w + 2) and compacted into CSR on the host.
@@ -56,8 +58,10 @@ GatingStats gate_blocks(const bf16* q, const bf16* k, const int32_t* cu, int ndo
   BlockInfo* dblocks = dmalloc<BlockInfo>(blocks.size(), stream);
   int32_t* dbase = dmalloc<int32_t>(block_base.size(), stream);
   int64_t* drow = dmalloc<int64_t>(sel.doc_row_base.size(), stream);
-  double* qbar = dmalloc<double>(blocks.size() * Hkv * D, stream);
-  double* kbar = dmalloc<double>(blocks.size() * Hkv * D, stream);
+  const int R = key_summary_rows(gp, Bs);
+  const bool per_token = gp.query == GateQuery::max;
+  double* qbar = per_token ? nullptr : dmalloc<double>(blocks.size() * Hkv * D, stream);
+  double* kbar = dmalloc<double>(blocks.size() * Hkv * R * D, stream);
   int32_t* ocols = dmalloc<int32_t>(size_t(rows) * cap, stream);
   int32_t* ocnt = dmalloc<int32_t>(rows, stream);
   float* orec = dmalloc<float>(rows, stream);
@@ -66,11 +70,13 @@ GatingStats gate_blocks(const bf16* q, const bf16* k, const int32_t* cu, int ndo
   SB_CUDA_CHECK(cudaMemcpyAsync(drow, sel.doc_row_base.data(), sel.doc_row_base.size() * sizeof(int64_t),
                                 cudaMemcpyHostToDevice, stream));
   const dim3 grid(unsigned(blocks.size()), unsigned(Hkv));
-  pool_kernel<<<grid, std::min(D, 128), 0, stream>>>(q, k, dblocks, s.n_heads, Hkv, D, qbar, kbar);
+  pool_kernel<<<grid, std::min(D, 128), 0, stream>>>(q, k, dblocks, s.n_heads, Hkv, D, int(gp.key), R, Bs / R, qbar,
+                                                      kbar);
   SB_CUDA_CHECK_LAUNCH("pool_kernel");
   RowParams rp{dblocks, dbase, drow, qbar, kbar, Hkv, D, kk, gp.local_blocks, cap, gp.theta,
-               1.0 / std::sqrt(double(D)), ocols, ocnt, orec, nullptr, 0, 0, nullptr, nullptr};
-  const size_t smem = size_t(max_nb) * (sizeof(double) + 1);
+               1.0 / std::sqrt(double(D)), ocols, ocnt, orec, nullptr, 0, 0, nullptr, nullptr,
+               q, s.n_heads, int(per_token), int(gp.key), R};
+  const size_t smem = row_smem_bytes(D, max_nb);
   if (smem > 48 * 1024)
     SB_CUDA_CHECK(cudaFuncSetAttribute(row_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   row_kernel<<<grid, 128, smem, stream>>>(rp);
@@ -82,7 +88,7 @@ GatingStats gate_blocks(const bf16* q, const bf16* k, const int32_t* cu, int ndo
   SB_CUDA_CHECK(cudaStreamSynchronize(stream));
   for (void* ptr : {(void*)dblocks, (void*)dbase, (void*)drow, (void*)qbar, (void*)kbar, (void*)ocols, (void*)ocnt,
                     (void*)orec})
-    SB_CUDA_CHECK(cudaFreeAsync(ptr, stream));
+    if (ptr) SB_CUDA_CHECK(cudaFreeAsync(ptr, stream));
 
   for (int64_t r = 0; r < rows; r++) {
     if (hcnt[r] < 0 || hcnt[r] > cap) throw Error("cuda::gate_blocks: row overflow");

@@ -212,6 +212,8 @@ struct DeviceGating::Impl {
   AttnShape s{};
   int ndocs = 0, n_blocks = 0, max_nb = 0, cap = 0, words = 0, slots = 1, local = 0, n_layers = 0;
   double theta = 0, causal = 0;
+  GatingParams gate{0, 0, 0};  // the mode (query, key, sub_blocks) of prepare()
+  int R = 1;                   // key summary rows
   int64_t rows = 0, n_tokens = 0;
   CtaOrder mode = CtaOrder::mixed;
   Buf<BlockInfo> blocks;
@@ -250,10 +252,13 @@ DeviceGating::~DeviceGating() {
 }
 
 void DeviceGating::prepare(const int32_t* cu, int ndocs, AttnShape s, const std::vector<int>& k_per_layer,
-                           int local_blocks, double theta, cudaStream_t stream) {
+                           GatingParams gp, cudaStream_t stream) {
   Impl& m = *impl_;
   const int Bs = s.block_size, Hkv = s.n_kv_heads, D = s.head_dim;
   if (Bs <= 0 || Hkv <= 0 || s.n_heads % Hkv != 0) throw Error("DeviceGating: n_heads must be a multiple of n_kv_heads");
+  const int local_blocks = gp.local_blocks;
+  const double theta = gp.theta;
+  m.gate = gp, m.R = key_summary_rows(gp, Bs);
   std::vector<BlockInfo> blocks;
   std::vector<int32_t> block_base(ndocs + 1, 0);
   std::vector<int64_t> row_base(ndocs + 1, 0);
@@ -280,8 +285,8 @@ void DeviceGating::prepare(const int32_t* cu, int ndocs, AttnShape s, const std:
   m.block_base.need(ndocs + 1);
   m.row_base.need(ndocs + 1);
   m.kbud.need(k_per_layer.size());
-  m.qbar.need(nbk * Hkv * D);
-  m.kbar.need(nbk * Hkv * D);
+  if (gp.query == GateQuery::mean) m.qbar.need(nbk * Hkv * D);
+  m.kbar.need(nbk * Hkv * m.R * D);
   m.row_slots.need(rows * m.cap);
   m.cnt.need(rows);
   m.ccnt.need(rows);
@@ -330,12 +335,15 @@ void DeviceGating::select(const bf16* q, const bf16* k, int layer, DeviceSelecti
   SB_CUDA_CHECK(cudaMemsetAsync(m.bits.p, 0, size_t(m.rows) * m.words * sizeof(uint32_t), stream));
   SB_CUDA_CHECK(cudaMemsetAsync(m.ccnt.p, 0, size_t(m.rows) * sizeof(int32_t), stream));
   const dim3 grid(unsigned(m.n_blocks), unsigned(Hkv));
-  pool_kernel<<<grid, std::min(D, 128), 0, stream>>>(q, k, m.blocks.p, H, Hkv, D, m.qbar.p, m.kbar.p);
+  const bool per_token = m.gate.query == GateQuery::max;
+  double* qbar = per_token ? nullptr : m.qbar.p;
+  pool_kernel<<<grid, std::min(D, 128), 0, stream>>>(q, k, m.blocks.p, H, Hkv, D, int(m.gate.key), m.R,
+                                                      m.s.block_size / m.R, qbar, m.kbar.p);
   SB_CUDA_CHECK_LAUNCH("pool_kernel");
-  const RowParams rp{m.blocks.p, m.block_base.p, m.row_base.p, m.qbar.p, m.kbar.p, Hkv, D, 0, m.local, m.cap, m.theta,
+  const RowParams rp{m.blocks.p, m.block_base.p, m.row_base.p, qbar, m.kbar.p, Hkv, D, 0, m.local, m.cap, m.theta,
                      1.0 / std::sqrt(double(D)), m.row_slots.p, m.cnt.p, m.recall.p, m.kbud.p, layer, m.words,
-                     m.bits.p, m.ccnt.p};
-  const size_t smem = size_t(m.max_nb) * (sizeof(double) + 1);
+                     m.bits.p, m.ccnt.p, q, H, int(per_token), int(m.gate.key), m.R};
+  const size_t smem = row_smem_bytes(D, m.max_nb);
   if (smem > 48 * 1024)
     SB_CUDA_CHECK(cudaFuncSetAttribute(row_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   row_kernel<<<grid, 128, smem, stream>>>(rp);

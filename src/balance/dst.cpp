@@ -62,11 +62,13 @@ DstItems build_items(std::span<const MicroBatch> mbs, const LatencyModel& lm, co
   double bs2 = double(sh.block_size) * sh.block_size;
   it.fixed_ms.assign(size_t(it.n_mb), 0), it.attn_ms.assign(size_t(it.n_mb * S), 0);
   it.rec.assign(size_t(it.n_mb) * L * S, 0), it.weight.assign(size_t(it.n_mb), 0);
+  it.dense = lm.dense_layers();
+  const int n_dense = L - it.n_tuned();
   std::vector<double> kept(static_cast<size_t>(S));
   for (int m = 0; m < it.n_mb; ++m) {
     const auto& mb = mbs[size_t(m)];
     const int64_t whole = doc_len.empty() ? 0 : doc_len[size_t(m)];  // > 0: a sharded document's part
-    double tokens = double(mb.tokens), pairs = 0;
+    double tokens = double(mb.tokens), pairs = 0, causal = 0;  // causal: the rows' causal blocks (dense layers)
     std::fill(kept.begin(), kept.end(), 0.0);
     double* rec = &it.rec[size_t(m) * L * S];
     for (const auto& s : mb.segs) {
@@ -74,6 +76,7 @@ DstItems build_items(std::span<const MicroBatch> mbs, const LatencyModel& lm, co
       const int64_t b = whole ? int64_t(s.begin) : 0, e = b + int64_t(s.len), n = whole ? whole : e;
       const int64_t nb = (e + sh.block_size - 1) / sh.block_size;
       if (!whole) pairs += LatencyModel::causal_blocks(n, sh.block_size);
+      causal += LatencyModel::causal_blocks(b, e, sh.block_size);
       for (int j = 0; j < S; ++j) kept[size_t(j)] += lm.kept_blocks(e, it.ks[size_t(j)]) - (b ? lm.kept_blocks(b, it.ks[size_t(j)]) : 0.0);
       if (nb <= sh.local_blocks + 2 + it.ks[0]) {  // dense at every allowed budget: recall 1
         for (int x = 0; x < L * S; ++x) rec[x] += double(e - b);
@@ -81,11 +84,16 @@ DstItems build_items(std::span<const MicroBatch> mbs, const LatencyModel& lm, co
       }
       for (int l = 0; l < L; ++l)
         for (int j = 0; j < S; ++j)
-          rec[l * S + j] += whole ? piece_recall_tokens(rm, l, b, e, it.ks[size_t(j)]) : rm.recall_tokens(l, n, it.ks[size_t(j)]);
+          rec[l * S + j] += !it.tuned(l) ? double(e - b)  // a dense layer keeps it all
+                            : whole ? piece_recall_tokens(rm, l, b, e, it.ks[size_t(j)])
+                                    : rm.recall_tokens(l, n, it.ks[size_t(j)]);
     }
-    // A part's gating: its rows' or the whole document's, as the engine gates it (part_gating_ms).
-    const double gating = whole ? lm.part_gating_ms(mb, whole) : L * lm.part_ms(Part::Gating, tokens, pairs);
-    it.fixed_ms[size_t(m)] = lm.part_ms(Part::Linear, tokens) + gating + (fixed_extra_ms.empty() ? 0.0 : fixed_extra_ms[size_t(m)]);
+    // A part's gating: its rows' or the whole document's, as the engine gates it (part_gating_ms);
+    // dense layers do not gate, and their attention is fixed.
+    const double gating = whole ? lm.part_gating_ms(mb, whole) : lm.sparse_layers() * lm.part_ms(Part::Gating, tokens, pairs);
+    const double dense_ms = n_dense > 0 ? n_dense * lm.part_ms(Part::Attention, tokens, causal * bs2) : 0.0;
+    it.fixed_ms[size_t(m)] = lm.part_ms(Part::Linear, tokens) + gating + dense_ms +
+                             (fixed_extra_ms.empty() ? 0.0 : fixed_extra_ms[size_t(m)]);
     for (int j = 0; j < S; ++j) it.attn_ms[size_t(m * S + j)] = lm.part_ms(Part::Attention, tokens, kept[size_t(j)] * bs2);
     it.weight[size_t(m)] = tokens * L;
   }
@@ -97,8 +105,9 @@ double item_ms(const DstItems& it, int m, std::span<const int> k_per_layer) {
     throw std::logic_error("dst: item_ms of micro-batch " + std::to_string(m) + " of " + std::to_string(it.n_mb) +
                            " with " + std::to_string(k_per_layer.size()) + " budgets for " + std::to_string(it.n_layers) + " layers");
   double ms = it.fixed_ms[size_t(m)];
-  for (int k : k_per_layer) {
-    const int j = k - it.ks.front();
+  for (int l = 0; l < it.n_layers; ++l) {
+    if (!it.tuned(l)) continue;  // a dense layer: in fixed_ms
+    const int k = k_per_layer[size_t(l)], j = k - it.ks.front();
     if (j < 0 || j >= it.n_steps) throw std::logic_error("dst: item_ms: budget " + std::to_string(k) + " is not allowed");
     ms += it.attn_ms[size_t(m * it.n_steps + j)];
   }

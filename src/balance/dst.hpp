@@ -44,6 +44,15 @@ struct DstItems {
   std::vector<double> attn_ms;   // [mb][step] attention time of ONE layer at ks[step]
   std::vector<double> rec;       // [mb][layer][step] recall x tokens (sum over the mb's segments)
   std::vector<double> weight;    // [mb] tokens x n_layers (recall weight)
+  // [layer] 1: a dense layer (attention.dense_layers, LatencyModel::dense_layers): never tuned, its
+  // attention over every causal block in fixed_ms, its recall 1 at every step; empty: none.
+  std::vector<uint8_t> dense;
+  bool tuned(int l) const { return !(size_t(l) < dense.size() && dense[size_t(l)]); }
+  int n_tuned() const {  // layers DST tunes
+    int n = n_layers;
+    for (uint8_t d : dense) n -= d ? 1 : 0;
+    return n;
+  }
 };
 // `doc_len` (empty, or one per micro-batch) marks this rank's parts of sharded documents (context
 // parallelism): doc_len[m] > 0 says mbs[m]'s segments are its pieces [begin, begin + len) of ONE

@@ -48,8 +48,8 @@ RankSummary summarize(const DstItems& it, const DstParams& p) {
   for (double w : it.weight) r.weight += w;
   r.ms_lo = r.ms_hi = s0.ms;
   for (int m = 0; m < it.n_mb; ++m) {
-    r.ms_lo += it.n_layers * (it.attn_ms[size_t(m * it.n_steps)] - it.attn_ms[size_t(m * it.n_steps + it.i0)]);
-    r.ms_hi += it.n_layers * (it.attn_ms[size_t(m * it.n_steps + it.n_steps - 1)] - it.attn_ms[size_t(m * it.n_steps + it.i0)]);
+    r.ms_lo += it.n_tuned() * (it.attn_ms[size_t(m * it.n_steps)] - it.attn_ms[size_t(m * it.n_steps + it.i0)]);
+    r.ms_hi += it.n_tuned() * (it.attn_ms[size_t(m * it.n_steps + it.n_steps - 1)] - it.attn_ms[size_t(m * it.n_steps + it.i0)]);
   }
   int G = curve_points(p);
   if (G > 0) {

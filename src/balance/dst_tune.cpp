@@ -13,7 +13,7 @@ State initial(const DstItems& it) {
   State s;
   s.step.assign(size_t(it.n_mb * it.n_layers), it.i0);
   for (int m = 0; m < it.n_mb; ++m) {
-    s.ms += it.fixed_ms[size_t(m)] + it.n_layers * it.attn_ms[size_t(m * it.n_steps + it.i0)];
+    s.ms += it.fixed_ms[size_t(m)] + it.n_tuned() * it.attn_ms[size_t(m * it.n_steps + it.i0)];
     for (int l = 0; l < it.n_layers; ++l) s.rec += it.rec[size_t((m * it.n_layers + l) * it.n_steps + it.i0)];
   }
   return s;
@@ -105,8 +105,8 @@ void greedy(const DstItems& it, State& s, double T, bool down, std::vector<std::
   // T* is a statistic of sums of the same numbers: allow rounding, so perfect balance moves nothing.
   const double tol = 1e-9 * std::max(1.0, std::abs(T));
   Move mv;
-  for (int i = 0; i < n; ++i)
-    if (next_move(it, s, i, i / it.n_layers, down, mv)) tree.set(i, &mv, false);
+  for (int i = 0; i < n; ++i)  // dense layers' items never move
+    if (it.tuned(i % it.n_layers) && next_move(it, s, i, i / it.n_layers, down, mv)) tree.set(i, &mv, false);
   tree.rebuild();
   for (int i; (i = tree.best()) >= 0;) {
     if (down && s.ms <= T + tol) break;

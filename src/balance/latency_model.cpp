@@ -20,7 +20,7 @@ const char* part_name(Part p) {
 
 static int n_features(Part p) { return p == Part::Attention || p == Part::Gating ? 3 : 2; }
 
-LatencyModel::LatencyModel(ModelShape shape) : shape_(shape) {
+LatencyModel::LatencyModel(ModelShape shape) : shape_(shape), sparse_layers_(shape.n_layers) {
   if (shape.n_layers < 1 || shape.block_size < 1 || shape.local_blocks < 0)
     throw Error("latency model: invalid shape (n_layers " + std::to_string(shape.n_layers) + ", block_size " +
                 std::to_string(shape.block_size) + ", local_blocks " + std::to_string(shape.local_blocks) + ")");
@@ -38,6 +38,15 @@ LatencyModel LatencyModel::from_profile(const LatencyProfile& p) {
   LatencyModel m(ModelShape{int(p.n_layers), int(p.block_size), int(p.local_blocks)});
   m.p_ = p;
   return m;
+}
+
+void LatencyModel::set_dense_layers(std::vector<uint8_t> dense) {
+  if (!dense.empty() && int(dense.size()) != shape_.n_layers)
+    throw Error("latency model: " + std::to_string(dense.size()) + " dense-layer flags for " +
+                std::to_string(shape_.n_layers) + " layers");
+  dense_ = std::move(dense);
+  sparse_layers_ = shape_.n_layers;
+  for (uint8_t d : dense_) sparse_layers_ -= d ? 1 : 0;
 }
 
 double LatencyModel::causal_blocks(int64_t len, int block_size) {
@@ -73,25 +82,26 @@ PartTimes LatencyModel::micro_batch_parts(const MicroBatch& mb, std::span<const 
   double tokens = double(mb.tokens), pairs = 0, bs2 = double(shape_.block_size) * shape_.block_size;
   for (const auto& s : mb.segs) pairs += causal_blocks(int64_t(s.len), shape_.block_size);
   double attn_l = 0;
-  for (int l = 0; l < shape_.n_layers; ++l) {
-    if (l == 0 || k_per_layer[l] != k_per_layer[l - 1]) {  // same budget as the layer before: same time
+  for (int l = 0, prev = -1; l < shape_.n_layers; ++l) {
+    const int k = dense_at(l) ? -1 : k_per_layer[l];  // -1: a dense layer, every causal block
+    if (l == 0 || k != prev) {  // same budget as the layer before: same time
       double kept = 0;
-      for (const auto& s : mb.segs) kept += kept_blocks(int64_t(s.len), k_per_layer[l]);
+      for (const auto& s : mb.segs) kept += k < 0 ? causal_blocks(int64_t(s.len), shape_.block_size) : kept_blocks(int64_t(s.len), k);
       attn_l = part_ms(Part::Attention, tokens, kept * bs2);
     }
-    t.attention += attn_l;
+    t.attention += attn_l, prev = k;
   }
-  t.gating = shape_.n_layers * part_ms(Part::Gating, tokens, pairs);
+  t.gating = sparse_layers_ * part_ms(Part::Gating, tokens, pairs);
   t.linear = part_ms(Part::Linear, tokens);
   return t;
 }
 
 double LatencyModel::part_gating_ms(const MicroBatch& part, int64_t doc_len) const {
   if (shard_gating_ == ShardGating::Whole)
-    return shape_.n_layers * part_ms(Part::Gating, double(doc_len), causal_blocks(doc_len, shape_.block_size));
+    return sparse_layers_ * part_ms(Part::Gating, double(doc_len), causal_blocks(doc_len, shape_.block_size));
   double pairs = 0;
   for (const auto& s : part.segs) pairs += causal_blocks(int64_t(s.begin), int64_t(s.begin + s.len), shape_.block_size);
-  return shape_.n_layers * part_ms(Part::Gating, double(part.tokens), pairs);
+  return sparse_layers_ * part_ms(Part::Gating, double(part.tokens), pairs);
 }
 
 double LatencyModel::micro_batch_ms(const MicroBatch& mb, std::span<const int> k_per_layer) const {
@@ -108,22 +118,24 @@ double LatencyModel::layer_ms(int64_t tokens, double kept, double pairs) const {
   return part_ms(Part::Attention, double(tokens), kept * bs2) + part_ms(Part::Gating, double(tokens), pairs);
 }
 
-static double segment_cost_kept(const LatencyProfile& p, const ModelShape& s, int64_t len, double kept) {
+// n_gated layers keeping `kept` blocks and gating, n_dense layers keeping every causal block.
+static double segment_cost_kept(const LatencyProfile& p, const ModelShape& s, int64_t len, double kept, int n_gated,
+                                int n_dense) {
   const auto& a = p.coeffs[int(Part::Attention)];
   const auto& g = p.coeffs[int(Part::Gating)];
   const auto& l = p.coeffs[int(Part::Linear)];
-  double L = double(len), bs2 = double(s.block_size) * s.block_size;
-  double attn = (a[1] * L + a[2] * kept * bs2) * p.correction[int(Part::Attention)];
-  double gate = (g[1] * L + g[2] * LatencyModel::causal_blocks(len, s.block_size)) * p.correction[int(Part::Gating)];
-  return s.n_layers * (attn + gate) + l[1] * L * p.correction[int(Part::Linear)];
+  const double L = double(len), bs2 = double(s.block_size) * s.block_size, causal = LatencyModel::causal_blocks(len, s.block_size);
+  auto attn = [&](double blocks) { return (a[1] * L + a[2] * blocks * bs2) * p.correction[int(Part::Attention)]; };
+  double gate = (g[1] * L + g[2] * causal) * p.correction[int(Part::Gating)];
+  return n_gated * (attn(kept) + gate) + n_dense * attn(causal) + l[1] * L * p.correction[int(Part::Linear)];
 }
 
 double LatencyModel::segment_cost(int64_t len, int k) const {
-  return segment_cost_kept(p_, shape_, len, kept_blocks(len, k));
+  return segment_cost_kept(p_, shape_, len, kept_blocks(len, k), sparse_layers_, shape_.n_layers - sparse_layers_);
 }
 
 double LatencyModel::dense_segment_cost(int64_t len) const {
-  return segment_cost_kept(p_, shape_, len, causal_blocks(len, shape_.block_size));
+  return segment_cost_kept(p_, shape_, len, causal_blocks(len, shape_.block_size), shape_.n_layers, 0);
 }
 
 // Least squares over the features named by the bits of `use` (feature j: 1, tokens, x2; j < nf), the

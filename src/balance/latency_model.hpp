@@ -71,6 +71,15 @@ class LatencyModel {
   // not saved with the profile: the trainer sets it from train.device, simulate from its config.
   void set_shard_gating(ShardGating g) { shard_gating_ = g; }
   ShardGating shard_gating() const { return shard_gating_; }
+  // Hybrid layers (attention.dense_layers), a plain option as shard gating: dense (n_layers flags, or
+  // empty: none) marks the layers that keep every causal block and do not gate. Every cost below
+  // counts those layers dense (attention over the causal blocks, no gating) whatever the budget;
+  // DST tunes only the others. Throws when the size is neither 0 nor n_layers.
+  void set_dense_layers(std::vector<uint8_t> dense);
+  const std::vector<uint8_t>& dense_layers() const { return dense_; }
+  bool dense_at(int l) const { return size_t(l) < dense_.size() && dense_[size_t(l)]; }
+  int sparse_layers() const { return sparse_layers_; }  // layers that gate (n_layers without the dense ones)
+  double dense_share() const { return 1.0 - double(sparse_layers_) / shape_.n_layers; }
 
   // Expected kept key blocks of one sequence of `len` tokens at budget k, summed over its query
   // blocks: anchors (sink, diagonal, w local) + density * min(k, remaining causal blocks).
@@ -128,6 +137,8 @@ class LatencyModel {
   LatencyProfile p_;
   double ema_ = 0.3;
   ShardGating shard_gating_ = ShardGating::Whole;
+  std::vector<uint8_t> dense_;  // (n_layers) or empty
+  int sparse_layers_ = 0;
 };
 
 }  // namespace sb

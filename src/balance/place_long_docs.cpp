@@ -22,8 +22,8 @@ double shard_exchange_ms(const LatencyModel& lm, int64_t len, int G, double kv_b
 }
 
 double shard_gating_ms(const LatencyModel& lm, int64_t len) {
-  if (lm.shard_gating() == ShardGating::OwnRows) return lm.shape().n_layers * lm.part_ms(Part::Gating, 0, 0);
-  return lm.shape().n_layers * lm.part_ms(Part::Gating, double(len), LatencyModel::causal_blocks(len, lm.shape().block_size));
+  if (lm.shard_gating() == ShardGating::OwnRows) return lm.sparse_layers() * lm.part_ms(Part::Gating, 0, 0);
+  return lm.sparse_layers() * lm.part_ms(Part::Gating, double(len), LatencyModel::causal_blocks(len, lm.shape().block_size));
 }
 
 namespace {
@@ -130,7 +130,7 @@ std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t
   };
   // With fine parts (fitting_part < 1) a group whose best window would end above the step's mean
   // load takes up to kGrow more members while that lowers its window's top: the last groups then
-  // fill the least loaded ranks instead of stacking on them (one micro-batch per rank, bench/RESULTS.md).
+  // fill the least loaded ranks instead of stacking on them (one micro-batch per rank, bench/results/2026-12-01-parts-beside-big-docs.md).
   constexpr int kGrow = 4;
   double mean = total;  // the step's mean load with the groups' exchange
   for (size_t i = 0; i < out.size(); ++i) mean += cost[i] * out[i].ranks - whole_cost(batching, lm, int64_t(out[i].len), k0);
@@ -143,7 +143,7 @@ std::vector<ShardGroup> place_long_docs(std::vector<std::pair<uint64_t, uint64_t
   // window, grow (as above) onto the least loaded ranks instead of leaving a big document no gap
   // that fits it. Plain shard at 64 ranks x 1 micro-batch was 1.085x the token-level bound with
   // DST (a rank with a 34K-token part and a 40K-token document), 1.024x with this; 0.5 left the
-  // documents just under it (27K tokens) no gap; 0.25-0.33 gave the same (bench/RESULTS.md).
+  // documents just under it (27K tokens) no gap; 0.25-0.33 gave the same (bench/results/2026-12-01-parts-beside-big-docs.md).
   constexpr double kBig = 0.4;
   std::vector<double> big;
   for (size_t i = 0; i < kept; ++i)

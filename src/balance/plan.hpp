@@ -83,7 +83,7 @@ double shard_gating_ms(const LatencyModel& lm, int64_t len);
 // document that fits one micro-batch but costs more than `fitting_part` x the fair share
 // (balance.shard_part, in (0, 1]) is sharded too, over enough ranks that each part is within that:
 // small parts fill the gaps that whole documents and long documents' parts leave (one micro-batch
-// per rank needs 0.1, bench/RESULTS.md), at the price of more members' exchange; then a group whose
+// per rank needs 0.1, bench/results/2026-12-01-parts-beside-big-docs.md), at the price of more members' exchange; then a group whose
 // least busy window would end above the mean load (exchange included) takes up to 4 more members
 // while that lowers the window's top. Whole documents that stay in `docs` and cost more than 0.4 x
 // that mean load hold their ranks (LPT, from rank 0) while the groups are placed, and any group

@@ -9,12 +9,13 @@
 namespace sb {
 
 std::vector<double> block_costs(int64_t len, int block_size, bool sparse, int k, int local_blocks,
-                                double token_cost) {
+                                double token_cost, double dense_share) {
   const int64_t nb = (len + block_size - 1) / block_size;
   std::vector<double> c(static_cast<size_t>(nb));
   for (int64_t i = 0; i < nb; ++i) {
     const double tokens = double(std::min<int64_t>(block_size, len - i * block_size));
-    const double kept = sparse ? double(std::min<int64_t>(i + 1, int64_t(k) + local_blocks + 2)) : double(i + 1);
+    const double sk = double(std::min<int64_t>(i + 1, int64_t(k) + local_blocks + 2));
+    const double kept = sparse ? (dense_share > 0 ? (1 - dense_share) * sk + dense_share * double(i + 1) : sk) : double(i + 1);
     c[size_t(i)] = token_cost * tokens + kept;
   }
   return c;

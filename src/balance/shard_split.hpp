@@ -18,9 +18,11 @@ using Piece = std::pair<int32_t, int32_t>;  // [begin, end) tokens of the docume
 // The predicted work of each query block of a document of `len` tokens: `token_cost` per token
 // (the linear layers) plus one unit per kept key block (attention). Dense attention keeps i + 1
 // blocks in block row i; sparse attention at budget k keeps at most the anchors (sink, w local,
-// diagonal) and k more, so its rows stop growing at k + w + 2.
+// diagonal) and k more, so its rows stop growing at k + w + 2. dense_share: the share of the layers
+// that stay dense in a sparse run (attention.dense_layers; LatencyModel::dense_share): their rows
+// keep i + 1 blocks, the row's cost the layers' mean.
 std::vector<double> block_costs(int64_t len, int block_size, bool sparse, int k, int local_blocks,
-                                double token_cost);
+                                double token_cost, double dense_share = 0.0);
 
 // block_costs' token_cost from a latency model (what `simulate`, which has no model dimensions,
 // uses): the token-linear time of one layer (linear / n_layers + attention's per-token term) over

@@ -51,7 +51,7 @@ ShardParts shard_parts(std::span<const ShardGroup> groups, int ranks, const Late
   for (const ShardGroup& g : groups) {
     const double t0 = member_ms ? now_ms() : 0;
     const auto pieces = split_document(int64_t(g.len), g.ranks, sh.block_size,
-                                       block_costs(int64_t(g.len), sh.block_size, true, k0, sh.local_blocks, tc));
+                                       block_costs(int64_t(g.len), sh.block_size, true, k0, sh.local_blocks, tc, lm.dense_share()));
     if (member_ms) *member_ms += (now_ms() - t0) * g.ranks;
     const double x = shard_exchange_ms(lm, int64_t(g.len), g.ranks, kv_bytes_per_token);
     for (int i = 0; i < g.ranks; ++i) {

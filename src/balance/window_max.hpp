@@ -12,7 +12,7 @@ namespace sb {
 // tree of (f, s) minima: the least busy window is the root (ties: lower s), and a placement on
 // [a, a+n) updates only the windows that overlap it, O(G + n + log R), when that size is next asked
 // for (overlapping updates merged, or all windows at once after many). The plain scan was
-// O(R x G) per group, most of the planning time at 4,096 ranks (bench/RESULTS.md).
+// O(R x G) per group, most of the planning time at 4,096 ranks (bench/results/2026-12-01-parts-at-bound.md).
 class WindowMax {
  public:
   // Built from the load as it is after the first `seen` placements of the log.

@@ -7,6 +7,7 @@
 #include "src/cli/args.hpp"
 #include "src/comm/comm.hpp"
 #include "base/error.hpp"
+#include "src/train/diagnose.hpp"
 #include "src/train/evaluate.hpp"
 
 namespace sb {
@@ -22,6 +23,11 @@ static nlohmann::json tasks_json(const std::array<int64_t, 4>& correct, const st
   }
   tasks["overall"] = {{"correct", c}, {"total", t}, {"accuracy", t ? double(c) / double(t) : 0.0}};
   return tasks;
+}
+
+// {correct, total, accuracy}: span_accuracy's counts.
+static nlohmann::json span_json(int64_t correct, int64_t total) {
+  return {{"correct", correct}, {"total", total}, {"accuracy", total ? double(correct) / double(total) : 0.0}};
 }
 
 static int run_eval(const Args& args) {
@@ -41,15 +47,20 @@ static int run_eval(const Args& args) {
   Config cfg = args.positional.empty() ? Config::from_text(ck.config_toml, ck_path + " (stored config)") : base;
   if (args.positional.empty())
     for (const auto& s : args.sets) cfg.set(s.substr(0, s.find('=')), s.substr(s.find('=') + 1), "--set " + s);
-  Dataset ds = Dataset::open(cfg.s("data.path"));
+  Dataset ds = Dataset::open(data_settings(cfg).path);
   const Settings st = from_config(cfg, ds.vocab_size());
   Model<float> model(st.model);
   load_weights(ck, ck_path, model);
   // On train.device: the GPU evaluates a GPU-sized model in seconds where the CPU would take minutes.
   AdamW opt(st.optim, model.weights().size());  // unused: eval takes no step
-  std::unique_ptr<Engine> engine = make_engine(st, comm, model, opt);
+  std::unique_ptr<Engine> engine = make_engine(st.engine(), comm, model, opt);
   engine->from_host();
   EvalResult r = evaluate(st, comm, *engine, ds);
+  nlohmann::json diag;
+  if (args.has("diagnose")) {  // where sparse attention loses the tasks (src/train/diagnose.hpp)
+    diag = diagnose(st, comm, *engine, ds);
+    diag["checkpoint"] = ck_path, diag["step"] = ck.step;
+  }
   if (!comm.root()) return 0;
   nlohmann::json buckets = nlohmann::json::array();
   for (size_t b = 0; b < r.dense.bucket_loss.size(); ++b) {
@@ -65,16 +76,27 @@ static int run_eval(const Args& args) {
   }
   nlohmann::json j = {{"checkpoint", ck_path}, {"step", ck.step}, {"docs", r.docs}, {"tokens", r.tokens},
                       {"loss", r.dense.loss()}, {"loss_sparse", r.sparse.loss()}, {"buckets", buckets},
-                      {"doc_ids", r.doc_ids}, {"window", cfg.i("train.micro_batch_tokens")}, {"data", cfg.s("data.path")},
+                      {"doc_ids", r.doc_ids}, {"window", cfg.i("train.micro_batch_tokens")}, {"data", st.data.path},
                       {"task_accuracy", tasks_json(r.dense.task_correct, r.dense.task_total)},
                       {"task_accuracy_sparse", tasks_json(r.sparse.task_correct, r.sparse.task_total)}};
   std::printf("eval %s (step %lld): %lld docs, %lld tokens\n", ck_path.c_str(), static_cast<long long>(ck.step),
               static_cast<long long>(r.docs), static_cast<long long>(r.tokens));
   std::printf("  loss dense %.4f | sparse %.4f\n", r.dense.loss(), r.sparse.loss());
-  if (r.masked) {  // loss masks: the loss over the trained targets (dense)
+  if (r.masked) {  // loss masks: the loss over the trained targets (dense), exact match per record
     j["loss_masked"] = r.masked_loss(), j["targets_masked"] = r.masked_targets;
     std::printf("  loss over trained targets (loss mask) %.4f (%lld targets)\n", r.masked_loss(),
                 static_cast<long long>(r.masked_targets));
+    j["span_accuracy"] = span_json(r.dense.span_correct, r.dense.span_total);
+    j["span_accuracy_sparse"] = span_json(r.sparse.span_correct, r.sparse.span_total);
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      buckets[b]["span_accuracy"] = span_json(r.dense.bucket_span_correct[b], r.dense.bucket_span_total[b]);
+      buckets[b]["span_accuracy_sparse"] = span_json(r.sparse.bucket_span_correct[b], r.sparse.bucket_span_total[b]);
+    }
+    j["buckets"] = buckets;
+    std::printf("  span accuracy (records, every trained target right) %.3f (%lld/%lld) | sparse %.3f (%lld)\n",
+                j["span_accuracy"]["accuracy"].get<double>(), static_cast<long long>(r.dense.span_correct),
+                static_cast<long long>(r.dense.span_total), j["span_accuracy_sparse"]["accuracy"].get<double>(),
+                static_cast<long long>(r.sparse.span_correct));
   }
   for (const auto& b : buckets) {
     const auto& all = b["task_accuracy"]["overall"];
@@ -89,6 +111,24 @@ static int run_eval(const Args& args) {
                 static_cast<long long>(t["correct"].get<int64_t>()), static_cast<long long>(t["total"].get<int64_t>()),
                 j["task_accuracy_sparse"][name]["accuracy"].get<double>());
   if (args.has("summary")) write_summary(args.get("summary"), j);
+  if (args.has("diagnose")) {
+    const auto& a = diag["accuracy"];
+    std::printf("  diagnose: %lld task docs (%lld with the needle in the window); overall dense %.3f | sparse %.3f | "
+                "oracle gate %.3f\n", static_cast<long long>(diag["docs"].get<int64_t>()),
+                static_cast<long long>(diag["docs_with_needle"].get<int64_t>()), a["dense"]["overall"]["accuracy"].get<double>(),
+                a["sparse"]["overall"]["accuracy"].get<double>(), a["oracle"]["overall"]["accuracy"].get<double>());
+    for (const auto& l : diag["layers"]) {
+      const int i = l["layer"].get<int>();
+      auto num = [](const nlohmann::json& v) { return v.is_null() ? -1.0 : v.get<double>(); };
+      std::printf("  layer %d: needle rank %.1f of %.1f, kept %.3f | recall true %.3f gate %.3f (answer rows), true %.3f "
+                  "gate %.3f (sampled) | only this layer dense %.3f, only this layer sparse %.3f\n",
+                  i, num(l["needle_rank"]), num(l["candidates"]), num(l["needle_kept"]), num(l["recall_true_answer"]),
+                  num(l["recall_gate_answer"]), num(l["recall_true_sampled"]), num(l["recall_gate_sampled"]),
+                  a["dense_layer"][size_t(i)]["overall"]["accuracy"].get<double>(),
+                  a["sparse_layer"][size_t(i)]["overall"]["accuracy"].get<double>());
+    }
+    write_summary(args.get("diagnose"), diag);
+  }
   return 0;
 }
 
@@ -99,8 +139,13 @@ Command cmd_eval() {
           "Evaluates eval.docs documents of the validation split (data.val_fraction, data.seed): next-token\n"
           "loss per document-length bucket (eval.buckets) and exact-match accuracy of greedy predictions\n"
           "over the synthetic tasks' answer spans (teacher-forced), with dense and with sparse attention\n"
-          "(attention.k, attention.theta). Without CONFIG the checkpoint's stored config is used.\n",
-          {{"checkpoint", 1, "checkpoint file, or 'latest' in checkpoint.dir", "PATH"}},
+          "(attention.k, attention.theta). Data with loss masks (prompt/response or chat records, prep synth\n"
+          "--mask answers) also get span_accuracy: a record is right when every trained target is the greedy\n"
+          "prediction. Without CONFIG the checkpoint's stored config is used. --diagnose PATH: where sparse\n"
+          "attention loses the synthetic tasks' retrieval, per layer and kv head (bench/analysis/diagnose_table.py).\n",
+          {{"checkpoint", 1, "checkpoint file, or 'latest' in checkpoint.dir", "PATH"},
+           {"diagnose", 1, "also the sparse-retrieval diagnostics of the task documents (needle ranks, oracle gate, true "
+                           "against gate recall, per-layer ablation) as JSON (README.md, eval --diagnose)", "PATH"}},
           run_eval};
 }
 

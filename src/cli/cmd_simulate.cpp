@@ -32,6 +32,9 @@ int run_simulate(const Args& args) {
   }
   lm.set_ema(ss.ema);
   lm.set_shard_gating(ss.shard_gating);  // as the engine of train.device gates sharded documents
+  // hybrid layers: costed dense, not tuned (the profile's n_layers, or simulate.n_layers)
+  lm.set_dense_layers(parse_dense_layers(ss.dense_layers, lm.shape().n_layers,
+                                         profile.empty() ? "simulate.n_layers" : "n_layers of profile " + profile));
   const ModelShape& shape = lm.shape();
   RecallModel rm(shape, ss.recall_alpha, ss.ema);
   const double a0 = ss.alpha_lo, a1 = ss.alpha_hi;

@@ -48,7 +48,7 @@ static int run_train(const Args& args) {
   const int64_t stop_at = args.has("stop-at") ? positive_flag(args, "stop-at") : 0;
   if (comm.root())
     std::printf("train: %d rank(s), config %s, data %s, batching %s, tuning %s, attention %s\n", comm.size(),
-                cfg.source().empty() ? "(defaults)" : cfg.source().c_str(), cfg.s("data.path").c_str(),
+                cfg.source().empty() ? "(defaults)" : cfg.source().c_str(), data_settings(cfg).path.c_str(),
                 cfg.s("balance.batching").c_str(), cfg.s("balance.tuning").c_str(), cfg.s("attention.mode").c_str());
   // --init-from: the model shape and weights from an HF directory or a checkpoint, a fresh optimizer.
   std::vector<float> init;
@@ -99,6 +99,7 @@ static int run_train(const Args& args) {
                           {"mean_bubble", r.mean_bubble},
                           {"mean_density", r.mean_density},
                           {"mean_recall", r.mean_recall},
+                          {"mean_recall_true", r.mean_recall_true},
                           {"mean_pred_error", r.mean_pred_error},
                           {"mfu", r.mfu},
                           {"peak_mem_gib", r.peak_mem_gib},

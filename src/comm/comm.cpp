@@ -153,7 +153,7 @@ void MpiGradReducer::allreduce_sum(float* data, size_t n) {
 }
 
 
-Slice shard_of(size_t n, int rank, int ranks) {
+Slice slice_of(size_t n, int rank, int ranks) {
   const size_t r = size_t(rank), q = n / size_t(ranks), extra = n % size_t(ranks);
   const size_t lo = r * q + std::min(r, extra);
   return {lo, lo + q + (r < extra ? 1 : 0)};
@@ -161,11 +161,11 @@ Slice shard_of(size_t n, int rank, int ranks) {
 
 ZeroRounds::ZeroRounds(size_t n_, size_t bucket, int ranks_) : n(n_), ranks(ranks_) {
   w = std::max<size_t>(1, std::min<size_t>(bucket / size_t(ranks), INT_MAX / size_t(ranks)));
-  rounds = (shard_of(n, 0, ranks).size() + w - 1) / w;  // rank 0 holds the largest slice
+  rounds = (slice_of(n, 0, ranks).size() + w - 1) / w;  // rank 0 holds the largest slice
 }
 
 Slice ZeroRounds::piece(int r, size_t c) const {
-  const Slice s = shard_of(n, r, ranks);
+  const Slice s = slice_of(n, r, ranks);
   const size_t a = std::min(s.hi, s.lo + c * w);
   return {a, std::min(s.hi, a + w)};
 }
@@ -174,7 +174,7 @@ std::vector<OwnerPiece> owner_pieces(size_t n, Slice range, size_t bucket, int r
   const size_t b = std::max<size_t>(1, std::min<size_t>(bucket, INT_MAX));
   std::vector<OwnerPiece> out;
   for (int r = 0; r < ranks; ++r) {
-    const Slice s = shard_of(n, r, ranks);
+    const Slice s = slice_of(n, r, ranks);
     const size_t lo = std::max(s.lo, range.lo), hi = std::min(s.hi, range.hi);
     for (size_t a = lo; a < hi; a += b) out.push_back({r, {a, std::min(hi, a + b)}});
   }
@@ -194,7 +194,7 @@ void MpiGradReducer::reduce_to_owners(float* full, size_t n, Slice range) {
 
 void MpiGradReducer::reduce_scatter_sum(const float* full, size_t n, float* mine) {
   const int R = comm_.size(), me = comm_.rank();
-  const Slice my = shard_of(n, me, R);
+  const Slice my = slice_of(n, me, R);
   if (R == 1) {
     std::copy(full, full + n, mine);
     return;

@@ -57,7 +57,7 @@ struct Slice {
   size_t lo = 0, hi = 0;
   size_t size() const { return hi - lo; }
 };
-Slice shard_of(size_t n, int rank, int ranks);
+Slice slice_of(size_t n, int rank, int ranks);
 
 // Round c of a bucketed ZeRO collective over n values: rank r's piece is the part
 // [lo_r + c*w, lo_r + (c+1)*w) of its slice (empty once past it); w <= bucket / ranks and
@@ -70,7 +70,7 @@ struct ZeroRounds {
 };
 
 // ZeRO-1 reduced range by range (a layer's gradients, as the last backward finishes it; see
-// CudaEngine): owner r's part of `range` is shard_of(n, r, ranks) ∩ range, reduced to r alone.
+// CudaEngine): owner r's part of `range` is slice_of(n, r, ranks) ∩ range, reduced to r alone.
 // owner_pieces lists the non-empty parts in rank order, each cut into pieces of at most `bucket`
 // values (and INT_MAX), so messages stay bounded as for the all-reduce. Every rank computes the
 // same list, so the collectives match by order; ranges that tile [0, n) reduce each rank's
@@ -131,7 +131,7 @@ class MpiGradReducer final : public GradReducer {
   MpiGradReducer(const Comm& comm, size_t bucket_bytes) : comm_(comm), bucket_(bucket_bytes / sizeof(float)) {}
   void allreduce_sum(float* data, size_t n) override;
   // ZeRO-1 (train.zero = 1). reduce_scatter_sum: the sum over ranks of `full` (n values on every
-  // rank), this rank's slice (shard_of) into `mine`. allgather: every rank's slice of `full`, its
+  // rank), this rank's slice (slice_of) into `mine`. allgather: every rank's slice of `full`, its
   // own already in place, to every rank. Both in rounds of at most a bucket (each rank's share of
   // it), so no count or displacement passes int and messages stay bounded as for the all-reduce.
   void reduce_scatter_sum(const float* full, size_t n, float* mine);

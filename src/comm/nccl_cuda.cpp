@@ -100,7 +100,7 @@ void NcclGradReducer::each_round(size_t n, const std::function<void(const ZeroRo
 // Round c: block r of the send buffer holds rank r's piece (padded to wc); this rank's sum arrives
 // in the block after them.
 void NcclGradReducer::reduce_scatter_sum(const float* full, size_t n, float* mine) {
-  const Slice my = shard_of(n, rank_, ranks_);
+  const Slice my = slice_of(n, rank_, ranks_);
   const size_t R = size_t(ranks_);
   if (ranks_ == 1) copy_d2d(mine, full, n, stream_);
   else
@@ -118,7 +118,7 @@ void NcclGradReducer::reduce_scatter_sum(const float* full, size_t n, float* min
 
 // Round c: this rank's piece (padded to wc) from the last block to block `rank` of every rank.
 void NcclGradReducer::allgather(const float* mine, size_t n, const Sink& sink) {
-  const Slice my = shard_of(n, rank_, ranks_);
+  const Slice my = slice_of(n, rank_, ranks_);
   const size_t R = size_t(ranks_);
   if (ranks_ == 1 && n > 0) sink(mine, 0, n);
   else if (ranks_ > 1)
@@ -137,7 +137,7 @@ HostStagedGradReducer::~HostStagedGradReducer() {
 }
 
 void HostStagedGradReducer::reduce_scatter_sum(const float* full, size_t n, float* mine) {
-  const Slice my = shard_of(n, comm_.rank(), comm_.size());
+  const Slice my = slice_of(n, comm_.rank(), comm_.size());
   host_.resize(n), host_mine_.resize(my.size());
   SB_CUDA_CHECK(cudaMemcpyAsync(host_.data(), full, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   SB_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -149,7 +149,7 @@ void HostStagedGradReducer::reduce_scatter_sum(const float* full, size_t n, floa
 
 // The whole buffer gathered on the host, then back to the device a bucket at a time.
 void HostStagedGradReducer::allgather(const float* mine, size_t n, const Sink& sink) {
-  const Slice my = shard_of(n, comm_.rank(), comm_.size());
+  const Slice my = slice_of(n, comm_.rank(), comm_.size());
   host_.resize(n);
   SB_CUDA_CHECK(
       cudaMemcpyAsync(host_.data() + my.lo, mine, my.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
@@ -171,7 +171,7 @@ void HostStagedGradReducer::reduce_to_owners_async(float* full, size_t n, Slice 
 // Each range through the host: its values down, the owners' sums by MPI, this rank's part back.
 void HostStagedGradReducer::finish() {
   for (const Pending& p : pending_) {
-    const Slice r = p.range, my = shard_of(p.n, comm_.rank(), comm_.size());
+    const Slice r = p.range, my = slice_of(p.n, comm_.rank(), comm_.size());
     const Slice mine{std::max(r.lo, my.lo), std::min(r.hi, my.hi)};
     host_.resize(p.n);
     SB_CUDA_CHECK(cudaMemcpyAsync(host_.data() + r.lo, p.full + r.lo, r.size() * sizeof(float), cudaMemcpyDeviceToHost,

@@ -12,7 +12,7 @@
 
 namespace sb {
 
-// ZeRO-1 on device buffers (train.zero = 1; the slices of shard_of, in the rounds of ZeroRounds).
+// ZeRO-1 on device buffers (train.zero = 1; the slices of slice_of, in the rounds of ZeroRounds).
 // reduce_scatter_sum: the sum over ranks of `full` (n values on every rank), this rank's slice into
 // `mine`. allgather: every rank's slice `mine` to every rank, delivered to sink(piece, lo, len) as
 // device pieces of the full buffer ([lo, lo + len), fp32), in order on the stream; a piece is valid
@@ -21,7 +21,7 @@ namespace sb {
 // over ranks of full[range] (n values on every rank) to the owners of its parts (owner_pieces,
 // src/comm/comm.hpp), in place: once finish() returns, this rank's part of range holds the sum (the
 // rest of range is left unspecified). Starts once `after` reaches this point; every rank must start
-// the same ranges in the same order. Ranges tiling [0, n) leave full[shard_of] reduced, in place of
+// the same ranges in the same order. Ranges tiling [0, n) leave full[slice_of] reduced, in place of
 // reduce_scatter_sum's output.
 class ZeroReducer {
  public:

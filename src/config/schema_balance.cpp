@@ -21,6 +21,8 @@ std::vector<KeySpec> schema_balance() {
       {"balance.shard_docs", T::Bool, "false", 0, 0, {}, "with data.long_docs = \"shard\": also shard a document that fits one micro-batch when its predicted cost is above the fair share (all documents' cost / ranks), over enough ranks that each part is within it; long documents get such groups anyway (src/balance/README.md, 'Sharded documents')"},
       {"balance.shard_part", T::Float, "1", 0.01, 1, {}, "with balance.shard_docs: a document that fits is sharded when it costs more than this fraction of the fair share, over enough ranks that each part is within it; small parts (0.1) fill the gaps whole documents leave, at more exchange (src/balance/README.md, 'Sharded documents')"},
       {"balance.curve_points", T::Int, "32", 2, 4096, {}, "samples of each rank's recall/time curve exchanged for balance.target = recall"},
+      {"balance.recall_rows", T::Int, "0", 0, 1 << 20, {}, "true recall (the dense softmax mass on the kept blocks, kernels::true_recall) measured on this many sampled query-block rows per layer and micro-batch; the recall model (balance.target = recall) learns from it instead of the gate's own estimate, and the metrics log records both (0 = off: the gate's estimate)"},
+      {"balance.recall_every", T::Int, "1", 1, 1 << 20, {}, "with balance.recall_rows: measure true recall every this many steps (steps without it leave the recall model as it is)"},
       // [simulate] the balancer on a modelled cluster (no model run)
       {"simulate.ranks", T::Int, "8", 1, 1 << 20, {}, "modelled ranks"},
       {"simulate.micro_batches", T::Int, "16", 1, 1 << 16, {}, "micro-batches per rank (token capacity simulate.capacity each)"},

@@ -39,7 +39,7 @@ std::vector<KeySpec> schema_model_train() {
       {"train.recompute", T::String, "none", 0, 0, {"none", "layer"}, "activation recomputation: layer = keep only each decoder layer's input (and block selection) in the forward and recompute the layer in its backward (less memory, about one more forward)"},
       {"train.threads", T::Int, "1", 0, 1024, {}, "BLAS threads per rank (0 = library default)"},
       {"train.bucket_mb", T::Float, "4", 0.001, 4096, {}, "gradient all-reduce bucket size in MiB"},
-      {"train.zero", T::Int, "0", 0, 1, {}, "ZeRO-1: 1 shards the AdamW moments over the ranks (gradients reduced to each slice's owner, weights all-gathered; checkpoints written collectively); on cuda the fp32 master weights too (NCCL, or MPI through the host when ranks share a GPU)"},
+      {"train.zero", T::Int, "0", 0, 1, {}, "ZeRO-1: 1 slices the AdamW moments over the ranks (gradients reduced to each slice's owner, weights all-gathered; checkpoints written collectively); on cuda the fp32 master weights too (NCCL, or MPI through the host when ranks share a GPU)"},
       {"train.overlap_reduce", T::Bool, "true", 0, 0, {}, "cuda, NCCL: reduce each layer's gradients during the step's last backward pass (all-reduced; train.zero = 1: to each slice's owner)"},
       {"train.phase_times", T::Bool, "false", 0, 0, {}, "cuda: print on rank 0 each step's GPU ms per phase (attention forward and backward, GEMMs, gating, elementwise, LM head + loss, optimizer, all-reduce; CUDA events) and the idle rest of its wall time"},
       {"train.nonfinite", T::String, "skip", 0, 0, {"skip", "stop"}, "on NaN/inf loss or gradient: skip the step or stop"},
@@ -56,6 +56,10 @@ std::vector<KeySpec> schema_model_train() {
       {"attention.k", T::Int, "4", 0, 1 << 20, {}, "default budget k0: blocks per query row besides the anchors"},
       {"attention.local_blocks", T::Int, "1", 0, 1 << 20, {}, "w local blocks before the diagonal, always kept"},
       {"attention.theta", T::Float, "8", 0, 1e30, {}, "threshold: drop blocks scoring below anchor - theta"},
+      {"attention.gate_query", T::String, "mean", 0, 0, {"mean", "max"}, "how the gate scores a key block for a query block: mean, the query block's mean vector; max, the best of its tokens' vectors (MoBA-style per-token scoring; kernels/README.md, 'Gate modes'). Default provisional, to be set by measurement"},
+      {"attention.gate_key", T::String, "mean", 0, 0, {"mean", "bounds", "sub"}, "the key block's summary the gate scores: mean, its mean key; bounds, per-dimension max and min (Quest: an upper bound on q.k in the block); sub, attention.gate_sub_blocks sub-block means, the best of them. Default provisional"},
+      {"attention.gate_sub_blocks", T::Int, "4", 1, 4096, {}, "attention.gate_key = \"sub\": sub-blocks per key block (must divide attention.block_size)"},
+      {"attention.dense_layers", T::String, "", 0, 0, {}, "layers that attend densely in a sparse run (hybrid layers; every causal block kept, no gating): comma-separated layer indices and/or last:N, e.g. \"last:3\" or \"0,5,last:2\"; empty: none"},
       {"attention.shard_exchange", T::String, "auto", 0, 0, {"auto", "allgather", "selective"}, "how a sharded document's K/V reach its group (data.long_docs = \"shard\", CPU): all-gather of the whole document, only the blocks each rank's rows keep (pooled keys shared for gating), or auto: selective when it moves below half the all-gather's rows (src/model/README.md, 'Sharded documents'); the CUDA path always all-gathers"},
       // [checkpoint]
       {"checkpoint.dir", T::String, "runs/tiny/ckpt", 0, 0, {}, "directory of checkpoints (ckpt_<step>.h5)"},
@@ -66,10 +70,11 @@ std::vector<KeySpec> schema_model_train() {
       {"log.path", T::String, "runs/tiny/metrics.h5", 0, 0, {}, "HDF5 metrics log"},
       {"log.every", T::Int, "2", 1, BIG, {}, "steps between log flushes"},
       {"log.progress", T::Bool, "true", 0, 0, {}, "print a progress line per step on rank 0"},
-      {"log.batches", T::String, "", 0, 0, {}, "write every step's documents (tokens, targets) to this JSON-lines file (rank 0; for bench/torch_trajectory.py); empty = off"},
+      {"log.batches", T::String, "", 0, 0, {}, "write every step's documents (tokens, targets) to this JSON-lines file (rank 0; for bench/torch/torch_trajectory.py); empty = off"},
       // [eval]
       {"eval.docs", T::Int, "32", 1, BIG, {}, "validation documents evaluated"},
       {"eval.buckets", T::String, "256,1024,4096", 0, 0, {}, "upper bounds of document-length buckets for the loss report"},
+      {"eval.diagnose_rows", T::Int, "16", 0, 1 << 20, {}, "eval --diagnose: sampled query-block rows per layer and document whose true recall is measured beside the gate's estimate"},
   };
 }
 

@@ -14,19 +14,19 @@ namespace sb {
 namespace {
 
 // The host path: Model<float> with OpenBLAS/Kokkos kernels, bucketed MPI_Allreduce. With
-// train.zero = 1 (opt sharded, ZeRO-1): the gradients are reduced to their owners range by range
+// train.zero = 1 (opt sliced, ZeRO-1): the gradients are reduced to their owners range by range
 // as the CUDA engine does (LayerReduction: each layer as the step's last backward finishes it, the
 // rest in the reduce phase; MPI_Reduce per piece, synchronous), this rank's slice is kept, the norm
 // is one all-reduce of the slices' squared sums, AdamW updates the slice of the weights and the
 // updated slices are all-gathered, so every rank again holds every weight.
 class CpuEngine final : public Engine {
  public:
-  CpuEngine(const TrainSettings& t, const Comm& comm, Model<float>& model, AdamW& opt)
+  CpuEngine(const EngineSettings& t, const Comm& comm, Model<float>& model, AdamW& opt)
       : comm_(comm), model_(model), opt_(opt), reducer_(comm, size_t(t.bucket_mb * 1024 * 1024)), zero_(t.zero),
         owners_(model.layout(), model.weights().size(), [this](Slice r) {
           reducer_.reduce_to_owners(model_.grads().data(), model_.grads().size(), r);
         }) {
-    if (zero_) g_mine_.resize(opt.shard().size());
+    if (zero_) g_mine_.resize(opt.slice().size());
   }
   void zero_grads() override { model_.zero_grads(); }
   // As on the GPU, a batch with shards leaves the per-layer start off (its members exchange rows
@@ -35,6 +35,7 @@ class CpuEngine final : public Engine {
     if (!zero_ || !last || !b.shards.empty()) return model_.forward_backward(b, a, loss_scale, shard_exchange);
     return model_.forward_backward(b, a, loss_scale, shard_exchange, [this](int l) { owners_.layer_done(l); });
   }
+  void set_probe(SelectionProbe p) override { model_.set_probe(std::move(p)); }
   MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax) override {
     return model_.forward(b, a, argmax);
   }
@@ -45,7 +46,7 @@ class CpuEngine final : public Engine {
     std::vector<float>& g = model_.grads();
     if (!zero_) return reducer_.allreduce_sum(g.data(), g.size());
     owners_.rest();
-    const Slice sh = opt_.shard();
+    const Slice sh = opt_.slice();
     std::copy(g.begin() + long(sh.lo), g.begin() + long(sh.hi), g_mine_.begin());
   }
   double gradient_norm() override {
@@ -81,7 +82,7 @@ class CpuEngine final : public Engine {
   AdamW& opt_;
   MpiGradReducer reducer_;
   bool zero_;
-  std::vector<float> g_mine_;  // zero: the reduced gradient of opt_.shard()
+  std::vector<float> g_mine_;  // zero: the reduced gradient of opt_.slice()
   LayerReduction owners_;      // zero: the gradients reduced to their owners, range by range
 };
 
@@ -127,10 +128,10 @@ std::string cpu_device_name(const Comm& comm) {
   return "cpu: " + name + " (" + std::to_string(comm.size()) + " ranks)";
 }
 
-std::unique_ptr<Engine> make_engine(const Settings& s, const Comm& comm, Model<float>& model, AdamW& opt) {
-  const std::string& dev = s.train.device;
-  model.set_exec(s.train.exec);  // the CPU model runs it; the CUDA engine passes it to its model
-  if (dev == "cpu") return std::make_unique<CpuEngine>(s.train, comm, model, opt);
+std::unique_ptr<Engine> make_engine(const EngineSettings& s, const Comm& comm, Model<float>& model, AdamW& opt) {
+  const std::string& dev = s.device;
+  model.set_exec(s.exec);  // the CPU model runs it; the CUDA engine passes it to its model
+  if (dev == "cpu") return std::make_unique<CpuEngine>(s, comm, model, opt);
 #ifdef SB_WITH_CUDA
   if (dev == "cuda") return make_cuda_engine(s, comm, model, opt);
 #endif

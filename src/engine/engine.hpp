@@ -13,13 +13,24 @@
 #include <vector>
 
 #include "src/comm/comm.hpp"
-#include "src/train/settings.hpp"
 #include "src/model/model.hpp"
 #include "src/engine/update.hpp"
 
 namespace sb {
 
 class ShardGroups;
+
+// What an engine acts on, from the typed settings (Settings::engine(), src/train/settings.hpp).
+struct EngineSettings {
+  std::string device = "cpu";  // train.device: "cpu" | "cuda"
+  double bucket_mb = 4;        // train.bucket_mb
+  bool overlap_reduce = true;  // train.overlap_reduce
+  bool zero = false;           // train.zero = 1: AdamW state sliced over the ranks (ZeRO-1)
+  ModelExec exec;              // model.lm_head_chunk, train.recompute
+  bool phase_times = false;    // train.phase_times: per-phase GPU times each step (cuda)
+  int block_size = 32;         // attention.block_size (the CUDA kernels take 64 or 128)
+  bool parts = false;          // data.long_docs = "shard": documents split into parts over rank groups
+};
 
 class Engine {
  public:
@@ -37,6 +48,9 @@ class Engine {
                                            bool last = false) = 0;
   // Forward only (eval): as Model::forward, `argmax` (optional) gets every token's greedy prediction.
   virtual MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax) = 0;
+  // The diagnostics' probe (eval --diagnose, model.hpp SelectionProbe), empty: none. The CUDA engine
+  // gates on the host while one is set (the probe reads and changes a host selection).
+  virtual void set_probe(SelectionProbe p) = 0;
   // Fault injection (train.inject_nan_step): the first gradient becomes +inf.
   virtual void poison_gradient() = 0;
   virtual void reduce_gradients() = 0;  // sum over ranks, in place
@@ -60,7 +74,7 @@ class Engine {
 
 // By train.device: "cpu" or "cuda" (one GPU per rank, chosen by node-local rank). The engine keeps
 // references to model, opt and comm. Errors name train.device when this build or machine cannot.
-std::unique_ptr<Engine> make_engine(const Settings& s, const Comm& comm, Model<float>& model, AdamW& opt);
+std::unique_ptr<Engine> make_engine(const EngineSettings& s, const Comm& comm, Model<float>& model, AdamW& opt);
 
 // The ranges of the flat gradient buffer (n values) that the reduction runs over, in the order
 // every rank starts them: the layers from the last to the first (the order the backward finishes
@@ -90,7 +104,7 @@ class LayerReduction {
 std::string cpu_device_name(const Comm& comm);
 
 #ifdef SB_WITH_CUDA
-std::unique_ptr<Engine> make_cuda_engine(const Settings& s, const Comm& comm, Model<float>& model, AdamW& opt);
+std::unique_ptr<Engine> make_cuda_engine(const EngineSettings& s, const Comm& comm, Model<float>& model, AdamW& opt);
 #endif
 
 }  // namespace sb

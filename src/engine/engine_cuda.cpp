@@ -1,6 +1,6 @@
 // The CUDA engine: one GPU per rank (node-local rank picks it), the model in mixed precision
 // (src/model/model_cuda.cpp), AdamW on fp32 master weights on the device, NCCL all-reduce; with
-// train.zero = 1 the optimizer state is sharded over the ranks (src/engine/zero_cuda.hpp).
+// train.zero = 1 the optimizer state is sliced over the ranks (src/engine/zero_cuda.hpp).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -25,11 +25,11 @@ namespace {
 
 // Picks this rank's GPU and checks that the model fits the CUDA kernels; errors name the keys.
 // Shapes first: a config that cannot run on any GPU is reported as such, also on a machine without one.
-int choose_device(const AttentionSettings& a, const Comm& comm, const ModelDims& d, bool* shared) {
+int choose_device(int block_size, const Comm& comm, const ModelDims& d, bool* shared) {
   if (d.head_dim != 64 && d.head_dim != 128)
     throw Error("train.device = \"cuda\": the head dim model.d_model / model.n_heads = " + std::to_string(d.head_dim) +
                 "; the CUDA attention kernels take 64 or 128");
-  const int64_t bs = a.block_size;
+  const int64_t bs = block_size;
   if (bs != 64 && bs != 128)
     throw Error("train.device = \"cuda\": attention.block_size = " + std::to_string(bs) +
                 "; the CUDA attention kernels take 64 or 128");
@@ -45,36 +45,36 @@ int choose_device(const AttentionSettings& a, const Comm& comm, const ModelDims&
 
 class CudaEngine final : public Engine {
  public:
-  CudaEngine(const Settings& s, const Comm& comm, Model<float>& model, AdamW& opt)
+  CudaEngine(const EngineSettings& s, const Comm& comm, Model<float>& model, AdamW& opt)
       : comm_(comm), model_(model), opt_(opt) {
     bool shared = false;
-    const int dev = choose_device(s.attention, comm, model.shape(), &shared);
-    gpu_ = std::make_unique<ModelCuda>(model.shape(), model.layout(), !s.train.zero);  // zero: the master is sliced
-    gpu_->set_exec(s.train.exec);
-    gpu_->phases().set_on(s.train.phase_times);
-    if (!s.train.zero) m_.resize(gpu_->size()), v_.resize(gpu_->size());
-    const size_t bucket = size_t(s.train.bucket_mb * 1024 * 1024);
+    const int dev = choose_device(s.block_size, comm, model.shape(), &shared);
+    gpu_ = std::make_unique<ModelCuda>(model.shape(), model.layout(), !s.zero);  // zero: the master is sliced
+    gpu_->set_exec(s.exec);
+    gpu_->phases().set_on(s.phase_times);
+    if (!s.zero) m_.resize(gpu_->size()), v_.resize(gpu_->size());
+    const size_t bucket = size_t(s.bucket_mb * 1024 * 1024);
     ZeroReducer* zred = nullptr;
     // The reduction range by range (LayerReduction) when the layers tile their part of the buffer:
     // all-reduced (NCCL only), or with train.zero = 1 reduced to their owners (NCCL, or through the
     // host when ranks share a GPU: the same code path, without the overlap).
     layers_ = std::make_unique<LayerReduction>(model.layout(), gpu_->size(), [this](Slice r) { start_range(r); });
-    const bool by_range = s.train.overlap_reduce && layers_->on();
+    const bool by_range = s.overlap_reduce && layers_->on();
     if (shared) {
       auto host = std::make_unique<HostStagedGradReducer>(comm, bucket, gpu_->stream());
       zred = host.get();
       reducer_ = std::move(host);
     } else {
       auto nccl = std::make_unique<NcclGradReducer>(comm, bucket, gpu_->stream());
-      if (by_range && !s.train.zero) nccl_ = nccl.get();
+      if (by_range && !s.zero) nccl_ = nccl.get();
       zred = nccl.get();
       reducer_ = std::move(nccl);
     }
-    if (by_range && s.train.zero) owners_ = zred;
-    if (s.train.zero) zero_ = std::make_unique<ZeroCuda>(comm, *gpu_, model.layout(), opt, *zred, bucket, owners_);
+    if (by_range && s.zero) owners_ = zred;
+    if (s.zero) zero_ = std::make_unique<ZeroCuda>(comm, *gpu_, model.layout(), opt, *zred, bucket, owners_);
     const bool any_shared = comm.allreduce_max(shared ? 1.0 : 0.0) > 0;
     // Sharded documents by the gradients' rule (collective: every rank the same choice).
-    if (s.data.shard_long) shard_dev_ = std::make_unique<ShardExchangeDevice>(comm, !any_shared);
+    if (s.parts) shard_dev_ = std::make_unique<ShardExchangeDevice>(comm, !any_shared);
     cudaDeviceProp p{};
     SB_CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
     gpu_name_ = p.name;
@@ -106,6 +106,7 @@ class CudaEngine final : public Engine {
       layers_->layer_done(l);
     });
   }
+  void set_probe(SelectionProbe p) override { gpu_->set_probe(std::move(p)); }
   MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax) override {
     return gpu_->forward(b, a, argmax);
   }
@@ -254,7 +255,7 @@ class CudaEngine final : public Engine {
 
 }  // namespace
 
-std::unique_ptr<Engine> make_cuda_engine(const Settings& s, const Comm& comm, Model<float>& model, AdamW& opt) {
+std::unique_ptr<Engine> make_cuda_engine(const EngineSettings& s, const Comm& comm, Model<float>& model, AdamW& opt) {
   return std::make_unique<CudaEngine>(s, comm, model, opt);
 }
 

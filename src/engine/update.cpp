@@ -40,16 +40,16 @@ void AdamW::step(const ParamLayout& layout, double grad_norm, double lr, int64_t
 }
 
 void AdamW::step(Model<float>& model, std::span<float> g, double grad_norm, double lr, int64_t step) {
-  if (g.size() != shard_.size()) throw std::logic_error("AdamW::step: gradient is not the size of the shard");
+  if (g.size() != slice_.size()) throw std::logic_error("AdamW::step: gradient is not the size of the slice");
   float* w = model.weights().data();
-  const size_t lo = shard_.lo;
+  const size_t lo = slice_.lo;
   this->step(
       model.layout(), grad_norm, lr, step,
       [&](float c) {
         for (float& x : g) x *= c;
       },
-      [&](const ParamInfo& p, const AdamWArgs& a) {  // the part of tensor p inside the shard, if any
-        const size_t b = std::max(p.offset, lo), e = std::min(p.offset + p.size, shard_.hi);
+      [&](const ParamInfo& p, const AdamWArgs& a) {  // the part of tensor p inside the slice, if any
+        const size_t b = std::max(p.offset, lo), e = std::min(p.offset + p.size, slice_.hi);
         if (b >= e) return;
         kernels::adamw(w + b, g.data() + (b - lo), m_.data() + (b - lo), v_.data() + (b - lo), e - b, a.lr,
                        a.beta1, a.beta2, a.eps, a.weight_decay, a.step);
@@ -65,15 +65,15 @@ static double peak_host_mib() {  // VmHWM: the resident set's high-water mark
 }
 
 std::string memory_line(const AdamW& opt, bool zero) {
-  const size_t grad_shard_floats = zero ? opt.shard().size() : 0;  // the reduce-scatter's output
+  const size_t grad_slice_floats = zero ? opt.slice().size() : 0;  // the reduce-scatter's output
   const double mib = 1.0 / (1024.0 * 1024.0), n = double(opt.params());
-  const double opt_mib = double(opt.m().size() + opt.v().size() + grad_shard_floats) * sizeof(float) * mib;
+  const double opt_mib = double(opt.m().size() + opt.v().size() + grad_slice_floats) * sizeof(float) * mib;
   char buf[320];
   std::snprintf(buf, sizeof buf,
                 "memory per rank: weights %.1f MiB, gradients %.1f MiB, optimizer %.1f MiB (AdamW moments%s of %zu "
                 "of %zu parameters, train.zero = %d); peak host %.1f MiB",
-                n * sizeof(float) * mib, n * sizeof(float) * mib, opt_mib, grad_shard_floats ? " and reduced gradient" : "",
-                opt.shard().size(), opt.params(), zero ? 1 : 0, peak_host_mib());
+                n * sizeof(float) * mib, n * sizeof(float) * mib, opt_mib, grad_slice_floats ? " and reduced gradient" : "",
+                opt.slice().size(), opt.params(), zero ? 1 : 0, peak_host_mib());
   return buf;
 }
 

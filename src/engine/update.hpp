@@ -35,14 +35,14 @@ struct AdamWArgs {
 class AdamW {
  public:
   // n: parameters; the host moments m(), v() (the CUDA engine keeps its own on the device and
-  // copies them here for checkpoints). `shard`: the slice of the flat parameter buffer whose
-  // moments this rank keeps and updates (train.zero = 1: shard_of(n, rank, ranks); else all).
+  // copies them here for checkpoints). `slice`: the slice of the flat parameter buffer whose
+  // moments this rank keeps and updates (train.zero = 1: slice_of(n, rank, ranks); else all).
   AdamW(const OptimSettings& o, size_t n) : AdamW(o, n, Slice{0, n}) {}
-  AdamW(const OptimSettings& o, size_t n, Slice shard)
-      : o_(o), n_(n), shard_(shard), m_(shard.size(), 0.f), v_(shard.size(), 0.f) {}
+  AdamW(const OptimSettings& o, size_t n, Slice slice)
+      : o_(o), n_(n), slice_(slice), m_(slice.size(), 0.f), v_(slice.size(), 0.f) {}
   const OptimSettings& settings() const { return o_; }
   size_t params() const { return n_; }
-  Slice shard() const { return shard_; }
+  Slice slice() const { return slice_; }
   double lr(int64_t step) const { return lr_at(o_, step); }
   // The factor that clips a gradient of norm grad_norm to grad_clip (1 when within it or off).
   float clip_factor(double grad_norm) const;
@@ -50,10 +50,10 @@ class AdamW {
   // tensor(p, args) for every tensor of `layout` in order (decay on matrices, not norms).
   void step(const ParamLayout& layout, double grad_norm, double lr, int64_t step, const std::function<void(float)>& scale,
             const std::function<void(const ParamInfo&, const AdamWArgs&)>& tensor) const;
-  // The host step: `g`, the gradient of shard() (shard().size() values), clipped in place, then
-  // kernels::adamw on the shard of `model`'s weights and on m(), v() (each tensor's part of it).
+  // The host step: `g`, the gradient of slice() (slice().size() values), clipped in place, then
+  // kernels::adamw on the slice of `model`'s weights and on m(), v() (each tensor's part of it).
   void step(Model<float>& model, std::span<float> g, double grad_norm, double lr, int64_t step);
-  std::vector<float>& m() { return m_; }  // moments of shard(), shard().size() values
+  std::vector<float>& m() { return m_; }  // moments of slice(), slice().size() values
   std::vector<float>& v() { return v_; }
   const std::vector<float>& m() const { return m_; }
   const std::vector<float>& v() const { return v_; }
@@ -61,7 +61,7 @@ class AdamW {
  private:
   OptimSettings o_;
   size_t n_;
-  Slice shard_;
+  Slice slice_;
   std::vector<float> m_, v_;
 };
 

@@ -12,7 +12,7 @@ namespace kc = kernels::cuda;
 
 ZeroCuda::ZeroCuda(const Comm& comm, ModelCuda& gpu, const ParamLayout& layout, AdamW& opt, ZeroReducer& red,
                    size_t bucket_bytes, bool in_place)
-    : comm_(comm), gpu_(gpu), layout_(layout), opt_(opt), red_(red), host_(comm, bucket_bytes), sh_(opt.shard()) {
+    : comm_(comm), gpu_(gpu), layout_(layout), opt_(opt), red_(red), host_(comm, bucket_bytes), sh_(opt.slice()) {
   if (gpu.has_master() || sh_.hi > gpu.size() || opt.params() != gpu.size())
     throw std::logic_error("ZeroCuda: the model keeps its own master, or the slice does not fit it");
   master_.resize(sh_.size()), m_.resize(sh_.size()), v_.resize(sh_.size());

@@ -1,6 +1,6 @@
 // ZeRO-1 in the CUDA engine (train.zero = 1 with train.device = "cuda"): this rank's slice of the
 // fp32 master weights, of the AdamW moments and of the reduced gradient live on the device (the
-// slice is AdamW::shard(), shard_of as on the CPU, so checkpoints and resume are the same code).
+// slice is AdamW::slice(), slice_of as on the CPU, so checkpoints and resume are the same code).
 // A step: the gradients are reduce-scattered into the slice (ZeroReducer: NCCL, or MPI through host
 // memory when ranks share a GPU), the norm is one all-reduce of the slices' squared sums, AdamW
 // updates the slice, and the updated fp32 slices are all-gathered into the model's bf16 copy and

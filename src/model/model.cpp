@@ -7,6 +7,7 @@
 #include <numbers>
 #include <random>
 #include <stdexcept>
+#include <type_traits>
 
 #include "base/error.hpp"
 
@@ -133,6 +134,8 @@ void Model<T>::zero_grads() {
 
 void check_inputs(const PackedBatch& b, const AttnSettings& a, const ModelDims& s) {
   if (int(a.k.size()) != s.n_layers) throw std::logic_error("AttnSettings.k must hold one budget per layer");
+  if (!a.dense.empty() && int(a.dense.size()) != s.n_layers)
+    throw std::logic_error("AttnSettings.dense must hold one flag per layer (or none)");
   int64_t rows = b.cu_seqlens.empty() ? 0 : b.cu_seqlens.back();
   for (const DocShard& sh : b.shards) rows += sh.local_tokens();
   if (rows != b.n() || (!b.shards.empty() && b.cu_seqlens.empty()))
@@ -225,11 +228,12 @@ void Model<T>::layer_forward(int l, const PackedBatch& b, const AttnSettings& a,
   k::rope_fwd(A.kk.data(), b.pos.data(), N, Hkv, D, s.rope_theta);
   if (gate) {
     auto tg = Clock::now();
-    st.gating[l] = a.sparse ? k::gate_blocks(A.q.data(), A.kk.data(), b.cu_seqlens.data(), nd, ashape,
-                                             k::GatingParams{a.k[l], a.local_blocks, a.theta}, A.sel)
-                            : k::select_all_causal(b.cu_seqlens.data(), nd, ashape, A.sel);
+    st.gating[l] = a.sparse_at(l) ? k::gate_blocks(A.q.data(), A.kk.data(), b.cu_seqlens.data(), nd, ashape,
+                                                   a.gating(l), A.sel)
+                                  : k::select_all_causal(b.cu_seqlens.data(), nd, ashape, A.sel);
     st.gating_ms += ms_since(tg);
   }
+  if (gate && a.sparse_at(l)) probe_and_sample(l, a, ashape, b, A, st);
   auto ta = Clock::now();
   k::block_attention_fwd(A.q.data(), A.kk.data(), A.v.data(), b.cu_seqlens.data(), nd, ashape, A.sel,
                          sized(A.att, size_t(N) * HD), sized(A.lse, size_t(N) * H));
@@ -237,8 +241,8 @@ void Model<T>::layer_forward(int l, const PackedBatch& b, const AttnSettings& a,
   const size_t n_seq = b.cu_seqlens.empty() ? 0 : size_t(b.cu_seqlens.back());  // rows of the whole sequences
   for (size_t i = 0, at = n_seq; i < b.shards.size(); at += size_t(b.shards[i++].local_tokens())) {
     const k::GatingStats g = shard_attention_fwd(b.shards[i], *ex, A.q.data() + at * HD, A.kk.data() + at * KD,
-                                                 A.v.data() + at * KD, ashape, a.sparse,
-                                                 k::GatingParams{a.k[l], a.local_blocks, a.theta}, A.shard_sel[i],
+                                                 A.v.data() + at * KD, ashape, a.sparse_at(l), a.gating(l),
+                                                 A.shard_sel[i],
                                                  A.att.data() + at * HD, A.lse.data() + at * H);
     if (gate) add_stats(st.gating[l], g);
   }
@@ -253,6 +257,35 @@ void Model<T>::layer_forward(int l, const PackedBatch& b, const AttnSettings& a,
   k::swiglu_fwd(A.gate.data(), A.up.data(), sized(A.h, size_t(N) * F), size_t(N) * F);
   k::linear_fwd(A.h.data(), W(I.down), tmp.data(), N, F, C);
   for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
+}
+
+std::vector<int64_t> recall_sample(int64_t rows, int n, int layer, int64_t tokens) {
+  std::vector<int64_t> out;
+  if (rows <= 0 || n <= 0) return out;
+  uint64_t x = 0x9E3779B97F4A7C15ull * uint64_t(layer + 1) ^ uint64_t(tokens);  // splitmix64 stream
+  for (int i = 0; i < n; ++i) {
+    uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    out.push_back(int64_t((z ^ (z >> 31)) % uint64_t(rows)));
+  }
+  return out;
+}
+
+// After a sparse layer's gating: the diagnostics probe (float models), then the true recall of
+// a.recall_rows sampled rows into the layer's stats.
+template <class T>
+void Model<T>::probe_and_sample(int l, const AttnSettings& a, const k::AttnShape& ashape, const PackedBatch& b, Layer& A,
+                                MicroBatchStats& st) {
+  if constexpr (std::is_same_v<T, float>)
+    if (probe_) probe_(l, A.q.data(), A.kk.data(), A.sel);
+  const int64_t rows = A.sel.doc_row_base.empty() ? 0 : A.sel.doc_row_base.back();
+  if (a.recall_rows <= 0 || rows == 0) return;
+  const std::vector<int64_t> pick = recall_sample(rows, a.recall_rows, l, b.n());
+  std::vector<float> got(pick.size());
+  k::true_recall(A.q.data(), A.kk.data(), b.cu_seqlens.data(), b.ndocs(), ashape, A.sel, pick.data(), int(pick.size()),
+                 got.data());
+  for (float r : got) st.gating[size_t(l)].true_rows += 1, st.gating[size_t(l)].true_recall_sum += r;
 }
 
 template <class T>

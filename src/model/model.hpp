@@ -84,10 +84,30 @@ struct ParamLayout {
 // How attention runs for one micro-batch: mode and gating parameters, and a budget per layer.
 struct AttnSettings {
   bool sparse = true;
+  // The gate's mode (attention.gate_query, gate_key, gate_sub_blocks; kernels::GatingParams).
+  kernels::GateQuery gate_query = kernels::GateQuery::mean;
+  kernels::GateKey gate_key = kernels::GateKey::mean;
+  int gate_sub_blocks = 4;
+  // Layer l gates (sparse, not one of attention.dense_layers), and its gating parameters.
+  bool sparse_at(int l) const { return sparse && !(size_t(l) < dense.size() && dense[size_t(l)]); }
+  kernels::GatingParams gating(int l) const {
+    return {l >= 0 ? k[size_t(l)] : 0, local_blocks, theta, gate_query, gate_key, gate_sub_blocks};
+  }
+  int recall_rows = 0;  // sparse: rows per layer whose true recall is measured (balance.recall_rows), 0: none
   int block_size = 32, local_blocks = 1;
   double theta = 8;
   std::vector<int> k;  // (n_layers) budget per layer
+  std::vector<uint8_t> dense;  // (n_layers) 1: the layer attends densely (attention.dense_layers); empty: none
 };
+
+// Diagnostics (eval --diagnose, src/train/diagnose.hpp): called in a sparse forward after layer l's
+// gating, with the layer's post-RoPE q (N, H*D) and k (N, Hkv*D) on the host (float) and the
+// selection of the whole sequences, which it may change (the oracle gate adds key blocks).
+using SelectionProbe = std::function<void(int l, const float* q, const float* k, kernels::BlockSelection& sel)>;
+
+// True recall (kernels::true_recall) of `n` rows of `sel` drawn without a pattern from the layer
+// and the batch (the same rows on every run): their count and sum go into st.true_rows/true_recall_sum.
+std::vector<int64_t> recall_sample(int64_t rows, int n, int layer, int64_t tokens);
 
 // What one micro-batch's forward/backward observed, for the balancer and the log.
 struct MicroBatchStats {
@@ -115,7 +135,7 @@ struct DocShard {
 // whole document. Selective: after gating on the shared pooled keys, a member receives only the
 // blocks its own rows keep. Auto: selective when it moves well below the all-gather (kAutoShare).
 enum class ShardExchangeMode { AllGather, Selective, Auto };
-constexpr double kAutoShare = 0.5;  // Auto's threshold: selective rows / all-gather rows (bench/RESULTS.md)
+constexpr double kAutoShare = 0.5;  // Auto's threshold: selective rows / all-gather rows (bench/results/2026-12-01-kv-exchange.md)
 
 // Who needs which rows of a sharded document (the selective exchange): every member's token ranges
 // [begin, end) of blocks other members own that its rows keep, ascending; shared by share_needs.
@@ -172,7 +192,7 @@ struct PackedBatch {
 // `gating` (one per layer, blocks of `block_size`): 6 * flop_params() * tokens plus, per layer,
 // 3 x the forward attention's 4 * H * D FLOPs per query-key pair, pairs per query head =
 // block_size^2 * (kept blocks - rows / 2) / n_kv_heads (the diagonal block counted as half), the
-// formula of bench/torch_model_ref.py. Recomputation (train.recompute) is not counted.
+// formula of bench/torch/torch_model_ref.py. Recomputation (train.recompute) is not counted.
 double train_flops(const ModelDims& s, int64_t tokens, const std::vector<kernels::GatingStats>& gating,
                    int block_size);
 // Attention of this rank's query rows of one sharded document against the whole document
@@ -226,6 +246,7 @@ class Model {
   void zero_grads();
   const ModelExec& exec() const { return exec_; }
   void set_exec(const ModelExec& e) { exec_ = e; }
+  void set_probe(SelectionProbe p) { probe_ = std::move(p); }  // empty: none
 
  private:
   struct Layer;  // saved activations of one layer
@@ -234,6 +255,8 @@ class Model {
                       const std::function<void(int)>& layer_done = {});
   void layer_forward(int l, const PackedBatch& b, const AttnSettings& a, std::vector<T>& x, Layer& A, bool gate,
                      MicroBatchStats& st, const ShardExchange<T>* ex);
+  void probe_and_sample(int l, const AttnSettings& a, const kernels::AttnShape& ashape, const PackedBatch& b, Layer& A,
+                        MicroBatchStats& st);
   T* W(size_t idx) { return w_.data() + layout_.params[idx].offset; }
   T* G(size_t idx) { return g_.data() + layout_.params[idx].offset; }
 
@@ -241,6 +264,7 @@ class Model {
   ParamLayout layout_;
   std::vector<T> w_, g_;  // flat parameters and gradients, in layout order
   ModelExec exec_;
+  SelectionProbe probe_;
 };
 
 }  // namespace sb

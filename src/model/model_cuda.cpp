@@ -232,13 +232,24 @@ void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a
                           A.v.resize(size_t(N) * KD), s.qkv_bias ? W(I.q_bias) : nullptr,
                           s.qkv_bias ? W(I.k_bias) : nullptr, s.qkv_bias ? W(I.v_bias) : nullptr, pos_.data(), N, H,
                           Hkv, D, s.rope_theta, cs);
-  // Sparse: the kept blocks selected on the device (DeviceGating). Dense keeps every causal block in
-  // every layer: one selection per micro-batch, built on the host at layer 0 (it synchronises).
+  // Sparse: the kept blocks selected on the device (DeviceGating); a dense layer of a sparse run
+  // (attention.dense_layers) keeps every causal block, one such selection per micro-batch shared by
+  // those layers. Dense keeps every causal block in every layer: one selection per micro-batch, built
+  // on the host at layer 0 (it synchronises).
   ph.mark(P::gating, cs);
   if (gate && !a.sparse && l > 0) {
     K.selp = layers_[0]->selp;
     st.gating[l] = st.gating[0];
-  } else if (gate && a.sparse) {
+  } else if (gate && !a.sparse_at(l)) {  // a dense layer of a sparse run: every causal block, built once a micro-batch
+    if (!dense_sel_ready_) {
+      kernels::BlockSelection sel;
+      kernels::select_all_causal(b.cu_seqlens.data(), nd, ashape, sel);
+      dense_sel_.upload(sel, b.cu_seqlens.data(), nd, ashape, cs);
+      dense_sel_ready_ = true;
+    }
+    K.selp = &dense_sel_;
+    st.gating[l] = kernels::all_causal_stats(b.cu_seqlens.data(), nd, ashape);
+  } else if (gate && a.sparse && !probe_) {
     const size_t tg = gtimers.start();
     gating_->select(A.q.data(), A.k.data(), l, K.sel, cs);
     gtimers.stop(tg);
@@ -247,12 +258,36 @@ void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a
     SB_CUDA_CHECK(cudaStreamSynchronize(cs));
     const auto tg = Clock::now();
     kernels::BlockSelection sel;
-    // the stats in the gating's blocks, as the CPU engine and the latency model count them
-    kernels::select_all_causal(b.cu_seqlens.data(), nd, ashape, sel);
-    st.gating[l] = kernels::all_causal_stats(b.cu_seqlens.data(), nd, {H, Hkv, D, a.block_size});
+    if (a.sparse_at(l)) {  // the diagnostics' host selection (probe_: device gating is off)
+      st.gating[l] = kc::gate_blocks(A.q.data(), A.k.data(), b.cu_seqlens.data(), nd, ashape, a.gating(l), sel, cs);
+    } else {  // the stats in the gating's blocks, as the CPU engine and the latency model count them
+      kernels::select_all_causal(b.cu_seqlens.data(), nd, ashape, sel);
+      st.gating[l] = kernels::all_causal_stats(b.cu_seqlens.data(), nd, {H, Hkv, D, a.block_size});
+    }
+    if (probe_ && a.sparse_at(l)) {  // the diagnostics: float copies of q and k, the host selection
+      auto host = [&](const kc::bf16* d, size_t n) {
+        std::vector<kc::bf16> h(n);
+        SB_CUDA_CHECK(cudaMemcpyAsync(h.data(), d, n * sizeof(kc::bf16), cudaMemcpyDeviceToHost, cs));
+        SB_CUDA_CHECK(cudaStreamSynchronize(cs));
+        std::vector<float> f(n);
+        for (size_t i = 0; i < n; ++i) f[i] = __bfloat162float(h[i]);
+        return f;
+      };
+      const std::vector<float> qh = host(A.q.data(), size_t(N) * HD), kh = host(A.k.data(), size_t(N) * KD);
+      probe_(l, qh.data(), kh.data(), sel);
+    }
     K.sel.upload(sel, b.cu_seqlens.data(), nd, ashape, cs);
     K.selp = &K.sel;
     st.gating_ms += ms_since(tg);
+  }
+  if (gate && a.sparse_at(l) && a.recall_rows > 0) {  // true recall of sampled rows (DST, balance.recall_rows)
+    int64_t rows = 0;
+    for (int d = 0; d < nd; ++d) rows += int64_t(Hkv) * ((b.cu_seqlens[d + 1] - b.cu_seqlens[d] + a.block_size - 1) / a.block_size);
+    const std::vector<int64_t> pick = recall_sample(rows, a.recall_rows, l, N);
+    std::vector<float> got(pick.size());
+    kc::true_recall(A.q.data(), A.k.data(), b.cu_seqlens.data(), nd, ashape, *K.selp, pick.data(), int(pick.size()),
+                    got.data(), cs);
+    for (float r : got) st.gating[size_t(l)].true_rows += 1, st.gating[size_t(l)].true_recall_sum += r;
   }
   ph.mark(P::attn_fwd, cs);
   const size_t ta = timers.start();
@@ -306,8 +341,8 @@ void ModelCuda::shards_forward(int l, const PackedBatch& b, const AttnSettings& 
   for (size_t i = 0, at = size_t(b.cu_seqlens.back()); i < b.shards.size(); at += size_t(b.shards[i++].local_tokens())) {
     if (!K.shard_sel[i]) K.shard_sel[i] = std::make_unique<kc::DeviceSelection>();
     const kernels::GatingStats g = shard_attention_fwd_cuda(
-        b.shards[i], *shard_ex_, A.q.data() + at * HD, A.k.data() + at * KD, A.v.data() + at * KD, ashape, a.sparse,
-        kernels::GatingParams{a.k[l], a.local_blocks, a.theta}, gate, *K.shard_sel[i], A.att.data() + at * HD,
+        b.shards[i], *shard_ex_, A.q.data() + at * HD, A.k.data() + at * KD, A.v.data() + at * KD, ashape,
+        a.sparse_at(l), a.gating(l), gate, *K.shard_sel[i], A.att.data() + at * HD,
         A.lse.data() + at * H, *shard_ws_, stream_);
     if (gate) {
       kernels::GatingStats& t = K.shard_stats;
@@ -339,6 +374,7 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   const size_t NC = size_t(N) * C, NF = size_t(N) * F;
   check_inputs(b, a, s);
   shard_ex_ = ex;
+  dense_sel_ready_ = false;
   MicroBatchStats st;
   st.gating.resize(L);
   if (N == 0) return st;
@@ -351,10 +387,10 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   using P = Phase;
   // Sparse gating on the device (select_device.cu): budgets and buffers once per micro-batch, then
   // no host round trip per layer (the host-built lists, one sync a layer, took 1.37x its time:
-  // bench/RESULTS.md, "the sparse selection built on the device").
-  const bool dev_sel = a.sparse;
+  // bench/results/2026-12-01-device-selection.md). The diagnostics (probe_) read a host selection.
+  const bool dev_sel = a.sparse && !probe_;
   if (dev_sel) {
-    gating_->prepare(b.cu_seqlens.data(), b.ndocs(), ashape, a.k, a.local_blocks, a.theta, cs);
+    gating_->prepare(b.cu_seqlens.data(), b.ndocs(), ashape, a.k, a.gating(-1), cs);
     for (auto& A : layers_) gating_->reserve(A->sel);
   }
   ph.mark(P::elementwise, cs);
@@ -379,8 +415,8 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   // LM head and loss in chunks of `rows` tokens, never the whole (N, V) logits: logits (rows, V)
   // bf16, overwritten by dlogits (cross_entropy_inplace), reused by every chunk, and the head's
   // backward runs per chunk (fused): dxf (N, C) = dlogits W, the head's gradient += dlogits^T xf.
-  // (fp32 logits with a second bf16 buffer for dlogits took 1.20x the LM head's time: bench/RESULTS.md,
-  // "the LM head's cross-entropy streamed and its logits in bf16".)
+  // (fp32 logits with a second bf16 buffer for dlogits took 1.20x the LM head's time:
+  // bench/results/2026-12-02-lm-head-streamed.md.)
   const int rows = exec_.head_rows(N, V, int(sizeof(bf16)));
   bf16* logits = head16_.resize(size_t(rows) * V);  // (rows, V), then dlogits over them
   float* dxf = backward ? dxf_.resize(NC) : nullptr;
@@ -467,7 +503,8 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   SB_CUDA_CHECK(cudaStreamSynchronize(cs));
   ph.collect();
   if (dev_sel) {
-    for (int l = 0; l < L; ++l) st.gating[l] = gating_->stats(l);
+    for (int l = 0; l < L; ++l)  // dense layers (attention.dense_layers) counted theirs in the forward
+      if (a.sparse_at(l)) st.gating[l] = gating_->stats(l);
     st.gating_ms = gtimers.total_ms();
   }
   for (int l = 0; l < L && !b.shards.empty(); ++l) {  // the shards' rows, once per layer

@@ -129,6 +129,9 @@ class ModelCuda {
   // Memory-for-time choices (ModelExec, model.hpp): the LM head's chunk, layer recomputation.
   const ModelExec& exec() const { return exec_; }
   void set_exec(const ModelExec& e) { exec_ = e; }
+  // The diagnostics' probe (model.hpp): while set, sparse layers gate on the host and the probe
+  // gets float copies of q and k and the host selection before its upload.
+  void set_probe(SelectionProbe p) { probe_ = std::move(p); }
   cudaStream_t stream() const { return stream_; }
   // Per-phase GPU times (train.phase_times): run() marks its phases and collects them at its end;
   // the engine adds the optimizer and all-reduce and reads the totals.
@@ -169,6 +172,7 @@ class ModelCuda {
   ModelDims dims_;
   ParamLayout layout_;
   ModelExec exec_;
+  SelectionProbe probe_;
   size_t n_ = 0, mem_peak_ = 0;
   bool master_ = true;
   std::vector<size_t> off32_;  // per param: its offset in w32_ (kNoParam: no fp32 copy)
@@ -189,6 +193,8 @@ class ModelCuda {
   DeviceArray<bf16> qkv_, dqkv_, dgu_;  // (N, H*D + 2*Hkv*D) packed q|k|v and its gradient, (N, 2F)
   DeviceArray<unsigned char> attn_ws_;
   std::unique_ptr<kernels::cuda::DeviceGating> gating_;  // sparse selection on the device
+  kernels::cuda::DeviceSelection dense_sel_;  // every causal block: the dense layers of a sparse run
+  bool dense_sel_ready_ = false;              // dense_sel_ holds this micro-batch's (reset by run())
   PhaseClock phases_;
   const ShardExchangeCuda* shard_ex_ = nullptr;  // run()'s exchange, for the shards' layers
   std::unique_ptr<ShardScratchCuda> shard_ws_;

@@ -137,23 +137,25 @@ std::vector<std::pair<int32_t, int32_t>> needed_ranges(const DocShard& sh, const
 
 namespace {
 
-// Gating of this rank's query blocks from every block's pooled key (gathered: nb x Hkv*D doubles),
-// so each of its rows keeps exactly the blocks one rank holding the document would keep; the other
-// rows are empty. Q (L, H*D) is zero outside this rank's rows; k is this rank's packed rows.
+// Gating of this rank's query blocks from every block's key summary (gathered: nb x Hkv*R*D doubles,
+// R = key_summary_rows: 1 for the mean), so each of its rows keeps exactly the blocks one rank
+// holding the document would keep; the other rows are empty. Q (L, H*D) is zero outside this rank's
+// rows; k is this rank's packed rows.
 template <class T>
 k::GatingStats gate_shared(const DocShard& sh, const ShardExchange<T>& ex, const T* Q, const T* kk, k::AttnShape s,
                            k::GatingParams p, k::BlockSelection& sel) {
   const int KD = s.n_kv_heads * s.head_dim, bs = s.block_size, L = sh.doc_len;
-  std::vector<double> mine, whole(size_t((L + bs - 1) / bs) * KD);  // (blocks, Hkv*D)
+  const int W = k::key_summary_rows(p, bs) * KD;  // summary doubles per block
+  std::vector<double> mine, whole(size_t((L + bs - 1) / bs) * W);  // (blocks, Hkv*R*D)
   int32_t at = 0;  // packed row of the piece's start
   for (auto [b, e] : sh.pieces) {
     const int b0 = b / bs, b1 = (e + bs - 1) / bs;
     const size_t off = mine.size();
-    mine.resize(off + size_t(b1 - b0) * KD);
-    k::pool_block_keys(kk + size_t(at) * KD, L, b0, b1, s, mine.data() + off);
+    mine.resize(off + size_t(b1 - b0) * W);
+    k::pool_block_keys(kk + size_t(at) * KD, L, b0, b1, s, p, mine.data() + off);
     at += e - b;
   }
-  ex.gather_blocks(sh, mine, whole, KD, bs);
+  ex.gather_blocks(sh, mine, whole, W, bs);
   return k::gate_blocks_pooled(Q, whole.data(), L, s, p, sel, owned_blocks(sh, bs, (L + bs - 1) / bs).data());
 }
 
@@ -162,8 +164,8 @@ template <class T>
 k::GatingStats gate_own(const DocShard& sh, const T* Q, const T* K, k::AttnShape s, k::GatingParams p,
                         k::BlockSelection& sel) {
   const int bs = s.block_size, L = sh.doc_len, nb = (L + bs - 1) / bs;
-  std::vector<double> kbar(size_t(nb) * s.n_kv_heads * s.head_dim);  // (blocks, Hkv*D)
-  k::pool_block_keys(K, L, 0, nb, s, kbar.data());
+  std::vector<double> kbar(size_t(nb) * s.n_kv_heads * k::key_summary_rows(p, bs) * s.head_dim);  // (blocks, Hkv*R*D)
+  k::pool_block_keys(K, L, 0, nb, s, p, kbar.data());
   return k::gate_blocks_pooled(Q, kbar.data(), L, s, p, sel, owned_blocks(sh, bs, nb).data());
 }
 

@@ -1,5 +1,5 @@
 // log.batches: every step's global batch written out as the model sees it, so that a reference
-// implementation (bench/torch_trajectory.py) can train on exactly the same documents in the same
+// implementation (bench/torch/torch_trajectory.py) can train on exactly the same documents in the same
 // steps. One JSON line per step, appended by rank 0:
 //   {"step": s, "targets": n, "segments": [{"doc": id, "begin": b, "tokens": [...], "targets": [...]}]}
 // where "targets" are the trained next tokens (-1 where a loss mask or the segment's end leaves none);

@@ -80,6 +80,19 @@ static void add_doc(EvalPart& part, const MicroBatchStats& st, const std::vector
   part.bucket_task_correct[bucket][task.type] += ok;
 }
 
+// span_accuracy: the record (window) is right when every trained target is the greedy prediction.
+// mask (the window's loss mask): position i predicts token i+1, trained iff mask[i+1].
+static void add_span(EvalPart& part, const std::vector<int32_t>& argmax, const std::vector<uint32_t>& toks,
+                     const std::vector<uint8_t>& mask, size_t bucket) {
+  int64_t trained = 0;
+  bool ok = true;
+  for (size_t i = 0; i + 1 < toks.size(); ++i)
+    if (mask[i + 1]) trained += 1, ok = ok && argmax[i] == int32_t(toks[i + 1]);
+  if (!trained) return;
+  part.span_total += 1, part.span_correct += ok;
+  part.bucket_span_total[bucket] += 1, part.bucket_span_correct[bucket] += ok;
+}
+
 EvalResult evaluate(const Settings& s, const Comm& comm, Engine& engine, const Dataset& ds) {
   EvalResult res;
   res.bucket_bounds = parse_buckets(s.eval.buckets);
@@ -87,6 +100,7 @@ EvalResult evaluate(const Settings& s, const Comm& comm, Engine& engine, const D
   for (EvalPart* p : {&res.dense, &res.sparse}) {
     p->bucket_loss.assign(nb, 0), p->bucket_targets.assign(nb, 0);
     p->bucket_task_correct.assign(nb, {}), p->bucket_task_total.assign(nb, {});
+    p->bucket_span_correct.assign(nb, 0), p->bucket_span_total.assign(nb, 0);
   }
   auto val = ds.val_docs(s.data.seed, s.data.val_fraction);
   if (val.empty()) throw Error(ds.path() + ": no validation documents (raise data.val_fraction)");
@@ -94,7 +108,7 @@ EvalResult evaluate(const Settings& s, const Comm& comm, Engine& engine, const D
   res.doc_ids = val;
   const int64_t cap = s.train.micro_batch_tokens;
   // Every document twice: dense, and sparse at the default budget k0 (whatever attention.mode says).
-  AttnSettings dense = s.attention.at_k0(s.model.n_layers), sparse = dense;
+  AttnSettings dense = s.attention.at_k0(s.model.n_layers, s.balance.dst.k0), sparse = dense;
   dense.sparse = false;
   sparse.sparse = true;
   for (size_t i = size_t(comm.rank()); i < val.size(); i += size_t(comm.size())) {
@@ -109,8 +123,11 @@ EvalResult evaluate(const Settings& s, const Comm& comm, Engine& engine, const D
     while (bucket < res.bucket_bounds.size() && int64_t(len) > res.bucket_bounds[bucket]) ++bucket;
     TaskSpan task = ds.task(doc);
     std::vector<int32_t> argmax;
+    const std::vector<uint8_t> mask = ds.has_masks() ? ds.read_mask(doc, begin, toks.size()) : std::vector<uint8_t>();
     add_doc(res.dense, engine.forward(b, dense, &argmax), argmax, toks, bucket, task, begin);
+    if (!mask.empty()) add_span(res.dense, argmax, toks, mask, bucket);
     add_doc(res.sparse, engine.forward(b, sparse, &argmax), argmax, toks, bucket, task, begin);
+    if (!mask.empty()) add_span(res.sparse, argmax, toks, mask, bucket);
     if (ds.has_masks()) {  // a third, dense pass: the loss over the trained targets only
       mask_targets(ds, seg, b, 0);
       MicroBatchStats m = engine.forward(b, dense, nullptr);
@@ -126,6 +143,8 @@ EvalResult evaluate(const Settings& s, const Comm& comm, Engine& engine, const D
     for (int t = 0; t < 4; ++t) v.push_back(double(p.task_correct[t])), v.push_back(double(p.task_total[t]));
     for (size_t j = 0; j < nb; ++j)
       for (int t = 0; t < 4; ++t) v.push_back(double(p.bucket_task_correct[j][t])), v.push_back(double(p.bucket_task_total[j][t]));
+    v.push_back(double(p.span_correct)), v.push_back(double(p.span_total));
+    for (size_t j = 0; j < nb; ++j) v.push_back(double(p.bucket_span_correct[j])), v.push_back(double(p.bucket_span_total[j]));
   };
   put(res.dense), put(res.sparse);
   v.push_back(double(res.docs)), v.push_back(double(res.tokens));
@@ -138,6 +157,8 @@ EvalResult evaluate(const Settings& s, const Comm& comm, Engine& engine, const D
     for (int t = 0; t < 4; ++t) p.task_correct[t] = int64_t(v[at++]), p.task_total[t] = int64_t(v[at++]);
     for (size_t j = 0; j < nb; ++j)
       for (int t = 0; t < 4; ++t) p.bucket_task_correct[j][t] = int64_t(v[at++]), p.bucket_task_total[j][t] = int64_t(v[at++]);
+    p.span_correct = int64_t(v[at++]), p.span_total = int64_t(v[at++]);
+    for (size_t j = 0; j < nb; ++j) p.bucket_span_correct[j] = int64_t(v[at++]), p.bucket_span_total[j] = int64_t(v[at++]);
   };
   get(res.dense), get(res.sparse);
   res.docs = int64_t(v[at++]), res.tokens = int64_t(v[at++]);

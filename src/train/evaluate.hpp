@@ -27,6 +27,10 @@ struct EvalPart {
   std::vector<int64_t> bucket_targets;  // per bucket: targets
   std::array<int64_t, 4> task_correct{}, task_total{};  // by task type (0 unused)
   std::vector<std::array<int64_t, 4>> bucket_task_correct, bucket_task_total;  // [bucket][task type]
+  // span_accuracy (data with loss masks): records whose every trained target in the window is the
+  // greedy prediction (teacher-forced), over records with at least one trained target there.
+  int64_t span_correct = 0, span_total = 0;
+  std::vector<int64_t> bucket_span_correct, bucket_span_total;  // per bucket
   double loss() const { return targets ? loss_sum / double(targets) : 0; }
 };
 

@@ -15,13 +15,13 @@ ProfileReport profile_machine(const Settings& s, const Comm& comm, bool quick) {
   const auto t0 = Clock::now();
   const ModelDims& dims = s.model;
   const int bs = s.attention.block_size, w = s.attention.local_blocks;
-  const int k0 = s.attention.k;
+  const int k0 = s.balance.dst.k0;
   const int64_t cap = s.train.micro_batch_tokens;
   Model<float> model(dims);
   model.init(1);
   // Where train.device says: the same engine the trainer runs, so GPU runs time GPU kernels.
   AdamW opt(s.optim, model.weights().size());
-  std::unique_ptr<Engine> engine = make_engine(s, comm, model, opt);
+  std::unique_ptr<Engine> engine = make_engine(s.engine(), comm, model, opt);
   engine->from_host();
   ProfileReport rep{LatencyModel(ModelShape{dims.n_layers, bs, w}), {}, {}, {}, {}, 0, 0};
 
@@ -54,6 +54,7 @@ ProfileReport profile_machine(const Settings& s, const Comm& comm, bool quick) {
     const double tokens = double(b.n());
     AttentionSettings at = s.attention;
     at.sparse = true, at.theta = 1e30;  // every candidate eligible: k decides
+    at.dense.clear();  // every layer gates: the samples are a sparse layer's (the model costs dense ones)
     const AttnSettings a = at.for_budgets(std::vector<int>(size_t(dims.n_layers), g.k));
     std::vector<MicroBatchStats> runs;
     for (int r = 0; r < reps + 1; ++r) {  // the first run warms caches and is dropped

@@ -88,7 +88,7 @@ Restored Trainer::read_resume(const std::string& path) {
   r.path = path;
   // Every rank reads the weights straight into the model and only its slice of the moments into
   // the optimizer (io/README.md, "Reading a slice"); a failure is the same on every rank.
-  const Slice sh = opt_.shard();
+  const Slice sh = opt_.slice();
   CheckpointSliceRead how{sh.lo, sh.hi, model_.weights(), opt_.m(), opt_.v()};
   r.ck = read_checkpoint_slice(path, how, MPI_COMM_WORLD, [&](hid_t f) {
     try {
@@ -113,7 +113,7 @@ Restored Trainer::read_resume(const std::string& path) {
 static void check_same_data(const Checkpoint& ck, const std::string& path, const std::string& data, bool root) {
   std::string was;
   try {
-    was = Config::from_text(ck.config_toml, path + " (stored config)").s("data.path");
+    was = data_settings(Config::from_text(ck.config_toml, path + " (stored config)")).path;
   } catch (const std::exception&) {
     return;  // a config of another version: nothing to compare
   }
@@ -129,7 +129,7 @@ void Trainer::apply_checkpoint(Restored&& r) {
   const std::string& path = r.path;
   check_weights(ck, path, model_);  // first: a model-shape mismatch is named as one
   if (r.error) std::rethrow_exception(r.error);
-  check_same_data(ck, path, cfg_.s("data.path"), comm_.root());
+  check_same_data(ck, path, set_.data.path, comm_.root());
   if (r.lm) lm_ = std::move(*r.lm);
   // read_resume filled the weights and this rank's slice of the moments (all of them unless
   // train.zero = 1) in place when the sizes fit; any rank count or zero setting resumes any

@@ -1,5 +1,6 @@
 #include "src/train/settings.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "base/error.hpp"
@@ -9,11 +10,51 @@ namespace sb {
 AttnSettings AttentionSettings::for_budgets(std::vector<int> budgets) const {
   AttnSettings a;
   a.sparse = sparse, a.block_size = block_size, a.local_blocks = local_blocks, a.theta = theta;
+  a.gate_query = gate_query, a.gate_key = gate_key, a.gate_sub_blocks = gate_sub_blocks, a.dense = dense;
   a.k = std::move(budgets);
   return a;
 }
 
-AttnSettings AttentionSettings::at_k0(int n_layers) const { return for_budgets(std::vector<int>(size_t(n_layers), k)); }
+AttnSettings AttentionSettings::at_k0(int n_layers, int k0) const { return for_budgets(std::vector<int>(size_t(n_layers), k0)); }
+
+DataSettings data_settings(const Config& cfg) {
+  return {cfg.s("data.path"), uint64_t(cfg.i("data.seed")), cfg.f("data.val_fraction"),
+          cfg.s("data.long_docs") == "reject", cfg.s("data.long_docs") == "shard"};
+}
+
+std::vector<uint8_t> parse_dense_layers(const std::string& text, int n_layers, const std::string& n_layers_key) {
+  std::vector<uint8_t> dense(size_t(std::max(n_layers, 0)), 0);
+  const std::string range = "0.." + std::to_string(n_layers - 1) + " (" + n_layers_key + " = " + std::to_string(n_layers) + ")";
+  auto bad = [&](const std::string& item, const std::string& why) {
+    return Error("attention.dense_layers = \"" + text + "\": \"" + item + "\" " + why);
+  };
+  auto number = [&](const std::string& item, const std::string& digits) {
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos)
+      throw bad(item, "is not a layer index or last:N (expected e.g. \"last:3\" or \"0,5,7\")");
+    return std::stoi(digits);
+  };
+  size_t at = 0;
+  bool any = false;
+  while (at <= text.size() && !text.empty()) {
+    const size_t end = std::min(text.find(',', at), text.size());
+    std::string item = text.substr(at, end - at);
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    if (item.rfind("last:", 0) == 0) {
+      const int n = number(item, item.substr(5));
+      if (n < 1 || n > n_layers) throw bad(item, "asks for the last " + std::to_string(n) + " layers: expected 1.." + std::to_string(n_layers) + " (" + n_layers_key + " = " + std::to_string(n_layers) + ")");
+      for (int l = n_layers - n; l < n_layers; ++l) dense[size_t(l)] = 1;
+    } else {
+      const int l = number(item, item);
+      if (l >= n_layers) throw bad(item, "is outside the layers " + range);
+      dense[size_t(l)] = 1;
+    }
+    any = true;
+    at = end + 1;
+  }
+  if (!any) return {};
+  return dense;
+}
 
 ModelDims model_dims(const Config& cfg, int64_t data_vocab) {
   ModelDims s;
@@ -80,7 +121,14 @@ Settings from_config(const Config& cfg, int64_t data_vocab) {
   a.block_size = int(cfg.i("attention.block_size"));
   a.local_blocks = int(cfg.i("attention.local_blocks"));
   a.theta = cfg.f("attention.theta");
-  a.k = int(cfg.i("attention.k"));
+  a.gate_query = cfg.s("attention.gate_query") == "max" ? kernels::GateQuery::max : kernels::GateQuery::mean;
+  const std::string gk = cfg.s("attention.gate_key");
+  a.gate_key = gk == "bounds" ? kernels::GateKey::bounds : gk == "sub" ? kernels::GateKey::sub : kernels::GateKey::mean;
+  a.gate_sub_blocks = int(cfg.i("attention.gate_sub_blocks"));
+  if (a.gate_key == kernels::GateKey::sub && a.block_size % a.gate_sub_blocks != 0)
+    throw Error("attention.gate_sub_blocks = " + std::to_string(a.gate_sub_blocks) + " must divide attention.block_size = " +
+                std::to_string(a.block_size) + " (attention.gate_key = \"sub\" cuts each block into that many equal sub-blocks)");
+  a.dense = parse_dense_layers(cfg.s("attention.dense_layers"), s.model.n_layers, "model.n_layers");
   const std::string ex = cfg.s("attention.shard_exchange");
   a.shard_exchange = ex == "allgather" ? ShardExchangeMode::AllGather
                      : ex == "selective" ? ShardExchangeMode::Selective
@@ -89,13 +137,15 @@ Settings from_config(const Config& cfg, int64_t data_vocab) {
   BalanceSettings& b = s.balance;
   b.batching = parse_batching(cfg.s("balance.batching"));
   b.plan = plan_options(cfg);
-  b.dst = dst_params(cfg, a.k, s.model.n_layers);
+  b.dst = dst_params(cfg, int(cfg.i("attention.k")), s.model.n_layers);  // the one k0
   b.profile = cfg.s("balance.profile");
   b.self_profile = cfg.b("balance.self_profile");
   b.shard_docs = cfg.b("balance.shard_docs");
   b.shard_part = cfg.f("balance.shard_part");
   b.ema = cfg.f("balance.ema");
   b.recall_alpha = cfg.f("balance.recall_alpha");
+  b.recall_rows = int(cfg.i("balance.recall_rows"));
+  b.recall_every = cfg.i("balance.recall_every");
 
   TrainSettings& t = s.train;
   t.steps = cfg.i("train.steps");
@@ -114,15 +164,14 @@ Settings from_config(const Config& cfg, int64_t data_vocab) {
   t.inject_nan_count = cfg.i("train.inject_nan_count");
   t.exec.lm_head_chunk = int(cfg.i("model.lm_head_chunk"));
   t.exec.recompute = cfg.s("train.recompute") == "layer";
-  // H200 (= H100 SXM) dense bf16 tensor-core peak, as bench/torch_model_ref.py.
+  // H200 (= H100 SXM) dense bf16 tensor-core peak, as bench/torch/torch_model_ref.py.
   t.peak_tflops = cfg.f("train.peak_tflops") > 0 ? cfg.f("train.peak_tflops") : t.device == "cuda" ? 989.0 : 0.0;
 
-  s.data = {cfg.s("data.path"), uint64_t(cfg.i("data.seed")), cfg.f("data.val_fraction"),
-            cfg.s("data.long_docs") == "reject", cfg.s("data.long_docs") == "shard"};
+  s.data = data_settings(cfg);
   s.checkpoint = {cfg.s("checkpoint.dir"), cfg.i("checkpoint.every"), cfg.i("checkpoint.keep"),
                   cfg.s("checkpoint.on_error") == "stop"};
   s.log = {cfg.s("log.path"), cfg.i("log.every"), cfg.b("log.progress"), cfg.s("log.batches")};
-  s.eval = {cfg.i("eval.docs"), cfg.s("eval.buckets")};
+  s.eval = {cfg.i("eval.docs"), cfg.s("eval.buckets"), int(cfg.i("eval.diagnose_rows"))};
   return s;
 }
 
@@ -156,7 +205,26 @@ SimulateSettings simulate_settings(const Config& cfg) {
   s.gating_ns_per_pair = cfg.f("simulate.gating_ns_per_pair");
   s.alpha_lo = cfg.f("simulate.alpha_lo"), s.alpha_hi = cfg.f("simulate.alpha_hi");
   s.ema = cfg.f("balance.ema"), s.recall_alpha = cfg.f("balance.recall_alpha");
+  s.dense_layers = cfg.s("attention.dense_layers");
   return s;
+}
+
+EngineSettings Settings::engine() const {
+  return {train.device, train.bucket_mb, train.overlap_reduce, train.zero, train.exec, train.phase_times, attention.block_size, data.shard_long};
+}
+
+BatchingSettings Settings::batching() const {
+  BatchingSettings b;
+  b.micro_batch_tokens = train.micro_batch_tokens;
+  b.batching = balance.batching;
+  b.plan = balance.plan;
+  b.k0 = balance.dst.k0;
+  b.reject_long = data.reject_long;
+  b.parts = data.shard_long;
+  b.part_costly = balance.shard_docs;
+  b.part_share = balance.shard_part;
+  b.attention = attention.for_budgets({});
+  return b;
 }
 
 }  // namespace sb

@@ -12,7 +12,9 @@
 #include "src/balance/simulate.hpp"
 #include "src/config/config.hpp"
 #include "src/model/model.hpp"
+#include "src/engine/engine.hpp"
 #include "src/engine/update.hpp"
+#include "src/parts/step_batches.hpp"
 
 namespace sb {
 
@@ -29,24 +31,29 @@ struct DataSettings {
 // its own budgets (for_budgets) where it is used.
 struct AttentionSettings {
   bool sparse = true;
+  kernels::GateQuery gate_query = kernels::GateQuery::mean;  // attention.gate_query
+  kernels::GateKey gate_key = kernels::GateKey::mean;        // attention.gate_key
+  int gate_sub_blocks = 4;                                   // attention.gate_sub_blocks
+  std::vector<uint8_t> dense;  // (n_layers) attention.dense_layers, or empty: none
   int block_size = 32, local_blocks = 1;
   double theta = 8;
-  int k = 4;  // default budget k0
   ShardExchangeMode shard_exchange = ShardExchangeMode::Auto;  // attention.shard_exchange
   AttnSettings for_budgets(std::vector<int> budgets) const;  // one budget per layer
-  AttnSettings at_k0(int n_layers) const;                    // every layer at k
+  AttnSettings at_k0(int n_layers, int k0) const;            // every layer at k0 (balance.dst.k0)
 };
 
 // [balance]: the plan (SAB), the tuner (DST) and the latency and recall models.
 struct BalanceSettings {
   Batching batching = Batching::Sparse;
   PlanOptions plan;
-  DstParams dst;             // k0 = attention.k, n_layers = model.n_layers
+  DstParams dst;             // k0 = attention.k (its one copy), n_layers = model.n_layers
   std::string profile;       // latency profile file ("" = analytic or self-profile)
   bool self_profile = true;
   bool shard_docs = false;   // balance.shard_docs: costly documents that fit are sharded too
   double shard_part = 1.0;  // balance.shard_part: their parts cost at most this x the fair share
   double ema = 0.3, recall_alpha = 0.5;
+  int recall_rows = 0;      // balance.recall_rows: true recall on sampled rows per layer (0 = the gate's estimate)
+  int64_t recall_every = 1; // balance.recall_every: on every this many steps
 };
 
 // [train] apart from the optimizer: the loop, the device and its gradient reduction, the
@@ -58,7 +65,7 @@ struct TrainSettings {
   double bucket_mb = 4;
   bool overlap_reduce = true;
   bool phase_times = false;  // cuda: per-phase GPU times each step (src/model/phase_clock_cuda.hpp)
-  bool zero = false;  // train.zero = 1: AdamW moments sharded over the ranks (ZeRO-1, CPU)
+  bool zero = false;  // train.zero = 1: AdamW moments sliced over the ranks (ZeRO-1)
   bool nonfinite_stop = false;  // train.nonfinite = "stop" (else skip)
   int64_t max_skips = 0, sync_check_every = 0;
   int64_t inject_nan_step = 0, inject_nan_count = 0;
@@ -82,6 +89,7 @@ struct LogSettings {
 struct EvalSettings {
   int64_t docs = 0;
   std::string buckets;  // eval.buckets as written; `eval` parses it (a bad list fails eval, not train)
+  int diagnose_rows = 16;  // eval.diagnose_rows: sampled rows per layer and document (eval --diagnose)
 };
 
 // Everything `train`, `eval` and `profile` act on.
@@ -95,11 +103,15 @@ struct Settings {
   CheckpointSettings checkpoint;
   LogSettings log;
   EvalSettings eval;
+  EngineSettings engine() const;      // what make_engine takes
+  BatchingSettings batching() const;  // what plan_step_batches takes
 };
 
 // The whole Settings; data_vocab is the dataset's vocabulary (model.vocab_size = 0 takes it; 0
 // when unknown). Errors name the keys at fault.
 Settings from_config(const Config& cfg, int64_t data_vocab);
+// [data] alone: what opens the dataset before the rest can be read (its vocabulary sizes the model).
+DataSettings data_settings(const Config& cfg);
 // [model]; vocab from model.vocab_size or, when 0, from data_vocab.
 ModelDims model_dims(const Config& cfg, int64_t data_vocab);
 OptimSettings optim_settings(const Config& cfg);
@@ -114,8 +126,13 @@ struct SimulateSettings {
   double alpha_lo = 0, alpha_hi = 0;  // recall exponents of the first and last layer
   double ema = 0, recall_alpha = 0;
   ShardGating shard_gating = ShardGating::OwnRows;  // shard_gating_of(train.device)
+  std::string dense_layers;  // attention.dense_layers, parsed against the model's n_layers when known
 };
 SimulateSettings simulate_settings(const Config& cfg);
+// attention.dense_layers ("" none; comma-separated indices and/or last:N) as n_layers flags (empty
+// when none); errors name the key, the item and the range 0..n_layers-1 (n_layers_key says where
+// n_layers comes from).
+std::vector<uint8_t> parse_dense_layers(const std::string& text, int n_layers, const std::string& n_layers_key);
 // How the engine of train.device gates a sharded document (the costs of its parts): the CPU engine
 // its own rows, CUDA (src/model/shard_attention_cuda.cpp) the whole document.
 ShardGating shard_gating_of(const std::string& device);

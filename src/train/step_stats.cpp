@@ -9,8 +9,8 @@ namespace sb {
 
 static constexpr size_t kRankDoubles = sizeof(RankStats) / sizeof(double);
 static constexpr size_t kLayerDoubles = sizeof(LayerStats) / sizeof(double);
-static_assert(std::is_trivially_copyable_v<RankStats> && sizeof(RankStats) == 26 * sizeof(double));
-static_assert(std::is_trivially_copyable_v<LayerStats> && sizeof(LayerStats) == 4 * sizeof(double));
+static_assert(std::is_trivially_copyable_v<RankStats> && sizeof(RankStats) == 28 * sizeof(double));
+static_assert(std::is_trivially_copyable_v<LayerStats> && sizeof(LayerStats) == 6 * sizeof(double));
 
 RankStats& RankStats::operator+=(const RankStats& o) {
   double a[kRankDoubles], b[kRankDoubles];
@@ -60,7 +60,9 @@ void StepStats::add_micro_batch(int me, const MicroBatch& mb, int64_t tokens, co
     my.kept += g.kept_blocks, my.causal += g.causal_blocks, my.recall_sum += g.recall_sum, my.rows += g.rows;
     LayerStats& ls = layers[l];
     ls.kept += g.kept_blocks, ls.causal += g.causal_blocks, ls.recall_sum += g.recall_sum, ls.rows += g.rows;
-    if (a.sparse) {  // what the budget allowed vs what survived theta (per kv head)
+    my.true_recall_sum += g.true_recall_sum, my.true_rows += g.true_rows;
+    ls.true_recall_sum += g.true_recall_sum, ls.true_rows += g.true_rows;
+    if (a.sparse_at(int(l))) {  // what the budget allowed vs what survived theta (per kv head)
       double anchors = 0, allowed = 0;
       for (const auto& sg : mb.segs) {
         anchors += lm.anchor_blocks(int64_t(sg.len));
@@ -102,6 +104,7 @@ void StepStats::fill(StepRow& row, int64_t tokens, double peak_flops) const {
   row.bubble = max_step > 0 ? s.idle_ms / (R * max_step) : 0;
   row.density = s.causal > 0 ? s.kept / s.causal : 1;
   row.recall = s.rows > 0 ? s.recall_sum / s.rows : 1;
+  row.recall_true = s.true_rows > 0 ? s.true_recall_sum / s.true_rows : -1;
   row.pred_error = pred_err;
   row.mfu = peak_flops > 0 && max_step > 0 ? s.flops / (max_step / 1000.0) / (R * peak_flops) : 0;
   row.peak_mem_gib = 0;

@@ -24,12 +24,14 @@ struct RankStats {
   double above, below;                                  // items tuned above / below k0
   double step_ms, stop;                                 // stop: 1 when this rank was asked to stop
   double flops, mem_peak;                               // model FLOPs (train_flops), device memory high-water (bytes)
+  double true_recall_sum, true_rows;                    // true recall of the sampled rows (balance.recall_rows)
   RankStats& operator+=(const RankStats& o);
 };
 
 // One layer's gating, summed over ranks and micro-batches.
 struct LayerStats {
   double kept, causal, recall_sum, rows;
+  double true_recall_sum, true_rows;  // sampled rows' true recall (balance.recall_rows)
 };
 
 struct StepStats {

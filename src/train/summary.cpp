@@ -23,6 +23,7 @@ void RunSummary::add(const StepRow& row, int64_t above, int64_t below) {
   res_.mean_imbalance += row.imbalance, res_.mean_bubble += row.bubble;
   res_.mean_density += row.density, res_.mean_recall += row.recall, res_.mean_pred_error += row.pred_error;
   res_.budgets_above_k0 += above, res_.budgets_below_k0 += below;
+  if (row.recall_true >= 0) true_sum_ += row.recall_true, true_n_ += 1;
 }
 
 TrainResult RunSummary::finish(const std::string& last_checkpoint, bool stopped_early) {
@@ -33,6 +34,7 @@ TrainResult RunSummary::finish(const std::string& last_checkpoint, bool stopped_
     for (double* x : {&res_.mean_imbalance, &res_.mean_bubble, &res_.mean_density, &res_.mean_recall, &res_.mean_pred_error})
       *x /= double(n_);
   }
+  res_.mean_recall_true = true_n_ > 0 ? true_sum_ / double(true_n_) : -1;
   res_.checkpoint = last_checkpoint;
   res_.stopped_early = stopped_early;
   return res_;
@@ -42,6 +44,7 @@ void print_progress(const StepRow& row, int64_t total_steps) {
   std::printf("step %5lld/%lld | loss %.4f | gnorm %.3f | lr %.2e | %7.1f ms | %8.0f tok/s | imb %.2f | dens %.2f | rec %.3f",
               static_cast<long long>(row.step), static_cast<long long>(total_steps), row.loss, row.grad_norm, row.lr,
               row.makespan_ms, row.tokens_per_s, row.imbalance, row.density, row.recall);
+  if (row.recall_true >= 0) std::printf(" | true rec %.3f", row.recall_true);  // balance.recall_rows
   if (row.mfu > 0) std::printf(" | mfu %.1f%%", 100 * row.mfu);  // only when a peak is known
   if (row.peak_mem_gib > 0) std::printf(" | mem %.1f GiB", row.peak_mem_gib);
   std::printf("\n");

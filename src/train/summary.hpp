@@ -14,6 +14,7 @@ struct TrainResult {
   double first_loss = 0, last_loss = 0;
   double tokens_per_s = 0, mean_imbalance = 0, mean_bubble = 0, mean_density = 0, mean_recall = 0;
   double mean_step_ms = 0, mean_pred_error = 0;
+  double mean_recall_true = -1;  // over the steps that sampled true recall (balance.recall_rows); -1: none
   double mfu = 0;           // model FLOPs over the run's time and peak (0 when no peak is known)
   double peak_mem_gib = 0;  // largest device memory high-water of any rank and step (0 on the CPU)
   int64_t budgets_above_k0 = 0, budgets_below_k0 = 0;  // (micro-batch x layer) items moved by DST, all ranks
@@ -33,7 +34,8 @@ class RunSummary {
 
  private:
   TrainResult res_;
-  double sum_tokens_ = 0, sum_ms_ = 0, sum_mfu_ms_ = 0;
+  double sum_tokens_ = 0, sum_ms_ = 0, sum_mfu_ms_ = 0, true_sum_ = 0;  // true_sum_: recall_true over true_n_ steps
+  int64_t true_n_ = 0;
   int64_t n_ = 0;
 };
 

@@ -11,6 +11,7 @@
 
 #include "io/checkpoint.hpp"
 #include "base/error.hpp"
+#include "src/parts/step_batches.hpp"
 #include "src/train/batch_log.hpp"
 #include "src/train/evaluate.hpp"
 #include "src/train/faults.hpp"
@@ -55,16 +56,16 @@ struct Trainer::StepState {
 Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume, int64_t stop_at)
     : cfg_(cfg),
       comm_(comm),
-      ds_(Dataset::open(cfg.s("data.path"))),
+      ds_(Dataset::open(data_settings(cfg).path)),
       set_(from_config(cfg, ds_.vocab_size())),
       dims_(set_.model),
       model_(dims_),
       opt_(set_.optim, model_.weights().size(),  // train.zero = 1: this rank's slice of the moments
-           set_.train.zero ? shard_of(model_.weights().size(), comm.rank(), comm.size())
+           set_.train.zero ? slice_of(model_.weights().size(), comm.rank(), comm.size())
                            : Slice{0, model_.weights().size()}),
       lm_(ModelShape{dims_.n_layers, set_.attention.block_size, set_.attention.local_blocks}),
       rm_(lm_.shape(), set_.balance.recall_alpha, set_.balance.ema),
-      engine_(make_engine(set_, comm, model_, opt_)),
+      engine_(make_engine(set_.engine(), comm, model_, opt_)),
       faults_(cfg),
       stop_at_(stop_at) {
   if (!set_.balance.profile.empty()) lm_ = LatencyModel::load_file(set_.balance.profile, &lm_.shape());
@@ -135,7 +136,7 @@ void Trainer::save_checkpoint(int64_t s) {
     try {
       engine_->to_host();
       if (set_.train.zero) {  // every rank its slice of the moments, into one file (io/checkpoint.hpp)
-        write_checkpoint_sharded(path, ck, {model_.weights(), opt_.shard().lo, opt_.m(), opt_.v()}, MPI_COMM_WORLD,
+        write_checkpoint_slices(path, ck, {model_.weights(), opt_.slice().lo, opt_.m(), opt_.v()}, MPI_COMM_WORLD,
                                  kCollectiveCheckpoints ? CheckpointIo::Collective : CheckpointIo::Stream, extra);
       } else {
         ck.params = model_.weights();
@@ -174,49 +175,17 @@ Trainer::StepOut Trainer::step(int64_t s) {
 // ---- plan: the global batch and its split over ranks x micro-batches (same on every rank)
 void Trainer::plan(StepState& st) {
   faults_.at(Faults::Phase::Plan, st.s, comm_.rank());
-  const int R = comm_.size(), me = comm_.rank();
-  const int64_t cap = set_.train.micro_batch_tokens;
   st.gb = draw_global_batch(ds_, set_.data.seed, set_.data.val_fraction, set_.train.global_batch_tokens, cur_, order_);
-  const BalanceSettings& b = set_.balance;
-  lm_.set_shard_gating(shard_gating_of(set_.train.device));  // the costs of sharded parts
-  // data.long_docs = "shard": the long documents' groups first, their load the plan's preload.
-  std::vector<std::pair<uint64_t, uint64_t>> docs = st.gb.docs;
-  std::vector<double> preload;
-  const double kv_bytes = 4.0 * dims_.n_kv_heads * dims_.head_dim;
-  const std::vector<ShardGroup> sharded =
-      set_.data.shard_long ? place_long_docs(docs, cap, R, b.batching, lm_, b.dst.k0, kv_bytes, b.shard_docs, preload, b.shard_part)
-                           : std::vector<ShardGroup>{};
-  st.segs = make_segments(docs, cap, set_.data.reject_long);
-  int64_t tokens = 0;
-  for (const auto& d : docs) tokens += int64_t(d.second);
-  const int M = int(std::max<int64_t>(1, (tokens + int64_t(R) * cap - 1) / (int64_t(R) * cap)));
-  // One plan over all ranks, or (balance.group_ranks) only this rank's group's plan: the same
-  // micro-batches as the whole two-level plan would give this rank, at a fraction of the cost.
-  if (b.plan.group_ranks > 0 && b.plan.group_ranks < R && b.batching != Batching::Sequential) {
-    GroupPlan gp = make_group_plan(st.segs, R, M, cap, b.batching, lm_, b.dst.k0, b.plan, me);
-    st.mine = std::move(gp.ranks[size_t(me - gp.first_rank)]);
-  } else {
-    Plan p = make_plan(st.segs, R, M, cap, b.batching, lm_, b.dst.k0, b.plan, preload);
-    st.mine = std::move(p.ranks[size_t(me)]);
-  }
-  st.planned = st.mine.size();
-  st.exchange_ms.assign(st.planned, 0.0);
-  shard_groups_.clear();
-  std::vector<Segment> whole;  // the sharded documents, for the target count
-  const AttentionSettings& at = set_.attention;
-  for (const ShardGroup& d : sharded) {  // every rank in the same order: the groups are made collectively
-    whole.push_back({d.doc, 0, d.len});
-    std::vector<std::vector<Piece>> pieces(size_t(d.ranks));  // a rank outside the group needs only its size
-    if (me >= d.first && me < d.first + d.ranks)
-      pieces = split_document(int64_t(d.len), d.ranks, at.block_size,
-                              block_costs(int64_t(d.len), at.block_size, at.sparse, at.k, at.local_blocks, token_cost(dims_, at.block_size)));
-    std::optional<DocShard> sh = shard_groups_.add(d.first, int32_t(d.len), std::move(pieces));
-    if (!sh) continue;
-    st.mine.push_back(piece_batch(d.doc, sh->pieces));
-    st.exchange_ms.push_back(shard_exchange_ms(lm_, int64_t(d.len), d.ranks, kv_bytes));
-    st.shards.push_back(std::move(*sh));
-  }
-  st.targets = count_targets(ds_, st.segs) + count_targets(ds_, whole);
+  lm_.set_shard_gating(shard_gating_of(set_.train.device));  // the costs of documents' parts
+  lm_.set_dense_layers(set_.attention.dense);                 // hybrid layers cost dense, DST leaves them
+  // This rank's micro-batches, its parts of documents split over rank groups included (src/parts).
+  RankBatches rb = plan_step_batches(st.gb.docs, set_.batching(), lm_, dims_, comm_, shard_groups_);
+  st.segs = std::move(rb.segs);
+  st.mine = std::move(rb.mine);
+  st.planned = rb.planned;
+  st.shards = std::move(rb.parts);
+  st.exchange_ms = std::move(rb.exchange_ms);
+  st.targets = count_targets(ds_, st.segs) + count_targets(ds_, rb.split);
   if (comm_.root() && !set_.log.batches.empty())
     append_batch_log(set_.log.batches, st.s, st.s == start_step_ + 1 && start_step_ == 0, ds_, st.segs, st.targets);
 }
@@ -262,20 +231,16 @@ void Trainer::compute(StepState& st) {
   for (size_t m = 0; m < st.mine.size(); ++m) {
     const MicroBatch& mb = st.mine[m];
     PackedBatch b = m < st.planned ? pack_micro_batch(ds_, mb) : pack_shard(ds_, mb, st.shards[m - st.planned]);
-    const AttnSettings a = set_.attention.for_budgets(std::move(st.tuned.k[m]));
+    AttnSettings a = set_.attention.for_budgets(std::move(st.tuned.k[m]));
+    if ((st.s - 1) % set_.balance.recall_every == 0) a.recall_rows = set_.balance.recall_rows;  // true recall this step
     MicroBatchStats ms = engine_->forward_backward(b, a, loss_scale, m + 1 == st.mine.size());
     my.tokens += double(b.n());
     if (m < st.planned) {
       st.stats.add_micro_batch(me, mb, b.n(), a, ms, lm_.micro_batch_parts(mb, a.k), lm_, set_.balance.dst.k0, dims_);
-    } else {  // a sharded part: predicted as its share of the whole document, gating (its rows' or whole) as attention
-      const DocShard& sh = st.shards[m - st.planned];
-      const MicroBatch whole{{Segment{0, 0, uint64_t(sh.doc_len)}}, sh.doc_len};  // (costs ignore the id)
-      PartTimes p = lm_.micro_batch_parts(whole, a.k);
-      p.gating = lm_.part_gating_ms(mb, sh.doc_len);  // mb: its pieces
-      const double share = double(b.n()) / double(sh.doc_len);
+    } else {  // a document's part: predicted as its share of the whole document (part_times)
       AttnSettings no_cand = a;  // the candidate-density check assumes whole segments: not for a part
       no_cand.sparse = false;
-      st.stats.add_micro_batch(me, mb, b.n(), no_cand, ms, PartTimes{p.attention * share + p.gating, 0, p.linear * share},
+      st.stats.add_micro_batch(me, mb, b.n(), no_cand, ms, part_times(lm_, mb, st.shards[m - st.planned].doc_len, a.k, b.n()),
                                lm_, set_.balance.dst.k0, dims_);
     }
   }
@@ -347,7 +312,9 @@ void Trainer::measure(StepState& st) {
   if (sparse && sum.cand_pred > 0) lm_.observe_density(sum.cand_pred, sum.cand_meas);
   for (int l = 0; l < dims_.n_layers && sparse; ++l) {
     const LayerStats& g = st.stats.layers[size_t(l)];
-    if (g.causal > 0 && g.rows > 0) rm_.observe(l, g.kept / g.causal, g.recall_sum / g.rows);
+    // true recall where sampled (balance.recall_rows), else the gate's estimate unless true recall is on
+    if (g.causal > 0 && g.true_rows > 0) rm_.observe(l, g.kept / g.causal, g.true_recall_sum / g.true_rows);
+    else if (g.causal > 0 && g.rows > 0 && set_.balance.recall_rows == 0) rm_.observe(l, g.kept / g.causal, g.recall_sum / g.rows);
   }
 }
 

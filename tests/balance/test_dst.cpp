@@ -165,6 +165,34 @@ TEST(Dst, FixedLeavesK0AndReportsTimes) {
   EXPECT_DOUBLE_EQ(w.res[0].planned_imbalance_after, w.res[0].planned_imbalance_before);
 }
 
+// Hybrid layers (attention.dense_layers): DST tunes only the sparse layers (the dense ones stay at
+// k0), and its predicted times are the latency model's, which costs the dense layers dense.
+TEST(Dst, DenseLayersAreNotTunedAndCostDense) {
+  World w;
+  w.lm.set_dense_layers({0, 1, 0, 1});
+  w.plan = imbalanced_plan(w.lm, 8);
+  w.run(params(Target::Mean));
+  int moved = 0;
+  for (size_t r = 0; r < w.res.size(); ++r) {
+    const auto& res = w.res[r];
+    double t_model = 0;
+    for (size_t m = 0; m < res.k.size(); ++m) {
+      EXPECT_EQ(res.k[m][1], 8) << "a dense layer's budget moved";
+      EXPECT_EQ(res.k[m][3], 8) << "a dense layer's budget moved";
+      moved += (res.k[m][0] != 8) + (res.k[m][2] != 8);
+      t_model += w.lm.micro_batch_ms(w.plan.ranks[r][m], res.k[m]);
+    }
+    EXPECT_NEAR(res.my_predicted_ms, t_model, 1e-9 * t_model) << "rank " << r;
+  }
+  EXPECT_GT(moved, 0);
+  EXPECT_LT(w.res[0].planned_imbalance_after, w.res[0].planned_imbalance_before);
+  // the same budgets cost more with dense layers on a long document (dense attention dominates; on
+  // short ones, where the budget keeps nearly every block anyway, the gating saved can win)
+  LatencyModel sparse_lm{ModelShape{4, 64, 1}};
+  const MicroBatch mb{{Segment{0, 0, 8192}}, 8192};
+  EXPECT_GT(w.lm.micro_batch_ms(mb, 8), sparse_lm.micro_batch_ms(mb, 8));
+}
+
 TEST(Dst, PackUnpackAndEmptyRank) {
   World w;
   w.plan = imbalanced_plan(w.lm, 3);

@@ -28,6 +28,27 @@ TEST(Latency, KeptBlocksMatchesBruteForce) {
       }
 }
 
+// Hybrid layers: a dense layer costs its attention over every causal block (what a sparse layer
+// keeping everything costs) and no gating; segment_cost (SAB) counts the same.
+TEST(Latency, DenseLayersCostDense) {
+  LatencyModel lm{ModelShape{4, 64, 1}}, hyb{ModelShape{4, 64, 1}};
+  for (LatencyModel* m : {&lm, &hyb}) m->set_coeffs(Part::Gating, {0, 1e-5, 1e-5});  // no constant: segment_cost has none
+  hyb.set_dense_layers({0, 1, 0, 1});
+  EXPECT_EQ(hyb.sparse_layers(), 2);
+  EXPECT_DOUBLE_EQ(hyb.dense_share(), 0.5);
+  const int64_t L = 5000;
+  const MicroBatch one{{Segment{0, 0, uint64_t(L)}}, L};
+  const std::vector<int> ks{8, 8, 8, 8};
+  const PartTimes s = lm.micro_batch_parts(one, ks), h = hyb.micro_batch_parts(one, ks),
+                  all = lm.micro_batch_parts(one, std::vector<int>{1 << 20, 1 << 20, 1 << 20, 1 << 20});
+  EXPECT_NEAR(h.attention, s.attention / 2 + all.attention / 2, 1e-12 * h.attention);
+  EXPECT_NEAR(h.gating, s.gating / 2, 1e-12 * h.gating);
+  EXPECT_DOUBLE_EQ(h.linear, s.linear);
+  EXPECT_NEAR(hyb.segment_cost(L, 8) - lm.segment_cost(L, 8), h.total() - s.total(), 1e-9 * h.total());
+  EXPECT_GT(h.total(), s.total());
+  EXPECT_THROW(hyb.set_dense_layers({1, 0}), Error);
+}
+
 TEST(Latency, FitRecoversCoefficients) {
   LatencyModel lm(ModelShape{4, 64, 1});
   std::mt19937_64 rng(3);

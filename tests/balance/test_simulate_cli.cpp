@@ -67,3 +67,16 @@ TEST(SimulateCli, TwoLevelGroups) {
   EXPECT_LT(double(two["policies"]["sparse+fixed"]["makespan"]), double(one["policies"]["sequential+fixed"]["makespan"]));
   EXPECT_NE(run("--set balance.group_ranks=-1"), 0);
 }
+
+// attention.dense_layers: the hybrid layers cost dense in every sparse policy (a slower makespan than
+// the same run all sparse, recall at least as high: the dense layers keep everything), and a layer
+// outside simulate.n_layers is refused.
+TEST(SimulateCli, DenseLayersCostDense) {
+  auto all = summary("--set simulate.seed=5", "sb_sim_d0.json");
+  auto hyb = summary("--set simulate.seed=5 --set attention.dense_layers=last:2", "sb_sim_d2.json");
+  for (auto name : {"sparse+fixed", "sparse+dst"}) {
+    EXPECT_GT(double(hyb["policies"][name]["makespan"]), double(all["policies"][name]["makespan"])) << name;
+    EXPECT_GE(double(hyb["policies"][name]["recall"]), double(all["policies"][name]["recall"])) << name;
+  }
+  EXPECT_NE(run("--set simulate.n_layers=4 --set attention.dense_layers=4"), 0);
+}

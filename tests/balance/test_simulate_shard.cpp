@@ -130,7 +130,7 @@ TEST(SimulateShard, GroupsAreSizedOnTheMeanLoadWithTheirOverheads) {
   EXPECT_DOUBLE_EQ(load[size_t(groups[0].first)], shard_cost(Batching::Sparse, lm, len, 5, 32, 2048));
 }
 
-// Issue 21's must-show on the cell that regressed (bench/RESULTS.md, "Sharded documents beside big
+// Issue 21's must-show on the cell that regressed (bench/results/2026-12-01-parts-beside-big-docs.md, "Sharded documents beside big
 // whole documents"): longalign up to 256K, 64 ranks x 1 micro-batch, plain shard, simulate's
 // analytic model and defaults: DST within 3% of the token-level bound at k0 (was 1.085x: a part and
 // a 40K-token document on one rank, the groups placed first on idle ranks).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The bench programs refuse a bad flag (bench/bench_flags.hpp): a value that is not a number in
+# The bench programs refuse a bad flag (bench/cpp/bench_flags.hpp): a value that is not a number in
 # range, a flag without its value, an unknown flag, and bench_checkpoint's unknown mode or LAYERS
 # each stop the program with exit 2 and a line naming the flag, the text and what is expected,
 # before anything is timed or written. A good command line gets past the parsing: bench_cp_exchange

@@ -1,7 +1,7 @@
 // `sparsebalance convert` end to end: HF -> checkpoint -> HF bit-exact in BF16, F16 and F32
 // (sharded), refusals that leave nothing behind, eval on a converted checkpoint without a CONFIG,
 // and the forward of imported models against transformers' logits (tests/convert/fixtures, made
-// by bench/hf_parity.py on the GPU machine: a model transformers built, and our own exports that
+// by bench/torch/hf_parity.py on the GPU machine: a model transformers built, and our own exports that
 // transformers loaded); train --init-from.
 #include <gtest/gtest.h>
 
@@ -267,9 +267,9 @@ TEST(Parity, ImportedTransformersQwen2AndMistralGiveTheirLogits) {
 }
 
 TEST(Parity, TransformersLoadsOurExportsAndAgrees) {
-  // bench/hf_parity.py --check loaded these exports (BF16 untied; F16 tied, from a Mistral
+  // bench/torch/hf_parity.py --check loaded these exports (BF16 untied; F16 tied, from a Mistral
   // directory; BF16 of transformers' Qwen2 (as Qwen2ForCausalLM, biases included) and Mistral,
-  // bench/hf_fixtures.sh) with no missing, unexpected or mismatched keys and saved its logits.
+  // bench/torch/hf_fixtures.sh) with no missing, unexpected or mismatched keys and saved its logits.
   sbtest::Scratch s;
   for (const std::string name : {"exp_llama_bf16", "exp_mistral_f16", "exp_qwen2_bf16", "exp_mistral_bf16"}) {
     const std::string fx = sbtest::committed(name);
@@ -326,7 +326,7 @@ TEST(InitFrom, AQwen2DirectoryBringsItsBiases) {
                                s / "ck" + " --set log.path=" + s / "m.h5 --set log.batches=" + s / "b.jsonl");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("fresh optimizer"), std::string::npos) << r.out;
-  // log.batches (bench/torch_trajectory.py reads it): the step's segments, whose trained targets
+  // log.batches (bench/torch/torch_trajectory.py reads it): the step's segments, whose trained targets
   // are the step's target count, each the next token of its segment.
   const json bl = json::parse(sbtest::slurp(s / "b.jsonl"));
   EXPECT_EQ(bl["step"], 1);

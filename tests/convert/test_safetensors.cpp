@@ -187,7 +187,7 @@ TEST(HfConfig, RealQwen25ConfigParsesWithItsBiases) {
 }
 
 TEST(HfConfig, TransformersConfigsPass) {
-  // transformers 5 writes rope_parameters and "dtype"; this one came from bench/hf_parity.py.
+  // transformers 5 writes rope_parameters and "dtype"; this one came from bench/torch/hf_parity.py.
   HfModel m = read_hf_config(sbtest::committed("llama"));
   EXPECT_EQ(m.dims.rope_theta, 50000.0);
   EXPECT_FALSE(m.dims.tied);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench_attention_cuda --ref takes a bench/flex_attention_ref.py CSV only at the shape it was timed at:
+# bench_attention_cuda --ref takes a bench/torch/flex_attention_ref.py CSV only at the shape it was timed at:
 # a GQA CSV against the default (MHA) shape, and an older CSV without the shape columns (MHA, 32
 # heads, dim 128) against the Qwen shape, are refused with exit 2 and a message naming both shapes;
 # the matching shape gets past the check (then 77 without a GPU, 0 with one: a tiny run). The check

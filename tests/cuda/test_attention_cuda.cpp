@@ -332,6 +332,14 @@ int main(int argc, char** argv) {
     fails += !run_gating("D64 Bs64 ties k2 w0", 64, 64, 2, 1, {4000}, {2, 0, 1e9}, true, base + 79);
     fails += !run_gating("D128 Bs64 k0 w0 th0.5", 128, 64, 4, 2, {1500, 900}, {0, 0, 0.5}, false, base + 80);
     if (!quick) fails += !run_gating("D128 Bs128 long k16", 128, 128, 4, 1, {40000}, {16, 1, 2.0}, false, base + 81);
+    // the gate modes: per-token query, bounds and sub-block keys, each alone and together
+    using GQ = K::GateQuery;
+    using GK = K::GateKey;
+    fails += !run_gating("max D128 Bs128 GQA4", 128, 128, 8, 2, {3000, 700, 64, 1}, {3, 1, 4.0, GQ::max}, false, base + 82);
+    fails += !run_gating("bounds D64 Bs64 MHA", 64, 64, 4, 4, {2500, 130}, {8, 2, 1.0, GQ::mean, GK::bounds}, false, base + 83);
+    fails += !run_gating("sub4 D128 Bs64 GQA2", 128, 64, 4, 2, {1500, 900, 3}, {4, 1, 2.0, GQ::mean, GK::sub, 4}, false, base + 84);
+    fails += !run_gating("max+bounds ties", 64, 64, 2, 1, {4000}, {2, 0, 1e9, GQ::max, GK::bounds}, true, base + 85);
+    fails += !run_gating("max+sub8 D128 Bs128", 128, 128, 4, 1, {5000, 77}, {6, 1, 3.0, GQ::max, GK::sub, 8}, false, base + 86);
   } catch (const std::exception& e) {
     std::printf("FAIL: %s\n", e.what());
     return 1;

@@ -8,6 +8,7 @@
 // makespan against the host's mixed order; the attention forward on the device selection equal bit
 // for bit to the one on the uploaded host selection, and the backward to rounding (its compacted
 // grid bounded by the worst case reserve() sized, against the uploaded selection's kept blocks).
+// Also true recall on the device (true_recall.cu) against the CPU's on sampled rows.
 // Exit 0 all passed, 1 a failure, 77 no usable GPU (ctest SKIP).
 #include <Kokkos_Core.hpp>
 
@@ -37,6 +38,10 @@ struct Case {
   double theta;
   std::vector<int> lens, budgets;  // documents; k per layer
   bool ties;
+  K::GateQuery query = K::GateQuery::mean;  // the gate mode (attention.gate_query, gate_key, gate_sub_blocks)
+  K::GateKey key = K::GateKey::mean;
+  int sub = 4;
+  K::GatingParams params(int k) const { return {k, local, theta, query, key, sub}; }
 };
 
 float bf_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
@@ -127,7 +132,7 @@ bool run_case(const Case& c, uint64_t seed, int slots) {
   // the device path: one prepare, every layer's selection, the stats at the end
   C::DeviceGating gate;
   std::vector<C::DeviceSelection> dev(L);
-  gate.prepare(cu.data(), ndocs, s, c.budgets, c.local, c.theta);
+  gate.prepare(cu.data(), ndocs, s, c.budgets, c.params(0));
   for (auto& d : dev) gate.reserve(d);
   for (int l = 0; l < L; l++) gate.select(dq[l], dk[l], l, dev[l]);
   gate.fetch_stats();
@@ -139,7 +144,7 @@ bool run_case(const Case& c, uint64_t seed, int slots) {
   for (int l = 0; l < L; l++) {
     K::BlockSelection ref;
     const K::GatingStats sr =
-        K::gate_blocks<double>(q[l].data(), k[l].data(), cu.data(), ndocs, s, {c.budgets[l], c.local, c.theta}, ref);
+        K::gate_blocks<double>(q[l].data(), k[l].data(), cu.data(), ndocs, s, c.params(c.budgets[l]), ref);
     C::DeviceSelection host;
     host.upload(ref, cu.data(), ndocs, s);
     const C::DeviceSelection::HostCopy h = host.download(ndocs), g = dev[l].download(ndocs);
@@ -228,6 +233,39 @@ bool run_case(const Case& c, uint64_t seed, int slots) {
 
 }  // namespace
 
+// True recall on the device (true_recall.cu) against kernels::true_recall<double> on the same bf16
+// inputs and selection (gated on the host, uploaded), on sampled rows of packed documents.
+bool check_true_recall(const Case& c, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const K::AttnShape s{c.H, c.Hkv, c.D, c.Bs};
+  const int ndocs = int(c.lens.size());
+  std::vector<int32_t> cu(ndocs + 1, 0);
+  for (int d = 0; d < ndocs; d++) cu[d + 1] = cu[d] + c.lens[d];
+  std::vector<double> q, k;
+  inputs(c, cu, rng, q, k);
+  K::BlockSelection sel;
+  K::gate_blocks<double>(q.data(), k.data(), cu.data(), ndocs, s, {c.budgets[0], c.local, c.theta}, sel);
+  const int64_t rows = sel.doc_row_base.back();
+  std::vector<int64_t> pick;
+  for (int n = 0; n < 64; n++) pick.push_back(int64_t(rng() % uint64_t(rows)));
+  pick.push_back(rows - 1);
+  std::vector<float> want(pick.size()), got(pick.size());
+  K::true_recall<double>(q.data(), k.data(), cu.data(), ndocs, s, sel, pick.data(), int(pick.size()), want.data());
+  bf16 *dq = upload_bf16(q), *dk = upload_bf16(k);
+  C::DeviceSelection dsel;
+  dsel.upload(sel, cu.data(), ndocs, s);
+  C::true_recall(dq, dk, cu.data(), ndocs, s, dsel, pick.data(), int(pick.size()), got.data());
+  SB_CUDA_CHECK(cudaFree(dq));
+  SB_CUDA_CHECK(cudaFree(dk));
+  double worst = 0;
+  int below = 0;
+  for (size_t i = 0; i < pick.size(); i++) worst = std::max(worst, std::abs(double(got[i]) - want[i])), below += want[i] < 0.99;
+  const bool ok = worst < 2e-3 && below > 0;
+  std::printf("  true recall %-28s %zu rows (%d below 0.99), max |cuda - cpu| %.2e %s\n", c.name, pick.size(), below, worst,
+              ok ? "ok" : "FAIL");
+  return ok;
+}
+
 int main(int argc, char** argv) {
   std::string why;
   if (!C::device_available(&why)) {
@@ -247,6 +285,14 @@ int main(int argc, char** argv) {
       {"D128 Bs128 GQA5 32K (0.47B)", 128, 128, 10, 2, 1, 8.0, {32768}, {8, 20}, false},
       // MHA on the wgmma kernels: kept unknown on the host, so the backward splits the sink columns
       {"D64 Bs128 MHA 9K", 64, 128, 4, 4, 1, 8.0, {9000, 2000}, {6, 12}, false},
+      // the gate modes (kernels/README.md, "Gate modes")
+      {"D64 Bs64 GQA2 query max", 64, 64, 4, 2, 1, 4.0, {1200, 300, 1}, {2, 5}, false, K::GateQuery::max},
+      {"D128 Bs128 GQA5 key bounds", 128, 128, 10, 2, 1, 8.0, {3000, 129}, {3, 8}, false, K::GateQuery::mean,
+       K::GateKey::bounds},
+      {"D64 Bs64 MHA ties max+sub4", 64, 64, 2, 2, 2, 100.0, {2000, 650}, {2, 7}, true, K::GateQuery::max,
+       K::GateKey::sub, 4},
+      {"D128 Bs128 GQA5 8K max+bounds", 128, 128, 10, 2, 1, 8.0, {8192, 77}, {8, 4}, false, K::GateQuery::max,
+       K::GateKey::bounds},
   };
   std::random_device rd;
   const uint64_t base = (uint64_t(rd()) << 32) ^ rd();
@@ -254,6 +300,7 @@ int main(int argc, char** argv) {
   int fails = 0;
   try {
     for (size_t i = 0; i < (quick ? 3 : cases.size()); i++) fails += !run_case(cases[i], base + i, slots);
+    for (size_t i = 0; i < (quick ? 2 : 3); i++) fails += !check_true_recall(cases[i], base + 100 + i);
   } catch (const std::exception& e) {
     std::printf("FAIL: %s\n", e.what());
     return 1;

@@ -45,6 +45,10 @@ struct BatchCase {
   bool sparse;  // through the gating path, with every causal block in reach (k and theta large)
   bool qkv_bias = false;  // Qwen2's q/k/v biases (bias.cu), set to random values
   sb::ModelExec exec = {};  // the GPU model's LM head chunk and recomputation (the reference: whole, none)
+  std::vector<int> k = {64, 64};   // budgets (64: every block of these documents in reach)
+  std::vector<uint8_t> dense = {};  // attention.dense_layers' flags
+  sb::kernels::GateQuery query = sb::kernels::GateQuery::mean;  // the gate mode
+  sb::kernels::GateKey key = sb::kernels::GateKey::mean;
 };
 
 // The small model of the per-micro-batch cases: n_layers of d_model 256, 4 / 2 heads of 64.
@@ -75,7 +79,8 @@ void check_one_micro_batch(BatchCase c) {
     b.add(seq);
   }
   sb::AttnSettings a;
-  a.sparse = c.sparse, a.block_size = 64, a.local_blocks = 1, a.theta = 1e9, a.k = {64, 64};
+  a.sparse = c.sparse, a.block_size = 64, a.local_blocks = 1, a.theta = 1e9, a.k = c.k;
+  a.dense = c.dense, a.gate_query = c.query, a.gate_key = c.key;
   const double scale = 1.0 / 500;
 
   sb::ModelCuda gpu(d, host.layout());
@@ -171,7 +176,7 @@ void check_eval_and_profile(const sb::Comm& comm, const std::string& dir, const 
     sb::Model<float> model(st.model);
     sb::load_weights(ck, ck_path, model);
     sb::AdamW opt(st.optim, model.weights().size());
-    auto engine = sb::make_engine(st, comm, model, opt);
+    auto engine = sb::make_engine(st.engine(), comm, model, opt);
     engine->from_host();
     r[gpu] = sb::evaluate(st, comm, *engine, ds);
   }
@@ -248,6 +253,17 @@ TEST(ModelCuda, LayerRecomputationMatchesDoubleReference) {
   if (!have_gpu()) GTEST_SKIP();
   check_one_micro_batch({false, true, false, sb::ModelExec{0, true}});
   check_one_micro_batch({true, false, false, sb::ModelExec{128, true}});
+}
+
+// Hybrid layers (attention.dense_layers): layer 1 dense at a budget of 1 (kept blocks and loss as
+// the reference's dense layer only if the GPU keeps every causal block there: one all-causal
+// selection per micro-batch), layer 0 gated in a non-default mode; stored and recomputed activations.
+TEST(ModelCuda, HybridLayersMatchDoubleReference) {
+  if (!have_gpu()) GTEST_SKIP();
+  using Q = sb::kernels::GateQuery;
+  using K = sb::kernels::GateKey;
+  check_one_micro_batch({true, true, false, {}, {64, 1}, {0, 1}, Q::max, K::bounds});
+  check_one_micro_batch({false, true, false, sb::ModelExec{0, true}, {64, 1}, {0, 1}, Q::mean, K::sub});
 }
 
 TEST(ModelCuda, ForwardMatchesDoubleReference) {

@@ -77,7 +77,7 @@ TEST(ZeroCuda, ShardedOptimizerTrainsAsPlainDataParallelAndResumes) {
   for (size_t s = 0; s < 6; ++s)
     EXPECT_NEAR(scattered.r.losses[s], plain.r.losses[s], tol * plain.r.losses[s]) << "reduce-scatter, step " << s + 1;
   EXPECT_LT(rel_l2(scattered.w, plain.w), tol);
-  if (comm.root()) {  // the sharded checkpoint (every rank's slice of the moments) holds what the plain one does
+  if (comm.root()) {  // the sliced checkpoint (every rank's slice of the moments) holds what the plain one does
     for (int s : {3, 6}) {
       const sb::Checkpoint a = sb::read_checkpoint(sb::checkpoint_path(dir + "/ckpt_z0", s));
       const sb::Checkpoint b = sb::read_checkpoint(sb::checkpoint_path(dir + "/ckpt_z1", s));
@@ -86,7 +86,7 @@ TEST(ZeroCuda, ShardedOptimizerTrainsAsPlainDataParallelAndResumes) {
       EXPECT_LT(rel_l2(b.v, a.v), 10 * tol) << "step " << s;
     }
   }
-  // Resumed from the zero = 1 checkpoint of step 3: steps 4..6 again, sharded and not.
+  // Resumed from the zero = 1 checkpoint of step 3: steps 4..6 again, sliced and not.
   const std::string ck3 = sb::checkpoint_path(dir + "/ckpt_z1", 3);
   for (int z : {1, 0}) {
     const Trained res = train(comm, dir, "resumed" + std::to_string(z), "--set train.zero=" + std::to_string(z), ck3);
@@ -113,12 +113,12 @@ TEST(ZeroCuda, EngineKeepsItsSliceAndRoundTripsTheState) {
   sb::Model<float> model(s.model);
   model.init(5);
   const size_t n = model.weights().size();
-  const sb::Slice sh = sb::shard_of(n, comm.rank(), comm.size());
+  const sb::Slice sh = sb::slice_of(n, comm.rank(), comm.size());
   sb::AdamW opt(s.optim, n, sh);
   std::vector<float> m0(sh.size()), v0(sh.size());
   for (size_t i = 0; i < sh.size(); ++i) m0[i] = float(sh.lo + i), v0[i] = 0.5f * float(sh.lo + i);
   opt.m() = m0, opt.v() = v0;
-  std::unique_ptr<sb::Engine> engine = sb::make_engine(s, comm, model, opt);
+  std::unique_ptr<sb::Engine> engine = sb::make_engine(s.engine(), comm, model, opt);
   const std::string line = engine->memory_line();
   EXPECT_NE(line.find("of " + std::to_string(sh.size()) + " of " + std::to_string(n) + " parameters"),
             std::string::npos) << line;

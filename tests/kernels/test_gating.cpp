@@ -4,6 +4,8 @@
 
 #include <limits>
 #include <set>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/kernels.hpp"
 #include "tests/kernels/kernel_test_util.hpp"
@@ -17,26 +19,64 @@ const std::vector<int32_t> kCu = {0, 5, 30, 30, 47, 111};  // includes an empty 
 const int kDocs = 5, kN = 111;
 const k::AttnShape kShape{4, 2, 8, 4};  // 2 query heads per kv head
 
-// Pooled scores s_ij of one (doc, kv head), computed the obvious way: (nb, nb), -inf above diagonal.
-std::vector<std::vector<double>> scores(const std::vector<double>& q, const std::vector<double>& kk, int d, int g) {
+// Block scores s_ij of one (doc, kv head) in the gate's mode p, computed the obvious way: (nb, nb),
+// -inf above the diagonal. Query vectors: the block's mean over tokens and group heads (mean) or each
+// token's vector of each group head (max); key rows: the block's mean, per-dimension max and min
+// (bounds), or the means of sub_blocks equal sub-blocks (sub; a short block's sub-blocks that hold no
+// token are left out). s_ij = the best over query vectors of (bounds: sum_d max(q_d hi_d, q_d lo_d);
+// else the best key row's dot) / sqrt(D).
+std::vector<std::vector<double>> scores(const std::vector<double>& q, const std::vector<double>& kk, int d, int g,
+                                        const k::GatingParams& p = {0, 0, 0}) {
   const int H = kShape.n_heads, Hkv = kShape.n_kv_heads, D = kShape.head_dim, Bs = kShape.block_size;
   const int L = kCu[d + 1] - kCu[d], nb = (L + Bs - 1) / Bs, G = H / Hkv;
-  std::vector<std::vector<double>> qb(nb, std::vector<double>(D)), kb = qb;
+  auto qrow = [&](int t, int h) { return &q[size_t((t * H + h) * D)]; };
+  auto krow = [&](int t) { return &kk[size_t((t * Hkv + g) * D)]; };
+  std::vector<std::vector<std::vector<double>>> qv(nb), kr(nb);  // per block: vectors of D
   for (int b = 0; b < nb; b++) {
-    int n = std::min(Bs, L - b * Bs);
-    for (int t = kCu[d] + b * Bs; t < kCu[d] + b * Bs + n; t++)
-      for (int e = 0; e < D; e++) {
-        for (int h = g * G; h < g * G + G; h++) qb[b][e] += q[(t * H + h) * D + e] / (n * G);
-        kb[b][e] += kk[(t * Hkv + g) * D + e] / n;
-      }
+    const int t0 = kCu[d] + b * Bs, n = std::min(Bs, L - b * Bs);
+    if (p.query == k::GateQuery::mean) {
+      std::vector<double> m(D);
+      for (int t = t0; t < t0 + n; t++)
+        for (int h = g * G; h < g * G + G; h++)
+          for (int e = 0; e < D; e++) m[e] += qrow(t, h)[e] / (n * G);
+      qv[b].push_back(m);
+    } else {
+      for (int t = t0; t < t0 + n; t++)
+        for (int h = g * G; h < g * G + G; h++) qv[b].emplace_back(qrow(t, h), qrow(t, h) + D);
+    }
+    if (p.key == k::GateKey::bounds) {
+      std::vector<double> hi(krow(t0), krow(t0) + D), lo = hi;
+      for (int t = t0; t < t0 + n; t++)
+        for (int e = 0; e < D; e++) hi[e] = std::max(hi[e], krow(t)[e]), lo[e] = std::min(lo[e], krow(t)[e]);
+      kr[b] = {hi, lo};
+      continue;
+    }
+    const int u = p.key == k::GateKey::sub ? Bs / p.sub_blocks : Bs;  // tokens per sub-block
+    for (int a = t0; a < t0 + n; a += u) {
+      const int e1 = std::min(a + u, t0 + n);
+      std::vector<double> m(D);
+      for (int t = a; t < e1; t++)
+        for (int e = 0; e < D; e++) m[e] += krow(t)[e] / (e1 - a);
+      kr[b].push_back(m);
+    }
   }
   std::vector<std::vector<double>> s(nb, std::vector<double>(nb, -std::numeric_limits<double>::infinity()));
   for (int i = 0; i < nb; i++)
-    for (int j = 0; j <= i; j++) {
-      double acc = 0;
-      for (int e = 0; e < D; e++) acc += qb[i][e] * kb[j][e];
-      s[i][j] = acc / std::sqrt(double(D));
-    }
+    for (int j = 0; j <= i; j++)
+      for (const auto& x : qv[i]) {
+        double best = -std::numeric_limits<double>::infinity();
+        if (p.key == k::GateKey::bounds) {
+          best = 0;
+          for (int e = 0; e < D; e++) best += std::max(x[e] * kr[j][0][e], x[e] * kr[j][1][e]);
+        } else {
+          for (const auto& y : kr[j]) {
+            double acc = 0;
+            for (int e = 0; e < D; e++) acc += x[e] * y[e];
+            best = std::max(best, acc);
+          }
+        }
+        s[i][j] = std::max(s[i][j], best / std::sqrt(double(D)));
+      }
   return s;
 }
 
@@ -52,11 +92,12 @@ std::vector<int32_t> row_cols(const k::BlockSelection& sel, int64_t r) {
 
 // Visit every row with its document, kv head, block and the naive scores.
 template <class F>
-void each_row(const std::vector<double>& q, const std::vector<double>& kk, const k::BlockSelection& sel, F f) {
+void each_row(const std::vector<double>& q, const std::vector<double>& kk, const k::BlockSelection& sel, F f,
+              const k::GatingParams& p = {0, 0, 0}) {
   int64_t rows = 0;
   for (int d = 0; d < kDocs; d++)
     for (int g = 0; g < kShape.n_kv_heads; g++) {
-      auto s = scores(q, kk, d, g);
+      auto s = scores(q, kk, d, g, p);
       int nb = int(s.size());
       for (int i = 0; i < nb; i++, rows++) {
         int64_t r = sel.doc_row_base[d] + int64_t(g) * nb + i;
@@ -65,6 +106,19 @@ void each_row(const std::vector<double>& q, const std::vector<double>& kk, const
       }
     }
   ASSERT_EQ(int64_t(sel.row_ptr.size()), rows + 1);
+}
+
+// Every gate mode (GatingParams: query side, key side, sub-blocks), the default first.
+const k::GatingParams kModes[] = {
+    {0, 0, 0, k::GateQuery::mean, k::GateKey::mean},   {0, 0, 0, k::GateQuery::max, k::GateKey::mean},
+    {0, 0, 0, k::GateQuery::mean, k::GateKey::bounds}, {0, 0, 0, k::GateQuery::max, k::GateKey::bounds},
+    {0, 0, 0, k::GateQuery::mean, k::GateKey::sub, 2}, {0, 0, 0, k::GateQuery::max, k::GateKey::sub, 2},
+    {0, 0, 0, k::GateQuery::mean, k::GateKey::sub, 4}};
+
+std::string mode_name(const k::GatingParams& p) {
+  const char* key = p.key == k::GateKey::mean ? "mean" : p.key == k::GateKey::bounds ? "bounds" : "sub";
+  return std::string("query=") + (p.query == k::GateQuery::max ? "max" : "mean") + " key=" + key +
+         (p.key == k::GateKey::sub ? "/" + std::to_string(p.sub_blocks) : "");
 }
 
 double recall_of(const std::vector<double>& s, int i, const std::vector<int32_t>& cols) {
@@ -80,9 +134,12 @@ TEST(KernelsGating, MatchesNaiveRuleAndKeepsInvariants) {
   Rng rng(41);
   auto q = rng.vec(size_t(kN) * kShape.n_heads * kShape.head_dim, 2.0);
   auto kk = rng.vec(size_t(kN) * kShape.n_kv_heads * kShape.head_dim, 2.0);
+  for (const k::GatingParams& mode : kModes)
   for (k::GatingParams p : {k::GatingParams{2, 1, 0.3}, k::GatingParams{3, 0, 1.0}, k::GatingParams{0, 2, 5.0},
                             k::GatingParams{1, 1, 1e9}, k::GatingParams{4, 1, 0.0}}) {
-    SCOPED_TRACE(testing::Message() << "k=" << p.k << " w=" << p.local_blocks << " theta=" << p.theta);
+    p.query = mode.query, p.key = mode.key, p.sub_blocks = mode.sub_blocks;
+    SCOPED_TRACE(testing::Message() << "k=" << p.k << " w=" << p.local_blocks << " theta=" << p.theta << " "
+                                    << mode_name(p));
     k::BlockSelection sel;
     k::GatingStats st = k::gate_blocks<double>(q.data(), kk.data(), kCu.data(), kDocs, kShape, p, sel);
     double rows = 0, kept = 0, causal = 0, recall_sum = 0;
@@ -120,7 +177,7 @@ TEST(KernelsGating, MatchesNaiveRuleAndKeepsInvariants) {
       EXPECT_GE(rec, 0.0f);
       EXPECT_LE(rec, 1.0f);
       rows += 1, kept += double(cols.size()), causal += i + 1, recall_sum += rec;
-    });
+    }, p);
     EXPECT_EQ(st.rows, rows);
     EXPECT_EQ(st.kept_blocks, kept);
     EXPECT_EQ(st.causal_blocks, causal);
@@ -201,12 +258,16 @@ TEST(KernelsGating, PooledKeysSelectExactlyAsTheKeys) {
   const int L = 61, nb = (L + kShape.block_size - 1) / kShape.block_size, KD = kShape.n_kv_heads * kShape.head_dim;
   auto q = rng.vec<float>(size_t(L) * kShape.n_heads * kShape.head_dim, 2.0);
   auto kk = rng.vec<float>(size_t(L) * KD, 2.0);
-  std::vector<double> kbar(size_t(nb) * KD);
   const int cut = 7;  // blocks [0, 7) and [7, nb), the second with its partial last block
-  k::pool_block_keys(kk.data(), L, 0, cut, kShape, kbar.data());
-  k::pool_block_keys(kk.data() + size_t(cut) * kShape.block_size * KD, L, cut, nb, kShape, kbar.data() + size_t(cut) * KD);
   const int32_t cu[2] = {0, L};
+  for (const k::GatingParams& mode : kModes)
   for (k::GatingParams p : {k::GatingParams{2, 1, 0.3}, k::GatingParams{3, 0, 1e9}}) {
+    p.query = mode.query, p.key = mode.key, p.sub_blocks = mode.sub_blocks;
+    SCOPED_TRACE(mode_name(p));
+    const int W = k::key_summary_rows(p, kShape.block_size) * KD;  // summary doubles per block
+    std::vector<double> kbar(size_t(nb) * W);
+    k::pool_block_keys(kk.data(), L, 0, cut, kShape, p, kbar.data());
+    k::pool_block_keys(kk.data() + size_t(cut) * kShape.block_size * KD, L, cut, nb, kShape, p, kbar.data() + size_t(cut) * W);
     k::BlockSelection a, b;
     const k::GatingStats sa = k::gate_blocks<float>(q.data(), kk.data(), cu, 1, kShape, p, a);
     const k::GatingStats sb = k::gate_blocks_pooled<float>(q.data(), kbar.data(), L, kShape, p, b);
@@ -225,12 +286,12 @@ TEST(KernelsGating, OwnQueryBlocksGateAsTheWholeDocument) {
   const int L = 61, nb = (L + kShape.block_size - 1) / kShape.block_size, KD = kShape.n_kv_heads * kShape.head_dim;
   auto q = rng.vec<double>(size_t(L) * kShape.n_heads * kShape.head_dim, 2.0);
   auto kk = rng.vec<double>(size_t(L) * KD, 2.0);
-  std::vector<double> kbar(size_t(nb) * KD);
-  k::pool_block_keys(kk.data(), L, 0, nb, kShape, kbar.data());
   std::vector<char> only(size_t(nb), 0);
   for (int i : {0, 2, 3, nb - 1}) only[size_t(i)] = 1;  // the sink's, inner and the partial last block
   const int32_t cu[2] = {0, L};
-  const k::GatingParams p{2, 1, 0.3};
+  const k::GatingParams p{2, 1, 0.3, k::GateQuery::max, k::GateKey::bounds};  // a mode with two key rows
+  std::vector<double> kbar(size_t(nb) * 2 * KD);
+  k::pool_block_keys(kk.data(), L, 0, nb, kShape, p, kbar.data());
   k::BlockSelection whole, part;
   k::gate_blocks<double>(q.data(), kk.data(), cu, 1, kShape, p, whole);
   const k::GatingStats st = k::gate_blocks_pooled<double>(q.data(), kbar.data(), L, kShape, p, part, only.data());
@@ -248,4 +309,46 @@ TEST(KernelsGating, OwnQueryBlocksGateAsTheWholeDocument) {
   EXPECT_EQ(st.kept_blocks, want.kept_blocks);
   EXPECT_EQ(st.causal_blocks, want.causal_blocks);
   EXPECT_GT(st.kept_blocks, 0);
+}
+
+// The key-side modes' meaning, stated on their own: bounds scores are upper bounds on every token
+// pair's logit (query max: each query token against each key of the block); sub with one token per
+// sub-block and the per-token query is the block's largest logit exactly; sub with one sub-block is
+// the mean. A sub_blocks that does not divide the block size is refused.
+TEST(KernelsGating, KeyModesMeanWhatTheySay) {
+  Rng rng(45);
+  auto q = rng.vec(size_t(kN) * kShape.n_heads * kShape.head_dim, 2.0);
+  auto kk = rng.vec(size_t(kN) * kShape.n_kv_heads * kShape.head_dim, 2.0);
+  const int H = kShape.n_heads, Hkv = kShape.n_kv_heads, D = kShape.head_dim, Bs = kShape.block_size, G = H / Hkv;
+  const k::GatingParams bounds{0, 0, 0, k::GateQuery::max, k::GateKey::bounds},
+      tokens{0, 0, 0, k::GateQuery::max, k::GateKey::sub, Bs}, one{0, 0, 0, k::GateQuery::mean, k::GateKey::sub, 1};
+  int pairs = 0;
+  for (int d = 0; d < kDocs; d++)
+    for (int g = 0; g < Hkv; g++) {
+      const auto sb = scores(q, kk, d, g, bounds), st = scores(q, kk, d, g, tokens), s1 = scores(q, kk, d, g, one),
+                 sm = scores(q, kk, d, g);
+      const int L = kCu[d + 1] - kCu[d], nb = int(sb.size());
+      for (int i = 0; i < nb; i++)
+        for (int j = 0; j <= i; j++, pairs++) {
+          double mx = -std::numeric_limits<double>::infinity();  // the largest logit of the block pair
+          for (int t = i * Bs; t < std::min(L, (i + 1) * Bs); t++)
+            for (int u = j * Bs; u < std::min(L, (j + 1) * Bs); u++)
+              for (int h = g * G; h < g * G + G; h++) {
+                double acc = 0;
+                for (int e = 0; e < D; e++)
+                  acc += q[size_t(((kCu[d] + t) * H + h) * D + e)] * kk[size_t(((kCu[d] + u) * Hkv + g) * D + e)];
+                mx = std::max(mx, acc / std::sqrt(double(D)));
+              }
+          EXPECT_GE(sb[i][j], mx - 1e-12) << "bounds is an upper bound";
+          EXPECT_NEAR(st[i][j], mx, 1e-12) << "one token per sub-block: the largest logit";
+          EXPECT_NEAR(s1[i][j], sm[i][j], 1e-12) << "one sub-block: the mean";
+        }
+    }
+  EXPECT_GT(pairs, 50);
+  k::BlockSelection sel;
+  for (int bad : {3, 0, 8}) {
+    const k::GatingParams p{2, 1, 0.3, k::GateQuery::mean, k::GateKey::sub, bad};
+    EXPECT_THROW(k::gate_blocks<double>(q.data(), kk.data(), kCu.data(), kDocs, kShape, p, sel), std::invalid_argument)
+        << "sub_blocks " << bad << " with blocks of " << Bs;
+  }
 }

@@ -3,8 +3,8 @@
 # with 1 rank, runs jobs/plots/plot_run.py on the 2-rank metrics log and jobs/plots/report_study.py on a
 # strong-scaling results directory made of the two runs, then checks that every PNG exists, is a
 # PNG, is not tiny and is not a single colour (pixel variance, read back with matplotlib), and that
-# the report's Markdown table lists both rank counts. Then the accuracy tools (bench/accuracy_collect.py,
-# bench/accuracy_policies.py, jobs/plots/plot_accuracy.py) on a real eval of the 1-rank checkpoint.
+# the report's Markdown table lists both rank counts. Then the accuracy tools (bench/analysis/accuracy_collect.py,
+# bench/analysis/accuracy_policies.py, jobs/plots/plot_accuracy.py) on a real eval of the 1-rank checkpoint.
 # Exits 77 (ctest SKIP_RETURN_CODE) when /usr/bin/python3 lacks h5py or matplotlib.
 #
 # usage: tests/plots/plots_test.sh SPARSEBALANCE_BINARY SOURCE_DIR [SCRATCH_DIR]
@@ -58,19 +58,21 @@ EOF
 grep -qE '^\| 1 \| - \| 1\.\.6 \|' "$D/report/report.md" && grep -qE '^\| 2 \| - \| 1\.\.6 \|' "$D/report/report.md" \
   || { cat "$D/report/report.md"; fail "report.md lacks the rows of 1 and 2 ranks"; }
 
-# The accuracy tools (bench/accuracy.sh's and bench/accuracy_policies.sh's readers) on a real eval
+# The accuracy tools (bench/gpu/accuracy.sh's and bench/gpu/accuracy_policies.sh's readers) on a real eval
 # of the 1-rank run: the CSV's per-bucket task counts add up to the overall ones, both plots drawn.
 mkdir -p "$D/acc/eval" "$D/pol/dense_s1" "$D/pol/start"
 run "$BIN" prep synth --preset uniform --docs 30 --min-len 100 --max-len 400 --seed 5 --mask answers \
   --output "$D/evaldata" > "$D/prep2.log" 2>&1 || { cat "$D/prep2.log"; fail "prep synth (eval corpus)"; }
 run "$BIN" eval --checkpoint "$D/study/n1/ckpt/ckpt_00000006.h5" --set data.path="$D/evaldata" --set data.val_fraction=0.9 \
   --set eval.docs=12 --set eval.buckets=200,300 \
-  --summary "$D/acc/eval/pre_6.json" > "$D/eval.log" 2>&1 || { cat "$D/eval.log"; fail "eval"; }
+  --summary "$D/acc/eval/pre_6.json" --diagnose "$D/acc/diag.json" > "$D/eval.log" 2>&1 || { cat "$D/eval.log"; fail "eval"; }
+"$PY" "$SRC/bench/analysis/diagnose_table.py" "$D/acc/diag.json" --heads > "$D/diag.md" 2> "$D/diag.log" || { cat "$D/diag.log"; fail "diagnose_table.py"; }
+grep -qE '^\| oracle gate \| ' "$D/diag.md" && grep -qE '^\| 1 \| 1 \| ' "$D/diag.md" || { cat "$D/diag.md"; fail "diag.md lacks the oracle row or layer 1's head 1"; }
 cp "$D/study/n1/metrics.h5" "$D/acc/metrics_pre.h5"
 cp "$D/acc/eval/pre_6.json" "$D/pol/dense_s1/eval.json" && cp "$D/acc/eval/pre_6.json" "$D/pol/start/eval.json" && cp "$D/study/n1.json" "$D/pol/dense_s1/train.json"
-"$PY" "$SRC/bench/accuracy_collect.py" "$D/acc" --stages pre --from 201 --csv "$D/acc/accuracy.csv" \
+"$PY" "$SRC/bench/analysis/accuracy_collect.py" "$D/acc" --stages pre --from 201 --csv "$D/acc/accuracy.csv" \
   --summary "$D/acc/summary.json" > "$D/collect.log" 2>&1 || { cat "$D/collect.log"; fail "accuracy_collect.py"; }
-"$PY" "$SRC/bench/accuracy_policies.py" "$D/pol" --from 201 --csv "$D/pol/policies.csv" --md "$D/pol/policies.md" \
+"$PY" "$SRC/bench/analysis/accuracy_policies.py" "$D/pol" --from 201 --csv "$D/pol/policies.csv" --md "$D/pol/policies.md" \
   > "$D/policies.log" 2>&1 || { cat "$D/policies.log"; fail "accuracy_policies.py"; }
 grep -qE '^\| dense \| 1 \|' "$D/pol/policies.md" || { cat "$D/pol/policies.md"; fail "policies.md lacks the dense row"; }
 grep -qE '^\| start \(sparse eval\) \| - \|' "$D/pol/policies.md" || { cat "$D/pol/policies.md"; fail "policies.md lacks the start rows"; }
@@ -88,9 +90,13 @@ for att, key in (("dense", "task_accuracy"), ("sparse", "task_accuracy_sparse"))
                   and r["lengths"] not in ("all", "target"))
     assert total > 0 and buckets == total, (att, total, buckets)
     assert ev["docs"] >= total
-print("ok accuracy.csv: per-bucket task counts add up to", total)
+    # --mask answers, one question: the trained span of a record is its task's answer, so the
+    # record exact match (span_accuracy) is the task exact match
+    span = ev["span_accuracy" + key[len("task_accuracy"):]]
+    assert (span["correct"], span["total"]) == (ev[key]["overall"]["correct"], total), (att, span, ev[key]["overall"])
+print("ok accuracy.csv: per-bucket task counts add up to", total, "and span_accuracy equals task accuracy")
 PY
-say "accuracy tools: eval -> accuracy.csv, policies.md, two plots"
+say "accuracy tools: eval -> accuracy.csv, policies.md, two plots; eval --diagnose -> diag.md"
 
 "$PY" - "$D" <<'PY' || fail "PNG checks"
 import sys, os
@@ -120,13 +126,13 @@ for p in want:
     bad += not ok
 sys.exit(1 if bad else 0)
 PY
-# bench/gpu_scaling.sh's dry run on the CPU, its context-parallel part (one 2,048-token document a
-# step: whole on one rank, in windows of 1,024, sharded over 2 ranks), and bench/gpu_scaling_report.py
+# bench/gpu/gpu_scaling.sh's dry run on the CPU, its context-parallel part (one 2,048-token document a
+# step: whole on one rank, in windows of 1,024, sharded over 2 ranks), and bench/analysis/gpu_scaling_report.py
 # on it: the sharded run's losses equal the whole run's (fp32 on the CPU), every row is there.
-say "bench/gpu_scaling.sh dry run (PARTS=cp, 2 ranks)"
+say "bench/gpu/gpu_scaling.sh dry run (PARTS=cp, 2 ranks)"
 (cd "$D" && run SB="$BIN" PYTHON="$PY" OUT="$D/scaling" RUNS="$D/scaling_runs" NGPU=2 STEPS=2 PARTS=cp CP_LEN=2048 \
    EXTRA="--set train.device=cpu --set model.n_layers=2 --set model.d_model=64 --set model.n_heads=1 --set model.n_kv_heads=1 --set model.ffn_dim=128" \
-   bash "$SRC/bench/gpu_scaling.sh") > "$D/scaling.log" 2>&1 || { cat "$D/scaling.log"; fail "bench/gpu_scaling.sh"; }
+   bash "$SRC/bench/gpu/gpu_scaling.sh") > "$D/scaling.log" 2>&1 || { cat "$D/scaling.log"; fail "bench/gpu/gpu_scaling.sh"; }
 "$PY" - "$D/scaling/gpu_scaling.md" <<'PY' || { cat "$D/scaling.log"; fail "gpu_scaling report"; }
 import sys
 rows = {l.split("|")[1].strip(): [c.strip() for c in l.split("|")[2:-1]] for l in open(sys.argv[1]) if l.startswith("| ")}
@@ -136,10 +142,10 @@ diff = float(rows["sharded over 2"][3])
 print(f"sharded over 2 against whole: max rel loss diff {diff:.2e}")
 assert diff < 1e-5, diff
 PY
-# jobs/gpu/sass_mix.py (Nsight Compute's per-SASS export, here a hand-made one of its layout): the
+# bench/gpu/sass_mix.py (Nsight Compute's per-SASS export, here a hand-made one of its layout): the
 # opcode totals with the predicate guard stripped, --per, the top stall site, and a clear error on a CSV
 # that is not such an export.
-say "jobs/gpu/sass_mix.py on an ncu source-page export"
+say "bench/gpu/sass_mix.py on an ncu source-page export"
 cat > "$D/sass.csv" <<'CSV'
 "Kernel Name","void k<64>(P)",
 "Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)","Instructions Executed"
@@ -148,7 +154,7 @@ cat > "$D/sass.csv" <<'CSV'
 "0x30","      HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], RZ","90","80","200"
 "0x40","      IMAD.MOV.U32 R1, RZ, RZ, R2","0","0","400"
 CSV
-"$PY" "$SRC/jobs/gpu/sass_mix.py" "$D/sass.csv" --per 100 --top 2 > "$D/sass.out" 2> "$D/sass.err" \
+"$PY" "$SRC/bench/gpu/sass_mix.py" "$D/sass.csv" --per 100 --top 2 > "$D/sass.out" 2> "$D/sass.err" \
   || { cat "$D/sass.err"; fail "sass_mix.py"; }
 "$PY" - "$D/sass.out" <<'PY' || { cat "$D/sass.out"; fail "sass_mix.py output"; }
 import sys
@@ -162,19 +168,19 @@ top = [l for l in lines if l.strip().startswith("2 ")]
 assert top and "HGMMA" in top[0] and "90" in top[0], lines
 PY
 printf 'L,density\n1,2\n' > "$D/notsass.csv"
-if "$PY" "$SRC/jobs/gpu/sass_mix.py" "$D/notsass.csv" > /dev/null 2> "$D/sass.err"; then fail "sass_mix.py took a non-ncu CSV"; fi
+if "$PY" "$SRC/bench/gpu/sass_mix.py" "$D/notsass.csv" > /dev/null 2> "$D/sass.err"; then fail "sass_mix.py took a non-ncu CSV"; fi
 grep -q "no 'Address' header row" "$D/sass.err" || { cat "$D/sass.err"; fail "sass_mix.py error message"; }
-# bench/bwd_trace.py on a hand-made trace (1 GHz: cycles = ns): two SMs, three CTAs of 8, 4 and 16
+# bench/analysis/bwd_trace.py on a hand-made trace (1 GHz: cycles = ns): two SMs, three CTAs of 8, 4 and 16
 # tiles at 100 cycles a tile, 100 before each first tile, 100 after each last; 100 between the two
 # CTAs of SM 0, which ends 100 before SM 1 (the last wave): shares of 2 x 1,800 cycles.
-say "bench/bwd_trace.py on a per-CTA trace"
+say "bench/analysis/bwd_trace.py on a per-CTA trace"
 cat > "$D/trace.csv" <<'CSV'
 L,density,cta,start_ns,end_ns,sm,tiles,start_clk,first_tile_clk,last_tile_clk,dq_staged_clk,waited_clk,end_clk
 16384,1,0,0,1000,0,8,5000,5100,5900,5950,5980,6000
 16384,1,1,1100,1700,0,4,6100,6200,6600,6650,6680,6700
 16384,1,2,0,1800,1,16,9000,9100,10700,10750,10780,10800
 CSV
-"$PY" "$SRC/bench/bwd_trace.py" "$D/trace.csv" > "$D/trace.out" 2> "$D/trace.err" || { cat "$D/trace.err"; fail "bwd_trace.py"; }
+"$PY" "$SRC/bench/analysis/bwd_trace.py" "$D/trace.csv" > "$D/trace.out" 2> "$D/trace.err" || { cat "$D/trace.err"; fail "bwd_trace.py"; }
 "$PY" - "$D/trace.out" <<'PY' || { cat "$D/trace.out"; fail "bwd_trace.py output"; }
 import sys
 row = open(sys.argv[1]).read().splitlines()[1].replace("|", " ").split()
@@ -182,6 +188,6 @@ assert row[:4] == ["16384", "1.00", "3", "28"] and row[5] == "1.00", row
 assert row[6:12] == ["77.8", "8.3", "8.3", "2.8", "0.0", "2.8"], row  # tiles, before, after, between, lead, last wave
 assert row[12:16] == ["100", "0", "100", "100"] and row[16] == "50/30/20", row
 PY
-if "$PY" "$SRC/bench/bwd_trace.py" "$D/notsass.csv" > /dev/null 2> "$D/trace.err"; then fail "bwd_trace.py took a non-trace CSV"; fi
+if "$PY" "$SRC/bench/analysis/bwd_trace.py" "$D/notsass.csv" > /dev/null 2> "$D/trace.err"; then fail "bwd_trace.py took a non-trace CSV"; fi
 grep -q "not a bench_attention_cuda --trace CSV" "$D/trace.err" || { cat "$D/trace.err"; fail "bwd_trace.py error message"; }
 say "PASS"

@@ -43,7 +43,9 @@ AttnSettings settings(bool sparse, int layers, int k) {
 
 // Central differences of the summed loss against the analytic gradient, on a random sample of
 // parameters of every tensor.
-void check_gradients(bool sparse, bool tied, bool qkv_bias = false, ModelExec exec = {}) {
+// dense: attention.dense_layers' flags (empty: none); mode: the gate's (query, key, sub-blocks).
+void check_gradients(bool sparse, bool tied, bool qkv_bias = false, ModelExec exec = {}, std::vector<uint8_t> dense = {},
+                     kernels::GatingParams mode = {0, 0, 0}) {
   Model<double> m(tiny_dims(tied, qkv_bias));
   m.set_exec(exec);
   m.init(7);
@@ -53,6 +55,7 @@ void check_gradients(bool sparse, bool tied, bool qkv_bias = false, ModelExec ex
       for (size_t i = 0; i < p.size; ++i) m.weights()[p.offset + i] = double(brng() % 1000) / 1000.0 - 0.5;
   PackedBatch b = random_batch({13, 5, 21}, m.shape().vocab, 3);
   AttnSettings a = settings(sparse, m.shape().n_layers, 1);
+  a.dense = dense, a.gate_query = mode.query, a.gate_key = mode.key, a.gate_sub_blocks = mode.sub_blocks;
   m.zero_grads();
   m.forward_backward(b, a, 1.0);
   std::vector<double> g = m.grads();
@@ -206,6 +209,93 @@ TEST(Model, SparseWithEveryBlockKeptEqualsDense) {
   EXPECT_GT(std::abs(sp.loss_sum - dense), 1e-6);
 }
 
+// Hybrid layers (attention.dense_layers): the dense layer keeps every causal block (density and
+// recall 1) while the sparse one drops blocks; a dense layer is exactly that layer gated with every
+// block kept; every layer dense is the dense model; the gate modes reach the model's gating.
+TEST(Model, DenseLayersAttendDenselyInASparseRun) {
+  Model<double> m(tiny_dims(true));
+  m.init(5);
+  PackedBatch b = random_batch({40, 9, 33}, m.shape().vocab, 9);
+  const double dense = m.forward(b, settings(false, 2, 0)).loss_sum;
+  AttnSettings hyb = settings(true, 2, 0);
+  hyb.dense = {0, 1};
+  const MicroBatchStats st = m.forward(b, hyb);
+  EXPECT_LT(st.gating[0].density(), 0.9);
+  EXPECT_DOUBLE_EQ(st.gating[1].density(), 1.0);
+  EXPECT_DOUBLE_EQ(st.gating[1].recall(), 1.0);
+  AttnSettings kept = settings(true, 2, 0);
+  kept.k = {0, 1000};  // layer 1 gated, every block kept: the same blocks as dense
+  EXPECT_NEAR(st.loss_sum, m.forward(b, kept).loss_sum, 1e-12 * std::abs(dense));
+  EXPECT_GT(std::abs(st.loss_sum - m.forward(b, settings(true, 2, 0)).loss_sum), 1e-6) << "the dense layer changes the result";
+  hyb.dense = {1, 1};
+  EXPECT_NEAR(m.forward(b, hyb).loss_sum, dense, 1e-10 * std::abs(dense));
+  // the gate modes: each keeps other blocks than the mean gate on this batch at a budget of 1
+  AttnSettings mean = settings(true, 2, 1);
+  mean.theta = 1e9;
+  const double base = m.forward(b, mean).loss_sum;
+  int differ = 0;
+  for (auto [q, k] : {std::pair{kernels::GateQuery::max, kernels::GateKey::mean},
+                      std::pair{kernels::GateQuery::mean, kernels::GateKey::bounds},
+                      std::pair{kernels::GateQuery::mean, kernels::GateKey::sub}}) {
+    AttnSettings a = mean;
+    a.gate_query = q, a.gate_key = k, a.gate_sub_blocks = 2;
+    differ += std::abs(m.forward(b, a).loss_sum - base) > 1e-9;
+  }
+  EXPECT_GE(differ, 2) << "the gate modes should change the kept blocks";
+  AttnSettings bad = settings(true, 2, 1);
+  bad.dense = {1};
+  EXPECT_THROW(m.forward(b, bad), std::logic_error) << "one flag per layer";
+}
+
+TEST(Model, GradientsMatchFiniteDifferencesHybridLayers) {
+  check_gradients(true, true, false, {}, {0, 1});
+  check_gradients(true, false, false, ModelExec{0, true}, {1, 0}, {0, 0, 0, kernels::GateQuery::max, kernels::GateKey::bounds});
+}
+
+// The config's gate and hybrid-layer keys: parsed into the attention settings; bad values refused
+// with the key, the item and the range named.
+TEST(Model, GateAndDenseLayerKeys) {
+  EXPECT_EQ(parse_dense_layers("", 8, "model.n_layers"), std::vector<uint8_t>{});
+  EXPECT_EQ(parse_dense_layers("last:3", 8, "model.n_layers"), (std::vector<uint8_t>{0, 0, 0, 0, 0, 1, 1, 1}));
+  EXPECT_EQ(parse_dense_layers("0, 5,last:1", 8, "model.n_layers"), (std::vector<uint8_t>{1, 0, 0, 0, 0, 1, 0, 1}));
+  auto msg = [](const std::string& text) {
+    try {
+      parse_dense_layers(text, 8, "model.n_layers");
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(msg("0,8").find("attention.dense_layers = \"0,8\": \"8\" is outside the layers 0..7 (model.n_layers = 8)"),
+            std::string::npos) << msg("0,8");
+  EXPECT_NE(msg("last:9").find("expected 1..8"), std::string::npos) << msg("last:9");
+  EXPECT_NE(msg("last:0").find("expected 1..8"), std::string::npos) << msg("last:0");
+  for (const char* bad : {"-1", "a", "1,,2", "last:", "3,"})
+    EXPECT_NE(msg(bad).find("is not a layer index or last:N"), std::string::npos) << bad << ": " << msg(bad);
+  Config c;
+  c.set("model.n_layers", "4", "test");
+  c.set("attention.gate_query", "max", "test");
+  c.set("attention.gate_key", "sub", "test");
+  c.set("attention.gate_sub_blocks", "8", "test");
+  c.set("attention.dense_layers", "last:2", "test");
+  const Settings s = from_config(c, 100);
+  EXPECT_EQ(s.attention.gate_query, kernels::GateQuery::max);
+  EXPECT_EQ(s.attention.gate_key, kernels::GateKey::sub);
+  const AttnSettings a = s.attention.at_k0(4, s.balance.dst.k0);
+  EXPECT_EQ(a.dense, (std::vector<uint8_t>{0, 0, 1, 1}));
+  EXPECT_TRUE(a.sparse_at(1));
+  EXPECT_FALSE(a.sparse_at(2));
+  EXPECT_EQ(a.gating(1).sub_blocks, 8);
+  c.set("attention.gate_sub_blocks", "3", "test");  // blocks of 32
+  try {
+    from_config(c, 100);
+    ADD_FAILURE() << "gate_sub_blocks 3 with blocks of 32 accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("attention.gate_sub_blocks = 3 must divide attention.block_size = 32"),
+              std::string::npos) << e.what();
+  }
+}
+
 // The MFU count (src/model/README.md) against a hand computation on the tiny shape:
 // per layer 2*16 + 4*4*16 + 2*2*4*16 + 16*4*4 + 3*24*16 = 1952; flop_params = 2*1952 + 16 + 23*16
 // = 4288. One 16-token document, blocks of 4, dense: 4 query blocks x 2 kv heads = 8 rows keeping
@@ -297,7 +387,7 @@ TEST(Update, ScheduleWarmupCosineAndClip) {
 }
 
 // train.decay_steps: a 6-step run follows the first 6 steps of the 30-step schedule exactly (the
-// GPU benchmarks' configs rely on it: a cosine over 6 steps spiked at step 6, bench/RESULTS.md), and
+// GPU benchmarks' configs rely on it: a cosine over 6 steps spiked at step 6, bench/results/2026-12-01-loss-spike.md), and
 // a run longer than its decay horizon holds the floor.
 TEST(Update, DecayStepsSetTheCosineHorizon) {
   auto optim = [](const std::string& steps, const std::string& decay) {

@@ -49,6 +49,9 @@ struct Case {
   int kv_heads;
   int tail;  // the long document is G * kCap - tail tokens (a partial last block when not a multiple of 8)
   int len = 0;  // else this many tokens (fewer blocks than 2G chunks: members without a piece)
+  std::vector<uint8_t> dense = {};  // attention.dense_layers' flags (empty: none)
+  sb::kernels::GateQuery query = sb::kernels::GateQuery::mean;  // the gate mode
+  sb::kernels::GateKey key = sb::kernels::GateKey::mean;
 };
 
 template <class T>
@@ -59,6 +62,7 @@ void check_case(const Case& c, double tol, sb::ShardExchangeMode mode = sb::Shar
   const std::vector<uint32_t> doc = random_doc(size_t(L), 11);
   sb::AttnSettings a;
   a.sparse = c.sparse, a.block_size = kBlock, a.local_blocks = 1, a.theta = 1e9, a.k = {1, 2};
+  a.dense = c.dense, a.gate_query = c.query, a.gate_key = c.key, a.gate_sub_blocks = 4;
 
   sb::Model<T> ref(dims(c.kv_heads)), cp(dims(c.kv_heads));
   ref.init(5), cp.init(5);
@@ -95,8 +99,9 @@ void check_case(const Case& c, double tol, sb::ShardExchangeMode mode = sb::Shar
     EXPECT_EQ(sums[4 + 4 * l], rs.gating[l].causal_blocks) << "layer " << l;
     EXPECT_NEAR(sums[5 + 4 * l], rs.gating[l].recall_sum, 1e-5 * rs.gating[l].recall_sum) << "layer " << l;
   }
-  if (c.sparse && c.len == 0) {
-    EXPECT_LT(rs.gating[0].density(), 0.5);  // the sparse case does drop blocks
+  for (size_t l = 0; c.sparse && c.len == 0 && l < rs.gating.size(); ++l) {  // the sparse layers drop blocks
+    if (l < c.dense.size() && c.dense[l]) EXPECT_DOUBLE_EQ(rs.gating[l].density(), 1.0) << "dense layer " << l;
+    else EXPECT_LT(rs.gating[l].density(), l == 0 ? 0.5 : 0.9) << "layer " << l;  // budgets 1, 2
   }
 
   std::vector<T>& g = cp.grads();
@@ -125,6 +130,22 @@ TEST(Shard, OneDocumentOverTheWorldEqualsOneRankFloat64) {
     SCOPED_TRACE(std::string(c.sparse ? "sparse" : "dense") + ", kv heads " + std::to_string(c.kv_heads));
     check_case<double>(c, 1e-11);
   }
+}
+
+// Hybrid layers (attention.dense_layers) and the gate modes (attention.gate_query, gate_key) through
+// context parallelism: the all-gather, and the selective exchange whose shared key summaries have
+// two (bounds) or four (sub) rows per block.
+TEST(Shard, HybridLayersAndGateModesEqualOneRank) {
+  using Q = sb::kernels::GateQuery;
+  using K = sb::kernels::GateKey;
+  const Case cases[] = {{true, 2, 0, 0, {0, 1}, Q::max, K::bounds}, {true, 1, 5, 0, {1, 0}, Q::mean, K::sub},
+                        {true, 2, 0, 0, {}, Q::max, K::sub}};
+  for (const Case& c : cases)
+    for (auto mode : {sb::ShardExchangeMode::AllGather, sb::ShardExchangeMode::Selective}) {
+      SCOPED_TRACE("kv heads " + std::to_string(c.kv_heads) + ", key " + std::to_string(int(c.key)) +
+                   (mode == sb::ShardExchangeMode::Selective ? ", selective" : ", all-gather"));
+      check_case<double>(c, 1e-11, mode);
+    }
 }
 
 // The selective exchange (attention.shard_exchange = "selective"): gating on the shared pooled keys

@@ -1,6 +1,6 @@
-// Issue 22, ZeRO-1 (train.zero = 1) in-process on 1, 2 and 4 ranks: the sharded optimizer trains
+// Issue 22, ZeRO-1 (train.zero = 1) in-process on 1, 2 and 4 ranks: the sliced optimizer trains
 // the same model as plain data parallelism (losses, weights and the checkpoint's moments to 1e-5
-// relative, with the clip active and the collectives in many rounds), and the sharded checkpoint
+// relative, with the clip active and the collectives in many rounds), and the sliced checkpoint
 // writers (collective and streamed) write the file write_checkpoint writes, which h5py reads; the
 // slice reader of a resume reads what read_checkpoint reads, in bounded pieces, and refuses a
 // corrupt file on every rank. The reduction range by range to each slice's owner (what the CUDA
@@ -96,16 +96,16 @@ TEST(Zero, ShardedWritersWriteTheWholeFileCheckpoint) {
        {std::vector<std::vector<int64_t>>{{3, 5}, {7}, {4, 2, 3}, {2, 9}}, {{3}}}) {
     const sb::Checkpoint full = random_checkpoint(shapes, comm.size(), 3);
     const size_t n = full.params.size();
-    const sb::Slice sh = sb::shard_of(n, comm.rank(), comm.size());
+    const sb::Slice sh = sb::slice_of(n, comm.rank(), comm.size());
     sb::Checkpoint meta = full;
     meta.params.clear(), meta.m.clear(), meta.v.clear();
-    const sb::CheckpointShard mine{full.params, sh.lo, std::span(full.m).subspan(sh.lo, sh.size()),
+    const sb::CheckpointSlice mine{full.params, sh.lo, std::span(full.m).subspan(sh.lo, sh.size()),
                                    std::span(full.v).subspan(sh.lo, sh.size())};
     const std::string ref = dir + "/ref.h5", streamed = dir + "/stream.h5", coll = dir + "/coll.h5";
     if (comm.root()) sb::write_checkpoint(ref, full);
-    sb::write_checkpoint_sharded(streamed, meta, mine, MPI_COMM_WORLD, sb::CheckpointIo::Stream);
+    sb::write_checkpoint_slices(streamed, meta, mine, MPI_COMM_WORLD, sb::CheckpointIo::Stream);
     if (sb::kCollectiveCheckpoints)
-      sb::write_checkpoint_sharded(coll, meta, mine, MPI_COMM_WORLD, sb::CheckpointIo::Collective);
+      sb::write_checkpoint_slices(coll, meta, mine, MPI_COMM_WORLD, sb::CheckpointIo::Collective);
     comm.barrier();
     if (!comm.root()) continue;
     for (const std::string& p : {streamed, coll}) {
@@ -139,11 +139,11 @@ TEST(Zero, SliceReaderReadsWhatTheWholeReaderReads) {
   std::string dir = scratch(comm, "zero_slice");
   const sb::Checkpoint full = random_checkpoint({{3, 5}, {7}, {4, 2, 3}, {2, 9}}, comm.size(), 5);
   const size_t n = full.params.size();
-  const sb::Slice sh = sb::shard_of(n, comm.rank(), comm.size());
+  const sb::Slice sh = sb::slice_of(n, comm.rank(), comm.size());
   sb::Checkpoint meta = full;
   meta.params.clear(), meta.m.clear(), meta.v.clear();
   const std::string path = dir + "/ck.h5";
-  sb::write_checkpoint_sharded(path, meta, {full.params, sh.lo, std::span(full.m).subspan(sh.lo, sh.size()),
+  sb::write_checkpoint_slices(path, meta, {full.params, sh.lo, std::span(full.m).subspan(sh.lo, sh.size()),
                                             std::span(full.v).subspan(sh.lo, sh.size())},
                                MPI_COMM_WORLD, sb::CheckpointIo::Stream);
   const sb::Checkpoint want = sb::read_checkpoint(path);
@@ -153,7 +153,7 @@ TEST(Zero, SliceReaderReadsWhatTheWholeReaderReads) {
     MPI_Comm_split(MPI_COMM_WORLD, comm.rank() < ranks ? 0 : MPI_UNDEFINED, comm.rank(), &group);
     if (group != MPI_COMM_NULL) {
       for (bool sliced : {true, false}) {
-        const sb::Slice s = sliced ? sb::shard_of(n, comm.rank(), ranks) : sb::Slice{0, n};
+        const sb::Slice s = sliced ? sb::slice_of(n, comm.rank(), ranks) : sb::Slice{0, n};
         std::vector<float> w(n), m(s.size()), v(sliced ? 0 : s.size());  // v: into the Checkpoint
         size_t largest = 0;
         const sb::Checkpoint got =
@@ -196,7 +196,7 @@ TEST(Zero, SliceReaderReadsWhatTheWholeReaderReads) {
   MPI_Comm group;
   MPI_Comm_split(MPI_COMM_WORLD, comm.rank() < ranks ? 0 : MPI_UNDEFINED, comm.rank(), &group);
   if (group != MPI_COMM_NULL) {
-    const sb::Slice s = sb::shard_of(n, comm.rank(), ranks);
+    const sb::Slice s = sb::slice_of(n, comm.rank(), ranks);
     std::string msg;
     try {
       sb::read_checkpoint_slice(path, {s.lo, s.hi, {}, {}, {}, 4, nullptr}, group);
@@ -226,7 +226,7 @@ TEST(Zero, OwnerPiecesCoverEachSliceOnceInBoundedPieces) {
           const sb::Slice range{cuts[c], cuts[c + 1]};
           int last = -1;
           for (const sb::OwnerPiece& p : sb::owner_pieces(n, range, bucket, ranks)) {
-            const sb::Slice sh = sb::shard_of(n, p.owner, ranks);
+            const sb::Slice sh = sb::slice_of(n, p.owner, ranks);
             ASSERT_GT(p.s.size(), 0u);
             ASSERT_LE(p.s.size(), bucket);
             ASSERT_TRUE(p.s.lo >= range.lo && p.s.hi <= range.hi && p.s.lo >= sh.lo && p.s.hi <= sh.hi)
@@ -240,7 +240,7 @@ TEST(Zero, OwnerPiecesCoverEachSliceOnceInBoundedPieces) {
           }
         }
         for (int r = 0; r < ranks; ++r)
-          for (size_t i = sb::shard_of(n, r, ranks).lo; i < sb::shard_of(n, r, ranks).hi; ++i)
+          for (size_t i = sb::slice_of(n, r, ranks).lo; i < sb::slice_of(n, r, ranks).hi; ++i)
             ASSERT_EQ(owner[i], r) << "n " << n << " ranks " << ranks << " value " << i;
       }
   // LayerReduction: some layers started by the backward, the rest in the reduce phase, start the
@@ -286,8 +286,8 @@ TEST(Zero, OwnerReductionSumsAsReduceScatter) {
     for (float& x : g) x = float(val(rng));
     const std::vector<float> orig = g;
     std::vector<int> counts(static_cast<size_t>(R));
-    for (int r = 0; r < R; ++r) counts[size_t(r)] = int(sb::shard_of(n, r, R).size());
-    const sb::Slice my = sb::shard_of(n, me, R);
+    for (int r = 0; r < R; ++r) counts[size_t(r)] = int(sb::slice_of(n, r, R).size());
+    const sb::Slice my = sb::slice_of(n, me, R);
     std::vector<float> want(my.size() + 1);
     ASSERT_EQ(MPI_Reduce_scatter(orig.data(), want.data(), counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
               MPI_SUCCESS);

@@ -4,10 +4,10 @@
 //   dQ product and out by two TMA stores; the CTA waits only for their reads of shared memory (their
 //   writes complete before the kernel does). Each thread's own bf16x2 stores, half a 32-byte
 //   sector each, had taken ~7,500 of the ~10,500 cycles after a CTA's last tile; this end ~5,300
-//   (bench/bwd_trace.py; RESULTS 2026-12-04).
+//   (bench/analysis/bwd_trace.py; bench/results/2026-12-04-bwd-per-cta.md).
 // - Otherwise each thread its own rows: bf16x2 stores, or for a share of a split column fp32
 //   float2 atomics into dkv_acc (dkv_convert_kernel stores the bf16). TMA reduce-adds of fp32 tiles
-//   instead took as long (the L2's reductions bound both; bench/RESULTS.md).
+//   instead took as long (the L2's reductions bound both; bench/results/2026-12-03-dq-bulk-reduce.md).
 #pragma once
 #include "kernels/cuda/attention_params.cuh"
 #include "kernels/cuda/bwd_sm90/scheduler.cuh"

@@ -12,7 +12,7 @@ using namespace dev;
 constexpr int kBS = 128, kThreads = 256;  // key block (keys a CTA), two warpgroups
 
 // QT: queries a tile. Head_dim 64 takes 128 (n128 products, one barrier and wait set per 128
-// queries: the kernel is issue-bound; 0.72x the time of 64-query tiles, bench/RESULTS.md), with dQ
+// queries: the kernel is issue-bound; 0.72x the time of 64-query tiles, bench/results/2026-12-02-hd64-bwd-128q.md), with dQ
 // split by queries (warpgroup w: queries 64w.. of the tile, over all 128 keys); head_dim 128 takes
 // 64 (S^T and dP^T of 128 queries would fill 128 registers), with dQ split by columns (warpgroup
 // w: columns 64w..). Either way a warpgroup's dQ share is 64 rows x 64 columns, staged in shared

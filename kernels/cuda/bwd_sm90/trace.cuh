@@ -1,5 +1,5 @@
 // The wgmma backward's one trace hook (set_bwd_trace, attention_cuda.hpp; bench_attention_cuda
-// --trace, bench/bwd_trace.py): thread 0 of each traced CTA stores 16 values, each stamp at once
+// --trace, bench/analysis/bwd_trace.py): thread 0 of each traced CTA stores 16 values, each stamp at once
 // (nothing held in registers across the loop). Off (p.trace null): every call tests one pointer.
 #pragma once
 #include "kernels/cuda/attention_params.cuh"
