@@ -9,10 +9,12 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <span>
 
 #include "base/error.hpp"
 #include "base/hash.hpp"
 #include "io/checkpoint_layout.hpp"
+#include "io/file_checksum.hpp"
 #include "io/h5.hpp"
 
 namespace sb {
@@ -129,7 +131,7 @@ static void check_vlen_heap(hid_t ds, const std::string& name, const std::string
     return v;
   };
   unsigned char d[24];
-  read_at(ub + at, d, 4 + sa + 4);
+  read_at(at, d, 4 + sa + 4);  // H5Dget_offset is absolute (user block included); heap addresses are not
   const uint64_t len = le(d, 4), heap = le(d + 4, sa), index = le(d + 4 + sa, 4);
   if (len == 0) return;  // empty string: HDF5 reads nothing from the heap
   unsigned char h[16];
@@ -183,21 +185,23 @@ void fsync_path(const std::string& path, bool dir) {
 }
 
 // Whole file, then fsync; errors carry errno's text (e.g. "No space left on device").
-static void write_file_synced(const std::string& p, const std::vector<unsigned char>& data) {
+static void write_file_synced(const std::string& p, std::initializer_list<std::span<const unsigned char>> parts) {
   int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) throw Error(p + ": cannot create: " + std::strerror(errno));
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t w = ::write(fd, data.data() + done, data.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      int e = w < 0 ? errno : ENOSPC;
-      ::close(fd);
-      throw Error(p + ": write failed after " + std::to_string(done) + " of " + std::to_string(data.size()) +
-                  " bytes: " + std::strerror(e));
+  size_t total = 0, done = 0;
+  for (const auto& data : parts) total += data.size();
+  for (const auto& data : parts)
+    for (size_t at = 0; at < data.size();) {
+      ssize_t w = ::write(fd, data.data() + at, data.size() - at);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        int e = w < 0 ? errno : ENOSPC;
+        ::close(fd);
+        throw Error(p + ": write failed after " + std::to_string(done) + " of " + std::to_string(total) +
+                    " bytes: " + std::strerror(e));
+      }
+      at += size_t(w), done += size_t(w);
     }
-    done += size_t(w);
-  }
   if (::fsync(fd) != 0) {
     int e = errno;
     ::close(fd);
@@ -226,6 +230,10 @@ void write_meta(hid_t f, const Checkpoint& ck, size_t num_params, uint64_t sum) 
 void write_checkpoint(const std::string& path, const Checkpoint& ck, const std::function<void(hid_t)>& extra) {
   fs::path p(path);
   std::error_code ec;
+  // Checked before anything is created: "x.h5/" would make a directory x.h5 and fail at the rename.
+  if (path.empty() || !p.has_filename() || p.filename() == "." || p.filename() == ".." || fs::is_directory(p, ec))
+    throw Error(path + ": names a directory; a checkpoint path names a file (e.g. " +
+                (p.has_filename() ? path + "/ckpt.h5" : fs::path(path).parent_path().string()) + ")");
   if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
   if (ec) throw Error(path + ": cannot create checkpoint directory: " + ec.message());
   const std::string tmp = path + ".tmp";
@@ -237,7 +245,8 @@ void write_checkpoint(const std::string& path, const Checkpoint& ck, const std::
     std::vector<unsigned char> image;
     h5::Id fapl(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
     H5_CHECK(H5Pset_fapl_core(fapl, 1 << 20, 0));
-    hid_t fid = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    h5::Id fcpl = h5::create_plist();  // the user block the whole-file checksum goes into
+    hid_t fid = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl, fapl);
     if (fid < 0) throw Error(tmp + ": cannot create the checkpoint image in memory");
     h5::Id f(fid);
     write_meta(f, ck, ck.params.size(), checksum(ck));
@@ -260,7 +269,9 @@ void write_checkpoint(const std::string& path, const Checkpoint& ck, const std::
     image.resize(size_t(n));
     if (H5Fget_file_image(f, image.data(), size_t(n)) != n) throw Error(tmp + ": cannot get the checkpoint image");
     f.reset();
-    write_file_synced(tmp, image);
+    unsigned char block[kChecksumBlock];  // the user block the image leaves out: the whole-file checksum
+    image_checksum_block(image, block);
+    write_file_synced(tmp, {{block, kChecksumBlock}, {image.data(), image.size()}});
   } catch (const std::exception& e) {
     fs::remove(tmp, ec);
     throw Error(path + ": checkpoint write failed, previous checkpoints untouched: " + e.what());
@@ -323,15 +334,8 @@ void verify_checksums(hid_t f, const std::string& path, uint64_t sum) {
   }
 }
 
-void check_regular_file(const std::string& path) {
-  std::error_code ec;
-  if (fs::exists(path, ec) && !fs::is_regular_file(path, ec))  // a FIFO would block the open forever
-    throw Error(path + ": not a regular file (a directory, FIFO or device); expected a checkpoint");
-}
-
 Checkpoint read_checkpoint(const std::string& path, const std::function<void(hid_t)>& extra) {
-  check_regular_file(path);
-  h5::Id f = h5::open_read(path);
+  h5::Id f = h5::open_read(path, "a checkpoint");  // the input-file rule and the whole-file checksum
   Checkpoint ck = read_meta(f, path);
   read_shapes(f, ck, path);  // no reserve from the claimed sizes: a corrupt file may claim anything
   for (const auto& t : ck.tensors)

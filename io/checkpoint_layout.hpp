@@ -23,7 +23,6 @@ uint64_t checksum_extra(hid_t f, const std::string& file);
 void write_meta(hid_t f, const Checkpoint& ck, size_t num_params, uint64_t checksum);
 void write_text(hid_t loc, const std::string& name, const std::string& text);
 std::string read_text(hid_t loc, const std::string& name, const std::string& file);  // heap-checked
-void check_regular_file(const std::string& path);  // a FIFO would block the open forever
 void fsync_path(const std::string& path, bool dir);
 
 // Shared by read_checkpoint and read_checkpoint_slice: everything but the tensors' values (format,

@@ -64,9 +64,11 @@ Checkpoint read_checkpoint_slice(const std::string& path, const CheckpointSliceR
   };
   Checkpoint ck;
   size_t n = 0;
+  step([&] {  // part 0: rank 0 checks the file (input-file rule, whole-file checksum) for every rank
+    if (rank == 0) h5::check_file(path, "a checkpoint");
+  });
   step([&] {  // part 1
-    check_regular_file(path);
-    h5::Id f = h5::open_read(path);
+    h5::Id f = h5::open_read_checked(path);
     ck = read_meta(f, path);
     n = read_shapes(f, ck, path);
     if (extra) extra(f);
@@ -122,7 +124,7 @@ Checkpoint read_checkpoint_slice(const std::string& path, const CheckpointSliceR
     }
     if (size > 1 && rank == 0)
       mpi_check(MPI_Recv(&h, 1, MPI_UINT64_T, prev, kTag, comm, MPI_STATUS_IGNORE), "MPI_Recv of the checksum");
-    if (rank == 0) verify_checksums(h5::open_read(path), path, h);
+    if (rank == 0) verify_checksums(h5::open_read_checked(path), path, h);
   });
   if (!exact) {  // keep [lo, hi) only (into the caller's spans when they fit)
     for (auto [own, into] : {std::pair{&ck.m, how.m}, std::pair{&ck.v, how.v}}) {

@@ -21,6 +21,7 @@
 #include "base/hash.hpp"
 #include "io/checkpoint.hpp"
 #include "io/checkpoint_layout.hpp"
+#include "io/file_checksum.hpp"
 #include "io/h5.hpp"
 
 namespace sb {
@@ -287,7 +288,7 @@ void write_checkpoint_slices(const std::string& path, const Checkpoint& meta, co
   });
   step([&] {
     if (r.rank != 0) return;
-    fsync_path(tmp, false);
+    stamp_file_checksum(tmp);  // every rank's part is written and the file closed: checksum, fsync
     std::error_code ec;
     fs::rename(tmp, p, ec);
     if (ec) throw Error(path + ": cannot move the checkpoint into place: " + ec.message());

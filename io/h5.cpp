@@ -3,6 +3,9 @@
 #include <filesystem>
 #include <sstream>
 
+#include "base/input_file.hpp"
+#include "io/file_checksum.hpp"
+
 namespace sb::h5 {
 
 void Id::reset() {
@@ -25,17 +28,37 @@ void quiet_errors() {
   if (!done) H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr), done = true;
 }
 
-Id open_read(const std::string& path) {
+static bool g_require_checksums = false;
+void require_checksums(bool on) { g_require_checksums = on; }
+
+void check_file(const std::string& path, const std::string& expected) {
+  check_input_file(path, expected);
+  verify_file_checksum(path, g_require_checksums);
+}
+
+Id open_read(const std::string& path, const std::string& expected) {
   quiet_errors();
-  if (!std::filesystem::exists(path)) throw Error(path + ": no such file");
+  check_file(path, expected);
+  return open_read_checked(path);
+}
+
+Id open_read_checked(const std::string& path) {
+  quiet_errors();
   hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (f < 0) throw Error(path + ": not a readable HDF5 file (truncated or corrupt?)");
   return Id(f);
 }
 
+Id create_plist() {
+  Id fcpl(H5_CHECK(H5Pcreate(H5P_FILE_CREATE)));
+  H5_CHECK(H5Pset_userblock(fcpl, kChecksumBlock));
+  return fcpl;
+}
+
 Id create(const std::string& path) {
   quiet_errors();
-  hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  Id fcpl = create_plist();
+  hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl, H5P_DEFAULT);
   if (f < 0) throw Error(path + ": cannot create HDF5 file (directory missing or not writable?)");
   return Id(f);
 }

@@ -46,10 +46,23 @@ class Id {
 // the file and object named, which is what a user needs (once per process).
 void quiet_errors();
 
-// Open a file read-only; error names the path when it is missing or not HDF5.
-Id open_read(const std::string& path);
-// Create (truncate) a file.
+// What every HDF5 open of a user's path runs first: the input-file rule (base/input_file.hpp: a
+// regular file, not a FIFO, directory or device) and the whole-file checksum of the files the
+// program writes (io/file_checksum.hpp). `expected` says what the caller reads, e.g. "a checkpoint".
+// Throws naming the file. Reads the whole file once: a reader runs it once per file.
+void check_file(const std::string& path, const std::string& expected);
+// Testing aid (the fuzz targets: "a file this program wrote, damaged"): a file without the
+// whole-file checksum block is refused too.
+void require_checksums(bool on);
+// Open a file read-only after check_file; error names the path when it is missing or not HDF5.
+Id open_read(const std::string& path, const std::string& expected = "an HDF5 file");
+// The same, for a caller that ran check_file itself (or whose rank 0 did, for every rank).
+Id open_read_checked(const std::string& path);
+// Create (truncate) a file, with the 512-byte user block its whole-file checksum goes into
+// (stamp_file_checksum once it is closed).
 Id create(const std::string& path);
+// The file-creation properties of create(): a 512-byte user block.
+Id create_plist();
 
 bool exists(hid_t loc, const std::string& path);  // link exists (intermediate groups checked)
 Id group(hid_t loc, const std::string& name, bool create_missing);

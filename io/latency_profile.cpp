@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "io/file_checksum.hpp"
 #include "io/h5.hpp"
 #include "base/error.hpp"
 
@@ -63,14 +64,17 @@ LatencyProfile load_latency_profile(hid_t group, const std::string& file) {
 
 void save_latency_profile_file(const std::string& path, const LatencyProfile& p) {
   h5::quiet_errors();
-  h5::Id f = h5::create(path);
-  h5::Id g = h5::group(f, "latency", true);
-  save_latency_profile(g, p);
+  {
+    h5::Id f = h5::create(path);
+    h5::Id g = h5::group(f, "latency", true);
+    save_latency_profile(g, p);
+  }
+  stamp_file_checksum(path);  // closed: the whole-file checksum (io/file_checksum.hpp)
 }
 
 LatencyProfile load_latency_profile_file(const std::string& path) {
   h5::quiet_errors();
-  h5::Id f = h5::open_read(path);
+  h5::Id f = h5::open_read(path, "a latency profile (sparsebalance profile --output)");
   if (!h5::exists(f, "latency")) throw Error(path + ": no group /latency (not a latency profile; make one with `sparsebalance profile`)");
   h5::Id g = h5::group(f, "latency", false);
   return load_latency_profile(g, path);

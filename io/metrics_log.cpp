@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "base/error.hpp"
+#include "base/input_file.hpp"
 
 namespace sb {
 
@@ -43,6 +44,7 @@ MetricsLog::MetricsLog(const std::string& path, int ranks, bool resume, int64_t 
   // SWMR needs the 1.10 file format; readers use h5py's swmr=True.
   H5_CHECK(H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST));
   if (resume && fs::exists(path)) {
+    check_input_file(path, "a metrics log (log.path)");  // a FIFO would block the open forever
     hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl);
     if (f < 0) throw Error(path + ": cannot reopen the metrics log to resume (log.path)");
     file_ = h5::Id(f);
@@ -202,7 +204,7 @@ MetricsTables read_metrics(const std::string& path) {
   h5::quiet_errors();
   h5::Id fapl(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
   H5_CHECK(H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST));
-  if (!std::filesystem::exists(path)) throw Error(path + ": no such file");
+  check_input_file(path, "a metrics log");
   hid_t fid = H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);
   if (fid < 0) fid = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (fid < 0) throw Error(path + ": not a readable HDF5 file");

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "base/input_file.hpp"
 
 namespace sb {
 
@@ -71,12 +72,15 @@ size_t StTensor::numel() const {
 // Reading
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
+  // The input-file rule (a FIFO would block the open, a directory fails to map naming nothing);
+  // checked again on the descriptor, opened without blocking.
+  check_input_file(path, "a safetensors file");
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw Error(path + ": cannot stat: " + std::strerror(errno));
+    throw Error(path + ": not a regular file; expected a safetensors file");
   }
   size_ = size_t(st.st_size);
   if (size_ < 8) {
@@ -184,13 +188,8 @@ SafetensorsDir::SafetensorsDir(const std::string& dir) : dir_(dir) {
   std::map<std::string, std::string> want;  // tensor -> shard file, from the index
   if (fs::exists(index)) {
     json j;
+    const std::string text = read_input_file(index.string(), "a safetensors index (JSON)", kMaxTextInputBytes);
     try {
-      std::FILE* f = std::fopen(index.c_str(), "rb");
-      if (!f) throw Error(index.string() + ": cannot open");
-      std::string text;
-      char buf[65536];
-      for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
-      std::fclose(f);
       j = json::parse(text);
     } catch (const json::exception& e) {
       throw Error(index.string() + ": does not parse as JSON: " + e.what());
@@ -198,8 +197,11 @@ SafetensorsDir::SafetensorsDir(const std::string& dir) : dir_(dir) {
     if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
       throw Error(index.string() + ": expected an object with a 'weight_map' of tensor -> file");
     for (auto& [name, file] : j["weight_map"].items()) {
-      if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos)
-        throw Error(index.string() + ": weight_map entry '" + name + "' must be a file name in the directory");
+      // A plain file name in the directory: not "", ".", ".." (the directory itself or its parent) nor a path.
+      const std::string s = file.is_string() ? file.get<std::string>() : "";
+      if (!file.is_string() || s.empty() || s == "." || s == ".." || s.find('/') != std::string::npos)
+        throw Error(index.string() + ": weight_map entry '" + name + "' is " + file.dump() +
+                    ", expected the name of a safetensors file in the directory");
       want[name] = file.get<std::string>();
     }
     std::map<std::string, const SafetensorsFile*> open;
@@ -247,10 +249,12 @@ std::pair<const SafetensorsFile*, const StTensor*> SafetensorsDir::get(const std
 
 namespace {
 
-// A file written under PATH.tmp and renamed onto PATH by commit(); removed if never committed.
+// A file written under PATH.tmp (or, staged, Staged::tmp_name(PATH)) and renamed onto PATH by
+// commit() (staged: left for Staged::commit()); removed if never committed.
 class AtomicFile {
  public:
-  explicit AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {
+  explicit AtomicFile(std::string path, Staged* stage = nullptr)
+      : path_(std::move(path)), tmp_(stage ? Staged::tmp_name(path_) : path_ + ".tmp"), stage_(stage) {
     fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd_ < 0) throw Error(tmp_ + ": cannot create: " + std::strerror(errno));
   }
@@ -272,6 +276,11 @@ class AtomicFile {
     int rc = ::close(fd_);
     fd_ = -1;
     if (rc != 0) throw Error(tmp_ + ": close failed: " + std::strerror(errno));
+    if (stage_) {
+      stage_->add(path_);
+      done_ = true;
+      return;
+    }
     if (std::rename(tmp_.c_str(), path_.c_str()) != 0)
       throw Error(path_ + ": cannot move into place: " + std::strerror(errno));
     done_ = true;
@@ -282,19 +291,63 @@ class AtomicFile {
 
  private:
   std::string path_, tmp_;
+  Staged* stage_;
   int fd_ = -1;
   bool done_ = false;
 };
 
 }  // namespace
 
-void write_text_file(const std::string& path, const std::string& text) {
-  AtomicFile f(path);
+std::string Staged::tmp_name(const std::string& path) {
+  const fs::path p(path);
+  std::string name = ".";  // hidden, beside the final name
+  name += p.filename().string();
+  name += ".sbtmp";
+  return (p.parent_path() / name).string();
+}
+
+void Staged::add(const std::string& path) { paths_.push_back(path); }
+
+void Staged::commit() {
+  for (const auto& p : paths_)
+    if (std::rename(tmp_name(p).c_str(), p.c_str()) != 0)
+      throw Error(p + ": cannot move into place: " + std::strerror(errno));
+  committed_ = true;
+  for (const auto& p : paths_) {
+    const fs::path parent = fs::path(p).parent_path();
+    int dfd = ::open(parent.empty() ? "." : parent.c_str(), O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) ::fsync(dfd), ::close(dfd);
+  }
+}
+
+Staged::~Staged() {
+  if (committed_) return;
+  for (const auto& p : paths_) ::unlink(tmp_name(p).c_str());
+}
+
+std::vector<std::string> indexed_shards(const std::string& dir) {
+  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+  std::error_code ec;
+  if (!fs::is_regular_file(index, ec)) return {};
+  std::vector<std::string> out;
+  try {
+    const json j = json::parse(read_input_file(index.string(), "a safetensors index (JSON)", kMaxTextInputBytes));
+    for (auto& [name, file] : j.at("weight_map").items())
+      if (file.is_string() && std::find(out.begin(), out.end(), file.get<std::string>()) == out.end())
+        out.push_back(file.get<std::string>());
+  } catch (const std::exception&) {
+    return {};
+  }
+  return out;
+}
+
+void write_text_file(const std::string& path, const std::string& text, Staged* stage) {
+  AtomicFile f(path, stage);
   f.write(text.data(), text.size());
   f.commit();
 }
 
-void write_safetensors(const std::string& path, const std::vector<StOut>& tensors, StDtype dtype) {
+void write_safetensors(const std::string& path, const std::vector<StOut>& tensors, StDtype dtype, Staged* stage) {
   const size_t es = st_dtype_size(dtype);
   json h = json::object();
   h["__metadata__"] = {{"format", "pt"}};  // transformers refuses a file without it
@@ -309,7 +362,7 @@ void write_safetensors(const std::string& path, const std::vector<StOut>& tensor
   std::string header = h.dump();
   header.append((8 - header.size() % 8) % 8, ' ');  // data section 8-byte aligned, as safetensors pads it
   const uint64_t n = header.size();
-  AtomicFile f(path);
+  AtomicFile f(path, stage);
   f.write(&n, 8);
   f.write(header.data(), header.size());
   std::vector<uint16_t> buf;
@@ -326,7 +379,7 @@ void write_safetensors(const std::string& path, const std::vector<StOut>& tensor
 }
 
 std::vector<std::string> write_safetensors_dir(const std::string& dir, const std::vector<StOut>& tensors,
-                                               StDtype dtype, uint64_t shard_bytes) {
+                                               StDtype dtype, uint64_t shard_bytes, Staged* stage) {
   std::vector<std::vector<StOut>> shards(1);
   uint64_t in_shard = 0, total = 0;
   for (const auto& t : tensors) {
@@ -336,7 +389,7 @@ std::vector<std::string> write_safetensors_dir(const std::string& dir, const std
     in_shard += b, total += b;
   }
   if (shards.size() == 1) {
-    write_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, dtype);
+    write_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, dtype, stage);
     return {"model.safetensors"};
   }
   std::vector<std::string> names;
@@ -344,12 +397,12 @@ std::vector<std::string> write_safetensors_dir(const std::string& dir, const std
   for (size_t i = 0; i < shards.size(); ++i) {
     char name[64];
     std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
-    write_safetensors((fs::path(dir) / name).string(), shards[i], dtype);
+    write_safetensors((fs::path(dir) / name).string(), shards[i], dtype, stage);
     for (const auto& t : shards[i]) map[t.name] = name;
     names.push_back(name);
   }
   json index = {{"metadata", {{"total_size", total}}}, {"weight_map", map}};
-  write_text_file((fs::path(dir) / "model.safetensors.index.json").string(), index.dump(2) + "\n");
+  write_text_file((fs::path(dir) / "model.safetensors.index.json").string(), index.dump(2) + "\n", stage);
   names.push_back("model.safetensors.index.json");
   return names;
 }

@@ -95,15 +95,41 @@ struct StOut {
 
 inline constexpr uint64_t kDefaultShardBytes = 5'000'000'000ull;  // save_pretrained's "5GB"
 
+// Files written together that go into place together (an export into a directory the user owns):
+// each is written under a hidden temporary name beside its final one (".NAME.sbtmp"), fsynced and
+// closed; commit() renames them all into place and fsyncs the directory. Until commit() nothing
+// under a final name has changed; destroyed before commit(), the temporaries are removed.
+class Staged {
+ public:
+  Staged() = default;
+  Staged(const Staged&) = delete;
+  Staged& operator=(const Staged&) = delete;
+  ~Staged();
+  void add(const std::string& path);  // written and synced under tmp_name(path)
+  void commit();
+  const std::vector<std::string>& paths() const { return paths_; }
+  static std::string tmp_name(const std::string& path);
+
+ private:
+  std::vector<std::string> paths_;
+  bool committed_ = false;
+};
+
 // One file (temporary name, fsync, rename), values converted to `dtype`; metadata {"format": "pt"}.
-void write_safetensors(const std::string& path, const std::vector<StOut>& tensors, StDtype dtype);
+// With `stage`, the file is left under its temporary name for stage->commit().
+void write_safetensors(const std::string& path, const std::vector<StOut>& tensors, StDtype dtype,
+                       Staged* stage = nullptr);
 // Into directory `dir` (must exist): model.safetensors when all tensors fit in `shard_bytes`,
 // otherwise shards in order, each at most shard_bytes unless one tensor alone is larger, and
 // model.safetensors.index.json. Returns the file names written.
 std::vector<std::string> write_safetensors_dir(const std::string& dir, const std::vector<StOut>& tensors,
-                                               StDtype dtype, uint64_t shard_bytes = kDefaultShardBytes);
+                                               StDtype dtype, uint64_t shard_bytes = kDefaultShardBytes,
+                                               Staged* stage = nullptr);
+// The shard names model.safetensors.index.json in `dir` lists (its weight_map's files), or none
+// when there is no index or it does not parse: the files a previous export wrote there.
+std::vector<std::string> indexed_shards(const std::string& dir);
 
-// Text to a file: temporary name, fsync, rename (config.json, the index).
-void write_text_file(const std::string& path, const std::string& text);
+// Text to a file: temporary name, fsync, rename (config.json, the index); or staged.
+void write_text_file(const std::string& path, const std::string& text, Staged* stage = nullptr);
 
 }  // namespace sb

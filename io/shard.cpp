@@ -1,5 +1,6 @@
 // Shard writer and reader. See shard.hpp for the format.
 #include "io/shard.hpp"
+#include "io/file_checksum.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -139,6 +140,7 @@ void ShardWriter::close() {
   mask_.reset(), tokens_.reset();
   H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
   file_.reset();
+  stamp_file_checksum(tmp_);  // complete and closed: the whole-file checksum, fsynced, then the rename
   std::error_code ec;
   std::filesystem::rename(tmp_, path_, ec);
   if (ec) throw Error(path_ + ": cannot move the finished shard into place: " + ec.message());
@@ -220,7 +222,7 @@ ShardMeta read_meta(hid_t file, const std::string& path) {
 ShardReader ShardReader::open(const std::string& path) {
   ShardReader r;
   r.path_ = path;
-  r.file_ = std::make_shared<h5::Id>(h5::open_read(path));
+  r.file_ = std::make_shared<h5::Id>(h5::open_read(path, "a token shard (sparsebalance prep)"));
   hid_t f = *r.file_;
   r.meta_ = read_meta(f, path);
 

@@ -241,13 +241,19 @@ void LatencyModel::observe_density(double predicted_candidates, double measured_
 
 void LatencyModel::save(hid_t group) const { save_latency_profile(group, p_); }
 
-static void check_shape(const LatencyProfile& p, const std::string& file, const ModelShape* expect) {
+// `stored`: the profile is the one a checkpoint carries (a resume), not a balance.profile file.
+static void check_shape(const LatencyProfile& p, const std::string& file, const ModelShape* expect, bool stored) {
   if (!expect) return;
   auto check = [&](const char* field, int64_t got, int64_t want, const char* key) {
-    if (got != want)
-      throw Error(file + ": latency profile was measured for " + field + " = " + std::to_string(got) +
-                  " but the model has " + std::to_string(want) + " (" + key +
-                  "); re-run `sparsebalance profile` or drop balance.profile to use the analytic model");
+    if (got == want) return;
+    if (stored)
+      throw Error(file + ": the latency model stored in this checkpoint was measured for " + field + " = " +
+                  std::to_string(got) + " but this run has " + std::to_string(want) + " (" + key +
+                  "); a resume keeps the checkpoint's settings: set " + key + " = " + std::to_string(got) +
+                  " again, or start a fresh run from its weights with --init-from " + file);
+    throw Error(file + ": latency profile was measured for " + field + " = " + std::to_string(got) +
+                " but the model has " + std::to_string(want) + " (" + key +
+                "); re-run `sparsebalance profile` or drop balance.profile to use the analytic model");
   };
   check("n_layers", p.n_layers, expect->n_layers, "model.n_layers");
   check("block_size", p.block_size, expect->block_size, "attention.block_size");
@@ -256,13 +262,13 @@ static void check_shape(const LatencyProfile& p, const std::string& file, const 
 
 LatencyModel LatencyModel::load(hid_t group, const std::string& file, const ModelShape* expect) {
   auto p = load_latency_profile(group, file);
-  check_shape(p, file, expect);
+  check_shape(p, file, expect, true);
   return from_profile(p);
 }
 
 LatencyModel LatencyModel::load_file(const std::string& path, const ModelShape* expect) {
   auto p = load_latency_profile_file(path);
-  check_shape(p, path, expect);
+  check_shape(p, path, expect, false);
   return from_profile(p);
 }
 

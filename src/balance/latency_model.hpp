@@ -129,6 +129,8 @@ class LatencyModel {
   // block_size or local_blocks is an error (the features change meaning); a different n_layers
   // is an error too (the linear part is whole-model). Messages name the file and the field.
   void save(hid_t group) const;
+  // load: the group a checkpoint carries (its shape message says how to resume); load_file: a
+  // balance.profile or simulate --profile file.
   static LatencyModel load(hid_t group, const std::string& file, const ModelShape* expect = nullptr);
   static LatencyModel load_file(const std::string& path, const ModelShape* expect = nullptr);
 

@@ -66,6 +66,13 @@ ShardParts shard_parts(std::span<const ShardGroup> groups, int ranks, const Late
 SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallModel& rm) {
   if (cfg.ranks < 1 || cfg.micro_batches < 1 || cfg.steps < 1)
     throw Error("simulate: simulate.ranks, simulate.micro_batches and simulate.steps must be >= 1");
+  // Planning time and memory grow with the micro-batches of a step (the global batch is ranks x
+  // micro_batches x capacity x fill tokens): refused before anything is allocated.
+  if (int64_t(cfg.ranks) * cfg.micro_batches > kMaxSimMicroBatches)
+    throw Error("simulate.ranks = " + std::to_string(cfg.ranks) + " x simulate.micro_batches = " +
+                std::to_string(cfg.micro_batches) + " = " + std::to_string(int64_t(cfg.ranks) * cfg.micro_batches) +
+                " micro-batches per step, more than simulate plans (at most " + std::to_string(kMaxSimMicroBatches) +
+                ", e.g. 4096 ranks x 16): lower simulate.ranks or simulate.micro_batches");
   const Batching batchings[] = {Batching::Sequential, Batching::Tokens, Batching::Quadratic, Batching::Sparse};
   const Tuning tunings[] = {Tuning::Fixed, Tuning::Dst};
   const int R = cfg.ranks;

@@ -16,6 +16,10 @@
 
 namespace sb {
 
+// The most micro-batches (ranks x micro_batches) one simulated step may plan: memory and time grow
+// with them (src/balance/README.md, "simulate"); above it simulate() refuses, naming the keys.
+inline constexpr int64_t kMaxSimMicroBatches = 65536;
+
 struct SimConfig {
   int ranks = 8, micro_batches = 16, steps = 10;
   Preset preset = Preset::LongAlign;

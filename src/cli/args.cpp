@@ -1,5 +1,7 @@
 #include "src/cli/args.hpp"
 
+#include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +12,16 @@
 #include "src/config/config.hpp"
 
 namespace sb {
+
+int64_t Args::integer(const std::string& name, int64_t lo, int64_t hi, const std::string& expected) const {
+  const std::string text = get(name);
+  int64_t x = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), x, 10);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || x < lo || x > hi)
+    throw Error("--" + name + " '" + text + "': expected " + expected + ", an integer from " + std::to_string(lo) +
+                " to " + std::to_string(hi));
+  return x;
+}
 
 std::string Args::get(const std::string& name, const std::string& def) const {
   auto it = flags.find(name);

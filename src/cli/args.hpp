@@ -26,6 +26,9 @@ struct Args {
   bool has(const std::string& name) const { return flags.count(name) > 0; }
   std::string get(const std::string& name, const std::string& def = "") const;
   const std::vector<std::string>& all(const std::string& name) const;
+  // --NAME as an integer in lo..hi, or an error "--NAME 'TEXT': expected EXPECTED, an integer from
+  // lo to hi" (a number past the range, 2^64 too, is refused, never wrapped or clamped).
+  int64_t integer(const std::string& name, int64_t lo, int64_t hi, const std::string& expected) const;
 };
 
 // The common flags a command takes besides its own (--help always): --set, --summary.

@@ -1,6 +1,7 @@
 // `sparsebalance inspect PATH [--json]`: what is in a file. Dispatches on the root attribute
 // `format` (a directory is judged by its first *.h5 file): shards and datasets here; checkpoints
 // and metrics logs get their own branches.
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -29,8 +30,9 @@ std::string file_format(const std::string& path) {
   // A metrics log being written (SWMR) opens only in SWMR-read mode.
   h5::Id fapl(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
   H5_CHECK(H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST));
+  h5::check_file(file, "a sparsebalance HDF5 file (shard, checkpoint, metrics log or latency profile)");
   hid_t swmr = std::filesystem::exists(file) ? H5Fopen(file.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl) : -1;
-  h5::Id f = swmr >= 0 ? h5::Id(swmr) : h5::open_read(file);
+  h5::Id f = swmr >= 0 ? h5::Id(swmr) : h5::open_read_checked(file);
   if (h5::has_attr(f, "format")) return h5::read_attr_string(f, "format", file);
   // A latency profile (sparsebalance profile --output) keeps its format on the group /latency.
   if (H5Lexists(f, "latency", H5P_DEFAULT) > 0) {
@@ -65,10 +67,7 @@ int inspect_latency(const std::string& path, bool json) {
 int inspect_dataset(const std::string& path, bool json, const Args& args) {
   auto ds = Dataset::open(path);
   if (args.has("decode")) {
-    std::string arg = args.get("decode");
-    char* end = nullptr;
-    unsigned long long doc = std::strtoull(arg.c_str(), &end, 10);
-    if (arg.empty() || *end || arg[0] == '-') throw Error("--decode " + arg + ": expected a document index (0, 1, ...)");
+    const uint64_t doc = uint64_t(args.integer("decode", 0, INT64_MAX, "a document index (0, 1, ...)"));
     std::string text = decode_document(ds, doc, args.get("tokenizer"));
     if (json)
       std::printf("%s\n", nlohmann::json({{"path", path}, {"doc", doc}, {"tokens", ds.doc_length(doc)}, {"text", text}})

@@ -22,7 +22,7 @@ const std::vector<std::pair<std::string, std::string>> kFlagKeys = {
     {"split", "prep.split"},     {"eot", "prep.eot"},                   {"vocab", "prep.vocab"},
     {"preset", "prep.preset"},   {"docs", "prep.docs"},                 {"seed", "prep.seed"},
     {"max-len", "prep.max_len"}, {"min-len", "prep.min_len"},           {"dict", "prep.dict"},
-    {"tokenizer", "prep.tokenizer"}, {"eos", "prep.eos"}, {"mask", "prep.mask"}, {"ask", "prep.ask"},
+    {"tokenizer", "prep.tokenizer"}, {"eos", "prep.eos"}, {"chat-template", "prep.chat_template"}, {"mask", "prep.mask"}, {"ask", "prep.ask"},
 };
 
 Config load_config(const Args& args) {
@@ -104,6 +104,7 @@ int run(const Args& args) {
     if (split == "jsonl") format = "jsonl";
     opt.tokenizer = cfg.s("prep.tokenizer");
     opt.eos = cfg.s("prep.eos");
+    opt.chat_template = cfg.s("prep.chat_template");
     st = prep_text(inputs, format, split, opt);
   } else if (mode == "bin") {
     st = prep_bin(inputs, cfg.i("prep.eot"), cfg.i("prep.vocab"), opt);
@@ -122,11 +123,13 @@ int run(const Args& args) {
   std::printf("prep %s: %llu documents, %llu tokens, %llu shards -> %s in %.2f s (%.2f M tokens/s)\n", mode.c_str(),
               (unsigned long long)st.documents, (unsigned long long)st.tokens, (unsigned long long)st.shards,
               opt.output.c_str(), st.seconds, tps / 1e6);
+  if (!st.chat_template.empty()) std::printf("prep %s: chat records rendered with %s\n", mode.c_str(), st.chat_template.c_str());
   if (args.has("summary"))
     write_summary(args.get("summary"), {{"command", "prep " + mode}, {"output", opt.output},
                                         {"documents", st.documents}, {"tokens", st.tokens},
                                         {"shards", st.shards}, {"files", st.files},
-                                        {"seconds", st.seconds}, {"tokens_per_s", tps}});
+                                        {"seconds", st.seconds}, {"tokens_per_s", tps},
+                                        {"chat_template", st.chat_template}});
   comm.barrier();
   return 0;
 }
@@ -138,7 +141,7 @@ Command cmd_prep() {
           "text, llm.c token files or a synthetic long-context corpus -> token shards",
           "prep text|bin|synth [CONFIG.toml] --output DIR [options]\n\n"
           "  prep text  --input FILE... [--format text|jsonl] [--split blank-lines|file]\n"
-          "             [--tokenizer tokenizer.json [--eos TOKEN]]\n"
+          "             [--tokenizer tokenizer.json [--eos TOKEN]] [--chat-template auto|chatml|llama3|plain]\n"
           "      plain text (documents separated by blank lines, or one per file) or JSONL (per line\n"
           "      \"text\", \"prompt\"+\"response\" or chat \"messages\"; the last two train only the\n"
           "      response / assistant turns: /loss_mask); byte tokenizer (vocab 259, eos 257), or a\n"
@@ -147,6 +150,8 @@ Command cmd_prep() {
           "      --tokenizer: a Hugging Face byte-level BPE (GPT-2, Llama 3, Qwen2/2.5/3 tokenizer.json),\n"
           "      the ids of HF's encode(text, add_special_tokens=False); shards record its name and\n"
           "      sha256, vocab_size with added tokens and eos_id (--eos, else tokenizer_config.json's).\n"
+          "      --chat-template: \"messages\" rendered as the model's own template renders them (auto:\n"
+          "      the one in tokenizer_config.json beside --tokenizer; plain <|ROLE|> lines without one).\n"
           "  prep bin   --input FILE... [--eot ID] [--vocab V]\n"
           "      llm.c token files (uint16, header magic 20240520); documents split at EOT (not stored).\n"
           "  prep synth [--preset longalign|chatqa2|uniform|fixed] [--docs N] [--seed S] [--max-len L]\n"
@@ -173,6 +178,7 @@ Command cmd_prep() {
            {"dict", 1, "synth: word list (prep.dict)", "FILE"},
            {"tokenizer", 1, "text: Hugging Face tokenizer.json (prep.tokenizer)", "FILE"},
            {"eos", 1, "text: EOS token with --tokenizer (prep.eos)", "TOKEN"},
+           {"chat-template", 1, "text: chat template of \"messages\" records (prep.chat_template)", "auto|chatml|llama3|plain"},
            {"mask", 1, "synth: loss mask none or answers (prep.mask)", "M"},
            {"ask", 1, "synth: multi-key / key-value documents ask one key or all (prep.ask)", "one|all"}},
           run};

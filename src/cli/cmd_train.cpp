@@ -8,6 +8,7 @@
 #include "src/cli/args.hpp"
 #include "src/comm/comm.hpp"
 #include "base/error.hpp"
+#include "io/dir_lock.hpp"
 #include "src/hf/hf_convert.hpp"
 #include "src/train/trainer.hpp"
 
@@ -43,6 +44,28 @@ static int run_train(const Args& args) {
   // step, write a checkpoint, exit cleanly so the job can requeue and resume.
   std::signal(SIGUSR1, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
+  // One run owns checkpoint.dir: rank 0 holds its lock until the run ends (io/dir_lock.hpp); a
+  // second run is refused naming the holder, a lock left by a killed job is free.
+  DirLock lock;
+  {
+    std::string err, stale;
+    if (comm.root()) try {
+        std::string command = "sparsebalance train";
+        for (const auto& p : args.positional) command += " " + p;
+        if (args.has("resume")) command += " --resume";
+        lock = DirLock(cfg.s("checkpoint.dir"), command + ", " + std::to_string(comm.size()) + " rank(s)", &stale);
+      } catch (const std::exception& e) {
+        err = e.what();
+      }
+    comm.broadcast(err);
+    if (!err.empty()) throw Error(err);
+    if (comm.root() && !lock.why().empty())
+      std::fprintf(stderr, lock.held() ? "warning: %s\n" : "warning: checkpoint.dir is not guarded against a second run: %s\n",
+                   lock.why().c_str());
+    if (!stale.empty())
+      std::printf("note: %s was left by a run that ended without releasing it (%s); that run holds no lock any more, "
+                  "this one took it\n", lock.path().c_str(), stale.c_str());
+  }
   std::string resume;
   if (args.has("resume")) resume = args.get("resume", "").empty() ? "latest" : args.get("resume");
   const int64_t stop_at = args.has("stop-at") ? positive_flag(args, "stop-at") : 0;

@@ -24,7 +24,7 @@ std::vector<KeySpec> schema_balance() {
       {"balance.recall_rows", T::Int, "0", 0, 1 << 20, {}, "true recall (the dense softmax mass on the kept blocks, kernels::true_recall) measured on this many sampled query-block rows per layer and micro-batch; the recall model (balance.target = recall) learns from it instead of the gate's own estimate, and the metrics log records both (0 = off: the gate's estimate)"},
       {"balance.recall_every", T::Int, "1", 1, 1 << 20, {}, "with balance.recall_rows: measure true recall every this many steps (steps without it leave the recall model as it is)"},
       // [simulate] the balancer on a modelled cluster (no model run)
-      {"simulate.ranks", T::Int, "8", 1, 1 << 20, {}, "modelled ranks"},
+      {"simulate.ranks", T::Int, "8", 1, 1 << 16, {}, "modelled ranks (with simulate.micro_batches at most 65536 micro-batches per step: src/balance/README.md, \"Simulate\")"},
       {"simulate.micro_batches", T::Int, "16", 1, 1 << 16, {}, "micro-batches per rank (token capacity simulate.capacity each)"},
       {"simulate.preset", T::String, "longalign", 0, 0, {"longalign", "chatqa2", "uniform", "fixed"}, "document-length distribution"},
       {"simulate.steps", T::Int, "10", 1, 1 << 20, {}, "steps (global batches) simulated"},

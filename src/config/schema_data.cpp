@@ -27,6 +27,7 @@ std::vector<KeySpec> schema_data() {
       {"prep.mask", T::String, "none", 0, 0, {"none", "answers"}, "prep synth: loss mask: none (every token trained) or answers (only the task answers)"},
       {"prep.dict", T::String, "/usr/share/dict/american-english", 0, 0, {}, "prep synth: word list of the filler text (package wamerican)"},
       {"prep.tokenizer", T::String, "", 0, 0, {}, "prep text: Hugging Face tokenizer.json (byte-level BPE); empty = the byte tokenizer"},
+      {"prep.chat_template", T::String, "auto", 0, 0, {"auto", "chatml", "llama3", "plain"}, "prep text: how \"messages\" records are rendered: the model's own template (auto: recognised in tokenizer_config.json beside --tokenizer; plain without a tokenizer), ChatML (Qwen), Llama 3, or plain <|ROLE|> lines (src/data/README.md)"},
       {"prep.eos", T::String, "", 0, 0, {}, "prep text with a tokenizer: EOS token text; empty = tokenizer_config.json's eos_token"},
   };
 }

@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "base/input_file.hpp"
+#include "io/shard.hpp"
 #include "src/data/bpe_impl.hpp"
 
 namespace sb {
@@ -121,11 +123,7 @@ struct Sax : nlohmann::json_sax<json> {
 };
 
 std::string read_all(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open " + what);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return read_input_file(path, what, kMaxTextInputBytes);  // the input-file rule
 }
 
 // UTF-8 text of GPT-2 byte-level characters -> the bytes they stand for; nullopt if a character
@@ -241,8 +239,17 @@ void load_model_options(BpeTokenizer::Impl& t, const json& m) {
   t.ignore_merges = flag(m, "ignore_merges", false, t.path, "model");
 }
 
+// Every token id a tokenizer may produce must fit a model's vocabulary (model.vocab_size's range,
+// the shards' too): checked here, at load, not after a whole corpus is tokenized.
+void check_id(const BpeTokenizer::Impl& t, uint64_t id, const std::string& where) {
+  if (id >= uint64_t(kMaxShardVocab))
+    refuse(t.path, where, "id " + std::to_string(id) + " is beyond what a model vocabulary holds: ids must be < " +
+                              std::to_string(kMaxShardVocab) + " (model.vocab_size's range is 1.." +
+                              std::to_string(kMaxShardVocab) + ")");
+}
+
 void set_token(BpeTokenizer::Impl& t, uint64_t id, std::string bytes, const std::string& where) {
-  if (id >= (uint64_t(1) << 31)) refuse(t.path, where, "id " + std::to_string(id) + " is too large");
+  check_id(t, id, where);
   if (id >= t.id_bytes.size()) t.id_bytes.resize(id + 1), t.id_used.resize(id + 1, 0);
   t.id_bytes[id] = std::move(bytes), t.id_used[id] = 1;
 }
@@ -263,6 +270,7 @@ void load_added_tokens(BpeTokenizer::Impl& t, const json& root) {
       if (flag(a, k, false, t.path, where)) refuse(t.path, where + "." + k, "true is not implemented");
     bool special = flag(a, "special", false, t.path, where);
     bool normalized = flag(a, "normalized", !special, t.path, where);
+    check_id(t, id->get<uint64_t>(), where + ".id");  // before the narrowing: 2^32 + 5 must not become 5
     AddedToken tok{content->get<std::string>(), id->get<uint32_t>()};
     set_token(t, tok.id, tok.text, where + ".id");
     // As HF: normalized=false tokens are cut from the raw text first, the others from what the
@@ -282,7 +290,7 @@ void load_vocab_and_merges(BpeTokenizer::Impl& t, Sax& sax) {
   const ByteLevelAlphabet alpha;
   for (auto& [text, id] : sax.vocab) {
     auto bytes = alpha.bytes(text);
-    if (id >= (uint64_t(1) << 31)) refuse(t.path, "model.vocab[\"" + text + "\"]", "id " + std::to_string(id) + " is too large");
+    check_id(t, id, "model.vocab[\"" + text + "\"]");
     if (bytes && !t.find_token(*bytes)) {
       uint32_t one = uint32_t(id);
       t.vocab.insert(*bytes, hash_bytes(*bytes), {&one, 1});
@@ -323,7 +331,7 @@ std::array<uint32_t, 256> byte_to_codepoint() {
 BpeTokenizer BpeTokenizer::load(const std::string& path) {
   auto t = std::make_unique<Impl>();
   t->path = path;
-  std::string text = read_all(path, "the tokenizer file (--tokenizer)");
+  std::string text = read_all(path, "a tokenizer.json (--tokenizer)");
   t->sha256 = sha256_hex(text);
   Sax sax;
   bool ok = json::sax_parse(text, &sax);
@@ -345,7 +353,7 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
   if (t->name.empty()) t->name = fs::path(path).stem().string();
   fs::path cfg_path = dir / "tokenizer_config.json";
   if (fs::exists(cfg_path)) {
-    json cfg = json::parse(read_all(cfg_path.string(), "tokenizer_config.json"), nullptr, false);
+    json cfg = json::parse(read_all(cfg_path.string(), "a tokenizer_config.json (read beside --tokenizer)"), nullptr, false);
     if (cfg.is_object()) {
       if (const json* n = field(cfg, "name_or_path"); n && n->is_string() && !n->get_ref<const std::string&>().empty())
         t->name = n->get<std::string>();

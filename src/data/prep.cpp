@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <sstream>
 
@@ -24,6 +25,11 @@ namespace fs = std::filesystem;
 // format attribute of a *.h5 file ("" when it has none or does not open as HDF5).
 static std::string format_of(const fs::path& p) {
   h5::quiet_errors();
+  try {
+    h5::check_file(p.string(), "a token shard");  // a FIFO would block the open, a damaged file crash libhdf5
+  } catch (const Error&) {
+    return "";
+  }
   hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (f < 0) return "";
   h5::Id id(f);
@@ -126,6 +132,44 @@ bool is_blank(std::string_view line) {
 
 }  // namespace
 
+void encode_pieces(const Record& rec, const std::function<void(std::string_view, std::vector<uint32_t>&)>& encode,
+                   std::vector<uint32_t>& tokens, std::vector<uint8_t>& mask) {
+  tokens.clear(), mask.clear();
+  for (const auto& p : rec.pieces) {  // each piece on its own: a boundary is a token boundary
+    const size_t before = tokens.size();
+    encode(p.text, tokens);
+    mask.insert(mask.end(), tokens.size() - before, uint8_t(p.trained));
+  }
+  if (!rec.whole) return;
+  // The ids are the whole text's. Piece boundaries next to special tokens (and after a header's
+  // newline before text that does not start with whitespace) leave them unchanged, the usual case.
+  std::string text;
+  for (const auto& p : rec.pieces) text += p.text;
+  std::vector<uint32_t> whole;
+  encode(text, whole);
+  if (whole == tokens) return;
+  // A token spans a boundary (e.g. "\n" + "\nanswer" pre-tokenizes as "\n\n"): piece k starts at
+  // the first token where whole and the ids of the text before it part; a spanning token goes
+  // with the later piece.
+  std::vector<uint8_t> m(whole.size(), 0);
+  size_t at = 0, start = 0;
+  std::vector<uint32_t> prefix;
+  for (size_t k = 0; k < rec.pieces.size(); ++k) {
+    size_t end = whole.size();
+    at += rec.pieces[k].text.size();
+    if (k + 1 < rec.pieces.size()) {
+      prefix.clear();
+      encode(std::string_view(text).substr(0, at), prefix);
+      end = 0;
+      while (end < prefix.size() && end < whole.size() && prefix[end] == whole[end]) ++end;
+      end = std::max(end, start);
+    }
+    std::fill(m.begin() + long(start), m.begin() + long(end), uint8_t(rec.pieces[k].trained));
+    start = end;
+  }
+  tokens = std::move(whole), mask = std::move(m);
+}
+
 std::vector<std::string> split_blank_lines(const std::string& text) {
   std::vector<std::string> docs;
   std::string cur;
@@ -161,7 +205,16 @@ PrepStats prep_text(const std::vector<std::string>& inputs, const std::string& f
     bpe.emplace(BpeTokenizer::load(opt.tokenizer));
     meta = {bpe->vocab_size(), bpe->shard_name(), int64_t(bpe->eos_id(opt.eos))};
   }
+  const ChatTemplate chat = choose_chat_template(opt.chat_template, opt.tokenizer);
+  if (bpe && chat.family != ChatFamily::Plain)  // its markers must be single tokens, as in the model
+    for (const char* t : chat.family == ChatFamily::ChatML
+                             ? std::vector<const char*>{"<|im_start|>", "<|im_end|>"}
+                             : std::vector<const char*>{"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"})
+      if (!bpe->token_id(t))
+        throw Error(opt.tokenizer + ": has no token " + t + ", which the " + chat_family_name(chat.family) +
+                    " chat template writes (" + chat.source + "); choose another --chat-template");
   ShardSetWriter out(opt.output, meta, opt.shard_tokens, opt.overwrite);
+  uint64_t chats = 0;  // "messages" records rendered
   std::vector<uint32_t> ids;
   std::string where;  // the document being added, for a tokenizer error (text that is not UTF-8)
   // Appends the ids of `text` with the chosen tokenizer (`where` names the document in an error).
@@ -193,18 +246,15 @@ PrepStats prep_text(const std::vector<std::string>& inputs, const std::string& f
         ++lineno;
         if (is_blank(line)) continue;
         where = path + ":" + std::to_string(lineno);
-        auto pieces = parse_record(line, where);
-        if (pieces.size() == 1) {  // "text": all trained, no mask
-          add(pieces[0].text);
+        auto rec = parse_record(line, where, chat);
+        chats += rec.chat;
+        if (rec.pieces.size() == 1 && !rec.whole) {  // "text": all trained, no mask
+          add(rec.pieces[0].text);
           continue;
         }
         std::vector<uint32_t> tokens;
         std::vector<uint8_t> mask;
-        for (const auto& p : pieces) {
-          const size_t before = tokens.size();
-          encode(p.text, tokens);  // each piece on its own: a boundary is a token boundary
-          mask.insert(mask.end(), tokens.size() - before, uint8_t(p.trained));
-        }
+        encode_pieces(rec, encode, tokens, mask);
         out.add(tokens, {}, mask);
       }
     } else if (split == "file") {
@@ -220,6 +270,7 @@ PrepStats prep_text(const std::vector<std::string>& inputs, const std::string& f
   }
   auto stats = out.finish();
   stats.seconds = now_s() - t0;
+  if (chats) stats.chat_template = std::string(chat_family_name(chat.family)) + (chat.think ? " with <think>" : "") + " (" + chat.source + ")";
   return stats;
 }
 

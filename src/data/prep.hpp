@@ -2,12 +2,14 @@
 // The functions are the command's whole work, so tests call them directly as well.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "io/shard.hpp"
+#include "src/data/records.hpp"
 #include "src/data/synth.hpp"
 
 namespace sb {
@@ -16,6 +18,7 @@ struct PrepStats {
   uint64_t documents = 0, tokens = 0, shards = 0;
   double seconds = 0;
   std::vector<std::string> files;
+  std::string chat_template;  // prep text: the template "messages" records were rendered with ("" = none seen)
 };
 
 // Writes documents into DIR/shard_00000.h5, shard_00001.h5, ...; a shard is closed once the
@@ -53,19 +56,27 @@ struct PrepOptions {
   bool overwrite = false;
   std::string tokenizer;       // prep text: a Hugging Face tokenizer.json (byte-level BPE); "" = bytes
   std::string eos;             // with tokenizer: the EOS token's text ("" = from the tokenizer's files)
+  std::string chat_template = "auto";  // text, "messages" records: auto | chatml | llama3 | plain (chat_template.hpp)
   std::string mask = "none";  // synth: "none" (no /loss_mask) or "answers" (only the answer spans trained)
 };
 
 // format: "text" (split: "blank-lines" | "file") or "jsonl" (one JSON record per line: "text",
 // "prompt" + "response" or "messages", src/data/records.hpp; the last two write /loss_mask).
-// With opt.tokenizer the documents (each record piece on its own) are BPE-encoded as Hugging Face
-// would (bpe_tokenizer.hpp), else byte-tokenized.
+// With opt.tokenizer the documents are BPE-encoded as Hugging Face would (bpe_tokenizer.hpp), else
+// byte-tokenized; a record's pieces each on its own, except a chat rendered by the model's own
+// template (opt.chat_template), whose ids are those of its whole text (apply_chat_template's).
 PrepStats prep_text(const std::vector<std::string>& inputs, const std::string& format, const std::string& split,
                     const PrepOptions& opt);
 // llm.c token files (header of 256 int32: magic 20240520, version 1, count; then uint16 tokens);
 // documents separated by eot (not stored).
 PrepStats prep_bin(const std::vector<std::string>& inputs, int64_t eot, int64_t vocab_size, const PrepOptions& opt);
 PrepStats prep_synth(const SynthOptions& synth, const PrepOptions& opt);
+
+// A record's ids and loss mask (one uint8 per id): each piece encoded on its own, or, for
+// rec.whole, the ids of the whole text with the mask of the pieces' spans (a token that spans a
+// boundary goes with the later piece). `encode` appends the ids of a text.
+void encode_pieces(const Record& rec, const std::function<void(std::string_view, std::vector<uint32_t>&)>& encode,
+                   std::vector<uint32_t>& tokens, std::vector<uint8_t>& mask);
 
 // The parts of a plain-text file between runs of blank (whitespace-only) lines; each part keeps
 // its bytes exactly, without the newline that ends its last line.

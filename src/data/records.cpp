@@ -17,32 +17,39 @@ const std::string& string_field(const nlohmann::json& j, const char* name, const
   return j[name].get_ref<const std::string&>();
 }
 
-std::vector<TextPiece> chat(const nlohmann::json& msgs, const std::string& where) {
+Record chat(const nlohmann::json& msgs, const std::string& where, const ChatTemplate& tpl) {
   if (!msgs.is_array() || msgs.empty())
     throw Error(where + ": field \"messages\" must be a non-empty array of {\"role\", \"content\"} objects");
-  std::vector<TextPiece> out;
+  std::vector<ChatMessage> list;
   bool any_assistant = false;
   for (size_t i = 0; i < msgs.size(); ++i) {
     const auto& m = msgs[i];
     const std::string what = "message " + std::to_string(i);
     if (!m.is_object()) throw Error(where + ": " + what + " is " + m.type_name() + ", expected {\"role\", \"content\"}");
-    const std::string& role = string_field(m, "role", where, what);
-    const std::string& content = string_field(m, "content", where, what);
-    if (role != "system" && role != "user" && role != "assistant")
-      throw Error(where + ": " + what + " has role \"" + role + "\", expected system, user or assistant");
-    const bool assistant = role == "assistant";
-    if (assistant && content.empty()) throw Error(where + ": " + what + " is an assistant turn with empty content");
-    out.push_back({"<|" + role + "|>\n", false});
-    out.push_back({content + "\n", assistant});
+    ChatMessage msg;
+    msg.role = string_field(m, "role", where, what);
+    msg.content = string_field(m, "content", where, what);
+    // Tool calls and tool turns: no renderer of prep writes them (refused, never dropped).
+    for (const char* field : {"tool_calls", "tool_call_id", "function_call"})
+      if (m.contains(field))
+        throw Error(where + ": " + what + " has \"" + field + "\": tool calls are not rendered by prep's " +
+                    chat_family_name(tpl.family) + " template");
+    if (m.contains("reasoning_content") && !m["reasoning_content"].is_null())
+      msg.reasoning = string_field(m, "reasoning_content", where, what), msg.has_reasoning = true;
+    const bool assistant = msg.role == "assistant";
+    if (assistant && msg.content.empty()) throw Error(where + ": " + what + " is an assistant turn with empty content");
     any_assistant |= assistant;
+    list.push_back(std::move(msg));
   }
+  // Roles are checked by the renderer (the template names them); an unknown one is refused there.
+  Record r{render_chat(tpl, list, false, where), tpl.family != ChatFamily::Plain, true};
   if (!any_assistant) throw Error(where + ": field \"messages\" has no assistant turn (nothing to train)");
-  return out;
+  return r;
 }
 
 }  // namespace
 
-std::vector<TextPiece> parse_record(const std::string& line, const std::string& where) {
+Record parse_record(const std::string& line, const std::string& where, const ChatTemplate& tpl) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(line);
@@ -56,12 +63,12 @@ std::vector<TextPiece> parse_record(const std::string& line, const std::string& 
   if (forms != 1)
     throw Error(where + ": expected a JSON object with exactly one of \"text\", \"prompt\" + \"response\" or "
                 "\"messages\" (found " + std::to_string(forms) + ")");
-  if (j.contains("text")) return {{string_field(j, "text", where, "the record"), true}};
-  if (j.contains("messages")) return chat(j["messages"], where);
+  if (j.contains("text")) return {{{string_field(j, "text", where, "the record"), true}}};
+  if (j.contains("messages")) return chat(j["messages"], where, tpl);
   const std::string& prompt = string_field(j, "prompt", where, "the record");
   const std::string& response = string_field(j, "response", where, "the record");
   if (response.empty()) throw Error(where + ": field \"response\" is empty (nothing to train)");
-  return {{prompt, false}, {response, true}};
+  return {{{prompt, false}, {response, true}}};
 }
 
 }  // namespace sb

@@ -3,9 +3,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "base/error.hpp"
+#include "base/input_file.hpp"
 
 namespace sb {
 
@@ -73,10 +76,10 @@ static bool blocked(const std::string& w) {
 }
 
 SynthCorpus::SynthCorpus(const SynthOptions& opt) : opt_(opt) {
-  std::ifstream in(opt.dict);
-  if (!in)
+  if (!std::filesystem::exists(opt.dict))
     throw Error(opt.dict + ": word list not found (prep.dict); install it with `apt-get install wamerican` "
                 "or point prep.dict at a file of one word per line");
+  std::istringstream in(read_input_file(opt.dict, "a word list, one word per line (prep.dict, --dict)", kMaxTextInputBytes));
   for (std::string w; std::getline(in, w);) {
     bool ok = !w.empty() && w.size() <= 14 && !blocked(w);
     for (char c : w) ok &= c >= 'a' && c <= 'z';

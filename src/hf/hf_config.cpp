@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "base/input_file.hpp"
 #include "src/train/settings.hpp"
 
 namespace sb {
@@ -17,6 +19,8 @@ namespace sb {
 using json = nlohmann::json;
 
 namespace {
+
+constexpr uint64_t kMaxHfJsonBytes = 64ull << 20;  // a config.json is a few KB
 
 struct Arch {
   const char* name;
@@ -47,6 +51,8 @@ struct Fields {
       return def;
     }
     if (!j[f].is_number_integer()) refuse(f, "must be an integer, got " + j[f].dump());
+    if (j[f].is_number_unsigned() && j[f].get<uint64_t>() > uint64_t(INT64_MAX))
+      refuse(f, "= " + j[f].dump() + " is out of range (above 2^63-1)");
     return j[f].get<int64_t>();
   }
   double number(const char* f, double def) const {
@@ -115,15 +121,22 @@ HfModel parse_hf_config(const std::string& text, const std::string& origin) {
   hf.architecture = arch->name;
   hf.qkv_bias = arch->qkv_bias;
   ModelDims& d = hf.dims;
-  d.d_model = int(F.integer("hidden_size", 0, true));
-  d.ffn_dim = int(F.integer("intermediate_size", 0, true));
-  d.n_layers = int(F.integer("num_hidden_layers", 0, true));
-  d.n_heads = int(F.integer("num_attention_heads", 0, true));
-  d.vocab = int(F.integer("vocab_size", 0, true));
-  d.n_kv_heads = int(F.integer("num_key_value_heads", d.n_heads));
-  for (const char* f : {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size",
-                        "num_key_value_heads"})
-    if (F.integer(f, 1) <= 0 || F.integer(f, 1) > (1 << 30)) F.refuse(f, "must be a positive integer");
+  // Each checked against its [model] key's range before it is narrowed to int: 4294967297 must not
+  // wrap to 1, and the message says the range that holds (1..max: 0, "from the data", is no size here).
+  const auto dim = [&](const char* f, const char* key, int64_t def, bool required) {
+    const int64_t x = F.integer(f, def, required);
+    const int64_t lo = std::max<int64_t>(1, int64_t(find_key(key)->min)), hi = int64_t(find_key(key)->max);
+    if (x < lo || x > hi)
+      F.refuse(f, "= " + std::to_string(x) + " is out of range: expected " + std::to_string(lo) + " <= value <= " +
+                      std::to_string(hi) + " (the range of " + key + ")");
+    return int(x);
+  };
+  d.d_model = dim("hidden_size", "model.d_model", 0, true);
+  d.ffn_dim = dim("intermediate_size", "model.ffn_dim", 0, true);
+  d.n_layers = dim("num_hidden_layers", "model.n_layers", 0, true);
+  d.n_heads = dim("num_attention_heads", "model.n_heads", 0, true);
+  d.vocab = dim("vocab_size", "model.vocab_size", 0, true);
+  d.n_kv_heads = dim("num_key_value_heads", "model.n_kv_heads", d.n_heads, false);
   d.tied = F.boolean("tie_word_embeddings", false);  // the three config classes default to untied
   d.norm_eps = F.number("rms_norm_eps", 1e-6);
   d.rope_theta = F.number("rope_theta", 10000.0);
@@ -257,11 +270,9 @@ HfModel parse_hf_config(const std::string& text, const std::string& origin) {
 
 HfModel read_hf_config(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "config.json").string();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open (an HF model directory holds config.json)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_hf_config(ss.str(), path);
+  // The input-file rule: a FIFO would block, /dev/zero would read until memory runs out.
+  return parse_hf_config(read_input_file(path, "an HF config.json (an HF model directory holds one)", kMaxHfJsonBytes),
+                         path);
 }
 
 void set_model_keys(const HfModel& hf, Config& cfg, const std::string& origin) {

@@ -1,5 +1,6 @@
 #include "src/hf/hf_convert.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -7,14 +8,14 @@
 #include <set>
 
 #include "base/error.hpp"
+#include "io/h5.hpp"
 #include "src/train/settings.hpp"
 
 namespace sb {
 
 namespace fs = std::filesystem;
 
-void read_hf_weights(const SafetensorsDir& st, const ParamLayout& layout, bool tied, std::vector<float>& w) {
-  if (w.size() != layout.size) throw std::logic_error("read_hf_weights: buffer and layout differ");
+void check_hf_shapes(const SafetensorsDir& st, const ParamLayout& layout, bool tied) {
   std::set<std::string> used;
   for (const auto& p : layout.params) {
     auto [file, t] = st.get(p.name);
@@ -27,8 +28,36 @@ void read_hf_weights(const SafetensorsDir& st, const ParamLayout& layout, bool t
       throw Error(file->path() + ": tensor '" + p.name + "' has shape " + str(t->shape) + ", config.json gives " +
                   str(p.shape));
     }
+    used.insert(p.name);
+  }
+  for (const auto& name : st.names()) {
+    if (used.count(name) || name.ends_with(".rotary_emb.inv_freq")) continue;
+    if (name == "lm_head.weight" && tied) continue;  // read_hf_weights checks it is a copy of the embedding
+    throw Error(st.get(name).first->path() + ": unexpected tensor '" + name +
+                "': the model (from config.json) has no such parameter");
+  }
+}
+
+void read_hf_weights(const SafetensorsDir& st, const ParamLayout& layout, bool tied, std::vector<float>& w,
+                     NonFinite nonfinite) {
+  if (w.size() != layout.size) throw std::logic_error("read_hf_weights: buffer and layout differ");
+  check_hf_shapes(st, layout, tied);
+  std::set<std::string> used;
+  for (const auto& p : layout.params) {
+    auto [file, t] = st.get(p.name);
     file->read_f32(*t, std::span<float>(w.data() + p.offset, p.size));
     used.insert(p.name);
+    // NaN or inf weights make every loss NaN: named here, where the tensor is known.
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < p.size; ++i)
+      if (!std::isfinite(w[p.offset + i]) && bad++ == 0) first = i;
+    if (bad == 0) continue;
+    const std::string what = file->path() + ": tensor '" + p.name + "' holds " + std::to_string(bad) +
+                             " non-finite value(s) (NaN or inf; the first at flat index " + std::to_string(first) +
+                             ", " + std::to_string(w[p.offset + first]) + ")";
+    if (nonfinite == NonFinite::Error)
+      throw Error(what + "; nothing was written (convert --nonfinite warn imports it anyway)");
+    std::fprintf(stderr, "warning: %s; imported as is (--nonfinite warn)\n", what.c_str());
   }
   for (const auto& name : st.names()) {
     if (used.count(name)) continue;
@@ -47,7 +76,8 @@ void read_hf_weights(const SafetensorsDir& st, const ParamLayout& layout, bool t
   }
 }
 
-HfImport import_hf(const std::string& dir, const Config& base, const std::vector<std::string>& base_sets) {
+HfImport import_hf(const std::string& dir, const Config& base, const std::vector<std::string>& base_sets,
+                   NonFinite nonfinite) {
   const std::string cfg_path = (fs::path(dir) / "config.json").string();
   for (const auto& s : base_sets)
     if (s.starts_with("model."))
@@ -57,15 +87,49 @@ HfImport import_hf(const std::string& dir, const Config& base, const std::vector
   const ModelDims dims = model_dims(im.cfg, 0);
   im.layout = ParamLayout(dims);
   SafetensorsDir st(dir);  // every header checked before any tensor is read
+  check_hf_shapes(st, im.layout, dims.tied);  // before the model's memory is taken: config.json may claim any size
   im.weights.assign(im.layout.size, 0.0f);
-  read_hf_weights(st, im.layout, dims.tied, im.weights);
+  read_hf_weights(st, im.layout, dims.tied, im.weights, nonfinite);
   return im;
 }
 
+// A path as the file system sees it: absolute, "." and ".." and a trailing '/' resolved, symlinks
+// of its existing part followed. Checks of DST against SRC compare these, before anything is touched.
+static fs::path real_path(const std::string& p) {
+  fs::path a = fs::absolute(p).lexically_normal();
+  if (!a.has_filename() && a.has_parent_path() && a != a.root_path()) a = a.parent_path();  // "x/" -> "x"
+  std::error_code ec;
+  const fs::path w = fs::weakly_canonical(a, ec);
+  return ec ? a : w;
+}
+
+// `inner` is `outer` or lies under it.
+static bool within(const fs::path& inner, const fs::path& outer) {
+  auto [o, i] = std::mismatch(outer.begin(), outer.end(), inner.begin(), inner.end());
+  return o == outer.end();
+}
+
 std::string hf_to_checkpoint(const std::string& src, const std::string& dst, const std::vector<std::string>& sets,
-                             bool overwrite) {
-  if (fs::exists(dst) && !overwrite) throw Error(dst + ": already exists; choose another DST or pass --overwrite");
-  HfImport im = import_hf(src, Config::load("", sets), sets);
+                             bool overwrite, NonFinite nonfinite) {
+  const fs::path sp = real_path(src), dp = real_path(dst);
+  std::error_code ec;
+  if (dst.empty() || dst.back() == '/' || fs::is_directory(dp, ec) || dp.filename() == "." || dp.filename() == "..")
+    throw Error("DST " + dst + ": names a directory; for an HF SRC, DST is the checkpoint file to write (e.g. model.h5)");
+  if (dp.parent_path() == sp &&
+      (dp.filename() == "config.json" || dp.filename().string().ends_with(".safetensors") ||
+       dp.filename() == "model.safetensors.index.json"))
+    throw Error("DST " + dst + ": is a file of SRC " + src + "; choose a DST outside the files convert reads");
+  if (fs::exists(dp, ec)) {
+    if (!overwrite) throw Error(dst + ": already exists; choose another DST or pass --overwrite");
+    try {  // --overwrite replaces a checkpoint, never another file
+      h5::Id f = h5::open_read(dp.string(), "a checkpoint");
+      h5::check_format(f, dst, kCheckpointFormat, kCheckpointVersion, "a checkpoint");
+    } catch (const Error& e) {
+      throw Error(dst + ": --overwrite replaces only a sparsebalance checkpoint, and this is not one (" + e.what() +
+                  "); nothing was written");
+    }
+  }
+  HfImport im = import_hf(src, Config::load("", sets), sets, nonfinite);
   Checkpoint ck;
   ck.step = 0;
   ck.config_toml = im.cfg.to_toml();
@@ -95,7 +159,18 @@ static void check_stored_layout(const Checkpoint& ck, const ParamLayout& layout,
 
 std::string checkpoint_to_hf(const std::string& src, const std::string& dst, StDtype dtype, uint64_t shard_bytes,
                              bool overwrite) {
-  if (fs::exists(dst) && !overwrite) throw Error(dst + ": already exists; choose another DST or pass --overwrite");
+  // DST normalised before anything is touched: "hf/", "hf/." and "." name the directories themselves.
+  const fs::path s = real_path(src), d = real_path(dst);
+  std::error_code ec;
+  if (within(s, d))
+    throw Error("DST " + dst + " (" + d.string() + ") holds SRC " + src +
+                ": the export writes into DST; choose a directory that does not hold the checkpoint");
+  if (fs::exists(d, ec) && !fs::is_directory(d, ec))
+    throw Error(dst + ": is a file; for a checkpoint SRC, DST is the HF directory to write");
+  const bool existed = fs::exists(d, ec);
+  if (existed && !overwrite && !fs::is_empty(d, ec))
+    throw Error(dst + ": already exists; choose another DST or pass --overwrite (which replaces the export's own "
+                "files, config.json, model*.safetensors and the index, and keeps everything else)");
   Checkpoint ck = read_checkpoint(src);
   Config cfg = Config::from_text(ck.config_toml, src + " (stored config)");
   int64_t embed_rows = 0;
@@ -114,22 +189,34 @@ std::string checkpoint_to_hf(const std::string& src, const std::string& dst, StD
     out.push_back({t.name, t.shape, data});
   }
 
-  const std::string tmp = dst + ".tmp";
+  // The export's own files are written beside their final names (hidden temporaries, fsynced) and
+  // moved into place together; nothing else in DST is touched. A previous export's files that
+  // this one does not write (model.safetensors against shards, shards beyond the new count, both
+  // named by the old index) are removed after, so transformers never loads a mix.
   const char* torch_dtype = dtype == StDtype::BF16 ? "bfloat16" : dtype == StDtype::F16 ? "float16" : "float32";
-  std::error_code ec;
-  fs::remove_all(tmp, ec);
-  fs::create_directories(tmp, ec);
-  if (ec) throw Error(tmp + ": cannot create: " + ec.message());
+  fs::create_directories(d, ec);
+  if (ec) throw Error(dst + ": cannot create: " + ec.message());
+  const std::vector<std::string> old_shards = indexed_shards(d.string());
   std::vector<std::string> files;
   try {
-    files = write_safetensors_dir(tmp, out, dtype, shard_bytes);
-    write_text_file((fs::path(tmp) / "config.json").string(), hf_config_json(cfg, dims, torch_dtype));
-    if (fs::exists(dst)) fs::remove_all(dst);
-    fs::rename(tmp, dst);
+    Staged stage;
+    files = write_safetensors_dir(d.string(), out, dtype, shard_bytes, &stage);
+    write_text_file((d / "config.json").string(), hf_config_json(cfg, dims, torch_dtype), &stage);
+    stage.commit();
   } catch (const std::exception& e) {
-    fs::remove_all(tmp, ec);
-    throw Error(dst + ": export failed, nothing written: " + e.what());
+    if (!existed) fs::remove(d, ec);  // only when empty: a directory this run made
+    throw Error(dst + ": export failed, nothing in it changed: " + e.what());
   }
+  std::vector<std::string> stale = old_shards;
+  stale.push_back("model.safetensors"), stale.push_back("model.safetensors.index.json");
+  std::string removed;
+  for (const auto& name : stale) {
+    const bool shard_name = name == "model.safetensors" || name == "model.safetensors.index.json" ||
+                            (name.starts_with("model-") && name.ends_with(".safetensors") && name.find('/') == std::string::npos);
+    if (!shard_name || std::find(files.begin(), files.end(), name) != files.end()) continue;
+    if (fs::is_regular_file(d / name, ec) && fs::remove(d / name, ec)) removed += " " + name;
+  }
+  if (!removed.empty()) std::printf("convert: removed the previous export's files that this one replaces:%s\n", removed.c_str());
   std::string line = src + " (step " + std::to_string(ck.step) + ", " + std::to_string(ck.params.size()) +
                      " parameters) -> " + dst + " (" + hf_architecture(dims) + ", " + st_dtype_name(dtype) + ":";
   for (const auto& f : files) line += " " + f;
@@ -169,7 +256,7 @@ std::vector<float> init_weights_from(const std::string& path, Config& cfg, const
   Config from;
   std::vector<float> weights;
   if (fs::is_directory(path)) {
-    HfImport im = import_hf(path, Config(), {});
+    HfImport im = import_hf(path, Config(), {}, NonFinite::Error);
     from = std::move(im.cfg);
     weights = std::move(im.weights);
   } else {

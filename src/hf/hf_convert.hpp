@@ -19,7 +19,13 @@ namespace sb {
 // an HF directory: every parameter must be there with its shape, and nothing else may be (a tied
 // lm_head.weight equal to the embedding and rotary inv_freq buffers are tolerated). Errors name
 // the file and the tensor.
-void read_hf_weights(const SafetensorsDir& st, const ParamLayout& layout, bool tied, std::vector<float>& w);
+// What an import does with NaN or inf weights: refuse naming the tensor (default), or warn naming it.
+enum class NonFinite { Error, Warn };
+void read_hf_weights(const SafetensorsDir& st, const ParamLayout& layout, bool tied, std::vector<float>& w,
+                     NonFinite nonfinite = NonFinite::Error);
+// The shape checks of read_hf_weights without reading a value: run before the weights' memory is
+// taken, so a config.json claiming a huge model fails on the first wrong shape, naming it.
+void check_hf_shapes(const SafetensorsDir& st, const ParamLayout& layout, bool tied);
 
 // An HF directory read: config.json's [model] keys set on `base` (whose `base_sets` must not set
 // model.* themselves), the weights in float32 in the layout of those keys.
@@ -29,16 +35,20 @@ struct HfImport {
   ParamLayout layout;
   std::vector<float> weights;
 };
-HfImport import_hf(const std::string& dir, const Config& base, const std::vector<std::string>& base_sets);
+HfImport import_hf(const std::string& dir, const Config& base, const std::vector<std::string>& base_sets,
+                   NonFinite nonfinite = NonFinite::Error);
 
 // HF directory -> checkpoint at step 0 with zero AdamW moments (a fresh optimizer state); `sets`
 // are --set overrides of the non-model sections stored with it. Returns a line for the user.
-// An existing DST is replaced only when `overwrite`.
+// An existing DST is replaced only when `overwrite`, and only when it is a checkpoint; DST may not
+// name a directory (nor end in '/') or one of SRC's files.
 std::string hf_to_checkpoint(const std::string& src, const std::string& dst, const std::vector<std::string>& sets,
-                             bool overwrite = false);
+                             bool overwrite = false, NonFinite nonfinite = NonFinite::Error);
 
-// Checkpoint -> HF directory (config.json + safetensors in `dtype`, sharded above shard_bytes),
-// built in DST.tmp and renamed onto DST (an existing DST is replaced only when `overwrite`).
+// Checkpoint -> HF directory (config.json + safetensors in `dtype`, sharded above shard_bytes).
+// DST (normalised first: "hf/", "hf/.", ".") may not hold SRC. Writes only the export's own files,
+// staged and moved into place together, into a new or empty DST or, with `overwrite`, an existing
+// one, where everything else is kept (io/RELIABILITY.md, "What convert --overwrite replaces").
 std::string checkpoint_to_hf(const std::string& src, const std::string& dst, StDtype dtype, uint64_t shard_bytes,
                              bool overwrite);
 

@@ -81,7 +81,7 @@ nlohmann::json diagnose(const Settings& s, const Comm& comm, Engine& engine, con
   if (val.empty()) throw Error(ds.path() + ": no validation documents (raise data.val_fraction)");
   if (int64_t(val.size()) > s.eval.docs) val.resize(size_t(s.eval.docs));
   const int64_t cap = s.train.micro_batch_tokens;
-  AttnSettings dense = s.attention.at_k0(L), sparse = dense;
+  AttnSettings dense = s.attention.at_k0(L, s.balance.dst.k0), sparse = dense;
   dense.sparse = false, sparse.sparse = true;
   for (size_t v = size_t(comm.rank()); v < val.size(); v += size_t(comm.size())) {
     const uint64_t doc = val[v], len = ds.doc_length(doc);
@@ -204,7 +204,7 @@ nlohmann::json diagnose(const Settings& s, const Comm& comm, Engine& engine, con
     sparse_layer.push_back(acc(3 + L + l));
   }
   return {{"docs", int64_t(tl.docs)}, {"docs_with_needle", int64_t(tl.needles)}, {"layers_n", L}, {"kv_heads", Hkv},
-          {"block_size", Bs}, {"k", s.attention.k}, {"local_blocks", s.attention.local_blocks}, {"theta", s.attention.theta},
+          {"block_size", Bs}, {"k", s.balance.dst.k0}, {"local_blocks", s.attention.local_blocks}, {"theta", s.attention.theta},
           {"window", cap}, {"diagnose_rows", s.eval.diagnose_rows},
           {"accuracy", {{"dense", acc(0)}, {"sparse", acc(1)}, {"oracle", acc(2)}, {"dense_layer", dense_layer},
                         {"sparse_layer", sparse_layer}}},

@@ -168,6 +168,10 @@ Settings from_config(const Config& cfg, int64_t data_vocab) {
   t.steps = cfg.i("train.steps");
   t.global_batch_tokens = cfg.i("train.global_batch_tokens");
   t.micro_batch_tokens = cfg.i("train.micro_batch_tokens");
+  if (t.micro_batch_tokens < a.block_size)  // else the latency fit gets too few samples, naming neither key
+    throw Error("train.micro_batch_tokens = " + std::to_string(t.micro_batch_tokens) + " is below attention.block_size = " +
+                std::to_string(a.block_size) + ": a micro-batch must hold at least one attention block (raise "
+                "train.micro_batch_tokens to >= " + std::to_string(a.block_size) + " or lower attention.block_size)");
   t.seed = uint64_t(cfg.i("train.seed"));
   t.device = cfg.s("train.device");
   t.bucket_mb = cfg.f("train.bucket_mb");

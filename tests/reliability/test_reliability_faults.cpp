@@ -24,6 +24,7 @@
 #include "io/shard.hpp"
 #include "src/config/config.hpp"
 #include "reliability_util.hpp"
+#include "tests/restamp.hpp"
 
 using namespace rel;
 
@@ -115,7 +116,7 @@ TEST_F(Faults, InjectedErrorInEveryPhaseEndsTheJobWithTheMessage) {
 namespace {
 
 // In-place edits of an HDF5 file, as a user with h5py would make them.
-void poke(const std::string& file, const std::string& dataset, hsize_t index, double value, hid_t mem_type) {
+void poke_raw(const std::string& file, const std::string& dataset, hsize_t index, double value, hid_t mem_type) {
   sb::h5::Id f(H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
   sb::h5::Id ds(H5Dopen2(f, dataset.c_str(), H5P_DEFAULT));
   sb::h5::Id space(H5Dget_space(ds));
@@ -130,6 +131,10 @@ void poke(const std::string& file, const std::string& dataset, hsize_t index, do
   const void* p = mem_type == H5T_NATIVE_DOUBLE ? static_cast<const void*>(&value) : static_cast<const void*>(&u);
   ASSERT_GE(H5Dwrite(ds, mem_type, ms, space, H5P_DEFAULT, p), 0) << file << " " << dataset;
 }
+void poke(const std::string& file, const std::string& dataset, hsize_t index, double value, hid_t mem_type) {
+  poke_raw(file, dataset, index, value, mem_type);
+  sbtest::restamp(file);
+}
 
 void set_attr_u64(const std::string& file, const std::string& name, uint64_t value) {
   sb::h5::Id f(H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
@@ -137,11 +142,16 @@ void set_attr_u64(const std::string& file, const std::string& name, uint64_t val
   sb::h5::Id space(H5Screate(H5S_SCALAR));
   sb::h5::Id a(H5Acreate2(f, name.c_str(), H5T_STD_U64LE, space, H5P_DEFAULT, H5P_DEFAULT));
   H5Awrite(a, H5T_NATIVE_UINT64, &value);
+  a.reset(), space.reset(), f.reset();
+  sbtest::restamp(file);
 }
 
 void delete_attr(const std::string& file, const std::string& name) {
-  sb::h5::Id f(H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
-  H5Adelete(f, name.c_str());
+  {
+    sb::h5::Id f(H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+    H5Adelete(f, name.c_str());
+  }
+  sbtest::restamp(file);
 }
 
 std::string copy_data(const std::string& dir) {
@@ -306,7 +316,7 @@ TEST_F(Faults, HostileInputsAreErrorsNamingTheFlagKeyOrFile) {
       {binary() + " train " + dir + flags(dir), dir + ": not a regular file"},
       {binary() + " train /dev/zero" + flags(dir), "/dev/zero: not a regular file"},
       {binary() + " train " + dir + "/fifo" + flags(dir), dir + "/fifo: not a regular file"},
-      {binary() + " train " + dir + "/big.toml" + flags(dir), "more than a config file may hold"},
+      {binary() + " train " + dir + "/big.toml" + flags(dir), "more than a file read here may hold"},
       {train(dir, " --set data.path=" + dir + "/fifo"), dir + "/fifo: not a regular file or directory"},
       {train(dir) + " --stop-at abc", "--stop-at 'abc': expected a step number >= 1"},
       {train(dir) + " --stop-at -1", "--stop-at '-1'"},
@@ -315,8 +325,8 @@ TEST_F(Faults, HostileInputsAreErrorsNamingTheFlagKeyOrFile) {
       {train(dir, " --set log.path=" + dir + "/file/m.h5"), "(log.path)"},
       {train(dir) + " --resume " + dir + "/fifo", dir + "/fifo: not a regular file"},
   };
-  std::vector<std::string> cmds;
-  for (const auto& c : cases) cmds.push_back(c.first);
+  std::vector<std::string> cmds;  // each its own checkpoint.dir: two runs at a time, one owns a directory
+  for (size_t i = 0; i < cases.size(); ++i) cmds.push_back(cases[i].first + " --set checkpoint.dir=" + dir + "/ck" + std::to_string(i));
   auto outcomes = run_bounded_all(cmds, dir);
   for (size_t i = 0; i < cases.size(); ++i) expect_job_error(outcomes[i], cases[i].second, cases[i].first);
 }

@@ -8,6 +8,7 @@
 #include "io/checkpoint.hpp"
 #include "io/shard.hpp"
 #include "reliability_util.hpp"
+#include "tests/restamp.hpp"
 #include "src/config/config.hpp"
 
 using namespace rel;
@@ -47,6 +48,8 @@ void replace_dataset(const std::string& file, const std::string& name, hid_t typ
   sb::h5::Id ds(H5Dcreate2(f, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
   ASSERT_TRUE(ds.valid());
   if (H5Tequal(type, H5T_NATIVE_DOUBLE) > 0) H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, zeros.data());
+  ds.reset(), space.reset(), f.reset();
+  sbtest::restamp(file);
 }
 
 #define EXPECT_NAMES(msg, a, b)                                                          \
@@ -128,6 +131,7 @@ TEST(CheckpointInputs, WrongDtypeShapeAndMissingDatasetNameTheField) {
       sb::h5::Id f(H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
       ASSERT_GE(H5Ldelete(f, "optim/v/model.norm.weight", H5P_DEFAULT), 0);
     }
+    sbtest::restamp(p);
     auto msg = error_of([&] { sb::read_checkpoint(p); });
     EXPECT_NAMES(msg, p, "optim/v/model.norm.weight");
   }
@@ -137,6 +141,7 @@ TEST(CheckpointInputs, WrongDtypeShapeAndMissingDatasetNameTheField) {
       sb::h5::Id f(H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
       ASSERT_GE(H5Ldelete(f, "config", H5P_DEFAULT), 0);
     }
+    sbtest::restamp(p);
     auto msg = error_of([&] { sb::read_checkpoint(p); });
     EXPECT_NAMES(msg, p, "'config'");
   }
@@ -147,6 +152,7 @@ TEST(CheckpointInputs, WrongDtypeShapeAndMissingDatasetNameTheField) {
       ASSERT_GE(H5Adelete(f, "step"), 0);
       sb::h5::write_attr(f, "step", std::string("five"));
     }
+    sbtest::restamp(p);
     auto msg = error_of([&] { sb::read_checkpoint(p); });
     EXPECT_NAMES(msg, p, "'step'");
   }
@@ -157,6 +163,7 @@ TEST(CheckpointInputs, WrongDtypeShapeAndMissingDatasetNameTheField) {
       ASSERT_GE(H5Adelete(f, "format"), 0);
       sb::h5::write_attr(f, "format", std::string("sparsebalance-shard"));
     }
+    sbtest::restamp(p);
     auto msg = error_of([&] { sb::read_checkpoint(p); });
     EXPECT_NAMES(msg, p, "attribute 'format' is \"sparsebalance-shard\", expected \"sparsebalance-checkpoint\" (not a checkpoint)");
     p = write_good(dir, "version.h5");
@@ -165,6 +172,7 @@ TEST(CheckpointInputs, WrongDtypeShapeAndMissingDatasetNameTheField) {
       ASSERT_GE(H5Adelete(f, "version"), 0);
       sb::h5::write_attr(f, "version", int64_t(7));
     }
+    sbtest::restamp(p);
     msg = error_of([&] { sb::read_checkpoint(p); });
     EXPECT_NAMES(msg, p, "attribute 'version' is 7, expected 1");
   }
