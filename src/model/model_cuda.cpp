@@ -254,7 +254,7 @@ void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a
   if (gate && !a.sparse && l > 0) {
     K.selp = layers_[0]->selp;
     st.gating[l] = st.gating[0];
-  } else if (gate && !a.sparse_at(l)) {  // a dense layer of a sparse run: every causal block, built once a micro-batch
+  } else if (gate && a.sparse && !a.sparse_at(l)) {  // a dense layer of a sparse run: every causal block, built once a micro-batch
     if (!dense_sel_ready_) {
       kernels::BlockSelection sel;
       kernels::select_all_causal(b.cu_seqlens.data(), nd, ashape, sel);
