@@ -104,6 +104,12 @@ int main(int argc, char** argv) {
     int32_t* pos = nullptr;
     SB_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pos), N * sizeof(int32_t)));
     SB_CUDA_CHECK(cudaMemcpy(pos, hp.data(), N * sizeof(int32_t), cudaMemcpyHostToDevice));
+    // RoPE's table (theta 1e6, plain), on the device as the model keeps it (src/model/rope.hpp)
+    const std::vector<double> freq = sb::kernels::rope_plain_inv_freq(D, 1e6);
+    double* dfreq = nullptr;
+    SB_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dfreq), freq.size() * sizeof(double)));
+    SB_CUDA_CHECK(cudaMemcpy(dfreq, freq.data(), freq.size() * sizeof(double), cudaMemcpyHostToDevice));
+    const sb::kernels::RopeFreqs rope{dfreq, 1.0};
     const float eps = 1e-5f;
     const int HDi = int(HD), KDi = int(KD);
     struct Row {
@@ -141,19 +147,19 @@ int main(int argc, char** argv) {
              C::bias_add_fwd(k.p, bk.p, N, KDi, s);
              C::bias_add_fwd(v.p, bv.p, N, KDi, s);
            }
-           C::rope_fwd(q.p, pos, N, H, D, 1e6, s);
-           C::rope_fwd(k.p, pos, N, Hkv, D, 1e6, s);
+           C::rope_fwd(q.p, pos, N, H, D, rope, s);
+           C::rope_fwd(k.p, pos, N, Hkv, D, rope, s);
          },
          [&] {
            C::qkv_rope_fwd(q.p, k.p, v.p, bias ? bq.p : nullptr, bias ? bk.p : nullptr, bias ? bv.p : nullptr, pos, N,
-                           H, Hkv, D, 1e6, s);
+                           H, Hkv, D, rope, s);
          }},
         {"RoPE backward dq, dk", 1,
          [&] {
-           C::rope_bwd(q.p, pos, N, H, D, 1e6, s);
-           C::rope_bwd(k.p, pos, N, Hkv, D, 1e6, s);
+           C::rope_bwd(q.p, pos, N, H, D, rope, s);
+           C::rope_bwd(k.p, pos, N, Hkv, D, rope, s);
          },
-         [&] { C::qk_rope_bwd(q.p, k.p, pos, N, H, Hkv, D, 1e6, s); }},
+         [&] { C::qk_rope_bwd(q.p, k.p, pos, N, H, Hkv, D, rope, s); }},
         {"SwiGLU forward (16-byte loads)", 1, [&] { C::swiglu_fwd(gate.p, up.p, h.p, NF, s); },
          [&] { C::swiglu_fwd_wide(gate.p, up.p, h.p, NF, s); }},
         {"SwiGLU backward (16-byte loads)", 1, [&] { C::swiglu_bwd(gate.p, up.p, dh.p, dg.p, du.p, NF, s); },
@@ -171,6 +177,7 @@ int main(int argc, char** argv) {
     std::printf("| one layer (2 residual + norm, 2 norm backward, RoPE fwd + bwd, SwiGLU fwd + bwd) | %.3f | %.3f | %.3f |\n",
                 tu, tf, tf / tu);
     cudaFree(pos);
+    cudaFree(dfreq);
     SB_CUDA_CHECK(cudaStreamDestroy(s));
   } catch (const std::exception& e) {
     std::printf("FAIL: %s\n", e.what());
