@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -104,8 +105,9 @@ int main(int argc, char** argv) {
     int32_t* pos = nullptr;
     SB_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pos), N * sizeof(int32_t)));
     SB_CUDA_CHECK(cudaMemcpy(pos, hp.data(), N * sizeof(int32_t), cudaMemcpyHostToDevice));
-    // RoPE's table (theta 1e6, plain), on the device as the model keeps it (src/model/rope.hpp)
-    const std::vector<double> freq = sb::kernels::rope_plain_inv_freq(D, 1e6);
+    // RoPE's plain table theta^(-2d/D), theta 1e6, on the device as the model keeps it (src/model/rope.hpp)
+    std::vector<double> freq(size_t(D / 2));
+    for (int d = 0; d < D / 2; d++) freq[size_t(d)] = std::pow(1e6, -2.0 * d / D);
     double* dfreq = nullptr;
     SB_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dfreq), freq.size() * sizeof(double)));
     SB_CUDA_CHECK(cudaMemcpy(dfreq, freq.data(), freq.size() * sizeof(double), cudaMemcpyHostToDevice));

@@ -81,7 +81,7 @@ TEST(EvalSpanAccuracy, RecordsRightExactlyWhenEveryTrainedTokenIsPredicted) {
   }
   Comm comm;
   AdamW opt(s.optim, model.weights().size());
-  auto engine = make_engine(s, comm, model, opt);
+  auto engine = make_engine(s.engine(), comm, model, opt);
   engine->from_host();
   const EvalResult r = evaluate(s, comm, *engine, ds);
   // Expected, from the records: right iff every trained token equals the token before it.
@@ -149,7 +149,7 @@ TEST(EvalDiagnose, KeepingEveryBlockKeepsTheNeedlesAndTheRecall) {
     Model<float> model(s.model);
     model.init(3);
     AdamW opt(s.optim, model.weights().size());
-    auto engine = make_engine(s, comm, model, opt);
+    auto engine = make_engine(s.engine(), comm, model, opt);
     engine->from_host();
     return diagnose(s, comm, *engine, ds);
   };
