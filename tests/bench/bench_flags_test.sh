@@ -70,7 +70,7 @@ for kv in "$@"; do
       ;;
     checkpoint)
       p=bench_checkpoint
-      refused "$bin" "$p: mode stramp: expected plain, collective, stream, read-whole or read-slice" stramp "$D/ck"
+      refused "$bin" "$p: mode stramp: expected plain, collective, stream, read-whole, read-slice or verify" stramp "$D/ck"
       refused "$bin" "$p: LAYERS 2a: expected a whole number >= 1" stream "$D/ck" 2a
       refused "$bin" "$p: LAYERS 0: expected a whole number >= 1" stream "$D/ck" 0
       refused "$bin" "$p: unexpected argument extra" stream "$D/ck" 2 extra
