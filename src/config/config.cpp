@@ -28,7 +28,7 @@ const std::vector<KeySpec>& config_schema() {
 
 const KeySpec* find_key(std::string_view key) {
   for (const auto& k : config_schema())
-    if (k.key == key) return &k;
+    if (k.key == key || (!k.old_key.empty() && k.old_key == key)) return &k;
   return nullptr;
 }
 
@@ -148,6 +148,9 @@ ConfigValue checked(const KeySpec& spec, ConfigValue v, const std::string& origi
       throw Error(where + " = " + got + " is out of range: expected " + lo + " <= value <= " + hi);
     }
   }
+  if (spec.type == KeyType::String)  // a former value reads as the one it became
+    for (const auto& [old, now] : spec.old_choices)
+      if (std::get<std::string>(v) == old) v = now;
   if (spec.type == KeyType::String && !spec.choices.empty()) {
     const auto& s = std::get<std::string>(v);
     if (std::find(spec.choices.begin(), spec.choices.end(), s) == spec.choices.end()) {
@@ -228,7 +231,7 @@ void apply_section(std::map<std::string, ConfigValue, std::less<>>& values, cons
     }
     const KeySpec* spec = find_key(key);
     if (!spec) unknown_key(origin, key);
-    values[key] = parse_toml_value(*spec, val, origin);
+    values[spec->key] = parse_toml_value(*spec, val, origin);  // a former name sets the key it became
   }
 }
 
@@ -255,7 +258,7 @@ Config::Config() {
 void Config::set(const std::string& key, const std::string& value, const std::string& origin) {
   const KeySpec* spec = find_key(key);
   if (!spec) unknown_key(origin, key);
-  values_[key] = parse_string_value(*spec, value, origin);
+  values_[spec->key] = parse_string_value(*spec, value, origin);  // a former name sets the key it became
 }
 
 Config Config::from_text(const std::string& text, const std::string& origin) {

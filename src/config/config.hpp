@@ -5,6 +5,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -21,6 +22,10 @@ struct KeySpec {
   double min = -1e300, max = 1e300;  // inclusive bounds for Int/Float
   std::vector<std::string> choices;  // allowed values for String (empty: any)
   std::string help;
+  // Former names, still read as the current ones (issue 49 renamed the context-parallel "shard" to
+  // "split"/"part"): a config or checkpoint written with them loads unchanged; KEYS.md lists them.
+  std::string old_key;                                           // the key's former name, or ""
+  std::vector<std::pair<std::string, std::string>> old_choices;  // {former value, the value it is now}
 };
 
 // The schema's "no upper bound" for Int keys (about 2^53, the largest integer a double holds
@@ -28,6 +33,7 @@ struct KeySpec {
 inline constexpr double kNoUpperBound = 9.0e15;
 
 const std::vector<KeySpec>& config_schema();
+// The key by its name or its former name (KeySpec::old_key).
 const KeySpec* find_key(std::string_view key);
 
 using ConfigValue = std::variant<int64_t, double, bool, std::string>;
