@@ -9,7 +9,7 @@ std::vector<KeySpec> schema_data() {
       {"data.path", T::String, "runs/tiny/data", 0, 0, {}, "shard directory (or one shard file)"},
       {"data.seed", T::Int, "1234", 0, BIG, {}, "seed of the document shuffle"},
       {"data.val_fraction", T::Float, "0.05", 0, 0.9, {}, "fraction of documents held out for validation"},
-      {"data.long_docs", T::String, "window", 0, 0, {"window", "reject", "shard"}, "documents longer than train.micro_batch_tokens: cut into windows, reject with an error, or shard each over ceil(length / micro_batch_tokens) ranks that compute its attention together (CPU and CUDA engines)"},
+      {"data.long_docs", T::String, "window", 0, 0, {"window", "reject", "split"}, "documents longer than train.micro_batch_tokens: cut into windows, reject with an error, or split each into parts over ceil(length / micro_batch_tokens) ranks that compute its attention together (CPU and CUDA engines)", "", {{"shard", "split"}}},
       // [prep] `sparsebalance prep text|bin|synth`; each key also has a flag (--shard-tokens for prep.shard_tokens).
       {"prep.output", T::String, "", 0, 0, {}, "output directory of the shards (--output)"},
       {"prep.shard_tokens", T::Int, "16777216", 1, BIG, {}, "tokens per shard before a new one starts (whole documents)"},

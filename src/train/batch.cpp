@@ -65,7 +65,7 @@ PackedBatch pack_micro_batch(const Dataset& ds, const MicroBatch& mb) {
   return b;
 }
 
-PackedBatch pack_shard(const Dataset& ds, const MicroBatch& mb, const DocShard& sh) {
+PackedBatch pack_part(const Dataset& ds, const MicroBatch& mb, const DocPart& sh) {
   PackedBatch b;
   b.cu_seqlens.push_back(0);  // no whole sequences
   for (const auto& s : mb.segs) {
@@ -75,7 +75,7 @@ PackedBatch pack_shard(const Dataset& ds, const MicroBatch& mb, const DocShard& 
     b.add_rows(read_segment(ds, with_next), int32_t(s.begin), size_t(s.len));
     mask_targets(ds, with_next, b, at);
   }
-  b.shards.push_back(sh);
+  b.parts.push_back(sh);
   return b;
 }
 

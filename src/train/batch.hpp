@@ -39,9 +39,9 @@ int64_t count_targets(const Dataset& ds, const std::vector<Segment>& segs);
 // compute: read a micro-batch's windows from the shards and pack them (cu_seqlens); targets whose
 // token has loss mask 0 are -1 (not trained).
 PackedBatch pack_micro_batch(const Dataset& ds, const MicroBatch& mb);
-// compute, data.long_docs = "shard": this rank's pieces of one sharded document (mb.segs, one per
+// compute, data.long_docs = "split": this rank's pieces of one split document (mb.segs, one per
 // piece of `sh`), each row targeting the document's next token even where another rank owns it.
-PackedBatch pack_shard(const Dataset& ds, const MicroBatch& mb, const DocShard& sh);
+PackedBatch pack_part(const Dataset& ds, const MicroBatch& mb, const DocPart& sh);
 // Sets to -1 the targets of segment `s`, packed into `b` from token `at` on, whose token has loss
 // mask 0 (nothing without masks).
 void mask_targets(const Dataset& ds, const Segment& s, PackedBatch& b, size_t at);

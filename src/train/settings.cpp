@@ -19,7 +19,7 @@ AttnSettings AttentionSettings::at_k0(int n_layers, int k0) const { return for_b
 
 DataSettings data_settings(const Config& cfg) {
   return {cfg.s("data.path"), uint64_t(cfg.i("data.seed")), cfg.f("data.val_fraction"),
-          cfg.s("data.long_docs") == "reject", cfg.s("data.long_docs") == "shard"};
+          cfg.s("data.long_docs") == "reject", cfg.s("data.long_docs") == "split"};
 }
 
 std::vector<uint8_t> parse_dense_layers(const std::string& text, int n_layers, const std::string& n_layers_key) {
@@ -146,10 +146,10 @@ Settings from_config(const Config& cfg, int64_t data_vocab) {
     throw Error("attention.gate_sub_blocks = " + std::to_string(a.gate_sub_blocks) + " must divide attention.block_size = " +
                 std::to_string(a.block_size) + " (attention.gate_key = \"sub\" cuts each block into that many equal sub-blocks)");
   a.dense = parse_dense_layers(cfg.s("attention.dense_layers"), s.model.n_layers, "model.n_layers");
-  const std::string ex = cfg.s("attention.shard_exchange");
-  a.shard_exchange = ex == "allgather" ? ShardExchangeMode::AllGather
-                     : ex == "selective" ? ShardExchangeMode::Selective
-                                         : ShardExchangeMode::Auto;
+  const std::string ex = cfg.s("attention.part_exchange");
+  a.part_exchange = ex == "allgather" ? PartExchangeMode::AllGather
+                     : ex == "selective" ? PartExchangeMode::Selective
+                                         : PartExchangeMode::Auto;
 
   BalanceSettings& b = s.balance;
   b.batching = parse_batching(cfg.s("balance.batching"));
@@ -157,8 +157,8 @@ Settings from_config(const Config& cfg, int64_t data_vocab) {
   b.dst = dst_params(cfg, int(cfg.i("attention.k")), s.model.n_layers);  // the one k0
   b.profile = cfg.s("balance.profile");
   b.self_profile = cfg.b("balance.self_profile");
-  b.shard_docs = cfg.b("balance.shard_docs");
-  b.shard_part = cfg.f("balance.shard_part");
+  b.split_docs = cfg.b("balance.split_docs");
+  b.part_share = cfg.f("balance.part_share");
   b.ema = cfg.f("balance.ema");
   b.recall_alpha = cfg.f("balance.recall_alpha");
   b.recall_rows = int(cfg.i("balance.recall_rows"));
@@ -196,8 +196,8 @@ Settings from_config(const Config& cfg, int64_t data_vocab) {
   return s;
 }
 
-ShardGating shard_gating_of(const std::string& device) {
-  return device == "cuda" ? ShardGating::Whole : ShardGating::OwnRows;
+PartGating part_gating_of(const std::string& device) {
+  return device == "cuda" ? PartGating::Whole : PartGating::OwnRows;
 }
 
 SimulateSettings simulate_settings(const Config& cfg) {
@@ -209,9 +209,9 @@ SimulateSettings simulate_settings(const Config& cfg) {
   sc.capacity = cfg.i("simulate.capacity");
   sc.max_len = cfg.i("simulate.max_len") > 0 ? cfg.i("simulate.max_len") : sc.capacity;
   sc.noise = cfg.f("simulate.noise");
-  sc.shard_long = cfg.s("simulate.long_docs") == "shard";
-  sc.shard_docs = cfg.b("balance.shard_docs");
-  sc.shard_part = cfg.f("balance.shard_part");
+  sc.split_long = cfg.s("simulate.long_docs") == "split";
+  sc.split_docs = cfg.b("balance.split_docs");
+  sc.part_share = cfg.f("balance.part_share");
   sc.kv_bytes_per_token = cfg.f("simulate.kv_bytes_per_token");
   sc.plan = plan_options(cfg);
   s.shape = ModelShape{int(cfg.i("simulate.n_layers")), int(cfg.i("simulate.block_size")),
@@ -219,7 +219,7 @@ SimulateSettings simulate_settings(const Config& cfg) {
   sc.dst = dst_params(cfg, int(cfg.i("simulate.k")), s.shape.n_layers);
   sc.dst.tuning = Tuning::Dst;  // set per policy by simulate(); balance.tuning is not a simulate setting
   s.profile = cfg.s("balance.profile");
-  s.shard_gating = shard_gating_of(cfg.s("train.device"));
+  s.part_gating = part_gating_of(cfg.s("train.device"));
   s.mb_overhead_ms = cfg.f("simulate.mb_overhead_ms");
   s.linear_us_per_token = cfg.f("simulate.linear_us_per_token");
   s.attn_ps_per_pair = cfg.f("simulate.attn_ps_per_pair");
@@ -231,7 +231,7 @@ SimulateSettings simulate_settings(const Config& cfg) {
 }
 
 EngineSettings Settings::engine() const {
-  return {train.device, train.bucket_mb, train.overlap_reduce, train.zero, train.exec, train.phase_times, attention.block_size, data.shard_long};
+  return {train.device, train.bucket_mb, train.overlap_reduce, train.zero, train.exec, train.phase_times, attention.block_size, data.split_long};
 }
 
 BatchingSettings Settings::batching() const {
@@ -241,9 +241,9 @@ BatchingSettings Settings::batching() const {
   b.plan = balance.plan;
   b.k0 = balance.dst.k0;
   b.reject_long = data.reject_long;
-  b.parts = data.shard_long;
-  b.part_costly = balance.shard_docs;
-  b.part_share = balance.shard_part;
+  b.parts = data.split_long;
+  b.part_costly = balance.split_docs;
+  b.part_share = balance.part_share;
   b.attention = attention.for_budgets({});
   return b;
 }

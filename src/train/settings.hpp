@@ -24,7 +24,7 @@ struct DataSettings {
   uint64_t seed = 0;
   double val_fraction = 0;
   bool reject_long = false;  // data.long_docs = "reject"
-  bool shard_long = false;   // data.long_docs = "shard" (neither: windows)
+  bool split_long = false;   // data.long_docs = "split" (neither: windows)
 };
 
 // [attention]: the run's attention, from which each micro-batch's AttnSettings is built with
@@ -37,7 +37,7 @@ struct AttentionSettings {
   std::vector<uint8_t> dense;  // (n_layers) attention.dense_layers, or empty: none
   int block_size = 32, local_blocks = 1;
   double theta = 8;
-  ShardExchangeMode shard_exchange = ShardExchangeMode::Auto;  // attention.shard_exchange
+  PartExchangeMode part_exchange = PartExchangeMode::Auto;  // attention.part_exchange
   AttnSettings for_budgets(std::vector<int> budgets) const;  // one budget per layer
   AttnSettings at_k0(int n_layers, int k0) const;            // every layer at k0 (balance.dst.k0)
 };
@@ -49,8 +49,8 @@ struct BalanceSettings {
   DstParams dst;             // k0 = attention.k (its one copy), n_layers = model.n_layers
   std::string profile;       // latency profile file ("" = analytic or self-profile)
   bool self_profile = true;
-  bool shard_docs = false;   // balance.shard_docs: costly documents that fit are sharded too
-  double shard_part = 1.0;  // balance.shard_part: their parts cost at most this x the fair share
+  bool split_docs = false;   // balance.split_docs: costly documents that fit are split too
+  double part_share = 1.0;  // balance.part_share: their parts cost at most this x the fair share
   double ema = 0.3, recall_alpha = 0.5;
   int recall_rows = 0;      // balance.recall_rows: true recall on sampled rows per layer (0 = the gate's estimate)
   int64_t recall_every = 1; // balance.recall_every: on every this many steps
@@ -125,7 +125,7 @@ struct SimulateSettings {
   double mb_overhead_ms = 0, linear_us_per_token = 0, attn_ps_per_pair = 0, gating_ns_per_pair = 0;
   double alpha_lo = 0, alpha_hi = 0;  // recall exponents of the first and last layer
   double ema = 0, recall_alpha = 0;
-  ShardGating shard_gating = ShardGating::OwnRows;  // shard_gating_of(train.device)
+  PartGating part_gating = PartGating::OwnRows;  // part_gating_of(train.device)
   std::string dense_layers;  // attention.dense_layers, parsed against the model's n_layers when known
 };
 SimulateSettings simulate_settings(const Config& cfg);
@@ -133,8 +133,8 @@ SimulateSettings simulate_settings(const Config& cfg);
 // when none); errors name the key, the item and the range 0..n_layers-1 (n_layers_key says where
 // n_layers comes from).
 std::vector<uint8_t> parse_dense_layers(const std::string& text, int n_layers, const std::string& n_layers_key);
-// How the engine of train.device gates a sharded document (the costs of its parts): the CPU engine
-// its own rows, CUDA (src/model/shard_attention_cuda.cpp) the whole document.
-ShardGating shard_gating_of(const std::string& device);
+// How the engine of train.device gates a split document (the costs of its parts): the CPU engine
+// its own rows, CUDA (src/model/part_attention_cuda.cpp) the whole document.
+PartGating part_gating_of(const std::string& device);
 
 }  // namespace sb

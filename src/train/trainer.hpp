@@ -39,13 +39,13 @@ class Trainer {
   bool set_initial_weights(std::vector<float> w);
   const Model<float>& model() const { return model_; }
   const Settings& settings() const { return set_; }  // as built from the config, once
-  // The budgets this rank gave its rows of sharded documents so far (data.long_docs = "shard"; DST
+  // The budgets this rank gave its rows of documents in parts so far (data.long_docs = "split"; DST
   // tunes them as it does whole micro-batches): lowest, highest, and how many (part, layer) items.
-  struct ShardBudgets {
+  struct PartBudgets {
     int lo = 1 << 30, hi = -1;
     int64_t items = 0;
   };
-  const ShardBudgets& shard_budgets() const { return shard_budgets_; }
+  const PartBudgets& part_budgets() const { return part_budgets_; }
 
  private:
   struct StepOut;
@@ -82,8 +82,8 @@ class Trainer {
   DataCursor cur_;
   std::vector<uint64_t> order_;
   std::unique_ptr<MetricsLog> log_;
-  ShardGroups shard_groups_{comm_};  // this step's sharded documents' groups (data.long_docs = "shard")
-  ShardBudgets shard_budgets_;
+  PartGroups part_groups_{comm_};  // this step's split documents' groups (data.long_docs = "split")
+  PartBudgets part_budgets_;
   int64_t start_step_ = 0, stop_at_ = 0, skipped_ = 0;
   std::string last_checkpoint_;
   std::string archive_;  // a branch's archive of the abandoned run (resume.hpp), "" otherwise

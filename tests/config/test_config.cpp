@@ -37,6 +37,27 @@ TEST(Config, DefaultsAndFileAndOverrides) {
   EXPECT_EQ(back.i("train.steps"), 7);
 }
 
+// Issue 49 renamed the context-parallel "shard" (keys and a value): a config or a checkpoint's stored
+// config written with the former names reads as the new ones, in a file and with --set.
+TEST(Config, FormerNamesReadAsTheCurrentOnes) {
+  auto path = write_tmp("sb_cfg_old.toml", "[data]\nlong_docs = \"shard\"\n[balance]\nshard_docs = true\nshard_part = 0.25\n"
+                                          "[attention]\nshard_exchange = \"selective\"\n");
+  std::vector<std::string> sets = {"simulate.long_docs=shard"};
+  Config c = Config::load(path, sets);
+  EXPECT_EQ(c.s("data.long_docs"), "split");
+  EXPECT_EQ(c.s("simulate.long_docs"), "split");
+  EXPECT_TRUE(c.b("balance.split_docs"));
+  EXPECT_DOUBLE_EQ(c.f("balance.part_share"), 0.25);
+  EXPECT_EQ(c.s("attention.part_exchange"), "selective");
+  // stored under the current names only ("shard" stays the token file's word: prep.shard_tokens)
+  for (const char* former : {"shard_docs", "shard_part", "shard_exchange", "\"shard\""})
+    EXPECT_EQ(c.to_toml().find(former), std::string::npos) << former;
+  EXPECT_EQ(Config::load("", std::vector<std::string>{"balance.shard_part=0.5"}).f("balance.part_share"), 0.5);
+  // other values are still checked against the choices
+  EXPECT_NE(error_of([] { Config::load("", std::vector<std::string>{"data.long_docs=shards"}); }).find("expected one of window, reject, split"),
+            std::string::npos);
+}
+
 TEST(Config, UnknownKeySuggestsNearest) {
   auto path = write_tmp("sb_cfg_typo.toml", "[model]\nn_layer = 3\n");
   auto msg = error_of([&] { Config::load(path); });
