@@ -5,7 +5,7 @@
 # test and benchmark, and runs the stages named on the command line (default: test sanitize bench):
 #   test      tests/cuda correctness programs (ctest -L cuda: test_attention_cuda, test_ops_cuda,
 #             test_train_cuda at 1 and 2 ranks: the model and 20 training steps against the CPU,
-#             test_shard_cuda at 2 ranks: sharded documents against one rank and the CPU,
+#             test_parts_cuda at 2 ranks: documents in parts against one rank and the CPU,
 #             test_zero_cuda at 1 and 2 ranks: train.zero = 1 against 0, its checkpoint resumed)
 #   sanitize  compute-sanitizer memcheck on the test programs (--quick cases)
 #   bench     bench_attention_cuda over L x density (table at the end); its "x flex" / "x cudnn"
@@ -26,7 +26,7 @@
 #   policies  bench/gpu/accuracy_policies.sh: the policy comparison from the recipe's POL_FROM (default
 #             long) stage (run first if missing: ACC_UNTIL), resumable the same way (until `policies: done`)
 #   scaling   bench/gpu/gpu_scaling.sh: weak and strong scaling over 1, 2, 4, .. NGPU GPUs, a long document
-#             sharded over them against one GPU, train.zero = 0 and 1 on all (NGPU, STEPS, PARTS, TPG,
+#             split over them against one GPU, train.zero = 0 and 1 on all (NGPU, STEPS, PARTS, TPG,
 #             CP_LEN, ZLEN, LONG pass through; SCALING_TIMEOUT, default 560 s)
 #   memory3b  bench/gpu/gpu_3b_memory.sh: the Qwen2.5-3B shape at 32K context on one GPU, train.zero = 0
 #             and 1: peak GPU memory, tokens/s, optimizer state per rank (STEPS, L, ZEROS pass through)
@@ -93,7 +93,7 @@ cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSB_CUDA=ON -DSB_BENCH=O
   > "$OUTDIR/configure.log" 2>&1 || { tail -40 "$OUTDIR/configure.log"; exit 1; }
 grep -E "HDF5|SB_CUDA|CUDA compiler identification" "$OUTDIR/configure.log"
 log "build"
-ninja -C "$B" -j16 ${BUILD_TARGETS:-sparsebalance test_attention_cuda test_ops_cuda test_train_cuda test_shard_cuda test_zero_cuda test_select_cuda test_bwd_pieces bench_attention_cuda bench_fused_cuda} > "$OUTDIR/build.log" 2>&1 || { tail -60 "$OUTDIR/build.log"; exit 1; }
+ninja -C "$B" -j16 ${BUILD_TARGETS:-sparsebalance test_attention_cuda test_ops_cuda test_train_cuda test_parts_cuda test_zero_cuda test_select_cuda test_bwd_pieces bench_attention_cuda bench_fused_cuda} > "$OUTDIR/build.log" 2>&1 || { tail -60 "$OUTDIR/build.log"; exit 1; }
 fi
 rc=0
 for st in $STAGES; do
