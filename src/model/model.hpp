@@ -86,7 +86,15 @@ struct ParamLayout {
   std::pair<size_t, size_t> layer_range(int l) const;
 };
 
-// How attention runs for one micro-batch: mode and gating parameters, and a budget per layer.
+// How a split document's K and V reach the ranks whose rows need them (attention.part_exchange,
+// src/model/README.md "Documents in parts: the K/V exchange"). AllGather: every member gets the
+// whole document. Selective: after gating on the shared pooled keys, a member receives only the
+// blocks its own rows keep. Auto: selective when it moves well below the all-gather (kAutoShare).
+enum class PartExchangeMode { AllGather, Selective, Auto };
+constexpr double kAutoShare = 0.5;  // Auto's threshold: selective rows / all-gather rows (bench/results/2026-12-01-kv-exchange.md)
+
+// The one attention settings type ([attention]): the run's (Settings::attention, k empty) and one
+// micro-batch's, the run's with a budget per layer (for_budgets; the trainer also sets recall_rows).
 struct AttnSettings {
   bool sparse = true;
   // The gate's mode (attention.gate_query, gate_key, gate_sub_blocks; kernels::GatingParams).
@@ -103,6 +111,13 @@ struct AttnSettings {
   double theta = 8;
   std::vector<int> k;  // (n_layers) budget per layer
   std::vector<uint8_t> dense;  // (n_layers) 1: the layer attends densely (attention.dense_layers); empty: none
+  PartExchangeMode part_exchange = PartExchangeMode::Auto;  // attention.part_exchange (the trainer sets it on PartGroups)
+  AttnSettings for_budgets(std::vector<int> budgets) const {  // these settings, one budget per layer
+    AttnSettings a = *this;
+    a.k = std::move(budgets);
+    return a;
+  }
+  AttnSettings at_k0(int n_layers, int k0) const { return for_budgets(std::vector<int>(size_t(n_layers), k0)); }  // every layer at k0
 };
 
 // Diagnostics (eval --diagnose, src/train/diagnose.hpp): called in a sparse forward after layer l's
@@ -134,13 +149,6 @@ struct DocPart {
   std::vector<std::pair<int32_t, int32_t>> pieces;
   int32_t local_tokens() const;
 };
-
-// How a split document's K and V reach the ranks whose rows need them (attention.part_exchange,
-// src/model/README.md "Documents in parts: the K/V exchange"). AllGather: every member gets the
-// whole document. Selective: after gating on the shared pooled keys, a member receives only the
-// blocks its own rows keep. Auto: selective when it moves well below the all-gather (kAutoShare).
-enum class PartExchangeMode { AllGather, Selective, Auto };
-constexpr double kAutoShare = 0.5;  // Auto's threshold: selective rows / all-gather rows (bench/results/2026-12-01-kv-exchange.md)
 
 // Who needs which rows of a split document (the selective exchange): every member's token ranges
 // [begin, end) of blocks other members own that its rows keep, ascending; shared by share_needs.

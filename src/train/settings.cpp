@@ -7,16 +7,6 @@
 
 namespace sb {
 
-AttnSettings AttentionSettings::for_budgets(std::vector<int> budgets) const {
-  AttnSettings a;
-  a.sparse = sparse, a.block_size = block_size, a.local_blocks = local_blocks, a.theta = theta;
-  a.gate_query = gate_query, a.gate_key = gate_key, a.gate_sub_blocks = gate_sub_blocks, a.dense = dense;
-  a.k = std::move(budgets);
-  return a;
-}
-
-AttnSettings AttentionSettings::at_k0(int n_layers, int k0) const { return for_budgets(std::vector<int>(size_t(n_layers), k0)); }
-
 DataSettings data_settings(const Config& cfg) {
   return {cfg.s("data.path"), uint64_t(cfg.i("data.seed")), cfg.f("data.val_fraction"),
           cfg.s("data.long_docs") == "reject", cfg.s("data.long_docs") == "split"};
@@ -133,7 +123,7 @@ Settings from_config(const Config& cfg, int64_t data_vocab) {
   s.model = model_dims(cfg, data_vocab);
   s.optim = optim_settings(cfg);
 
-  AttentionSettings& a = s.attention;
+  AttnSettings& a = s.attention;
   a.sparse = cfg.s("attention.mode") == "sparse";
   a.block_size = int(cfg.i("attention.block_size"));
   a.local_blocks = int(cfg.i("attention.local_blocks"));
@@ -244,7 +234,7 @@ BatchingSettings Settings::batching() const {
   b.parts = data.split_long;
   b.part_costly = balance.split_docs;
   b.part_share = balance.part_share;
-  b.attention = attention.for_budgets({});
+  b.attention = attention;
   return b;
 }
 

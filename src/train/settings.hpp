@@ -27,21 +27,6 @@ struct DataSettings {
   bool split_long = false;   // data.long_docs = "split" (neither: windows)
 };
 
-// [attention]: the run's attention, from which each micro-batch's AttnSettings is built with
-// its own budgets (for_budgets) where it is used.
-struct AttentionSettings {
-  bool sparse = true;
-  kernels::GateQuery gate_query = kernels::GateQuery::mean;  // attention.gate_query
-  kernels::GateKey gate_key = kernels::GateKey::mean;        // attention.gate_key
-  int gate_sub_blocks = 4;                                   // attention.gate_sub_blocks
-  std::vector<uint8_t> dense;  // (n_layers) attention.dense_layers, or empty: none
-  int block_size = 32, local_blocks = 1;
-  double theta = 8;
-  PartExchangeMode part_exchange = PartExchangeMode::Auto;  // attention.part_exchange
-  AttnSettings for_budgets(std::vector<int> budgets) const;  // one budget per layer
-  AttnSettings at_k0(int n_layers, int k0) const;            // every layer at k0 (balance.dst.k0)
-};
-
 // [balance]: the plan (SAB), the tuner (DST) and the latency and recall models.
 struct BalanceSettings {
   Batching batching = Batching::Sparse;
@@ -96,7 +81,7 @@ struct EvalSettings {
 struct Settings {
   ModelDims model;
   OptimSettings optim;
-  AttentionSettings attention;
+  AttnSettings attention;  // [attention], k empty (each micro-batch's budgets: for_budgets); k0 is balance.dst.k0
   BalanceSettings balance;
   TrainSettings train;
   DataSettings data;
