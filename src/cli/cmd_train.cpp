@@ -97,7 +97,7 @@ static int run_train(const Args& args) {
   if (comm.root()) {
     if (r.last_step < r.first_step)  // resumed at or past train.steps
       std::printf("done: nothing to do: the checkpoint is at step %lld and train.steps = %lld (raise train.steps to go on)\n",
-                  static_cast<long long>(r.first_step - 1), static_cast<long long>(cfg.i("train.steps")));
+                  static_cast<long long>(r.first_step - 1), static_cast<long long>(trainer.settings().train.steps));
     else {
       std::printf("done: steps %lld..%lld, loss %.4f -> %.4f, %.0f tok/s, mean imbalance %.3f",
                   static_cast<long long>(r.first_step), static_cast<long long>(r.last_step), r.first_loss, r.last_loss,

@@ -159,21 +159,21 @@ void Trainer::apply_checkpoint(Restored&& r) {
 // The constructor's resume: find, apply, then (a branch) archive what the abandoned run left.
 bool Trainer::restore(const std::string& resume) {
   std::optional<Restored> restored =
-      find_resume(resume, cfg_.s("checkpoint.dir"), comm_, [&](const std::string& p) { return read_resume(p); });
+      find_resume(resume, set_.checkpoint.dir, comm_, [&](const std::string& p) { return read_resume(p); });
   // Fresh: an earlier run's checkpoints in checkpoint.dir move aside (a branch at step 0). No rank
   // reads them here (find_resume read none), so no barrier is needed before the root moves them.
   if (!restored) {
-    if (comm_.root()) archive_ = archive_newer_checkpoints(cfg_.s("checkpoint.dir"), 0);
+    if (comm_.root()) archive_ = archive_newer_checkpoints(set_.checkpoint.dir, 0);
     return false;
   }
   apply_checkpoint(std::move(*restored));  // also the latency model, so a resumed run plans the same
   comm_.barrier();  // every rank has read its checkpoint before the root moves any
   if (comm_.root()) {
-    archive_ = archive_newer_checkpoints(cfg_.s("checkpoint.dir"), start_step_);
+    archive_ = archive_newer_checkpoints(set_.checkpoint.dir, start_step_);
     std::error_code ec;
-    if (!archive_.empty() && fs::exists(cfg_.s("log.path"), ec))
+    if (!archive_.empty() && fs::exists(set_.log.path, ec))
       std::printf("resume: the metrics log's rows after step %lld are dropped from %s; its copy as it was is kept in "
-                  "%s\n", static_cast<long long>(start_step_), cfg_.s("log.path").c_str(), archive_.c_str());
+                  "%s\n", static_cast<long long>(start_step_), set_.log.path.c_str(), archive_.c_str());
   }
   return true;
 }
