@@ -16,7 +16,7 @@
 #include "src/train/evaluate.hpp"
 #include "src/train/faults.hpp"
 #include "src/train/profile.hpp"
-#include "src/train/step_stats.hpp"
+#include "src/stats/step_stats.hpp"
 
 namespace sb {
 

@@ -20,7 +20,7 @@
 #include "src/train/faults.hpp"
 #include "src/train/resume.hpp"
 #include "src/parts/groups.hpp"
-#include "src/train/summary.hpp"
+#include "src/stats/summary.hpp"
 #include "src/engine/update.hpp"
 
 namespace sb {

@@ -1,4 +1,4 @@
-#include "src/train/summary.hpp"
+#include "src/stats/summary.hpp"
 
 #include <algorithm>
 #include <cstdio>
