@@ -173,6 +173,9 @@ Settings from_config(const Config& cfg, int64_t data_vocab) {
   t.sync_check_every = cfg.i("train.sync_check_every");
   t.inject_nan_step = cfg.i("train.inject_nan_step");
   t.inject_nan_count = cfg.i("train.inject_nan_count");
+  t.inject_error_rank = cfg.i("train.inject_error_rank");
+  t.inject_error_step = cfg.i("train.inject_error_step");
+  t.inject_error_phase = cfg.s("train.inject_error_phase");
   t.exec.lm_head_chunk = int(cfg.i("model.lm_head_chunk"));
   t.exec.recompute = cfg.s("train.recompute") == "layer";
   // H200 (= H100 SXM) dense bf16 tensor-core peak, as bench/torch/torch_model_ref.py.

@@ -54,6 +54,8 @@ struct TrainSettings {
   bool nonfinite_stop = false;  // train.nonfinite = "stop" (else skip)
   int64_t max_skips = 0, sync_check_every = 0;
   int64_t inject_nan_step = 0, inject_nan_count = 0;
+  int64_t inject_error_rank = 0, inject_error_step = 0;  // train.inject_error_*: Faults (faults.hpp); step 0 off
+  std::string inject_error_phase;
   ModelExec exec;          // model.lm_head_chunk, train.recompute
   double peak_tflops = 0;  // per rank, for mfu: train.peak_tflops, or 0 = the device's (989 on cuda, none on cpu)
 };

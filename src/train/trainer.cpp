@@ -66,7 +66,7 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
       lm_(ModelShape{dims_.n_layers, set_.attention.block_size, set_.attention.local_blocks}),
       rm_(lm_.shape(), set_.balance.recall_alpha, set_.balance.ema),
       engine_(make_engine(set_.engine(), comm, model_, opt_)),
-      faults_(cfg),
+      faults_(set_.train),
       stop_at_(stop_at) {
   if (!set_.balance.profile.empty()) lm_ = LatencyModel::load_file(set_.balance.profile, &lm_.shape());
   lm_.set_ema(set_.balance.ema);
