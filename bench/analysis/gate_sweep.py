@@ -15,7 +15,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from accuracy_collect import TASKS, rows_of  # noqa: E402
 
-ORDER = ["base", "kbounds", "ksub", "qmax", "qmax+kbounds", "base+dl1", "base+dl2", "kbounds+dl2"]
+ORDER = ["base", "kbounds", "ksub", "qmax", "qmax+kbounds", "base+w4", "base+dl1", "base+dl2", "kbounds+dl2"]
 
 
 def main():
