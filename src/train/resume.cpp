@@ -145,6 +145,16 @@ void Trainer::apply_checkpoint(Restored&& r) {
   for (size_t l = 0; l < r.alphas.size(); ++l) rm_.set_alpha(int(l), r.alphas[l]);
   start_step_ = ck.step;
   cur_ = {ck.data_epoch, ck.data_cursor};
+  // data.sources: the mixture's cursor (the epoch orders are rebuilt from it at the next draw).
+  if (ck.source_epochs.size() != weights_.size())
+    throw Error(path + ": the checkpoint's data cursor is for " +
+                (ck.source_epochs.empty() ? std::string("one dataset (data.path)")
+                                          : std::to_string(ck.source_epochs.size()) + " data.sources") +
+                ", this run reads " +
+                (weights_.empty() ? std::string("one dataset (data.path)") : std::to_string(weights_.size()) + " data.sources") +
+                "; expected the same data layout to resume (or start a fresh run with --init-from)");
+  mix_ = {ck.source_epochs, ck.source_indexes, ck.data_draws};
+  mix_orders_.clear();
   skipped_ = ck.skipped_steps;
   last_checkpoint_ = path;
   if (comm_.root()) {
