@@ -1,4 +1,4 @@
-// The HDF5 metrics log: two extendible, chunked tables of compound rows,
+// The HDF5 metrics log: two (data.sources: three) extendible, chunked tables of compound rows,
 //   /steps    (steps)           one row per optimizer step
 //   /ranks    (steps, ranks)    one row per step and rank
 //   /sources  (steps, sources)  data.sources only: one row per step and source (a third table, so

@@ -307,16 +307,26 @@ void apply_table(std::map<std::string, ConfigValue, std::less<>>& values, std::s
 
 }  // namespace
 
+static ConfigValue default_value(const KeySpec& k) {  // a Sources key's default is the empty list: not given
+  return k.type == KeyType::Sources ? ConfigValue(k.def) : parse_string_value(k, k.def, "default");
+}
+
 Config::Config() {
-  for (const auto& k : config_schema())  // a Sources key's default is the empty list: not given
-    values_[k.key] = k.type == KeyType::Sources ? ConfigValue(k.def) : parse_string_value(k, k.def, "default");
+  for (const auto& k : config_schema()) values_[k.key] = default_value(k);
 }
 
 void Config::set(const std::string& key, const std::string& value, const std::string& origin) {
   const KeySpec* spec = find_key(key);
   if (!spec) unknown_key(origin, key);
   values_[key] = parse_string_value(*spec, value, origin);
-  given_.insert(key);
+  // data.path and data.sources name the data two ways, one at a time: a --set of one replaces the
+  // other where a file (a config, a checkpoint's stored config) gave it; two --sets stay both given.
+  const std::string other = key == "data.path" ? "data.sources" : key == "data.sources" ? "data.path" : "";
+  if (!other.empty() && given_.count(other) && !set_.count(other)) {
+    values_[other] = default_value(*find_key(other));
+    given_.erase(other);
+  }
+  given_.insert(key), set_.insert(key);
 }
 
 Config Config::from_text(const std::string& text, const std::string& origin) {

@@ -61,7 +61,8 @@ class Config {
   bool b(std::string_view key) const;
   const std::string& s(std::string_view key) const;
   std::vector<SourceSpec> sources(std::string_view key) const;  // a Sources key; empty when not given
-  // Whether the file or a --set named `key` (a default is not given; data.path vs data.sources).
+  // Whether the file or a --set named `key` (a default is not given; data.path vs data.sources:
+  // a --set of one drops the other where the file gave it).
   bool given(std::string_view key) const { return given_.count(key) > 0; }
 
   // The effective configuration as TOML text (every key), stored in checkpoints.
@@ -72,7 +73,7 @@ class Config {
  private:
   const ConfigValue& get(std::string_view key, KeyType t) const;
   std::map<std::string, ConfigValue, std::less<>> values_;
-  std::set<std::string, std::less<>> given_;
+  std::set<std::string, std::less<>> given_, set_;  // named by the file or a --set; by a --set (set())
   std::string source_;
 };
 

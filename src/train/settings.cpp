@@ -23,7 +23,8 @@ DataSettings data_settings(const Config& cfg) {
   if (d.sources.empty()) return d;
   if (cfg.given("data.path"))
     throw Error((cfg.source().empty() ? std::string("--set") : cfg.source()) + ": data.path and data.sources are both given; "
-                "expected one of them: data.path for one dataset, or data.sources for a weighted mixture");
+                "expected one of them: data.path for one dataset, or data.sources for a weighted mixture (a --set of one "
+                "replaces the other where the config file gives it)");
   double sum = 0;
   for (const auto& s : d.sources) sum += s.weight;
   d.path.clear();

@@ -124,6 +124,18 @@ TEST(Config, SourcesParseRoundTripAndRefuseBadValues) {
   // --set takes the list in TOML syntax.
   std::vector<std::string> sets = {"data.sources=[{ path = \"x\", weight = 1 }]"};
   EXPECT_EQ(Config::load("", sets).sources("data.sources")[0].path, "x");
+  // A --set of one of data.path / data.sources replaces the other given by the file (or a stored config).
+  Config over = Config::load(path, std::vector<std::string>{"data.path=d"});
+  EXPECT_TRUE(over.given("data.path"));
+  EXPECT_FALSE(over.given("data.sources"));
+  EXPECT_TRUE(over.sources("data.sources").empty());
+  Config back2 = Config::from_text(over.to_toml(), "stored");  // every key of a data.path run's config
+  EXPECT_TRUE(back2.given("data.path"));
+  back2.set("data.sources", "[{ path = \"y\", weight = 1 }]", "--set");
+  EXPECT_FALSE(back2.given("data.path"));
+  EXPECT_EQ(back2.sources("data.sources")[0].path, "y");
+  Config two = Config::load("", std::vector<std::string>{"data.path=d", "data.sources=[{ path = \"y\", weight = 1 }]"});
+  EXPECT_TRUE(two.given("data.path") && two.given("data.sources"));  // two --sets: both (settings refuses that)
 
   auto bad = [](const std::string& value) {
     return error_of([&] { Config().set("data.sources", value, "--set data.sources"); });
