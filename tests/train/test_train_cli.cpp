@@ -337,4 +337,10 @@ TEST_F(TrainCli, MixtureResumesBitExactAndReportsShares) {
   EXPECT_EQ(e["sources"][0]["docs"].get<int64_t>(), 4);
   EXPECT_EQ(e["sources"][1]["docs"].get<int64_t>(), 2);
   for (const auto& x : e["sources"]) EXPECT_GT(x["loss"].get<double>(), 0);
+  // Resuming the mixture's checkpoint on one dataset (data.path) is refused, naming both layouts.
+  const std::string a = mix_corpora().first, log = part.path + "/refused.log";
+  rc = sh(binary() + " train" + tiny_flags(a, part.path) + " --set train.steps=8 --resume " + p2["checkpoint"].get<std::string>(), log);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(slurp(log).find("the checkpoint's data cursor is for 2 data.sources, this run reads one dataset (data.path)"),
+            std::string::npos) << slurp(log);
 }
