@@ -62,7 +62,9 @@ Dataset Dataset::open_sources(const std::vector<std::string>& paths) {
     try {
       one = open(paths[i]);
     } catch (const std::exception& e) {
-      throw Error(key + " = " + paths[i] + ": " + e.what());
+      std::string why = e.what();  // it names the path already: say it once
+      if (why.rfind(paths[i] + ": ", 0) == 0) why.erase(0, paths[i].size() + 2);
+      throw Error(key + " = " + paths[i] + ": " + why);
     }
     if (one.num_docs() == 0) throw Error(key + " = " + paths[i] + ": holds no documents; expected a prepped dataset");
     if (i == 0) {
