@@ -43,7 +43,7 @@ static int run_keys(const Args& args) {
     throw Error("sparsebalance keys: takes no CONFIG or other argument (got '" + args.positional[0] +
                 "'); it lists every key with its default");
   const bool md = args.has("markdown");
-  const char* types[] = {"int", "float", "bool", "string"};
+  const char* types[] = {"int", "float", "bool", "string", "list"};
   if (md) std::printf("%s| key | type | default | allowed | meaning |\n|---|---|---|---|---|\n", kMarkdownHeader);
   for (const auto& k : config_schema()) {
     std::string help = k.help;  // former names, still read (KeySpec::old_key, old_choices)

@@ -33,6 +33,19 @@ static int64_t positive_flag(const Args& args, const std::string& flag) {
   return x;
 }
 
+// The summary's "sources" (data.sources): each source's documents and tokens drawn over the steps
+// this run ran, their shares of all drawn, and the weight (normalised) they were drawn by.
+static nlohmann::json sources_json(const DataSettings& d, const TrainResult& r) {
+  int64_t docs = 0, tokens = 0;
+  for (size_t i = 0; i < r.source_docs.size(); ++i) docs += r.source_docs[i], tokens += r.source_tokens[i];
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t i = 0; i < r.source_docs.size(); ++i)
+    out.push_back({{"path", d.sources[i].path}, {"weight", d.sources[i].weight}, {"docs", r.source_docs[i]},
+                   {"tokens", r.source_tokens[i]}, {"share_docs", docs ? double(r.source_docs[i]) / double(docs) : 0.0},
+                   {"share_tokens", tokens ? double(r.source_tokens[i]) / double(tokens) : 0.0}});
+  return out;
+}
+
 static int run_train(const Args& args) {
   if (args.positional.size() > 1) throw Error("train: expected at most one config file, got " + std::to_string(args.positional.size()));
   Config cfg = Config::load(args.positional.empty() ? "" : args.positional[0], args.sets);
@@ -106,6 +119,13 @@ static int run_train(const Args& args) {
       if (r.peak_mem_gib > 0) std::printf(", peak device memory %.2f GiB", r.peak_mem_gib);
       std::printf("\n");
     }
+    if (!r.source_docs.empty()) {  // data.sources: what the steps drew from each source against its weight
+      std::printf("data mixture (documents drawn, share against weight):");
+      for (const auto& x : sources_json(data_settings(cfg), r))
+        std::printf(" %s %lld (%.3f / %.3f)", x["path"].get<std::string>().c_str(),
+                    static_cast<long long>(x["docs"].get<int64_t>()), x["share_docs"].get<double>(), x["weight"].get<double>());
+      std::printf("\n");
+    }
     std::printf("checkpoint: %s\nmetrics log: %s\ninspect them: sparsebalance inspect %s ; sparsebalance inspect %s\n",
                 r.checkpoint.c_str(), r.log.c_str(), r.checkpoint.c_str(), r.log.c_str());
     if (args.has("summary")) {
@@ -136,6 +156,7 @@ static int run_train(const Args& args) {
                           {"stopped_early", r.stopped_early},
                           {"checkpoint", r.checkpoint},
                           {"log", r.log}};
+      if (!r.source_docs.empty()) j["sources"] = sources_json(data_settings(cfg), r);
       write_summary(args.get("summary"), j);
     }
   }
@@ -147,9 +168,9 @@ Command cmd_train() {
           "train a model (MPI data parallel, SparseBalance)",
           "train [CONFIG.toml] [--set key=value]... [--resume [PATH|latest]] [--init-from PATH] [--stop-at STEP]\n"
           "      [--summary PATH]\n\n"
-          "Trains on the shards of data.path for train.steps steps. Every step: plan (batching), predict,\n"
-          "exchange, tune (DST), compute, reduce, update, measure, record. Writes checkpoints to\n"
-          "checkpoint.dir every checkpoint.every steps and a metrics log to log.path.\n"
+          "Trains on the shards of data.path (or the weighted mixture data.sources) for train.steps steps.\n"
+          "Every step: plan (batching), predict, exchange, tune (DST), compute, reduce, update, measure, record.\n"
+          "Writes checkpoints to checkpoint.dir every checkpoint.every steps and a metrics log to log.path.\n"
           "--resume continues from a checkpoint (latest in checkpoint.dir when no PATH is given) with\n"
           "the same results as an uninterrupted run. SIGUSR1/SIGTERM: finish the step, checkpoint, exit 0.\n"
           "--init-from starts from the weights of an HF directory or a checkpoint (io/SAFETENSORS.md) with a\n"

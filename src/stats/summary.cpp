@@ -26,6 +26,11 @@ void RunSummary::add(const StepRow& row, int64_t above, int64_t below) {
   if (row.recall_true >= 0) true_sum_ += row.recall_true, true_n_ += 1;
 }
 
+void RunSummary::add_sources(std::span<const SourceRow> rows) {
+  res_.source_docs.resize(rows.size(), 0), res_.source_tokens.resize(rows.size(), 0);
+  for (size_t i = 0; i < rows.size(); ++i) res_.source_docs[i] += rows[i].docs, res_.source_tokens[i] += rows[i].tokens;
+}
+
 TrainResult RunSummary::finish(const std::string& last_checkpoint, bool stopped_early) {
   if (n_ > 0) {
     res_.tokens_per_s = sum_ms_ > 0 ? sum_tokens_ / (sum_ms_ / 1000.0) : 0;

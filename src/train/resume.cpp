@@ -129,6 +129,15 @@ void Trainer::apply_checkpoint(Restored&& r) {
   const std::string& path = r.path;
   check_weights(ck, path, model_);  // first: a model-shape mismatch is named as one
   if (r.error) std::rethrow_exception(r.error);
+  // data.sources: the checkpoint's cursor must be for the same number of sources (before the
+  // data.path comparison, which would only warn).
+  if (ck.source_epochs.size() != weights_.size())
+    throw Error(path + ": the checkpoint's data cursor is for " +
+                (ck.source_epochs.empty() ? std::string("one dataset (data.path)")
+                                          : std::to_string(ck.source_epochs.size()) + " data.sources") +
+                ", this run reads " +
+                (weights_.empty() ? std::string("one dataset (data.path)") : std::to_string(weights_.size()) + " data.sources") +
+                "; expected the same data layout to resume (or start a fresh run with --init-from)");
   check_same_data(ck, path, set_.data.path, comm_.root());
   if (r.lm) lm_ = std::move(*r.lm);
   // read_resume filled the weights and this rank's slice of the moments (all of them unless
@@ -145,6 +154,8 @@ void Trainer::apply_checkpoint(Restored&& r) {
   for (size_t l = 0; l < r.alphas.size(); ++l) rm_.set_alpha(int(l), r.alphas[l]);
   start_step_ = ck.step;
   cur_ = {ck.data_epoch, ck.data_cursor};
+  mix_ = {ck.source_epochs, ck.source_indexes, ck.data_draws};  // the epoch orders are rebuilt from it at the next draw
+  mix_orders_.clear();
   skipped_ = ck.skipped_steps;
   last_checkpoint_ = path;
   if (comm_.root()) {

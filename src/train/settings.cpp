@@ -8,8 +8,21 @@
 namespace sb {
 
 DataSettings data_settings(const Config& cfg) {
-  return {cfg.s("data.path"), uint64_t(cfg.i("data.seed")), cfg.f("data.val_fraction"),
-          cfg.s("data.long_docs") == "reject", cfg.s("data.long_docs") == "split"};
+  DataSettings d{cfg.s("data.path"), cfg.sources("data.sources"), uint64_t(cfg.i("data.seed")), cfg.f("data.val_fraction"),
+                 cfg.s("data.long_docs") == "reject", cfg.s("data.long_docs") == "split"};
+  if (d.sources.empty()) return d;
+  if (cfg.given("data.path"))
+    throw Error((cfg.source().empty() ? std::string("--set") : cfg.source()) + ": data.path and data.sources are both given; "
+                "expected one of them: data.path for one dataset, or data.sources for a weighted mixture (a --set of one "
+                "replaces the other where the config file gives it)");
+  double sum = 0;
+  for (const auto& s : d.sources) sum += s.weight;
+  d.path.clear();
+  for (auto& s : d.sources) {
+    s.weight /= sum;
+    d.path += (d.path.empty() ? "" : " + ") + s.path;
+  }
+  return d;
 }
 
 std::vector<uint8_t> parse_dense_layers(const std::string& text, int n_layers, const std::string& n_layers_key) {

@@ -20,7 +20,9 @@ namespace sb {
 
 // [data]
 struct DataSettings {
-  std::string path;
+  std::string path;  // data.path; a mixture: its sources' paths joined by " + " (for messages)
+  // data.sources (empty: data.path is the one dataset), the weights normalised to sum to 1.
+  std::vector<SourceSpec> sources;
   uint64_t seed = 0;
   double val_fraction = 0;
   bool reject_long = false;  // data.long_docs = "reject"

@@ -30,6 +30,7 @@ static double ms_since(Clock::time_point t0) {
 struct Trainer::StepOut {
   StepRow row{};
   std::vector<RankRow> ranks;
+  std::vector<SourceRow> sources;  // data.sources: the global batch's draws per source
   int64_t above = 0, below = 0;
   bool stop = false;
 };
@@ -56,7 +57,7 @@ struct Trainer::StepState {
 Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume, int64_t stop_at)
     : cfg_(cfg),
       comm_(comm),
-      ds_(Dataset::open(data_settings(cfg).path)),
+      ds_(open_data(data_settings(cfg))),
       set_(from_config(cfg, ds_.vocab_size())),
       dims_(set_.model),
       model_(dims_),
@@ -68,6 +69,7 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
       engine_(make_engine(set_.engine(), comm, model_, opt_)),
       faults_(set_.train),
       stop_at_(stop_at) {
+  for (const auto& src : set_.data.sources) weights_.push_back(src.weight);
   if (!set_.balance.profile.empty()) lm_ = LatencyModel::load_file(set_.balance.profile, &lm_.shape());
   lm_.set_ema(set_.balance.ema);
   if (set_.balance.split_docs && !set_.data.split_long)
@@ -100,7 +102,7 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
     const std::string& lp = set_.log.path;
     const std::string copy =  // a branch keeps the abandoned run's log in its archive (resume.hpp)
         archive_.empty() ? "" : (std::filesystem::path(archive_) / std::filesystem::path(lp).filename()).string();
-    log_ = open_metrics_log(lp, comm.size(), resumed, start_step_, copy, inputs);
+    log_ = open_metrics_log(lp, comm.size(), resumed, start_step_, copy, inputs, int(weights_.size()));
   }
 }
 
@@ -123,6 +125,7 @@ void Trainer::save_checkpoint(int64_t s) {
   ck.config_toml = cfg_.to_toml();
   ck.data_epoch = cur_.epoch;
   ck.data_cursor = cur_.index;
+  if (!weights_.empty()) ck.source_epochs = mix_.epochs, ck.source_indexes = mix_.indexes, ck.data_draws = mix_.draws;
   ck.skipped_steps = skipped_;
   for (const auto& p : model_.params()) ck.tensors.push_back({p.name, p.shape, p.offset, p.size});
   auto extra = [&](hid_t f) {
@@ -175,7 +178,10 @@ Trainer::StepOut Trainer::step(int64_t s) {
 // ---- plan: the global batch and its split over ranks x micro-batches (same on every rank)
 void Trainer::plan(StepState& st) {
   faults_.at(Faults::Phase::Plan, st.s, comm_.rank());
-  st.gb = draw_global_batch(ds_, set_.data.seed, set_.data.val_fraction, set_.train.global_batch_tokens, cur_, order_);
+  st.gb = weights_.empty()
+              ? draw_global_batch(ds_, set_.data.seed, set_.data.val_fraction, set_.train.global_batch_tokens, cur_, order_)
+              : draw_mixture_batch(ds_, weights_, set_.data.seed, set_.data.val_fraction, set_.train.global_batch_tokens,
+                                   mix_, mix_orders_);
   lm_.set_part_gating(part_gating_of(set_.train.device));  // the costs of documents' parts
   lm_.set_dense_layers(set_.attention.dense);                 // hybrid layers cost dense, DST leaves them
   // This rank's micro-batches, its parts of documents split over rank groups included (src/parts).
@@ -323,6 +329,8 @@ Trainer::StepOut Trainer::record(StepState& st) {
   faults_.at(Faults::Phase::Record, st.s, comm_.rank());
   StepOut out;
   out.ranks = st.stats.rank_rows(st.s);
+  for (size_t i = 0; i < weights_.size(); ++i)
+    out.sources.push_back({st.s, int32_t(i), st.gb.source_docs[i], st.gb.source_tokens[i]});
   StepRow& row = out.row;
   row.step = st.s, row.loss = st.loss, row.grad_norm = st.gnorm, row.lr = st.lr, row.tokens = st.gb.tokens;
   st.stats.fill(row, st.gb.tokens, set_.train.peak_tflops * 1e12);
@@ -342,11 +350,12 @@ TrainResult Trainer::run() {
   for (int64_t s = start_step_ + 1; s <= total; ++s) {
     StepOut o = step(s);
     if (log_) {
-      log_->append(o.row, o.ranks);
+      log_->append(o.row, o.ranks, o.sources);
       if (s % set_.log.every == 0 || s == total || o.stop) log_->flush();
     }
     if (progress) print_progress(o.row, total);
     summary.add(o.row, o.above, o.below);
+    if (!o.sources.empty()) summary.add_sources(o.sources);
     const bool last = s == total || o.stop;
     if (last || (every > 0 && s % every == 0)) {
       if (log_) log_->flush();  // the log holds every step a checkpoint covers: a kill after it loses no row

@@ -79,8 +79,11 @@ class Trainer {
   DstExchange dst_work_;  // this rank's items, the receive buffer, every rank's summaries: kept across steps
   std::unique_ptr<Engine> engine_;  // compute, reduce, update on train.device
   Faults faults_;                   // train.inject_error_* (testing aid)
-  DataCursor cur_;
+  DataCursor cur_;                 // data.path
   std::vector<uint64_t> order_;
+  std::vector<double> weights_;    // data.sources, normalised (empty: data.path)
+  MixCursor mix_;
+  std::vector<std::vector<uint64_t>> mix_orders_;
   std::unique_ptr<MetricsLog> log_;
   PartGroups part_groups_{comm_};  // this step's split documents' groups (data.long_docs = "split")
   PartBudgets part_budgets_;

@@ -76,6 +76,13 @@ cp "$D/acc/eval/pre_6.json" "$D/pol/dense_s1/eval.json" && cp "$D/acc/eval/pre_6
   > "$D/policies.log" 2>&1 || { cat "$D/policies.log"; fail "accuracy_policies.py"; }
 grep -qE '^\| dense \| 1 \|' "$D/pol/policies.md" || { cat "$D/pol/policies.md"; fail "policies.md lacks the dense row"; }
 grep -qE '^\| start \(sparse eval\) \| - \|' "$D/pol/policies.md" || { cat "$D/pol/policies.md"; fail "policies.md lacks the start rows"; }
+# bench/analysis/gate_sweep.py (bench/gpu/accuracy_gates.sh's reader): two variants of the same eval; the
+# table has both rows, and the best trainable variant skips qmax however it scored.
+mkdir -p "$D/gates" && cp "$D/acc/eval/pre_6.json" "$D/gates/base.json" && cp "$D/acc/eval/pre_6.json" "$D/gates/qmax.json"
+"$PY" "$SRC/bench/analysis/gate_sweep.py" "$D/gates" --from 201 --md "$D/gates.md" --best "$D/gates.best" > "$D/gates.log" 2>&1 \
+  || { cat "$D/gates.log"; fail "gate_sweep.py"; }
+grep -qE '^\| base \| ' "$D/gates.md" && grep -qE '^\| qmax \| ' "$D/gates.md" && [ "$(cat "$D/gates.best")" = base ] \
+  || { cat "$D/gates.md" "$D/gates.best"; fail "gate_sweep.py: rows or best"; }
 for k in curve:acc/accuracy policies:pol/policies; do
   "$PY" "$SRC/jobs/plots/plot_accuracy.py" "${k%%:*}" "$D/${k#*:}.csv" --out "$D/plots/${k%%:*}.png" > "$D/pa.log" 2>&1 \
     || { cat "$D/pa.log"; fail "plot_accuracy.py ${k%%:*}"; }
