@@ -11,12 +11,18 @@
 #   SB=build-gpu/src/sparsebalance ACC_BUDGET_S=500 bash bench/gpu/accuracy_gates.sh   # the GPU machine
 #   ACC_SCALE=tiny GATE_STEPS=4 bash bench/gpu/accuracy_gates.sh                        # CPU: the pipeline
 #
+# GATE_MODEL=short reads the recipe's `short` model instead (it retrieves up to 4K: 100% at 2K-4K on the
+# H200), on a held-out corpus of 1K-4K documents of its own (seed 98), at GATE_K (default 4 blocks of 64,
+# ~8% of a 4K document's causal blocks, about the share k0 = 16 keeps at 16K): the gates compared
+# without the `long` stage (~7 minutes less of GPU time); no fine-tunes unless GATE_TRAIN names them.
 # Resumable like the recipe (ACC_DEADLINE / ACC_BUDGET_S; last line `gates: done` or `gates: continue`).
 # Env: ACC_SCALE (gpu|tiny), SB, ACC_RUNS (the recipe's runs), GATE_RUNS (runs/gates_$ACC_SCALE),
 # GATE_READ (variants read), GATE_TRAIN (variants fine-tuned; `auto`: base and the best read variant
 # without qmax parts, whose gating is too slow to train with, bench/results/2026-12-07-gate-modes-gpu.md),
 # GATE_SEEDS ("1"), GATE_STEPS / GATE_BATCH / GATE_LR / GATE_WARMUP (the recipe's long stage: gpu 600,
 # 262144, 5e-4, 30), GATE_EVAL_DOCS (256), OUT (copies of the tables).
+# Env also: GATE_MODEL (long|short, above), GATE_K (attention.k of the reads; short: 4), GATE_DIAG_DOCS
+# (documents of the diagnostics pass, 96; 0: none; writes diag.json and diag.md).
 # Writes $GATE_RUNS/read/VARIANT.json (eval summaries), read.md (bench/analysis/gate_sweep.py), and
 # $GATE_RUNS/train/ (accuracy_policies.sh's runs, policies.md).
 set -uo pipefail
@@ -28,7 +34,9 @@ OUTDIR=${OUT:-$RUNS/out}
 CFG=configs/accuracy_$SCALE.toml
 PY=${PYTHON:-/usr/bin/python3}
 [ -x "$PY" ] || PY=python3
-READ=${GATE_READ:-"base kbounds ksub qmax qmax+kbounds base+dl2 kbounds+dl2"}
+READ=${GATE_READ:-"base kbounds ksub qmax qmax+kbounds base+w4 base+dl2 kbounds+dl2"}
+MODEL=${GATE_MODEL:-long}
+case $MODEL in long|short) ;; *) echo "accuracy_gates.sh: GATE_MODEL=$MODEL: expected long or short" >&2; exit 1 ;; esac
 START=$(date +%s)
 if [ -n "${ACC_DEADLINE:-}" ]; then DEADLINE=$ACC_DEADLINE
 elif [ -n "${ACC_BUDGET_S:-}" ]; then DEADLINE=$((START + ACC_BUDGET_S))
@@ -41,8 +49,8 @@ case $SCALE in
 esac
 # shellcheck source=bench/gpu/gate_variants.sh
 . "$(dirname "$0")/gate_variants.sh"
-for f in "$ACC/final_long" "$ACC/final_short" "$ACC/data_eval/.done"; do
-  [ -f "$f" ] || { echo "accuracy_gates.sh: $f missing: run ACC_SCALE=$SCALE bash bench/gpu/accuracy.sh to the end of its long stage first" >&2; exit 1; }
+for f in "$ACC/final_$MODEL" "$ACC/final_short" "$ACC/data_eval/.done"; do
+  [ -f "$f" ] || { echo "accuracy_gates.sh: $f missing: run ACC_SCALE=$SCALE ACC_UNTIL=$MODEL bash bench/gpu/accuracy.sh to the end of its $MODEL stage first" >&2; exit 1; }
 done
 [ -x "$SB" ] || { echo "accuracy_gates.sh: $SB not found (build sparsebalance, or set SB)" >&2; exit 1; }
 mkdir -p "$RUNS/read" "$OUTDIR"
@@ -50,11 +58,24 @@ log() { echo "== $(date -u +%H:%M:%S) $*"; }
 left() { echo $((DEADLINE - $(date +%s))); }
 MICRO=$(grep -E '^micro_batch_tokens' "$CFG" | sed -E 's/[^=]*= *([0-9]+).*/\1/')
 EVAL_SEED=$("$PY" -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb")).get("data", {}).get("seed", 1234))' "$CFG") || exit 1
-EVAL_SETS=(--set data.path="$ACC/data_eval" --set data.val_fraction=0.9 --set train.micro_batch_tokens="$MICRO"
+EVAL_DATA=$ACC/data_eval
+if [ "$MODEL" = short ]; then  # a held-out corpus at the lengths `short` solves
+  EVAL_DATA=$RUNS/data_eval_short
+  if [ ! -f "$EVAL_DATA/.done" ]; then
+    lo=1024 hi=4096 n=300; [ "$SCALE" = tiny ] && { lo=256; hi=1024; n=40; }
+    "$SB" prep synth --preset uniform --min-len $lo --max-len $hi --docs $n --seed 98 --mask answers --ask one \
+      --output "$EVAL_DATA" --overwrite > "$RUNS/prep_eval_short.log" 2>&1 || { cat "$RUNS/prep_eval_short.log"; exit 1; }
+    touch "$EVAL_DATA/.done"
+  fi
+  FROM=$(( $([ "$SCALE" = tiny ] && echo 512 || echo 2048) + 1 ))
+fi
+EVAL_SETS=(--set data.path="$EVAL_DATA" --set data.val_fraction=0.9 --set train.micro_batch_tokens="$MICRO"
            --set data.seed="$EVAL_SEED")
 [ "$SCALE" = gpu ] && EVAL_SETS+=(--set eval.docs="${GATE_EVAL_DOCS:-256}")
-LONG=$(cat "$ACC/final_long")
-log "gates ($SCALE): read $LONG under [$READ]; $(left) s in this call"
+[ "$MODEL" = short ] && EVAL_SETS+=(--set attention.k="${GATE_K:-4}")
+[ -n "${GATE_K:-}" ] && [ "$MODEL" = long ] && EVAL_SETS+=(--set attention.k="$GATE_K")
+LONG=$(cat "$ACC/final_$MODEL")
+log "gates ($SCALE): read $LONG ($MODEL) under [$READ], lengths >= $FROM; $(left) s in this call"
 
 status=done
 for v in $READ; do
@@ -72,8 +93,15 @@ if compgen -G "$RUNS/read/*.json" > /dev/null; then
   cp "$RUNS/read.md" "$OUTDIR/"
 fi
 
-if [ "$status" = done ]; then
-  TRAIN=${GATE_TRAIN:-auto}
+# The diagnostics of the default gate (eval --diagnose: needle ranks, the oracle gate, true against
+# gate recall, one layer at a time dense or sparse) on GATE_DIAG_DOCS documents, when time is left.
+if [ "$status" = done ] && [ "${GATE_DIAG_DOCS:-96}" != 0 ] && [ ! -f "$RUNS/diag.md" ] && [ "$(left)" -ge $((2 * EVAL_S)) ]; then
+  "$SB" eval --checkpoint "$LONG" "${EVAL_SETS[@]}" --set eval.docs="${GATE_DIAG_DOCS:-96}" --diagnose "$RUNS/diag.json" \
+    > "$RUNS/diag.log" 2>&1 && "$PY" bench/analysis/diagnose_table.py "$RUNS/diag.json" > "$RUNS/diag.md" \
+    && cp "$RUNS/diag.md" "$OUTDIR/" && cat "$RUNS/diag.md" || { echo "accuracy_gates.sh: diagnostics failed:"; tail -5 "$RUNS/diag.log"; }
+fi
+TRAIN=${GATE_TRAIN:-$([ "$MODEL" = long ] && echo auto)}
+if [ "$status" = done ] && [ -n "$TRAIN" ]; then
   [ "$TRAIN" = auto ] && TRAIN="base $(cat "$RUNS/best")"
   pols=$(for v in $TRAIN; do echo "fixed+$v"; done | awk '!seen[$0]++' | tr '\n' ' ')
   log "train: $pols from $(cat "$ACC/final_short"), $STEPS steps of $GB tokens, lr $LR"

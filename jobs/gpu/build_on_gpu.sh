@@ -25,7 +25,7 @@
 #             ACC_CALL_S (default 530) seconds after this script started (repeat until `accuracy: done`)
 #   policies  bench/gpu/accuracy_policies.sh: the policy comparison from the recipe's POL_FROM (default
 #             long) stage (run first if missing: ACC_UNTIL), resumable the same way (until `policies: done`)
-#   gates     bench/gpu/accuracy_gates.sh: the recipe up to `long` (run first if missing), then its dense
+#   gates     bench/gpu/accuracy_gates.sh: the recipe up to `long` (GATE_MODEL; run first if missing), then its dense
 #             model read sparse under each gate variant and sparse long fine-tunes from `short` (issue 48),
 #             resumable the same way (until `gates: done`; GATE_* pass through)
 #   scaling   bench/gpu/gpu_scaling.sh: weak and strong scaling over 1, 2, 4, .. NGPU GPUs, a long document
@@ -144,7 +144,7 @@ for st in $STAGES; do
     gates)
       log "accuracy gates"
       (export SB=$B/src/sparsebalance OUT=$OUTDIR ACC_SCALE=gpu ACC_DEADLINE=$((T0 + ${ACC_CALL_S:-530}))
-       ACC_UNTIL=long bash bench/gpu/accuracy.sh && { [ ! -s runs/accuracy_gpu/final_long ] || bash bench/gpu/accuracy_gates.sh; }) 2>&1 | tee "$OUTDIR/gates.log" || rc=1 ;;
+       ACC_UNTIL=${GATE_MODEL:-long} bash bench/gpu/accuracy.sh && { [ ! -s runs/accuracy_gpu/final_${GATE_MODEL:-long} ] || bash bench/gpu/accuracy_gates.sh; }) 2>&1 | tee "$OUTDIR/gates.log" || rc=1 ;;
     scaling)
       log "scaling"
       SB=$B/src/sparsebalance OUT=$OUTDIR timeout ${SCALING_TIMEOUT:-560} bash bench/gpu/gpu_scaling.sh 2>&1 | tee "$OUTDIR/scaling.log" || rc=1 ;;
