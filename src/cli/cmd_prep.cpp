@@ -22,7 +22,7 @@ const std::vector<std::pair<std::string, std::string>> kFlagKeys = {
     {"split", "prep.split"},     {"eot", "prep.eot"},                   {"vocab", "prep.vocab"},
     {"preset", "prep.preset"},   {"docs", "prep.docs"},                 {"seed", "prep.seed"},
     {"max-len", "prep.max_len"}, {"min-len", "prep.min_len"},           {"dict", "prep.dict"},
-    {"tokenizer", "prep.tokenizer"}, {"eos", "prep.eos"}, {"chat-template", "prep.chat_template"}, {"mask", "prep.mask"}, {"ask", "prep.ask"},
+    {"tokenizer", "prep.tokenizer"}, {"eos", "prep.eos"}, {"chat-template", "prep.chat_template"}, {"chat-date", "prep.chat_date"}, {"mask", "prep.mask"}, {"ask", "prep.ask"},
 };
 
 Config load_config(const Args& args) {
@@ -105,6 +105,7 @@ int run(const Args& args) {
     opt.tokenizer = cfg.s("prep.tokenizer");
     opt.eos = cfg.s("prep.eos");
     opt.chat_template = cfg.s("prep.chat_template");
+    opt.chat_date = cfg.s("prep.chat_date");
     st = prep_text(inputs, format, split, opt);
   } else if (mode == "bin") {
     st = prep_bin(inputs, cfg.i("prep.eot"), cfg.i("prep.vocab"), opt);
@@ -142,6 +143,7 @@ Command cmd_prep() {
           "prep text|bin|synth [CONFIG.toml] --output DIR [options]\n\n"
           "  prep text  --input FILE... [--format text|jsonl] [--split blank-lines|file]\n"
           "             [--tokenizer tokenizer.json [--eos TOKEN]] [--chat-template auto|chatml|llama3|plain]\n"
+          "             [--chat-date \"DD Mon YYYY\"]\n"
           "      plain text (documents separated by blank lines, or one per file) or JSONL (per line\n"
           "      \"text\", \"prompt\"+\"response\" or chat \"messages\"; the last two train only the\n"
           "      response / assistant turns: /loss_mask); byte tokenizer (vocab 259, eos 257), or a\n"
@@ -152,6 +154,8 @@ Command cmd_prep() {
           "      sha256, vocab_size with added tokens and eos_id (--eos, else tokenizer_config.json's).\n"
           "      --chat-template: \"messages\" rendered as the model's own template renders them (auto:\n"
           "      the one in tokenizer_config.json beside --tokenizer; plain <|ROLE|> lines without one).\n"
+          "      --chat-date: the \"Today Date:\" of Llama 3.1/3.2's system block (apply_chat_template's\n"
+          "      date_string, e.g. \"26 Jul 2024\"); default: Llama 3.2 today (UTC), Llama 3.1 its fixed date.\n"
           "  prep bin   --input FILE... [--eot ID] [--vocab V]\n"
           "      llm.c token files (uint16, header magic 20240520); documents split at EOT (not stored).\n"
           "  prep synth [--preset longalign|chatqa2|uniform|fixed] [--docs N] [--seed S] [--max-len L]\n"
@@ -179,6 +183,7 @@ Command cmd_prep() {
            {"tokenizer", 1, "text: Hugging Face tokenizer.json (prep.tokenizer)", "FILE"},
            {"eos", 1, "text: EOS token with --tokenizer (prep.eos)", "TOKEN"},
            {"chat-template", 1, "text: chat template of \"messages\" records (prep.chat_template)", "auto|chatml|llama3|plain"},
+           {"chat-date", 1, "text: date of a Llama 3.1/3.2 system block (prep.chat_date)", "\"DD Mon YYYY\""},
            {"mask", 1, "synth: loss mask none or answers (prep.mask)", "M"},
            {"ask", 1, "synth: multi-key / key-value documents ask one key or all (prep.ask)", "one|all"}},
           run};

@@ -29,6 +29,7 @@ std::vector<KeySpec> schema_data() {
       {"prep.dict", T::String, "/usr/share/dict/american-english", 0, 0, {}, "prep synth: word list of the filler text (package wamerican)"},
       {"prep.tokenizer", T::String, "", 0, 0, {}, "prep text: Hugging Face tokenizer.json (byte-level BPE); empty = the byte tokenizer"},
       {"prep.chat_template", T::String, "auto", 0, 0, {"auto", "chatml", "llama3", "plain"}, "prep text: how \"messages\" records are rendered: the model's own template (auto: recognised in tokenizer_config.json beside --tokenizer; plain without a tokenizer), ChatML (Qwen), Llama 3, or plain <|ROLE|> lines (src/data/README.md)"},
+      {"prep.chat_date", T::String, "", 0, 0, {}, "prep text: the \"Today Date:\" of a Llama 3.1/3.2 chat template's system block, as strftime(\"%d %b %Y\") writes it (\"26 Jul 2024\"; apply_chat_template's date_string); empty = the template's own: Llama 3.2 today's date in UTC (strftime_now), Llama 3.1 its fixed date (src/data/README.md)"},
       {"prep.eos", T::String, "", 0, 0, {}, "prep text with a tokenizer: EOS token text; empty = tokenizer_config.json's eos_token"},
   };
 }

@@ -1,7 +1,11 @@
 // Chat templates rendered natively. See chat_template.hpp; the jinja each renderer follows is the
-// one of the real tokenizer_config.json files (Qwen3, Llama 3) in tests/data/golden/node_modules.
+// one of the real tokenizer_config.json files (Qwen3, Qwen2.5, Llama 3, Llama 3.2) in
+// tests/data/golden/node_modules.
 #include "src/data/chat_template.hpp"
 
+#include <chrono>
+#include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -112,6 +116,8 @@ void render_chatml(const ChatTemplate& tpl, const std::vector<ChatMessage>& msgs
   }
   for (size_t i = 0; i < n; ++i) {
     const auto& m = msgs[i];
+    if (i == 0 && m.role != "system" && !tpl.default_system.empty())  // Qwen2 / Qwen2.5
+      push(out, "<|im_start|>system\n" + tpl.default_system + "<|im_end|>\n", false);
     if (m.role != "assistant") {  // system (first or not) and user turns
       push(out, "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n", false);
       continue;
@@ -145,12 +151,39 @@ void render_chatml(const ChatTemplate& tpl, const std::vector<ChatMessage>& msgs
 // when asked for (always, in the templates that do so unconditionally).
 void render_llama3(const ChatTemplate& tpl, const std::vector<ChatMessage>& msgs, bool gen,
                    std::vector<TextPiece>& out) {
-  for (size_t i = 0; i < msgs.size(); ++i) {
+  size_t first = 0;
+  if (!tpl.dated_header.empty()) {  // Llama 3.1/3.2: the system block always, the first system message's text in it
+    const bool sys = msgs[0].role == "system";
+    push(out, tpl.bos + "<|start_header_id|>system<|end_header_id|>\n\n" + tpl.dated_header +
+                  (sys ? py_strip(msgs[0].content) : "") + "<|eot_id|>", false);
+    first = sys ? 1 : 0;
+  }
+  for (size_t i = first; i < msgs.size(); ++i) {
     const auto& m = msgs[i];
-    push(out, (i == 0 ? tpl.bos : "") + "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n", false);
+    const bool bos = i == 0 && tpl.dated_header.empty();  // else the system block had it
+    push(out, (bos ? tpl.bos : "") + "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n", false);
     push(out, py_strip(m.content) + "<|eot_id|>", m.role == "assistant");
   }
   if (gen || tpl.always_generation) push(out, "<|start_header_id|>assistant<|end_header_id|>\n\n", false);
+}
+
+const char* const kMonths[12] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+
+// prep.chat_date: "DD Mon YYYY" (strftime's "%d %b %Y" in the C locale), a real day.
+void check_chat_date(const std::string& d) {
+  auto digit = [&](size_t i) { return d[i] >= '0' && d[i] <= '9'; };
+  bool ok = d.size() == 11 && digit(0) && digit(1) && d[2] == ' ' && d[6] == ' ' && digit(7) && digit(8) &&
+            digit(9) && digit(10);
+  unsigned month = 0;
+  for (unsigned m = 0; ok && m < 12; ++m)
+    if (d.compare(3, 3, kMonths[m]) == 0) month = m + 1;
+  if (ok && month) {
+    const std::chrono::year_month_day ymd{std::chrono::year(std::stoi(d.substr(7))), std::chrono::month(month),
+                                          std::chrono::day(unsigned(std::stoi(d.substr(0, 2))))};
+    if (ymd.ok()) return;
+  }
+  throw Error("prep.chat_date: \"" + d + "\": expected a date as strftime(\"%d %b %Y\") writes it, like \"26 Jul 2024\" "
+              "(two-digit day, English month abbreviation, four-digit year), or empty for today (UTC)");
 }
 
 std::string read_text(const std::string& path) {
@@ -162,20 +195,52 @@ std::string read_text(const std::string& path) {
 
 }  // namespace
 
-std::string recognise_chat_template(const std::string& t, ChatTemplate& out) {
+std::string chat_date_today() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%02d %s %04d", tm.tm_mday, kMonths[tm.tm_mon], tm.tm_year + 1900);
+  return buf;
+}
+
+std::string recognise_chat_template(const std::string& t, ChatTemplate& out, const std::string& date) {
   if (has(t, "<|im_start|>")) {
-    // Qwen2 / Qwen2.5 add a system prompt of their own when a conversation has none.
-    if (has(t, "You are Qwen") || has(t, "You are a helpful assistant"))
-      return "a ChatML template with a default system prompt (Qwen2 / Qwen2.5 style), which prep does not add; "
-             "--chat-template chatml renders ChatML without it (the same text for records with a system message)";
+    // Qwen2 / Qwen2.5 write a system turn of their own when the first message is not one: the
+    // literal '<|im_start|>system\nPROMPT<|im_end|>\n' of the template (its \n escaped or not).
+    for (const std::string open : {"<|im_start|>system\\n", "<|im_start|>system\n"})
+      for (size_t at = t.find(open); out.default_system.empty() && at != std::string::npos; at = t.find(open, at + 1)) {
+        const size_t b = at + open.size(), e = t.find("<|im_end|>", b);
+        if (e == std::string::npos) break;
+        const std::string text = t.substr(b, e - b);
+        if (!text.empty() && text.find_first_of("'\"+{}\\\n") == std::string::npos) out.default_system = text;
+      }
+    if (out.default_system.empty() && (has(t, "You are Qwen") || has(t, "You are a helpful assistant")))
+      return "a ChatML template with a default system prompt that prep cannot read off it";
     out.family = ChatFamily::ChatML;
     out.think = has(t, "<think>");
     return "";
   }
   if (has(t, "<|start_header_id|>") && has(t, "<|eot_id|>")) {
-    // Llama 3.1 / 3.2 / 3.3 write a dated system header ("Cutting Knowledge Date", strftime_now).
-    if (has(t, "strftime_now") || has(t, "date_string") || has(t, "Cutting Knowledge"))
-      return "a Llama 3.1-style template (dated system header, tools), which prep does not render yet";
+    // Llama 3.1 / 3.2 / 3.3: a system block always, dated by apply_chat_template's date_string when
+    // given (prep.chat_date), else by strftime_now (3.2: the day of rendering, which transformers
+    // defines) or the template's fixed date_string (3.1, 3.3).
+    if (has(t, "Cutting Knowledge") || has(t, "date_string") || has(t, "strftime_now")) {
+      const std::string set = "set date_string = \"";
+      const size_t b = t.find(set), e = b == std::string::npos ? b : t.find('"', b + set.size());
+      if (!has(t, "Cutting Knowledge Date: December 2023\\n") || !has(t, "\"Today Date: \" + date_string"))
+        return "a Llama 3.1/3.2-style template whose dated system header prep cannot read off it";
+      if (!date.empty()) {
+        out.date = date, out.date_from = "prep.chat_date";
+      } else if (has(t, "strftime_now(\"%d %b %Y\")")) {
+        out.date = chat_date_today(), out.date_from = "today in UTC, the template's strftime_now";
+      } else if (e != std::string::npos) {
+        out.date = t.substr(b + set.size(), e - b - set.size()), out.date_from = "the template's date_string";
+      } else {
+        return "a Llama 3.1/3.2-style template whose date prep cannot read off it";
+      }
+      out.dated_header = "Cutting Knowledge Date: December 2023\nToday Date: " + out.date + "\n\n";
+    }
     out.family = ChatFamily::Llama3;
     out.always_generation = !has(t, "add_generation_prompt");
     return "";
@@ -183,8 +248,9 @@ std::string recognise_chat_template(const std::string& t, ChatTemplate& out) {
   return "neither ChatML (<|im_start|>) nor Llama 3 (<|start_header_id|>)";
 }
 
-ChatTemplate choose_chat_template(const std::string& choice, const std::string& tokenizer) {
+ChatTemplate choose_chat_template(const std::string& choice, const std::string& tokenizer, const std::string& date) {
   ChatTemplate tpl;
+  if (!date.empty()) check_chat_date(date);
   if (choice != "auto" && choice != "chatml" && choice != "llama3" && choice != "plain")
     throw Error("prep.chat_template: \"" + choice + "\": expected auto, chatml, llama3 or plain");
   if (choice == "plain" || (choice == "auto" && tokenizer.empty())) {
@@ -219,12 +285,12 @@ ChatTemplate choose_chat_template(const std::string& choice, const std::string& 
     const std::string choices = "; choose one with --chat-template chatml|llama3|plain (prep.chat_template)";
     if (!have_cfg) tpl.error = cfg_path + ": not found, so prep.chat_template=auto cannot tell the model's chat template" + choices;
     else if (jinja.empty()) tpl.error = cfg_path + ": has no \"chat_template\"" + choices;
-    else if (std::string why = recognise_chat_template(jinja, tpl); !why.empty())
+    else if (std::string why = recognise_chat_template(jinja, tpl, date); !why.empty())
       tpl.error = cfg_path + ": chat_template not recognised: " + why + choices;
   } else {
     tpl.source = "prep.chat_template=" + choice;
     ChatTemplate seen;  // the file's variant flags, when it holds this family
-    if (!jinja.empty() && recognise_chat_template(jinja, seen).empty() &&
+    if (!jinja.empty() && recognise_chat_template(jinja, seen, date).empty() &&
         seen.family == (choice == "chatml" ? ChatFamily::ChatML : ChatFamily::Llama3))
       tpl = seen, tpl.source = "prep.chat_template=" + choice + " (variant from " + cfg_path + ")";
     tpl.family = choice == "chatml" ? ChatFamily::ChatML : ChatFamily::Llama3;

@@ -205,7 +205,7 @@ PrepStats prep_text(const std::vector<std::string>& inputs, const std::string& f
     bpe.emplace(BpeTokenizer::load(opt.tokenizer));
     meta = {bpe->vocab_size(), bpe->shard_name(), int64_t(bpe->eos_id(opt.eos))};
   }
-  const ChatTemplate chat = choose_chat_template(opt.chat_template, opt.tokenizer);
+  const ChatTemplate chat = choose_chat_template(opt.chat_template, opt.tokenizer, opt.chat_date);
   if (bpe && chat.family != ChatFamily::Plain)  // its markers must be single tokens, as in the model
     for (const char* t : chat.family == ChatFamily::ChatML
                              ? std::vector<const char*>{"<|im_start|>", "<|im_end|>"}
@@ -270,7 +270,11 @@ PrepStats prep_text(const std::vector<std::string>& inputs, const std::string& f
   }
   auto stats = out.finish();
   stats.seconds = now_s() - t0;
-  if (chats) stats.chat_template = std::string(chat_family_name(chat.family)) + (chat.think ? " with <think>" : "") + " (" + chat.source + ")";
+  if (chats)
+    stats.chat_template = std::string(chat_family_name(chat.family)) + (chat.think ? " with <think>" : "") +
+                          (chat.default_system.empty() ? "" : " with its default system prompt") +
+                          (chat.dated_header.empty() ? "" : " with its dated system block, Today Date: " + chat.date + " (" + chat.date_from + ")") +
+                          " (" + chat.source + ")";
   return stats;
 }
 

@@ -57,6 +57,7 @@ struct PrepOptions {
   std::string tokenizer;       // prep text: a Hugging Face tokenizer.json (byte-level BPE); "" = bytes
   std::string eos;             // with tokenizer: the EOS token's text ("" = from the tokenizer's files)
   std::string chat_template = "auto";  // text, "messages" records: auto | chatml | llama3 | plain (chat_template.hpp)
+  std::string chat_date;               // text: the date of a dated Llama system block ("26 Jul 2024"; "" = the template's)
   std::string mask = "none";  // synth: "none" (no /loss_mask) or "answers" (only the answer spans trained)
 };
 

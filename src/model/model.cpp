@@ -200,6 +200,26 @@ MicroBatchStats Model<T>::forward(const PackedBatch& b, const AttnSettings& a, s
   return run(b, a, T(1), false, argmax, ex);
 }
 
+template <class T>
+std::vector<T> Model<T>::forward_logits(const PackedBatch& b, const AttnSettings& a, int first_row) {
+  const int N = b.n(), C = shape_.d_model, V = shape_.vocab;
+  check_inputs(b, a, shape_);
+  if (!b.parts.empty() || first_row < 0 || first_row >= N)
+    throw std::logic_error("Model::forward_logits: whole sequences only, first_row in [0, N)");
+  MicroBatchStats st;
+  st.gating.resize(size_t(shape_.n_layers));
+  std::vector<T> x(size_t(N) * C), xf(size_t(N) * C), rstd(static_cast<size_t>(N));  // (N, C), (N, C), (N)
+  k::embedding_fwd(b.tokens.data(), W(layout_.embed), x.data(), N, C);
+  for (int l = 0; l < shape_.n_layers; ++l) {
+    Layer A;
+    layer_forward(l, b, a, x, A, true, st, nullptr);
+  }
+  k::rmsnorm_fwd(x.data(), W(layout_.norm), xf.data(), rstd.data(), N, C, shape_.norm_eps);
+  std::vector<T> logits(size_t(N - first_row) * V);
+  k::linear_fwd(xf.data() + size_t(first_row) * C, W(layout_.head), logits.data(), N - first_row, C, V);
+  return logits;
+}
+
 static void add_stats(k::GatingStats& a, const k::GatingStats& b) {
   a.rows += b.rows, a.kept_blocks += b.kept_blocks, a.causal_blocks += b.causal_blocks, a.recall_sum += b.recall_sum;
 }

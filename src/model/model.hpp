@@ -252,6 +252,9 @@ class Model {
   // Forward only (eval); `argmax` (optional, N) receives greedy predictions.
   MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax = nullptr,
                           const PartExchange<T>* ex = nullptr);
+  // The forward's logits of rows [first_row, N) ((N - first_row) x V, row-major): the same layers as
+  // forward (dense or sparse per `a`), the LM head on those rows only (generate; no parts).
+  std::vector<T> forward_logits(const PackedBatch& b, const AttnSettings& a, int first_row = 0);
 
   std::vector<T>& weights() { return w_; }
   const std::vector<T>& weights() const { return w_; }

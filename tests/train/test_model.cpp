@@ -6,6 +6,7 @@
 #include <numbers>
 #include <random>
 
+#include "src/model/decode.hpp"
 #include "src/model/model.hpp"
 #include "src/config/config.hpp"
 #include "src/train/settings.hpp"
@@ -489,4 +490,99 @@ TEST(Update, DecayStepsSetTheCosineHorizon) {
   const auto held = optim("50", "20");
   EXPECT_NEAR(lr_at(held, 20), 3e-5, 1e-15);
   EXPECT_NEAR(lr_at(held, 50), 3e-5, 1e-15);
+}
+
+// generate's KV cache (src/model/decode.hpp): a prefix at once, then one token at a time, gives the
+// full forward's logits at every position, for each family (Qwen2 biases; Qwen3 q/k norms, decoupled
+// head_dim and YaRN).
+TEST(Decode, IncrementalLogitsEqualFullForward) {
+  ModelDims qwen3 = tiny_dims(false);
+  qwen3.qk_norm = true, qwen3.head_dim = 8, qwen3.rope_scaling.type = "yarn", qwen3.rope_scaling.factor = 4;
+  qwen3.rope_scaling.original_max_positions = 8;
+  for (const ModelDims& dims : {tiny_dims(true, true), qwen3}) {
+    Model<double> m(dims);
+    m.init(11);
+    for (const auto& p : m.params())  // norms and biases away from 1 and 0
+      if (!p.decay)
+        for (size_t i = 0; i < p.size; ++i) m.weights()[p.offset + i] += 0.3 * std::sin(double(i + p.offset));
+    PackedBatch b = random_batch({19}, dims.vocab, 9);
+    const std::vector<double> full = m.forward_logits(b, settings(false, dims.n_layers, 1));  // (19, V)
+    Decoder<double> dec(m);
+    const int V = dims.vocab, prefix = 7;
+    std::vector<double> got = dec.append(std::span(b.tokens).first(prefix), prefix);  // every prefix row
+    for (int t = prefix; t < b.n(); ++t) {
+      const std::vector<double> row = dec.append(std::span(b.tokens).subspan(size_t(t), 1));
+      got.insert(got.end(), row.begin(), row.end());
+    }
+    ASSERT_EQ(got.size(), full.size());
+    double err = 0;
+    for (size_t i = 0; i < full.size(); ++i) err = std::max(err, std::abs(got[i] - full[i]));
+    EXPECT_LT(err, 1e-11) << "qk_norm " << dims.qk_norm;
+    EXPECT_EQ(dec.len(), b.n());
+    EXPECT_GT(std::abs(full[0] - full[size_t(V)]), 1e-3);  // logits differ by position: not a constant
+  }
+}
+
+// Greedy generation equals the argmax of a full forward at every step, through the cache (dense) and
+// through the full forward per token (sparse with every block kept gives the same tokens).
+TEST(Decode, GreedyIsTheFullForwardArgmaxAtEachStep) {
+  const ModelDims dims = tiny_dims(true);
+  Model<float> m(dims);
+  m.init(5);
+  const std::vector<int32_t> prompt = {3, 17, 9, 1, 22};
+  Decoder<float> dec(m);
+  GenerateOptions o;
+  o.max_new = 14;
+  const Generated g = generate(prompt, [&](const std::vector<int32_t>& seq, int fresh) {
+    return dec.append(std::span(seq).last(size_t(fresh)));
+  }, o);
+  ASSERT_EQ(g.ids.size(), 14u);
+  std::vector<int32_t> seq = prompt;
+  for (size_t t = 0; t < g.ids.size(); ++t) {
+    PackedBatch b;
+    b.add(std::vector<uint32_t>(seq.begin(), seq.end()));
+    const std::vector<float> row = m.forward_logits(b, settings(false, dims.n_layers, 1), b.n() - 1);
+    const auto best = std::max_element(row.begin(), row.end());
+    EXPECT_EQ(g.ids[t], int32_t(best - row.begin())) << "step " << t;
+    double sum = 0;
+    for (float z : row) sum += std::exp(double(z) - *best);
+    EXPECT_NEAR(g.logprobs[t], -std::log(sum), 1e-4);
+    seq.push_back(g.ids[t]);
+  }
+  const AttnSettings all = settings(true, dims.n_layers, 1000);  // sparse, every block kept
+  const Generated s = generate(prompt, [&](const std::vector<int32_t>& q, int) {
+    PackedBatch b;
+    b.add(std::vector<uint32_t>(q.begin(), q.end()));
+    return m.forward_logits(b, all, b.n() - 1);
+  }, o);
+  EXPECT_EQ(s.ids, g.ids);
+  o.stop = {g.ids[3]};  // stops at the first stop id, keeping it
+  const Generated cut = generate(prompt, [&](const std::vector<int32_t>& q, int) {
+    PackedBatch b;
+    b.add(std::vector<uint32_t>(q.begin(), q.end()));
+    return m.forward_logits(b, all, b.n() - 1);
+  }, o);
+  EXPECT_TRUE(cut.stopped);
+  EXPECT_EQ(cut.ids.back(), g.ids[3]);
+  EXPECT_LE(cut.ids.size(), 4u);
+}
+
+// Sampling: temperature draws follow softmax(logits / T); top-p keeps the likeliest tokens whose mass
+// reaches p; u picks through the cumulative mass.
+TEST(Decode, SamplingFollowsTemperatureAndTopP) {
+  const std::vector<float> logits = {1.0f, 3.0f, 0.0f, 2.0f};  // order by probability: 1, 3, 0, 2
+  EXPECT_EQ(pick_token(logits, 0, 1, 0.9), 1);
+  EXPECT_EQ(pick_token(logits, 1, 0.01, 0.99), 1);  // the nucleus holds one token
+  std::vector<double> p(4);
+  double sum = 0;
+  for (int i = 0; i < 4; ++i) sum += p[size_t(i)] = std::exp(logits[size_t(i)] / 2.0);
+  std::vector<int> count(4, 0);
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) ++count[size_t(pick_token(logits, 2.0, 1, (i + 0.5) / n))];
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(count[size_t(i)] / double(n), p[size_t(i)] / sum, 1e-3) << "token " << i;
+  // top_p 0.8 at T = 1: tokens 1 (0.64) and 3 (0.24) reach it; 0 and 2 never come
+  std::fill(count.begin(), count.end(), 0);
+  for (int i = 0; i < 1000; ++i) ++count[size_t(pick_token(logits, 1, 0.8, (i + 0.5) / 1000))];
+  EXPECT_EQ(count[0] + count[2], 0);
+  EXPECT_NEAR(count[1] / 1000.0, 0.6439 / (0.6439 + 0.2369), 2e-3);
 }

