@@ -83,9 +83,10 @@ static int run_train(const Args& args) {
   }
   Trainer trainer(cfg, comm, resume, stop_at);
   if (args.has("init-from")) {
-    const bool used = trainer.set_initial_weights(std::move(init));
+    const bool used = trainer.set_initial_weights(std::move(init), args.get("init-from"));
     if (comm.root())
-      std::printf(used ? "init-from: weights of %s, fresh optimizer\n" : "init-from: %s not used: resumed from a checkpoint\n",
+      std::printf(trainer.settings().lora.on() ? "init-from: the frozen base of the LoRA adapters is %s\n"
+                  : used ? "init-from: weights of %s, fresh optimizer\n" : "init-from: %s not used: resumed from a checkpoint\n",
                   args.get("init-from").c_str());
   }
   if (comm.root())
