@@ -1,5 +1,6 @@
 // sparsebalance train: the training run (DESIGN.md, "The step").
 #include <csignal>
+#include <filesystem>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -83,7 +84,9 @@ static int run_train(const Args& args) {
   }
   Trainer trainer(cfg, comm, resume, stop_at);
   if (args.has("init-from")) {
-    const bool used = trainer.set_initial_weights(std::move(init), args.get("init-from"));
+    // the absolute path: a LoRA checkpoint names its base by it (convert --merge finds it from elsewhere)
+    const std::string from = std::filesystem::absolute(args.get("init-from")).lexically_normal().string();
+    const bool used = trainer.set_initial_weights(std::move(init), from);
     if (comm.root())
       std::printf(trainer.settings().lora.on() ? "init-from: the frozen base of the LoRA adapters is %s\n"
                   : used ? "init-from: weights of %s, fresh optimizer\n" : "init-from: %s not used: resumed from a checkpoint\n",

@@ -140,6 +140,12 @@ void Trainer::hash_base() {
 
 void Trainer::save_checkpoint(int64_t s) {
   faults_.at(Faults::Phase::Checkpoint, s, comm_.rank());
+  if (set_.lora.on()) {  // the frozen base is what the checkpoint says it is: hashed again, never changed
+    const std::string was = base_xxh64_;
+    hash_base();
+    if (base_xxh64_ != was)
+      throw std::logic_error("LoRA: the frozen base changed during training (XXH64 " + was + " -> " + base_xxh64_ + ")");
+  }
   std::string path = checkpoint_path(set_.checkpoint.dir, s);
   std::string err;
   Checkpoint ck;
@@ -162,6 +168,7 @@ void Trainer::save_checkpoint(int64_t s) {
       h5::write_attr(lg, "base_xxh64", base_xxh64_);
       h5::write_attr(lg, "rank", int64_t(set_.lora.rank));
       h5::write_attr(lg, "alpha", set_.lora.alpha);
+      h5::write_attr(lg, "vocab", int64_t(dims_.vocab));  // for exports: the adapters alone do not show it
     }
   };
   if (set_.train.zero || comm_.root()) {
