@@ -87,9 +87,11 @@ static int run_train(const Args& args) {
     // the absolute path: a LoRA checkpoint names its base by it (convert --merge finds it from elsewhere)
     const std::string from = std::filesystem::absolute(args.get("init-from")).lexically_normal().string();
     const bool used = trainer.set_initial_weights(std::move(init), from);
-    if (comm.root())
-      std::printf(trainer.settings().lora.on() ? "init-from: the frozen base of the LoRA adapters is %s\n"
-                  : used ? "init-from: weights of %s, fresh optimizer\n" : "init-from: %s not used: resumed from a checkpoint\n",
+    if (comm.root() && trainer.settings().lora.on())
+      std::printf("init-from: the frozen base of the LoRA adapters is %s (XXH64 %s)\n", from.c_str(),
+                  trainer.base_xxh64().c_str());
+    else if (comm.root())
+      std::printf(used ? "init-from: weights of %s, fresh optimizer\n" : "init-from: %s not used: resumed from a checkpoint\n",
                   args.get("init-from").c_str());
   }
   if (comm.root())

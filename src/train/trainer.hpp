@@ -41,6 +41,7 @@ class Trainer {
   // names them (the --init-from path).
   bool set_initial_weights(std::vector<float> w, const std::string& source = "");
   const Model<float>& model() const { return model_; }
+  const std::string& base_xxh64() const { return base_xxh64_; }  // LoRA: the frozen base's XXH64 (16 hex digits)
   const Settings& settings() const { return set_; }  // as built from the config, once
   // The budgets this rank gave its rows of sharded documents so far (data.long_docs = "shard"; DST
   // tunes them as it does whole micro-batches): lowest, highest, and how many (part, layer) items.

@@ -508,6 +508,16 @@ TEST(Lora, TrainResumeExportAndMerge) {
   EXPECT_EQ(values(mg, "model.norm.weight"), values(ad, "base_model.model.model.norm.weight"));
   EXPECT_EQ(values(mg, "model.embed_tokens.weight"), values(ad, "base_model.model.model.embed_tokens.weight"));
 
+  // eval of the LoRA checkpoint: merged onto its base, the same loss as the merged export's checkpoint
+  r = sbtest::run_program("eval --checkpoint " + s / "ck/ckpt_00000004.h5 --set data.path=" + sbtest::synth_data());
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("merged onto its base " + fs::absolute(hf).lexically_normal().string()), std::string::npos) << r.out;
+  hf_to_checkpoint(s / "merged", s / "merged.h5", {"data.path=" + sbtest::synth_data()});
+  auto r2 = sbtest::run_program("eval --checkpoint " + s / "merged.h5");
+  ASSERT_EQ(r2.rc, 0) << r2.out;
+  auto loss = [](const std::string& out) { return out.substr(out.find("loss dense"), 40); };
+  EXPECT_EQ(loss(r.out), loss(r2.out));
+
   // another base of the same shape: refused, naming both
   hf_to_checkpoint(hf, s / "other.h5", {});
   Checkpoint o = read_checkpoint(s / "other.h5");
