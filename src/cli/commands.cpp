@@ -11,10 +11,11 @@ Command cmd_profile();
 Command cmd_simulate();
 Command cmd_keys();
 Command cmd_convert();
+Command cmd_memory();
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> all = {cmd_prep(), cmd_train(), cmd_eval(), cmd_profile(),
-                                           cmd_simulate(), cmd_inspect(), cmd_convert(), cmd_keys()};
+                                           cmd_simulate(), cmd_inspect(), cmd_convert(), cmd_memory(), cmd_keys()};
   return all;
 }
 

@@ -10,6 +10,7 @@
 #include "src/config/config.hpp"
 #include "src/engine/update.hpp"
 #include "src/model/model.hpp"
+#include "src/train/memory_plan.hpp"
 #include "src/train/settings.hpp"
 
 using namespace sb;
@@ -213,4 +214,29 @@ TEST(Lora, BadKeysRefusedByName) {
   EXPECT_DOUBLE_EQ(s.scale(), 4.0);
   EXPECT_TRUE(s.targets[0] && !s.targets[1] && s.targets[2] && !s.targets[3]);
   EXPECT_TRUE(s.norm && !s.embed && !s.head);
+}
+
+// `sparsebalance memory`: the CPU plan counts what the model holds (the base, the trainable
+// tensors) and the optimizer's slice; LoRA's activations add the adapters' (N, rank) buffers.
+TEST(Lora, MemoryPlanCountsTheModelsTensors) {
+  Settings s;
+  s.model = lora_dims(false, true);
+  s.train.device = "cpu", s.train.micro_batch_tokens = 64;
+  s.lora = spec(4, 8, kAll, false, true, false);
+  const std::vector<MemoryPlanRow> rows = memory_plan(s, 3);
+  ASSERT_EQ(rows.size(), 4u);
+  Model<float> m(s.model, s.lora);
+  const double P = double(m.base().size()), T = double(m.weights().size());
+  EXPECT_EQ(rows[0].base, 0);
+  EXPECT_EQ(rows[0].weights, 4 * P);
+  EXPECT_EQ(rows[0].optimizer, 8 * P);
+  EXPECT_EQ(rows[2].base, 4 * P);
+  EXPECT_EQ(rows[2].weights, 4 * T);
+  EXPECT_EQ(rows[2].grads, 4 * T);
+  const double k = double(slice_of(size_t(T), 0, 3).size());
+  EXPECT_EQ(rows[3].optimizer, 12 * k);  // moments and the reduced gradient of rank 0's slice
+  const double u = 7.0 * 4 * 64 * s.model.n_layers * 4;  // seven targets' (N, rank) floats per layer
+  EXPECT_EQ(rows[2].activations - rows[0].activations, u);
+  s.train.device = "cuda";
+  EXPECT_FALSE(memory_plan(s, 1)[2].built);
 }
