@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
@@ -163,6 +165,69 @@ std::string lora_to_peft(const std::string& src, const std::string& dst, StDtype
          std::to_string(ck.params.size()) + " trainable parameters) -> " + dst +
          " (PEFT adapter: adapter_config.json, adapter_model.safetensors " + st_dtype_name(dtype) +
          ", sparsebalance_lora.json; base " + ref.base + ")";
+}
+
+std::string peft_adapter_base(const std::string& dir, const Config& cfg) {
+  const fs::path cj = fs::path(dir) / "adapter_config.json";
+  if (!fs::is_directory(dir) || !fs::exists(cj)) return "";
+  nlohmann::json j;
+  try {
+    std::ifstream in(cj);
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw Error(cj.string() + ": not valid JSON: " + e.what());
+  }
+  auto num = [&](const char* k) {
+    if (!j.contains(k) || !j[k].is_number()) throw Error(cj.string() + ": field '" + k + "' is missing or not a number");
+    return j[k].get<double>();
+  };
+  if (j.value("peft_type", "") != "LORA") throw Error(cj.string() + ": peft_type is not \"LORA\"");
+  for (const char* k : {"use_rslora", "use_dora"})
+    if (j.value(k, false)) throw Error(cj.string() + ": " + k + " = true is not supported (plain LoRA only)");
+  if (const double r = num("r"); r != double(cfg.i("lora.rank")))
+    throw Error(cj.string() + ": r = " + std::to_string(int64_t(r)) + ", but lora.rank = " + std::to_string(cfg.i("lora.rank")) +
+                " (set lora.rank to the adapter's)");
+  if (const double a = num("lora_alpha"); a != cfg.f("lora.alpha"))
+    throw Error(cj.string() + ": lora_alpha = " + std::to_string(a) + ", but lora.alpha = " + std::to_string(cfg.f("lora.alpha")) +
+                " (set lora.alpha to the adapter's)");
+  if (!j.contains("base_model_name_or_path") || !j["base_model_name_or_path"].is_string() ||
+      !fs::is_directory(j["base_model_name_or_path"].get<std::string>()) &&
+          !fs::is_regular_file(j["base_model_name_or_path"].get<std::string>()))
+    throw Error(cj.string() + ": base_model_name_or_path must name the base on this machine (an HF directory or a "
+                "checkpoint); edit it to the local path of the base");
+  return j["base_model_name_or_path"].get<std::string>();
+}
+
+std::string peft_adapter_base_xxh64(const std::string& dir) {
+  const fs::path p = fs::path(dir) / "sparsebalance_lora.json";
+  if (!fs::exists(p)) return "";
+  try {
+    std::ifstream in(p);
+    return nlohmann::json::parse(in).at("base_xxh64").get<std::string>();
+  } catch (const std::exception& e) {
+    throw Error(p.string() + ": no base_xxh64 string: " + e.what());
+  }
+}
+
+std::vector<float> read_peft_adapter(const std::string& dir, const Model<float>& m) {
+  const std::string path = (fs::path(dir) / "adapter_model.safetensors").string();
+  SafetensorsFile f(path);
+  std::vector<float> w(m.weights().size());
+  std::set<std::string> used;
+  for (const auto& p : m.params()) {
+    const std::string name = "base_model.model." + p.name;
+    const StTensor* t = f.find(name);
+    if (!t)
+      throw Error(path + ": has no tensor '" + name + "', which this run trains (lora.targets, lora.train_also)");
+    if (t->shape != p.shape) throw Error(path + ": tensor '" + name + "' has another shape than this run's (lora.rank, the base's shape)");
+    f.read_f32(*t, std::span<float>(w.data() + p.offset, p.size));
+    used.insert(name);
+  }
+  for (const auto& t : f.tensors())
+    if (!used.count(t.name) && !(m.shape().tied && t.name == "base_model.model.lm_head.weight"))
+      throw Error(path + ": tensor '" + t.name + "' is not one this run trains (lora.targets = the adapter's "
+                  "target_modules, lora.train_also = its modules_to_save?)");
+  return w;
 }
 
 }  // namespace sb

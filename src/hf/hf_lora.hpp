@@ -37,4 +37,16 @@ std::vector<float> lora_merged_weights(const std::string& ckpt, const Checkpoint
 // and sparsebalance_lora.json (the base's reference and hash). New or empty DST, or `overwrite`.
 std::string lora_to_peft(const std::string& src, const std::string& dst, StDtype dtype, bool overwrite);
 
+// train --init-from ADAPTER_DIR (a PEFT LoRA adapter directory, e.g. one lora_to_peft wrote): its
+// base, from adapter_config.json's base_model_name_or_path (a local path); the config's lora.rank and
+// lora.alpha must be the adapter's r and lora_alpha (errors name both), and use_rslora / use_dora
+// are refused. Returns "" when `dir` is not an adapter directory (no adapter_config.json).
+std::string peft_adapter_base(const std::string& dir, const Config& cfg);
+// The base XXH64 that sparsebalance_lora.json in `dir` records ("" without that file: not our export).
+std::string peft_adapter_base_xxh64(const std::string& dir);
+// The adapter's tensors in the trainable layout of `m` (a LoRA model): each of m.params() as
+// base_model.model.<name> with its shape; a tensor the layout does not have is refused by name
+// (another lora.targets or lora.train_also), as is one missing.
+std::vector<float> read_peft_adapter(const std::string& dir, const Model<float>& m);
+
 }  // namespace sb

@@ -131,6 +131,14 @@ bool Trainer::set_initial_weights(std::vector<float> w, const std::string& sourc
   return true;
 }
 
+bool Trainer::set_initial_adapters(std::vector<float> w) {
+  if (!last_checkpoint_.empty()) return false;
+  if (w.size() != model_.weights().size()) throw std::logic_error("Trainer::set_initial_adapters: size differs from the layout's");
+  model_.weights() = std::move(w);
+  engine_->from_host();
+  return true;
+}
+
 void Trainer::hash_base() {
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx",

@@ -40,6 +40,9 @@ class Trainer {
   // also after a resume (a checkpoint holds no base: run() checks it is the checkpoint's); `source`
   // names them (the --init-from path).
   bool set_initial_weights(std::vector<float> w, const std::string& source = "");
+  // LoRA, train --init-from ADAPTER_DIR: the trainable tensors (layout() order) for a fresh run;
+  // ignored, returning false, when resumed.
+  bool set_initial_adapters(std::vector<float> w);
   const Model<float>& model() const { return model_; }
   const std::string& base_xxh64() const { return base_xxh64_; }  // LoRA: the frozen base's XXH64 (16 hex digits)
   const Settings& settings() const { return set_; }  // as built from the config, once

@@ -508,6 +508,20 @@ TEST(Lora, TrainResumeExportAndMerge) {
   EXPECT_EQ(values(mg, "model.norm.weight"), values(ad, "base_model.model.model.norm.weight"));
   EXPECT_EQ(values(mg, "model.embed_tokens.weight"), values(ad, "base_model.model.model.embed_tokens.weight"));
 
+  // --init-from the adapter directory: its base (base_model_name_or_path) and its adapters; one step
+  // at the smallest learning rate keeps them (a fresh init would differ by about 0.1)
+  const std::string one = " --set data.path=" + sbtest::synth_data() + " --set train.steps=1 --set train.lr=1e-12"
+                          " --set balance.self_profile=false --set train.micro_batch_tokens=512 --set train.global_batch_tokens=512"
+                          " --set lora.rank=4 --set lora.targets=q,v,o,down --set lora.train_also=embed,norm --set log.path=" + s / "m4.h5";
+  r = sbtest::run_program("train --init-from " + s / "peft" + one + " --set lora.alpha=6 --set checkpoint.dir=" + s / "ck3");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("init-from: the LoRA adapters of " + s / "peft"), std::string::npos) << r.out;
+  const Checkpoint ck3 = read_checkpoint(s / "ck3/ckpt_00000001.h5");
+  ASSERT_EQ(ck3.params.size(), ck.params.size());
+  for (size_t i = 0; i < ck.params.size(); ++i) ASSERT_NEAR(ck3.params[i], ck.params[i], 1e-6) << i;
+  r = sbtest::run_program("train --init-from " + s / "peft" + one + " --set lora.alpha=5 --set checkpoint.dir=" + s / "ck4");
+  EXPECT_NE(r.out.find("lora_alpha = 6.000000, but lora.alpha = 5.000000"), std::string::npos) << r.out;
+
   // eval of the LoRA checkpoint: merged onto its base, the same loss as the merged export's checkpoint
   r = sbtest::run_program("eval --checkpoint " + s / "ck/ckpt_00000004.h5 --set data.path=" + sbtest::synth_data());
   ASSERT_EQ(r.rc, 0) << r.out;
