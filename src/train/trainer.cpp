@@ -101,7 +101,7 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
                   "XXH64 %s), trainable %zu\n", set_.lora.rank, set_.lora.alpha, model_.base().size(),
                   double(model_.base().size()) * sizeof(float) / (1024.0 * 1024.0), base_.c_str(), base_xxh64_.c_str(),
                   model_.weights().size());
-    std::printf("%s\n", memory_line(opt_, set_.train.zero).c_str());
+    std::printf("%s\n", memory_line(opt_, set_.train.zero, set_.lora.on() ? model_.base().size() : 0).c_str());
     if (!dev.empty()) std::printf("%s\n", dev.c_str());
   }
   if (comm.root()) {
@@ -412,7 +412,7 @@ TrainResult Trainer::run() {
   if (log_) log_->flush();
   engine_->to_host();  // model() holds the trained weights
   if (const std::string dev = engine_->memory_line(); comm_.root()) {
-    std::printf("%s\n", memory_line(opt_, set_.train.zero).c_str());
+    std::printf("%s\n", memory_line(opt_, set_.train.zero, set_.lora.on() ? model_.base().size() : 0).c_str());
     if (!dev.empty()) std::printf("%s\n", dev.c_str());
   }
   return summary.finish(last_checkpoint_, stopped_early);

@@ -107,6 +107,25 @@ TEST(Lora, GradientsMatchFiniteDifferencesDenseTied) {
                        false);
 }
 
+// train.recompute = "layer" recomputes the adapters' saved (N, rank) products too: the same
+// gradients bit for bit, with the LM head chunked as well.
+TEST(Lora, RecomputationEqualsStoredActivations) {
+  const ModelDims d = lora_dims(true, true);
+  Model<double> m = random_lora_model<double>(d, spec(3, 4, kAll, true, true, true), 13);
+  const PackedBatch b = lora_batch({30, 7, 19}, d.vocab, 6);
+  const AttnSettings a = lora_attn(true, d.n_layers);
+  auto run = [&](ModelExec e) {
+    m.set_exec(e);
+    m.zero_grads();
+    const double loss = m.forward_backward(b, a, 0.05).loss_sum;
+    return std::pair{loss, m.grads()};
+  };
+  const auto [l0, g0] = run({0, false});
+  const auto [l1, g1] = run({0, true});
+  EXPECT_EQ(l1, l0);
+  EXPECT_TRUE(g1 == g0) << "recomputed LoRA gradients differ";
+}
+
 TEST(Lora, LayoutNamesShapesAndPeftInit) {
   const ModelDims d = lora_dims(false, false);
   Model<float> m(d, spec(4, 8, {true, false, false, false, false, false, true}, false, true, false));
