@@ -27,6 +27,11 @@ uint64_t checksum_head(const Checkpoint& ck) {
   uint64_t h = fnv1a(&ck.step, sizeof ck.step);
   h = fnv1a(&ck.data_epoch, sizeof ck.data_epoch, h);
   h = fnv1a(&ck.data_cursor, sizeof ck.data_cursor, h);
+  if (!ck.source_epochs.empty()) {  // a mixture's cursor (nothing for data.path: older checksums hold)
+    h = fnv1a(ck.source_epochs.data(), ck.source_epochs.size() * sizeof(int64_t), h);
+    h = fnv1a(ck.source_indexes.data(), ck.source_indexes.size() * sizeof(int64_t), h);
+    h = fnv1a(&ck.data_draws, sizeof ck.data_draws, h);
+  }
   return fnv1a(ck.config_toml.data(), ck.config_toml.size(), h);
 }
 
@@ -225,6 +230,11 @@ void write_meta(hid_t f, const Checkpoint& ck, size_t num_params, uint64_t sum) 
   h5::write_attr(st, "data_epoch", ck.data_epoch);
   h5::write_attr(st, "data_cursor", ck.data_cursor);
   h5::write_attr(st, "skipped_steps", ck.skipped_steps);
+  if (!ck.source_epochs.empty()) {
+    h5::write_vector(st, "source_epoch", ck.source_epochs);
+    h5::write_vector(st, "source_index", ck.source_indexes);
+    h5::write_attr(st, "data_draws", ck.data_draws);
+  }
 }
 
 void write_checkpoint(const std::string& path, const Checkpoint& ck, const std::function<void(hid_t)>& extra) {
@@ -294,7 +304,14 @@ Checkpoint read_meta(hid_t f, const std::string& path) {
   ck.data_epoch = h5::read_attr_int(st, "data_epoch", path);
   ck.data_cursor = h5::read_attr_int(st, "data_cursor", path);
   ck.skipped_steps = h5::read_attr_int(st, "skipped_steps", path);
-  if (ck.step < 0 || ck.data_epoch < 0 || ck.data_cursor < 0)
+  if (h5::exists(st, "source_epoch")) {
+    ck.source_epochs = h5::read_vector<int64_t>(st, "source_epoch", path);
+    ck.source_indexes = h5::read_vector<int64_t>(st, "source_index", path, int64_t(ck.source_epochs.size()));
+    ck.data_draws = h5::read_attr_int(st, "data_draws", path);
+  }
+  const auto negative = [](const std::vector<int64_t>& v) { return std::any_of(v.begin(), v.end(), [](int64_t x) { return x < 0; }); };
+  if (ck.step < 0 || ck.data_epoch < 0 || ck.data_cursor < 0 || ck.data_draws < 0 || negative(ck.source_epochs) ||
+      negative(ck.source_indexes))
     throw Error(path + ": negative step or data cursor in the checkpoint");
   std::string names = read_text(f, "param_names", path);
   for (size_t a = 0, b; (b = names.find('\n', a)) != std::string::npos; a = b + 1)

@@ -28,6 +28,11 @@ struct Checkpoint {
   int64_t ranks = 1;          // MPI ranks of the run that wrote it
   std::string config_toml;    // the effective config
   int64_t data_epoch = 0, data_cursor = 0;  // next document: position in the epoch's order
+  // data.sources (src/train/batch.hpp, MixCursor): each source's epoch and position, and the
+  // documents drawn so far; empty for data.path. /state/source_epoch, /state/source_index (int64
+  // [sources]) and the attribute /state/data_draws.
+  std::vector<int64_t> source_epochs, source_indexes;
+  int64_t data_draws = 0;
   int64_t skipped_steps = 0;  // consecutive non-finite steps skipped before this point
   std::vector<CheckpointTensor> tensors;
   std::vector<float> params, m, v;  // flat, in tensors order

@@ -36,8 +36,26 @@ static h5::Id rank_type() {
   return t;
 }
 
-MetricsLog::MetricsLog(const std::string& path, int ranks, bool resume, int64_t resume_step)
-    : path_(path), ranks_(ranks), step_type_(step_type()), rank_type_(rank_type()) {
+static h5::Id source_type() {
+  h5::Id t(H5_CHECK(H5Tcreate(H5T_COMPOUND, sizeof(SourceRow))));
+#define F(name, type) H5_CHECK(H5Tinsert(t, #name, HOFFSET(SourceRow, name), type))
+  F(step, H5T_NATIVE_INT64); F(source, H5T_NATIVE_INT32); F(docs, H5T_NATIVE_INT64); F(tokens, H5T_NATIVE_INT64);
+#undef F
+  return t;
+}
+
+// An extendible (steps, width) table of compound rows, chunked by 16 steps.
+static h5::Id create_table(hid_t file, const char* name, hid_t type, int width) {
+  hsize_t d2[2] = {0, hsize_t(width)}, m2[2] = {H5S_UNLIMITED, hsize_t(width)}, c2[2] = {16, hsize_t(std::max(1, width))};
+  h5::Id s2(H5_CHECK(H5Screate_simple(2, d2, m2)));
+  h5::Id p2(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
+  H5_CHECK(H5Pset_chunk(p2, 2, c2));
+  return h5::Id(H5_CHECK(H5Dcreate2(file, name, type, s2, H5P_DEFAULT, p2, H5P_DEFAULT)));
+}
+
+MetricsLog::MetricsLog(const std::string& path, int ranks, bool resume, int64_t resume_step, int sources)
+    : path_(path), ranks_(ranks), sources_(sources), step_type_(step_type()), rank_type_(rank_type()),
+      source_type_(source_type()) {
   h5::quiet_errors();
   namespace fs = std::filesystem;
   h5::Id fapl(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
@@ -58,6 +76,16 @@ MetricsLog::MetricsLog(const std::string& path, int ranks, bool resume, int64_t 
     if (int(dims[1]) != ranks)
       throw Error(path + ": the log has " + std::to_string(dims[1]) + " ranks per row, this run has " +
                   std::to_string(ranks) + " (use a new log.path)");
+    int logged_sources = 0;
+    if (h5::exists(file_, "sources")) {
+      sources_ds_ = h5::Id(H5_CHECK(H5Dopen2(file_, "sources", H5P_DEFAULT)));
+      h5::Id ss(H5_CHECK(H5Dget_space(sources_ds_)));
+      H5_CHECK(H5Sget_simple_extent_dims(ss, dims, nullptr));
+      logged_sources = int(dims[1]);
+    }
+    if (logged_sources != sources)
+      throw Error(path + ": the log has " + std::to_string(logged_sources) + " data sources per row, this run has " +
+                  std::to_string(sources) + " (use a new log.path)");
     // Drop rows of steps after the checkpoint we resume from: they will be run again.
     auto tables = read_metrics(path);
     int64_t keep = 0;
@@ -66,6 +94,10 @@ MetricsLog::MetricsLog(const std::string& path, int ranks, bool resume, int64_t 
     hsize_t d1 = hsize_t(keep), d2[2] = {hsize_t(keep), hsize_t(ranks)};
     H5_CHECK(H5Dset_extent(steps_, &d1));
     H5_CHECK(H5Dset_extent(ranks_ds_, d2));
+    if (sources > 0) {
+      hsize_t d3[2] = {hsize_t(keep), hsize_t(sources)};
+      H5_CHECK(H5Dset_extent(sources_ds_, d3));
+    }
   } else {
     std::error_code ec;
     if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path(), ec);
@@ -78,17 +110,13 @@ MetricsLog::MetricsLog(const std::string& path, int ranks, bool resume, int64_t 
     h5::write_attr(file_, "format", std::string("sparsebalance-metrics"));
     h5::write_attr(file_, "version", int64_t(1));
     h5::write_attr(file_, "ranks", int64_t(ranks));
+    if (sources > 0) sources_ds_ = create_table(file_, "sources", source_type_, sources);
     hsize_t d0 = 0, dmax = H5S_UNLIMITED, chunk = 64;
     h5::Id s1(H5_CHECK(H5Screate_simple(1, &d0, &dmax)));
     h5::Id p1(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
     H5_CHECK(H5Pset_chunk(p1, 1, &chunk));
     steps_ = h5::Id(H5_CHECK(H5Dcreate2(file_, "steps", step_type_, s1, H5P_DEFAULT, p1, H5P_DEFAULT)));
-    hsize_t d2[2] = {0, hsize_t(ranks)}, m2[2] = {H5S_UNLIMITED, hsize_t(ranks)},
-            c2[2] = {16, hsize_t(std::max(1, ranks))};
-    h5::Id s2(H5_CHECK(H5Screate_simple(2, d2, m2)));
-    h5::Id p2(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
-    H5_CHECK(H5Pset_chunk(p2, 2, c2));
-    ranks_ds_ = h5::Id(H5_CHECK(H5Dcreate2(file_, "ranks", rank_type_, s2, H5P_DEFAULT, p2, H5P_DEFAULT)));
+    ranks_ds_ = create_table(file_, "ranks", rank_type_, ranks);
   }
   // From here on readers may open the file while we append.
   H5_CHECK(H5Fstart_swmr_write(file_));
@@ -105,17 +133,18 @@ static std::string write_failure(const std::string& path, const char* what) {
   return msg + (err ? ": " + std::string(std::strerror(err)) : "");
 }
 
-void MetricsLog::append(const StepRow& step, std::span<const RankRow> ranks) {
+void MetricsLog::append(const StepRow& step, std::span<const RankRow> ranks, std::span<const SourceRow> sources) {
   if (int(ranks.size()) != ranks_) throw std::logic_error("MetricsLog::append: wrong number of rank rows");
+  if (int(sources.size()) != sources_) throw std::logic_error("MetricsLog::append: wrong number of source rows");
   errno = 0;
   try {
-    append_rows(step, ranks);
+    append_rows(step, ranks, sources);
   } catch (const std::exception&) {
     throw Error(write_failure(path_, "append"));
   }
 }
 
-void MetricsLog::append_rows(const StepRow& step, std::span<const RankRow> ranks) {
+void MetricsLog::append_rows(const StepRow& step, std::span<const RankRow> ranks, std::span<const SourceRow> sources) {
   hsize_t n1 = hsize_t(rows_ + 1), start1 = hsize_t(rows_), one = 1;
   H5_CHECK(H5Dset_extent(steps_, &n1));
   {
@@ -132,12 +161,20 @@ void MetricsLog::append_rows(const StepRow& step, std::span<const RankRow> ranks
     h5::Id ms(H5_CHECK(H5Screate_simple(2, cnt2, nullptr)));
     H5_CHECK(H5Dwrite(ranks_ds_, rank_type_, ms, fs, H5P_DEFAULT, ranks.data()));
   }
+  if (sources_ > 0) {
+    hsize_t n3[2] = {n1, hsize_t(sources_)}, cnt3[2] = {1, hsize_t(sources_)};
+    H5_CHECK(H5Dset_extent(sources_ds_, n3));
+    h5::Id fs(H5_CHECK(H5Dget_space(sources_ds_)));
+    H5_CHECK(H5Sselect_hyperslab(fs, H5S_SELECT_SET, start2, nullptr, cnt3, nullptr));
+    h5::Id ms(H5_CHECK(H5Screate_simple(2, cnt3, nullptr)));
+    H5_CHECK(H5Dwrite(sources_ds_, source_type_, ms, fs, H5P_DEFAULT, sources.data()));
+  }
   ++rows_;
 }
 
 void MetricsLog::flush() {
   errno = 0;
-  if (H5Dflush(steps_) < 0 || H5Dflush(ranks_ds_) < 0 || H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0)
+  if (H5Dflush(steps_) < 0 || H5Dflush(ranks_ds_) < 0 || (sources_ > 0 && H5Dflush(sources_ds_) < 0) || H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0)
     throw Error(write_failure(path_, "flush"));
 }
 
@@ -150,7 +187,8 @@ static std::string unused_name(const std::string& base) {
 }
 
 std::unique_ptr<MetricsLog> open_metrics_log(const std::string& path, int ranks, bool resume, int64_t step,
-                                             const std::string& archive_copy, std::span<const std::string> inputs) {
+                                             const std::string& archive_copy, std::span<const std::string> inputs,
+                                             int sources) {
   namespace fs = std::filesystem;
   if (path.empty()) throw Error("log.path is empty: expected the path of the HDF5 metrics log, e.g. runs/x/metrics.h5");
   std::error_code ec;
@@ -168,14 +206,14 @@ std::unique_ptr<MetricsLog> open_metrics_log(const std::string& path, int ranks,
       if (ec) throw Error(path + ": cannot move the earlier run's metrics log to " + aside + ": " + ec.message());
       std::printf("log.path: %s held an earlier run's metrics log; moved it to %s\n", path.c_str(), aside.c_str());
     }
-    return std::make_unique<MetricsLog>(path, ranks, false, step);
+    return std::make_unique<MetricsLog>(path, ranks, false, step, sources);
   }
   if (!archive_copy.empty() && fs::exists(path, ec)) {
     fs::copy_file(path, archive_copy, fs::copy_options::none, ec);
     if (ec) throw Error(path + ": cannot keep a copy of the metrics log at " + archive_copy + ": " + ec.message());
   }
   try {
-    return std::make_unique<MetricsLog>(path, ranks, true, step);
+    return std::make_unique<MetricsLog>(path, ranks, true, step, sources);
   } catch (const std::exception&) {
     // A killed job's log: clear its "open for write" superblock flag (h5clear), then retry.
     h5::quiet_errors();
@@ -189,14 +227,14 @@ std::unique_ptr<MetricsLog> open_metrics_log(const std::string& path, int ranks,
     if (fapl >= 0) H5Pclose(fapl);
   }
   try {
-    return std::make_unique<MetricsLog>(path, ranks, true, step);
+    return std::make_unique<MetricsLog>(path, ranks, true, step, sources);
   } catch (const std::exception& e) {
     const std::string aside = unused_name(path + ".before_step" + std::to_string(step + 1));
     fs::rename(path, aside, ec);
     if (ec) throw;
     std::fprintf(stderr, "warning: cannot continue the metrics log (%s); moved it to %s and started a new one\n",
                  e.what(), aside.c_str());
-    return std::make_unique<MetricsLog>(path, ranks, false, step);
+    return std::make_unique<MetricsLog>(path, ranks, false, step, sources);
   }
 }
 
@@ -222,6 +260,15 @@ MetricsTables read_metrics(const std::string& path) {
   t.ranks.resize(d2[0] * d2[1]);
   if (n) H5_CHECK(H5Dread(st, step_type(), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.steps.data()));
   if (!t.ranks.empty()) H5_CHECK(H5Dread(rk, rank_type(), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.ranks.data()));
+  if (h5::exists(f, "sources")) {
+    h5::Id sd(H5_CHECK(H5Dopen2(f, "sources", H5P_DEFAULT)));
+    h5::Id s3(H5_CHECK(H5Dget_space(sd)));
+    hsize_t d3[2];
+    H5_CHECK(H5Sget_simple_extent_dims(s3, d3, nullptr));
+    t.n_sources = int(d3[1]);
+    t.sources.resize(d3[0] * d3[1]);
+    if (!t.sources.empty()) H5_CHECK(H5Dread(sd, source_type(), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.sources.data()));
+  }
   return t;
 }
 

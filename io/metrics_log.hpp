@@ -1,6 +1,8 @@
-// The HDF5 metrics log: two extendible, chunked tables of compound rows,
-//   /steps  (steps)         one row per optimizer step
-//   /ranks  (steps, ranks)  one row per step and rank
+// The HDF5 metrics log: two (data.sources: three) extendible, chunked tables of compound rows,
+//   /steps    (steps)           one row per optimizer step
+//   /ranks    (steps, ranks)    one row per step and rank
+//   /sources  (steps, sources)  data.sources only: one row per step and source (a third table, so
+//                               readers of the first two see no change)
 // written by rank 0 in SWMR mode and flushed every few steps, so h5py can read it while the
 // run goes on (h5py.File(path, 'r', libver='latest', swmr=True)).
 #pragma once
@@ -47,21 +49,28 @@ struct RankRow {
   double recall;         // mean row recall
 };
 
+struct SourceRow {       // what the step's global batch drew from one source of data.sources
+  int64_t step;
+  int32_t source;        // index into data.sources
+  int64_t docs, tokens;
+};
+
 class MetricsLog {
  public:
   // Create a new log, or (resume) open an existing one and drop rows after `resume_step`.
-  MetricsLog(const std::string& path, int ranks, bool resume, int64_t resume_step);
-  void append(const StepRow& step, std::span<const RankRow> ranks);
+  // sources: data.sources' count (0: data.path, no /sources table).
+  MetricsLog(const std::string& path, int ranks, bool resume, int64_t resume_step, int sources = 0);
+  void append(const StepRow& step, std::span<const RankRow> ranks, std::span<const SourceRow> sources = {});
   void flush();
   const std::string& path() const { return path_; }
   int64_t rows() const { return rows_; }
 
  private:
-  void append_rows(const StepRow& step, std::span<const RankRow> ranks);
+  void append_rows(const StepRow& step, std::span<const RankRow> ranks, std::span<const SourceRow> sources);
   std::string path_;
-  int ranks_;
+  int ranks_, sources_;
   int64_t rows_ = 0;
-  h5::Id file_, steps_, ranks_ds_, step_type_, rank_type_;
+  h5::Id file_, steps_, ranks_ds_, sources_ds_, step_type_, rank_type_, source_type_;
 };
 
 // The log of a run: new, or (resume) continued after `resume_step`. A log left "open for write"
@@ -76,13 +85,15 @@ class MetricsLog {
 // shards), which the log must never replace. Errors name the path and log.path.
 std::unique_ptr<MetricsLog> open_metrics_log(const std::string& path, int ranks, bool resume, int64_t resume_step,
                                              const std::string& archive_copy = "",
-                                             std::span<const std::string> inputs = {});
+                                             std::span<const std::string> inputs = {}, int sources = 0);
 
 // Read back (for inspect and tests).
 struct MetricsTables {
   std::vector<StepRow> steps;
   std::vector<RankRow> ranks;  // steps x ranks, row-major
   int n_ranks = 0;
+  std::vector<SourceRow> sources;  // steps x n_sources, row-major (none without /sources)
+  int n_sources = 0;
 };
 MetricsTables read_metrics(const std::string& path);
 

@@ -110,6 +110,14 @@ class ShardReader {
 class Dataset {            // a directory of *.h5 shards (sorted by name) or one shard file
  public:
   static Dataset open(const std::string& path);        // validates every shard's header+offsets
+  // A mixture (data.sources): the sources' documents one after another (source i's documents are
+  // [source_begin(i), source_begin(i+1))), one vocabulary and tokenizer across them. Errors name
+  // data.sources[i].path: a source that cannot be opened, holds no documents or another tokenizer.
+  static Dataset open_sources(const std::vector<std::string>& paths);
+  size_t num_sources() const { return source_paths_.size(); }  // 1 for open()
+  const std::string& source_path(size_t i) const { return source_paths_[i]; }
+  uint64_t source_begin(size_t i) const { return source_first_doc_[i]; }  // i = num_sources(): the end
+  size_t source_of(uint64_t doc) const;
   uint64_t num_docs() const { return lengths_.size(); }
   uint64_t num_tokens() const { return num_tokens_; }
   uint64_t doc_length(uint64_t doc) const;             // global doc index
@@ -127,9 +135,13 @@ class Dataset {            // a directory of *.h5 shards (sorted by name) or one
   // Which shard holds a global document, and its index there.
   std::pair<size_t, uint64_t> locate(uint64_t doc) const;
   // Deterministic shuffle by seed of all docs, then the last round(val_fraction*D) (at least 1
-  // if val_fraction>0 and D>1, at most D-1) go to validation.
+  // if val_fraction>0 and D>1, at most D-1) go to validation. A mixture splits each source so
+  // (D its documents): train_docs lists them source after source, val_docs takes the sources in
+  // turn (one of each, then the next of each, ...) so that any prefix of it covers them all.
   std::vector<uint64_t> train_docs(uint64_t seed, double val_fraction) const;
   std::vector<uint64_t> val_docs(uint64_t seed, double val_fraction) const;
+  std::vector<uint64_t> source_train_docs(size_t source, uint64_t seed, double val_fraction) const;
+  std::vector<uint64_t> source_val_docs(size_t source, uint64_t seed, double val_fraction) const;
   void verify() const;  // every token id of every shard < vocab_size
 
  private:
@@ -140,6 +152,8 @@ class Dataset {            // a directory of *.h5 shards (sorted by name) or one
   std::vector<uint64_t> lengths_;
   uint64_t num_tokens_ = 0;
   bool has_masks_ = false;
+  std::vector<std::string> source_paths_;
+  std::vector<uint64_t> source_first_doc_;  // global index of each source's first document (+ total)
 };
 
 // The shard files of a dataset path: the file itself, or the sorted *.h5 of a directory.

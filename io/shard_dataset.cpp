@@ -48,7 +48,56 @@ Dataset Dataset::open(const std::string& path) {
     ds.shards_.push_back(std::move(shard));
   }
   ds.first_doc_.push_back(ds.lengths_.size());
+  ds.source_paths_ = {path};
+  ds.source_first_doc_ = {0, ds.lengths_.size()};
   return ds;
+}
+
+Dataset Dataset::open_sources(const std::vector<std::string>& paths) {
+  if (paths.empty()) throw Error("data.sources is empty: expected at least one { path, weight }");
+  Dataset ds;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const std::string key = "data.sources[" + std::to_string(i) + "].path";
+    Dataset one;
+    try {
+      one = open(paths[i]);
+    } catch (const std::exception& e) {
+      std::string why = e.what();  // it names the path already: say it once
+      if (why.rfind(paths[i] + ": ", 0) == 0) why.erase(0, paths[i].size() + 2);
+      throw Error(key + " = " + paths[i] + ": " + why);
+    }
+    if (one.num_docs() == 0) throw Error(key + " = " + paths[i] + ": holds no documents; expected a prepped dataset");
+    if (i == 0) {
+      ds.meta_ = one.meta_;
+      ds.path_ = paths[i];
+    } else {
+      const auto& m = one.meta_;
+      if (m.vocab_size != ds.meta_.vocab_size || m.tokenizer != ds.meta_.tokenizer || m.eos_id != ds.meta_.eos_id)
+        throw Error(key + " = " + paths[i] + ": vocab_size/tokenizer/eos_id (" + std::to_string(m.vocab_size) + ", " +
+                    m.tokenizer + ", " + std::to_string(m.eos_id) + ") differ from data.sources[0]'s (" +
+                    std::to_string(ds.meta_.vocab_size) + ", " + ds.meta_.tokenizer + ", " +
+                    std::to_string(ds.meta_.eos_id) + "); expected one tokenizer across the sources");
+      ds.path_ += " + " + paths[i];
+    }
+    ds.source_paths_.push_back(paths[i]);
+    ds.source_first_doc_.push_back(ds.lengths_.size());
+    for (auto& sh : one.shards_) {
+      ds.first_doc_.push_back(ds.lengths_.size());
+      const auto& off = sh.offsets();
+      for (size_t d = 0; d + 1 < off.size(); ++d) ds.lengths_.push_back(off[d + 1] - off[d]);
+      ds.shards_.push_back(std::move(sh));
+    }
+    ds.num_tokens_ += one.num_tokens_;
+    ds.has_masks_ |= one.has_masks_;
+  }
+  ds.first_doc_.push_back(ds.lengths_.size());
+  ds.source_first_doc_.push_back(ds.lengths_.size());
+  return ds;
+}
+
+size_t Dataset::source_of(uint64_t doc) const {
+  locate(doc);  // range check
+  return size_t(std::upper_bound(source_first_doc_.begin(), source_first_doc_.end(), doc) - source_first_doc_.begin() - 1);
 }
 
 std::pair<size_t, uint64_t> Dataset::locate(uint64_t doc) const {
@@ -111,15 +160,42 @@ static uint64_t val_count(uint64_t n, double val_fraction) {
   return std::min(v, n);
 }
 
-std::vector<uint64_t> Dataset::train_docs(uint64_t seed, double val_fraction) const {
-  auto idx = shuffled_indices(num_docs(), seed);
-  idx.resize(num_docs() - val_count(num_docs(), val_fraction));
+// One source's split (the whole dataset for open()): its documents shuffled by seed, offset to
+// global ids; the last val_count of them are validation.
+std::vector<uint64_t> Dataset::source_train_docs(size_t src, uint64_t seed, double val_fraction) const {
+  const uint64_t first = source_first_doc_.at(src), n = source_first_doc_.at(src + 1) - first;
+  auto idx = shuffled_indices(n, seed);
+  idx.resize(n - val_count(n, val_fraction));
+  for (auto& d : idx) d += first;
   return idx;
 }
 
+std::vector<uint64_t> Dataset::source_val_docs(size_t src, uint64_t seed, double val_fraction) const {
+  const uint64_t first = source_first_doc_.at(src), n = source_first_doc_.at(src + 1) - first;
+  auto idx = shuffled_indices(n, seed);
+  std::vector<uint64_t> val(idx.end() - val_count(n, val_fraction), idx.end());
+  for (auto& d : val) d += first;
+  return val;
+}
+
+std::vector<uint64_t> Dataset::train_docs(uint64_t seed, double val_fraction) const {
+  std::vector<uint64_t> out;
+  for (size_t s = 0; s < num_sources(); ++s) {
+    auto part = source_train_docs(s, seed, val_fraction);
+    out.insert(out.end(), part.begin(), part.end());
+  }
+  return out;
+}
+
 std::vector<uint64_t> Dataset::val_docs(uint64_t seed, double val_fraction) const {
-  auto idx = shuffled_indices(num_docs(), seed);
-  return {idx.end() - val_count(num_docs(), val_fraction), idx.end()};
+  std::vector<std::vector<uint64_t>> per(num_sources());
+  size_t most = 0;
+  for (size_t s = 0; s < per.size(); ++s) most = std::max(most, (per[s] = source_val_docs(s, seed, val_fraction)).size());
+  std::vector<uint64_t> out;  // the sources in turn
+  for (size_t k = 0; k < most; ++k)
+    for (const auto& p : per)
+      if (k < p.size()) out.push_back(p[k]);
+  return out;
 }
 
 }  // namespace sb

@@ -153,12 +153,12 @@ struct GatingStats {
 template <class T>
 GatingStats gate_blocks(const T* q, const T* k, const int32_t* cu_seqlens, int ndocs, AttnShape s,
                         GatingParams p, BlockSelection& sel);
-// Context parallelism (src/model/shard_attention.cpp): gating of one document split over ranks.
+// Context parallelism (src/model/part_attention.cpp): gating of one document split over ranks.
 // pool_block_keys: the key summaries gate_blocks uses, kbar (Hkv, R, D) per block in double (R =
 // key_summary_rows(p)), of the blocks [b0, b1) of a document of L tokens, k (rows, Hkv, D) starting
 // at block b0's first row. gate_blocks_pooled: gate_blocks of that one document (cu_seqlens {0, L})
 // given every block's summaries kbar (nb, Hkv, R, D): the same selection bit for bit. Non-null `query_blocks` (nb flags):
-// only the flagged query blocks are gated (a shard member's own rows: its gating is its share);
+// only the flagged query blocks are gated (a group member's own rows: its gating is its share);
 // their rows are gate_blocks' bit for bit, the others' rows are empty (recall 0), and the stats
 // count the flagged rows only.
 template <class T>

@@ -2,7 +2,7 @@
 """Tables of bench/gpu/gpu_scaling.sh from its summaries (OUT/scaling_NAME.json):
   weak / strong: tokens/s, step ms, imbalance, prediction error, peak GiB and efficiency
                  tokens/s(n) / (n x tokens/s(1)) per GPU count
-  cp:            a long document sharded over n GPUs against one GPU whole: the largest relative
+  cp:            a long document split over n GPUs against one GPU whole: the largest relative
                  loss difference over the steps, time per token; and one GPU's windows
   zero:          train.zero = 0 against 1 on NGPU GPUs: peak GiB, optimizer state per rank, step ms
 Step times are medians of steps 3.. (the first two include cuBLAS/NCCL/allocator warm-up).
@@ -79,7 +79,7 @@ def context_parallel():
     print("|---|---:|---:|---:|---:|---:|")
     names = [("cp_whole_1", 1, "one GPU, whole (layer recomputation)"),
              ("cp_window_1", 1, f"one GPU, windows of 1/{ngpu}")]
-    names += [(f"cp_shard_{n}", n, f"sharded over {n}") for n in counts if n >= 2]
+    names += [(f"cp_part_{n}", n, f"split over {n}") for n in counts if n >= 2]
     for name, n, label in names:
         s = load(name)
         if s is None:
@@ -88,7 +88,7 @@ def context_parallel():
         tokens = tokens_per_step(s)
         per_k = step_ms(s) / (tokens / 1e3) if tokens > 0 else float("nan")
         diff = "(windows: other attention)" if name == "cp_window_1" else "-"
-        if whole is not None and name.startswith("cp_shard"):
+        if whole is not None and name.startswith("cp_part"):
             d = [abs(a - b) / abs(b) for a, b in zip(s["losses"], whole["losses"]) if b]
             diff = f"{max(d):.2e}" if d else "-"
         print(f"| {label} | {n} | {step_ms(s):.1f} | {per_k:.2f} | {diff} | {s['peak_mem_gib']:.2f} |")

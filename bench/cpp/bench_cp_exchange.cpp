@@ -1,8 +1,8 @@
-// The K/V exchange of a sharded document (attention.shard_exchange): bytes received and seconds,
-// all-gather against selective, on G = world MPI ranks, for one document of --len tokens sharded
+// The K/V exchange of a split document (attention.part_exchange): bytes received and seconds,
+// all-gather against selective, on G = world MPI ranks, for one document of --len tokens split
 // over the world, dense and sparse (budget chosen for the --density given), random Q and K (--shared:
 // with a common query direction, below). Only the exchange runs
-// (the calls src/model/shard_attention.cpp makes, in its order), not the attention around it; and
+// (the calls src/model/part_attention.cpp makes, in its order), not the attention around it; and
 // each member's sparse gating, of the whole document's rows (as before) against its own rows only.
 //   mpirun -np 4 ./build/bench/bench_cp_exchange --len 32768 --density 0.1 [--shared 4] [--reps 5]
 #include <mpi.h>
@@ -19,7 +19,7 @@
 
 #include "bench/cpp/bench_flags.hpp"
 #include "src/comm/comm.hpp"
-#include "src/model/shard_attention.hpp"
+#include "src/model/part_attention.hpp"
 #include "src/parts/groups.hpp"
 
 namespace {
@@ -74,8 +74,8 @@ int main(int argc, char** argv) {
     const int kk = std::max(0, int(density * (nb + 1) / 2.0) - 3);
     const k::GatingParams p{kk, 1, 1e9};
     const auto costs = sb::block_costs(len, bs, sparse, kk, 1, 0.1);
-    sb::ShardGroups groups(comm);
-    sb::DocShard sh = groups.add(0, len, sb::split_document(len, G, bs, costs)).value();
+    sb::PartGroups groups(comm);
+    sb::DocPart sh = groups.add(0, len, sb::split_document(len, G, bs, costs)).value();
     const int32_t cu[2] = {0, len};
     k::BlockSelection sel;
     const k::GatingStats whole = sparse ? k::gate_blocks(Q.data(), K.data(), cu, 1, s, p, sel)
@@ -110,18 +110,18 @@ int main(int argc, char** argv) {
     std::vector<float> mine(n * KD, 1.f), kv(n * 2 * KD, 1.f), doc(size_t(len) * KD);
     std::vector<double> pooled_mine, pooled(size_t(nb) * KD);
     for (auto [b, e] : sh.pieces) pooled_mine.resize(pooled_mine.size() + size_t((e + bs - 1) / bs - b / bs) * KD);
-    const sb::ShardNeeds nd0 = groups.exchange_f32().share_needs(sh, sb::needed_ranges(sh, sel, bs));
+    const sb::PartNeeds nd0 = groups.exchange_f32().share_needs(sh, sb::needed_ranges(sh, sel, bs));
     const double share = double(nd0.selective_rows) / double(nd0.allgather_rows);  // what auto compares
-    for (auto mode : {sb::ShardExchangeMode::AllGather, sb::ShardExchangeMode::Selective}) {
-      const sb::ShardExchange<float>& ex = groups.exchange_f32();
+    for (auto mode : {sb::PartExchangeMode::AllGather, sb::PartExchangeMode::Selective}) {
+      const sb::PartExchange<float>& ex = groups.exchange_f32();
       Result best;
       for (int r = 0; r < reps; ++r) {
         Result one;
         comm.barrier();
         groups.reset_traffic();
         const double t0 = MPI_Wtime();
-        sb::ShardNeeds needs;
-        if (mode == sb::ShardExchangeMode::AllGather) {  // forward: K and V
+        sb::PartNeeds needs;
+        if (mode == sb::PartExchangeMode::AllGather) {  // forward: K and V
           ex.gather(sh, mine, doc, KD), ex.gather(sh, mine, doc, KD);
         } else {  // forward: pooled keys (sparse), needs, K|V of the needed blocks
           if (sparse) ex.gather_blocks(sh, pooled_mine, pooled, KD, bs);
@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
         comm.barrier();
         groups.reset_traffic();
         const double t1 = MPI_Wtime();
-        if (mode == sb::ShardExchangeMode::AllGather) {  // backward: K and V again, dK and dV back
+        if (mode == sb::PartExchangeMode::AllGather) {  // backward: K and V again, dK and dV back
           ex.gather(sh, mine, doc, KD), ex.gather(sh, mine, doc, KD);
           ex.reduce_scatter(sh, doc, mine, KD), ex.reduce_scatter(sh, doc, mine, KD);
         } else {
@@ -149,9 +149,9 @@ int main(int argc, char** argv) {
       if (comm.root()) {
         std::printf("%-6s density %.3f  %-9s  fwd %8.2f MiB %8.2f ms   bwd %8.2f MiB %8.2f ms",
                     sparse ? "sparse" : "dense", whole.density(),
-                    mode == sb::ShardExchangeMode::AllGather ? "allgather" : "selective", best.fwd_bytes / 1048576,
+                    mode == sb::PartExchangeMode::AllGather ? "allgather" : "selective", best.fwd_bytes / 1048576,
                     best.fwd_s * 1e3, best.bwd_bytes / 1048576, best.bwd_s * 1e3);
-        if (mode == sb::ShardExchangeMode::Selective) std::printf("   rows %.3f of the all-gather's", share);
+        if (mode == sb::PartExchangeMode::Selective) std::printf("   rows %.3f of the all-gather's", share);
         std::printf("\n");
       }
     }

@@ -18,6 +18,7 @@
 # Start: the recipe's finished POL_FROM stage (default `long`: the dense model that retrieves at
 # 8K-16K, so the policies are sparse fine-tunes of a model that solves the tasks, as the paper
 # fine-tunes pretrained models; `short`: the model that retrieves up to 4K only; POL_INIT overrides);
+# A policy name may carry a gate variant after '+' (bench/gpu/gate_variants.sh), e.g. fixed+kbounds+dl2.
 # data: the recipe's `long` corpus (4K-16K); eval: the recipe's held-out corpus (data_eval), dense and sparse
 # at k0. Seeds (POL_SEEDS, default "1 2 3") set data.seed (the document order) and train.seed.
 # Resumable in bounded calls like bench/gpu/accuracy.sh (ACC_DEADLINE / ACC_BUDGET_S; last line
@@ -25,7 +26,7 @@
 # bench/results/2026-12-02-policy-comparison-gpu.md) and policies.png (accuracy against step time), copied to $OUT.
 # Env: POL_SCALE (tiny|gpu), SB, ACC_RUNS (the recipe's runs), POL_FROM, POL_RUNS (runs/policies_$POL_SCALE),
 # POL_STEPS, POL_BATCH (global batch tokens), POL_NP, POL_SEEDS, POL_POLICIES, POL_MAX_CHANGE (0.25),
-# POL_LR (the fine-tunes' peak train.lr; unset: the config's), POL_EVAL_DOCS (gpu: 256 of the 384
+# POL_LR (the fine-tunes' peak train.lr; unset: the config's), POL_WARMUP (warmup steps; default POL_STEPS/10), POL_START_EVAL (0: skip the start's eval), POL_EVAL_DOCS (gpu: 256 of the 384
 # held-out documents), OUT. The starting checkpoint itself is evaluated first ($POL_RUNS/start):
 # the tables' first rows, so what the fine-tunes add or lose is read against where they began.
 set -uo pipefail
@@ -84,8 +85,11 @@ if [ ! -f "$RUNS/profile.h5" ]; then
   tail -3 "$RUNS/profile.log"
 fi
 
-policy_sets() {  # policy_sets NAME: its --set flags
+# shellcheck source=bench/gpu/gate_variants.sh
+. "$(dirname "$0")/gate_variants.sh"
+policy_sets() {  # policy_sets NAME[+GATE]: its --set flags; a '+' suffix names a gate variant (gate_variants.sh)
   case $1 in
+    *+*) local g; g=$(gate_variant_sets "${1#*+}") || return 1; echo "$(policy_sets "${1%%+*}") $g"; return ;;
     dense)      echo "--set attention.mode=dense --set balance.tuning=fixed" ;;
     fixed)      echo "--set attention.mode=sparse --set balance.tuning=fixed" ;;
     dst_mean)   echo "--set attention.mode=sparse --set balance.tuning=dst --set balance.target=mean" ;;
@@ -97,8 +101,8 @@ policy_sets() {  # policy_sets NAME: its --set flags
   esac
 }
 
-# The starting checkpoint, evaluated as the policies will be (dense and sparse at k0).
-if [ ! -f "$RUNS/start/eval.json" ] && [ "$(left)" -ge "$EVAL_S" ]; then
+# The starting checkpoint, evaluated as the policies will be (dense and sparse at k0); POL_START_EVAL=0 skips it.
+if [ "${POL_START_EVAL:-1}" != 0 ] && [ ! -f "$RUNS/start/eval.json" ] && [ "$(left)" -ge "$EVAL_S" ]; then
   mkdir -p "$RUNS/start"
   "$SB" eval --checkpoint "$INIT" "${EVAL_SETS[@]}" --summary "$RUNS/start/eval.json.tmp" > "$RUNS/start/eval.log" 2>&1 \
     && mv "$RUNS/start/eval.json.tmp" "$RUNS/start/eval.json" || { echo "accuracy_policies.sh: eval of $INIT failed:"; tail -5 "$RUNS/start/eval.log"; exit 1; }
@@ -120,7 +124,7 @@ for seed in $SEEDS; do
         --set balance.batching=sparse --set balance.profile="$RUNS/profile.h5" --set balance.ema=0 \
         --set balance.self_profile=false --set balance.max_change="$MAXC" "${LR_SETS[@]}" \
         --set data.path="$ACC/data_long" --set data.seed="$seed" --set train.seed="$seed" \
-        --set train.steps="$STEPS" --set train.global_batch_tokens="$GB" --set train.warmup_steps=$((STEPS / 10)) \
+        --set train.steps="$STEPS" --set train.global_batch_tokens="$GB" --set train.warmup_steps="${POL_WARMUP:-$((STEPS / 10))}" \
         --set checkpoint.dir="$d/ckpt" --set checkpoint.every=0 --set checkpoint.keep=1 \
         --set log.path="$d/metrics.h5" --set log.progress=false --summary "$d/train.json" >> "$d/train.log" 2>&1
       rc=$?

@@ -9,10 +9,10 @@
 # bit-identical parameters after every step (train.sync_check_every = 1; a mismatch stops the run).
 # Run on the GPU machine after jobs/gpu/build_on_gpu.sh (stage `multi` calls this):
 #   NGPU=2 STEPS=30 bash bench/gpu/gpu_multi.sh        # tables on stdout and in $OUT/gpu_multi.md
-#   CFG=configs/gpu_0p5b.toml MAXLEN=65536 LONG=shard NGPU=8 bash bench/gpu/gpu_multi.sh
+#   CFG=configs/gpu_0p5b.toml MAXLEN=65536 LONG=split NGPU=8 bash bench/gpu/gpu_multi.sh
 #     another model (CFG; its micro-batch sets the global batch, 4 micro-batches per GPU), a corpus up
 #     to MAXLEN tokens (default 16384) whose documents longer than a micro-batch are windowed
-#     (LONG=window, the default) or sharded over ranks (LONG=shard); RUNS the run directory
+#     (LONG=window, the default) or split over ranks (LONG=split); RUNS the run directory
 set -uo pipefail
 SB=${SB:-build-gpu/src/sparsebalance}
 OUTDIR=${OUT:-gpu-out}
@@ -66,9 +66,9 @@ for p in sequential:fixed sparse:fixed sequential:dst sparse:dst; do
   run "$b+$t" "$NGPU" --set balance.batching=$b --set balance.tuning=$t && evaluate "$b+$t"
 done
 run "sparse+dst_ema0" "$NGPU" --set balance.batching=sparse --set balance.tuning=dst --set balance.ema=0
-# One GPU cannot shard: with LONG=shard it takes every document whole (micro-batches of MAXLEN,
+# One GPU cannot split: with LONG=split it takes every document whole (micro-batches of MAXLEN,
 # layer recomputation); attention is per document, so the step's loss is the same to rounding.
-one=(); [ "$LONG" = shard ] && one=(--set data.long_docs=window --set train.micro_batch_tokens=$MAXLEN --set train.recompute=layer)
+one=(); [ "$LONG" = split ] && one=(--set data.long_docs=window --set train.micro_batch_tokens=$MAXLEN --set train.recompute=layer)
 run "sequential+fixed_1gpu" 1 --set balance.batching=sequential --set balance.tuning=fixed "${one[@]}"
 rm -rf $R/*/ckpt/*.h5.tmp
 

@@ -4,8 +4,8 @@
 #   weak    SAB + DST on 1, 2, 4, .. NGPU GPUs, the same tokens per GPU (TPG) each step:
 #           efficiency = tokens/s(n) / (n x tokens/s(1))
 #   strong  the same global batch (NGPU x TPG) on every count: efficiency as above
-#   cp      one CP_LEN-token document a step sharded over 2, 4, .. NGPU GPUs (data.long_docs =
-#           shard) against one GPU training it whole (train.recompute = layer) and one GPU's
+#   cp      one CP_LEN-token document a step split over 2, 4, .. NGPU GPUs (data.long_docs =
+#           split) against one GPU training it whole (train.recompute = layer) and one GPU's
 #           windows of CP_LEN / NGPU: losses step by step against the whole run (bf16 tolerance)
 #           and time per token
 #   zero    ZCFG (the Qwen2.5-3B shape at ZLEN tokens, layer recomputation) on NGPU GPUs with
@@ -14,7 +14,7 @@
 #   NGPU=8 STEPS=10 bash bench/gpu/gpu_scaling.sh        # tables on stdout and in $OUT/gpu_scaling.md
 #   PARTS="weak strong" narrows the studies; CFG (default configs/gpu_longtail.toml), TPG (tokens per
 #   GPU per step, default 4 micro-batches of CFG), DOCS, MAXLEN (the long-tail corpus), CP_LEN
-#   (131072), ZCFG (configs/qwen2.5-3b.toml), ZLEN (32768) as named; LONG=shard shards the corpus's
+#   (131072), ZCFG (configs/qwen2.5-3b.toml), ZLEN (32768) as named; LONG=split splits the corpus's
 #   documents longer than a micro-batch in weak/strong instead of cutting them into windows
 # Dry run on the CPU (real MPI ranks, a tiny model):
 #   EXTRA="--set train.device=cpu --set model.n_layers=2 --set model.d_model=64 --set model.n_heads=1
@@ -34,7 +34,7 @@ MAXLEN=${MAXLEN:-65536}
 CP_LEN=${CP_LEN:-131072}
 ZCFG=${ZCFG:-$ROOT/configs/qwen2.5-3b.toml}
 ZLEN=${ZLEN:-32768}
-LONG=${LONG:-window}  # weak/strong: documents longer than a micro-batch windowed, or sharded (shard)
+LONG=${LONG:-window}  # weak/strong: documents longer than a micro-batch windowed, or split (split)
 R=${RUNS:-runs/gpu_scaling}  # data, profile, metrics (relative to the working directory)
 [ "$NGPU" -ge 1 ] 2>/dev/null || { echo "gpu_scaling: NGPU must be a GPU count >= 1 (got '$NGPU')"; exit 2; }
 read -r -a EX <<< "${EXTRA:-}"
@@ -86,8 +86,8 @@ case " $PARTS " in *" cp "*)
   run cp_whole_1 1 "$CFG" "${C[@]}" --set train.micro_batch_tokens=$CP_LEN --set train.recompute=layer
   run cp_window_1 1 "$CFG" "${C[@]}" --set train.micro_batch_tokens=$((CP_LEN / NGPU)) --set data.long_docs=window
   for n in $COUNTS; do
-    [ "$n" -ge 2 ] && run cp_shard_$n "$n" "$CFG" "${C[@]}" --set train.micro_batch_tokens=$((CP_LEN / n)) \
-      --set data.long_docs=shard
+    [ "$n" -ge 2 ] && run cp_part_$n "$n" "$CFG" "${C[@]}" --set train.micro_batch_tokens=$((CP_LEN / n)) \
+      --set data.long_docs=split
   done ;;
 esac
 

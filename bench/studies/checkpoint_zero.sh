@@ -1,6 +1,6 @@
 #!/bin/bash
 # Checkpoint write time and peak host memory, today's writer (plain) against train.zero = 1's
-# sharded writers (collective, stream), configs/gpu_0p5b.toml shape, 1 and 2 ranks, one run at a
+# sliced writers (collective, stream), configs/gpu_0p5b.toml shape, 1 and 2 ranks, one run at a
 # time. Figures: bench/results/2026-12-01-checkpoint-writers.md, -readers.md. Needs ~12 GiB free memory and ~6 GB of disk in OUT.
 # The resume readers too: MODES "read-whole read-slice" (read-whole at 24 layers and 2 ranks needs
 # ~19 GiB). RANKS (default "1 2") picks the rank counts.

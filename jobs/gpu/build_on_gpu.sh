@@ -5,7 +5,7 @@
 # test and benchmark, and runs the stages named on the command line (default: test sanitize bench):
 #   test      tests/cuda correctness programs (ctest -L cuda: test_attention_cuda, test_ops_cuda,
 #             test_train_cuda at 1 and 2 ranks: the model and 20 training steps against the CPU,
-#             test_shard_cuda at 2 ranks: sharded documents against one rank and the CPU,
+#             test_parts_cuda at 2 ranks: documents in parts against one rank and the CPU,
 #             test_zero_cuda at 1 and 2 ranks: train.zero = 1 against 0, its checkpoint resumed)
 #   sanitize  compute-sanitizer memcheck on the test programs (--quick cases)
 #   bench     bench_attention_cuda over L x density (table at the end); its "x flex" / "x cudnn"
@@ -25,8 +25,11 @@
 #             ACC_CALL_S (default 530) seconds after this script started (repeat until `accuracy: done`)
 #   policies  bench/gpu/accuracy_policies.sh: the policy comparison from the recipe's POL_FROM (default
 #             long) stage (run first if missing: ACC_UNTIL), resumable the same way (until `policies: done`)
+#   gates     bench/gpu/accuracy_gates.sh: the recipe up to `long` (GATE_MODEL; run first if missing), then its dense
+#             model read sparse under each gate variant and sparse long fine-tunes from `short` (issue 48),
+#             resumable the same way (until `gates: done`; GATE_* pass through)
 #   scaling   bench/gpu/gpu_scaling.sh: weak and strong scaling over 1, 2, 4, .. NGPU GPUs, a long document
-#             sharded over them against one GPU, train.zero = 0 and 1 on all (NGPU, STEPS, PARTS, TPG,
+#             split over them against one GPU, train.zero = 0 and 1 on all (NGPU, STEPS, PARTS, TPG,
 #             CP_LEN, ZLEN, LONG pass through; SCALING_TIMEOUT, default 560 s)
 #   memory3b  bench/gpu/gpu_3b_memory.sh: the Qwen2.5-3B shape at 32K context on one GPU, train.zero = 0
 #             and 1: peak GPU memory, tokens/s, optimizer state per rank (STEPS, L, ZEROS pass through)
@@ -93,7 +96,7 @@ cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSB_CUDA=ON -DSB_BENCH=O
   > "$OUTDIR/configure.log" 2>&1 || { tail -40 "$OUTDIR/configure.log"; exit 1; }
 grep -E "HDF5|SB_CUDA|CUDA compiler identification" "$OUTDIR/configure.log"
 log "build"
-ninja -C "$B" -j16 ${BUILD_TARGETS:-sparsebalance test_attention_cuda test_ops_cuda test_train_cuda test_shard_cuda test_zero_cuda test_select_cuda test_bwd_pieces bench_attention_cuda bench_fused_cuda} > "$OUTDIR/build.log" 2>&1 || { tail -60 "$OUTDIR/build.log"; exit 1; }
+ninja -C "$B" -j16 ${BUILD_TARGETS:-sparsebalance test_attention_cuda test_ops_cuda test_train_cuda test_parts_cuda test_zero_cuda test_select_cuda test_bwd_pieces bench_attention_cuda bench_fused_cuda} > "$OUTDIR/build.log" 2>&1 || { tail -60 "$OUTDIR/build.log"; exit 1; }
 fi
 rc=0
 for st in $STAGES; do
@@ -138,6 +141,10 @@ for st in $STAGES; do
       # The recipe's stages up to POL_FROM first (kept when done: a no-op on the machine that ran the recipe).
       (export SB=$B/src/sparsebalance OUT=$OUTDIR ACC_SCALE=gpu POL_SCALE=gpu ACC_DEADLINE=$((T0 + ${ACC_CALL_S:-530}))
        ACC_UNTIL=${POL_FROM:-long} bash bench/gpu/accuracy.sh && { [ ! -s runs/accuracy_gpu/final_${POL_FROM:-long} ] || bash bench/gpu/accuracy_policies.sh; }) 2>&1 | tee "$OUTDIR/policies.log" || rc=1 ;;
+    gates)
+      log "accuracy gates"
+      (export SB=$B/src/sparsebalance OUT=$OUTDIR ACC_SCALE=gpu ACC_DEADLINE=$((T0 + ${ACC_CALL_S:-530}))
+       ACC_UNTIL=${GATE_MODEL:-long} bash bench/gpu/accuracy.sh && { [ ! -s runs/accuracy_gpu/final_${GATE_MODEL:-long} ] || bash bench/gpu/accuracy_gates.sh; }) 2>&1 | tee "$OUTDIR/gates.log" || rc=1 ;;
     scaling)
       log "scaling"
       SB=$B/src/sparsebalance OUT=$OUTDIR timeout ${SCALING_TIMEOUT:-560} bash bench/gpu/gpu_scaling.sh 2>&1 | tee "$OUTDIR/scaling.log" || rc=1 ;;

@@ -11,7 +11,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 if [ "${SB_FUZZ_SECONDS:-20}" != 0 ] && [ $# -eq 0 ]; then
   SB_FUZZ_JOBS=$(nproc) bash tests/fuzz/run_fuzz.sh all "${SB_FUZZ_SECONDS:-20}"
 fi
-(cd build && ctest --output-on-failure --timeout 900 "$@")
+(cd build && ctest -j "$(nproc)" --output-on-failure --timeout 900 "$@")
 if [ "${SB_SANITIZE_TESTS:-1}" != 0 ] && [ $# -eq 0 ]; then
   bash jobs/local/test_sanitize.sh
 fi

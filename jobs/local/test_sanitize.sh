@@ -22,4 +22,4 @@ export ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0:abort_on_error=0:halt
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp:print_suppressions=0
 cd build-asan
-ctest --output-on-failure --timeout 1800 -LE slurm "$@"
+ctest -j "$(nproc)" --output-on-failure --timeout 1800 -LE slurm "$@"

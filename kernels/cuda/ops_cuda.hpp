@@ -135,7 +135,7 @@ void to_bf16(const float* x, bf16* y, size_t n, cudaStream_t stream = nullptr);
 void add_inplace(float* x, const float* y, size_t n, cudaStream_t stream = nullptr);  // x += y
 void scale_inplace(float* x, float c, size_t n, cudaStream_t stream = nullptr);     // x *= c
 // out[i] = bf16(sum over m = 0..G-1, in that order, of float(in[m * n + i])): the sum of G blocks in
-// fp32, rounded once (a sharded document's dK/dV reduce-scatter, src/parts/groups_cuda.cpp; the host
+// fp32, rounded once (a split document's dK/dV reduce-scatter, src/parts/groups_cuda.cpp; the host
 // twin sum_blocks_bf16 in src/comm/row_exchange.hpp gives the same bits).
 void sum_blocks(const bf16* in, int G, size_t n, bf16* out, cudaStream_t stream = nullptr);
 // sum of x^2 accumulated in double; synchronises `stream` and returns the value on the host.

@@ -67,7 +67,7 @@ DstItems build_items(std::span<const MicroBatch> mbs, const LatencyModel& lm, co
   std::vector<double> kept(static_cast<size_t>(S));
   for (int m = 0; m < it.n_mb; ++m) {
     const auto& mb = mbs[size_t(m)];
-    const int64_t whole = doc_len.empty() ? 0 : doc_len[size_t(m)];  // > 0: a sharded document's part
+    const int64_t whole = doc_len.empty() ? 0 : doc_len[size_t(m)];  // > 0: a split document's part
     double tokens = double(mb.tokens), pairs = 0, causal = 0;  // causal: the rows' causal blocks (dense layers)
     std::fill(kept.begin(), kept.end(), 0.0);
     double* rec = &it.rec[size_t(m) * L * S];

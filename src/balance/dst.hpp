@@ -54,14 +54,14 @@ struct DstItems {
     return n;
   }
 };
-// `doc_len` (empty, or one per micro-batch) marks this rank's parts of sharded documents (context
+// `doc_len` (empty, or one per micro-batch) marks this rank's parts of documents in parts (context
 // parallelism): doc_len[m] > 0 says mbs[m]'s segments are its pieces [begin, begin + len) of ONE
 // document of doc_len[m] tokens. A piece's rows keep their blocks of the whole document (row i has
 // i + 1 causal blocks), so its attention and recall are those rows' share, and its gating, which does
-// not depend on the budget, is its rows' (lm.shard_gating() OwnRows) or the whole document's (Whole,
+// not depend on the budget, is its rows' (lm.part_gating() OwnRows) or the whole document's (Whole,
 // every member gating it all). 0: whole sequences.
 // `fixed_extra_ms` (empty, or one per micro-batch): time a micro-batch also takes that no budget
-// changes (a sharded part's K/V exchange, shard_exchange_ms), added to its fixed_ms.
+// changes (a split part's K/V exchange, part_exchange_ms), added to its fixed_ms.
 DstItems build_items(std::span<const MicroBatch> mbs, const LatencyModel& lm, const RecallModel& rm, const DstParams& p,
                      std::span<const int64_t> doc_len = {}, std::span<const double> fixed_extra_ms = {});
 // The predicted time of items' micro-batch m with one budget per layer (each an allowed budget):

@@ -97,7 +97,7 @@ PartTimes LatencyModel::micro_batch_parts(const MicroBatch& mb, std::span<const 
 }
 
 double LatencyModel::part_gating_ms(const MicroBatch& part, int64_t doc_len) const {
-  if (shard_gating_ == ShardGating::Whole)
+  if (part_gating_ == PartGating::Whole)
     return sparse_layers_ * part_ms(Part::Gating, double(doc_len), causal_blocks(doc_len, shape_.block_size));
   double pairs = 0;
   for (const auto& s : part.segs) pairs += causal_blocks(int64_t(s.begin), int64_t(s.begin + s.len), shape_.block_size);

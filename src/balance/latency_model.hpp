@@ -23,10 +23,10 @@ namespace sb {
 enum class Part { Attention = 0, Gating = 1, Linear = 2, AllReduce = 3 };
 const char* part_name(Part p);
 
-// How a member of a sharded document's group gates it (context parallelism): OwnRows, only its own
-// query blocks, its gating split with its rows (the CPU engine, src/model/shard_attention.cpp);
-// Whole, the whole document, every member a full copy (the CUDA engine, shard_attention_cuda.cpp).
-enum class ShardGating { Whole, OwnRows };
+// How a member of a split document's group gates it (context parallelism): OwnRows, only its own
+// query blocks, its gating split with its rows (the CPU engine, src/model/part_attention.cpp);
+// Whole, the whole document, every member a full copy (the CUDA engine, part_attention_cuda.cpp).
+enum class PartGating { Whole, OwnRows };
 
 struct ModelShape {
   int n_layers = 1;
@@ -67,11 +67,11 @@ class LatencyModel {
   double correction(Part part) const { return p_.correction[int(part)]; }
   void set_device(const std::string& d) { p_.device = d; }
   void set_ema(double ema) { ema_ = ema; }  // balance.ema
-  // A plain option of the costs of sharded documents (shard_cost, shard_gating_ms, build_items),
+  // A plain option of the costs of documents in parts (split_cost, part_gating_ms, build_items),
   // not saved with the profile: the trainer sets it from train.device, simulate from its config.
-  void set_shard_gating(ShardGating g) { shard_gating_ = g; }
-  ShardGating shard_gating() const { return shard_gating_; }
-  // Hybrid layers (attention.dense_layers), a plain option as shard gating: dense (n_layers flags, or
+  void set_part_gating(PartGating g) { part_gating_ = g; }
+  PartGating part_gating() const { return part_gating_; }
+  // Hybrid layers (attention.dense_layers), a plain option as part gating: dense (n_layers flags, or
   // empty: none) marks the layers that keep every causal block and do not gate. Every cost below
   // counts those layers dense (attention over the causal blocks, no gating) whatever the budget;
   // DST tunes only the others. Throws when the size is neither 0 nor n_layers.
@@ -86,12 +86,12 @@ class LatencyModel {
   double kept_blocks(int64_t len, int k) const;
   // Causal block pairs of one sequence (what dense attention and gating touch).
   static double causal_blocks(int64_t len, int block_size);
-  // Those of its query blocks over rows [b, e) (b on the block grid): a shard member's own rows.
+  // Those of its query blocks over rows [b, e) (b on the block grid): a group member's own rows.
   static double causal_blocks(int64_t b, int64_t e, int block_size) {
     return causal_blocks(e, block_size) - causal_blocks(b, block_size);
   }
-  // The gating (all layers) of one member's part of a sharded document of doc_len tokens (`part`'s
-  // segments: its rows [begin, begin + len)), as shard_gating() says the engine runs it: its own
+  // The gating (all layers) of one member's part of a split document of doc_len tokens (`part`'s
+  // segments: its rows [begin, begin + len)), as part_gating() says the engine runs it: its own
   // rows' block pairs (OwnRows) or the whole document's (Whole).
   double part_gating_ms(const MicroBatch& part, int64_t doc_len) const;
 
@@ -138,7 +138,7 @@ class LatencyModel {
   ModelShape shape_;
   LatencyProfile p_;
   double ema_ = 0.3;
-  ShardGating shard_gating_ = ShardGating::Whole;
+  PartGating part_gating_ = PartGating::Whole;
   std::vector<uint8_t> dense_;  // (n_layers) or empty
   int sparse_layers_ = 0;
 };

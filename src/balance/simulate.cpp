@@ -19,7 +19,7 @@ double now_ms() {
 
 struct Acc {
   double makespan = 0, imbalance = 0, bubble = 0, rec = 0, weight = 0, plan_ms = 0, make_plan_ms = 0, gap = 0, planned = 0;
-  int shard_k_lo = 0, shard_k_hi = 0;
+  int part_k_lo = 0, part_k_hi = 0;
   double mean = 0, exchange = 0, extra = 0;
 };
 
@@ -31,7 +31,7 @@ uint64_t splitmix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// A sharded part's predicted time with every layer at budget k (DST's costing: build_items with the
+// A split part's predicted time with every layer at budget k (DST's costing: build_items with the
 // document's length), without its exchange.
 double part_cost(const LatencyModel& lm, const RecallModel& rm, const DstParams& p, const MicroBatch& mb, int64_t doc_len, int k) {
   DstParams one = p;
@@ -42,18 +42,18 @@ double part_cost(const LatencyModel& lm, const RecallModel& rm, const DstParams&
 
 }  // namespace
 
-ShardParts shard_parts(std::span<const ShardGroup> groups, int ranks, const LatencyModel& lm, int k0, double kv_bytes_per_token,
+SplitParts split_parts(std::span<const PartGroup> groups, int ranks, const LatencyModel& lm, int k0, double kv_bytes_per_token,
                        double* member_ms) {
-  ShardParts out;
+  SplitParts out;
   out.mbs.resize(size_t(ranks)), out.doc_len.resize(size_t(ranks)), out.exchange_ms.resize(size_t(ranks));
   const ModelShape& sh = lm.shape();
   const double tc = token_cost(lm);
-  for (const ShardGroup& g : groups) {
+  for (const PartGroup& g : groups) {
     const double t0 = member_ms ? now_ms() : 0;
     const auto pieces = split_document(int64_t(g.len), g.ranks, sh.block_size,
                                        block_costs(int64_t(g.len), sh.block_size, true, k0, sh.local_blocks, tc, lm.dense_share()));
     if (member_ms) *member_ms += (now_ms() - t0) * g.ranks;
-    const double x = shard_exchange_ms(lm, int64_t(g.len), g.ranks, kv_bytes_per_token);
+    const double x = part_exchange_ms(lm, int64_t(g.len), g.ranks, kv_bytes_per_token);
     for (int i = 0; i < g.ranks; ++i) {
       const size_t r = size_t(g.first + i);
       out.mbs[r].push_back(piece_batch(g.doc, pieces[size_t(i)]));
@@ -103,34 +103,34 @@ SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallMod
     for (const auto& [id, len] : docs) {
       const double c = lm.segment_cost(int64_t(len), out.k_lo);
       sum_whole += c, max_whole = std::max(max_whole, c), whole_k0 += lm.segment_cost(int64_t(len), cfg.dst.k0);
-      if (cfg.shard_long && int64_t(len) > cfg.capacity)  // on ceil(len / capacity) members at least, each exchanging
+      if (cfg.split_long && int64_t(len) > cfg.capacity)  // on ceil(len / capacity) members at least, each exchanging
         if (const int G = int((int64_t(len) + cfg.capacity - 1) / cfg.capacity); G <= R)
-          floor_x += G * shard_exchange_ms(lm, int64_t(len), G, cfg.kv_bytes_per_token),
-              floor_g += (G - 1) * shard_gating_ms(lm, int64_t(len));
+          floor_x += G * part_exchange_ms(lm, int64_t(len), G, cfg.kv_bytes_per_token),
+              floor_g += (G - 1) * part_gating_ms(lm, int64_t(len));
     }
     out.token_bound += sum_whole / R / cfg.steps;
     out.token_bound_k0 += whole_k0 / R / cfg.steps;
     out.token_bound_k0_exchange += (whole_k0 + floor_x) / R / cfg.steps;
     out.token_bound_k0_floor += (whole_k0 + floor_x + floor_g) / R / cfg.steps;
     out.whole_doc_bound += std::max(sum_whole / R, max_whole) / cfg.steps;
-    // Sharding: the long documents leave the plan; their groups are placed per batching below.
+    // Splitting: the long documents leave the plan; their groups are placed per batching below.
     std::vector<std::pair<uint64_t, uint64_t>> short_docs = docs;
-    double shard_sum_lo = 0, shard_max_lo = 0, shard_sum_k0 = 0, shard_max_k0 = 0;
-    if (cfg.shard_long) {
+    double part_sum_lo = 0, part_max_lo = 0, part_sum_k0 = 0, part_max_k0 = 0;
+    if (cfg.split_long) {
       std::vector<double> ignored;
       const auto groups = place_long_docs(short_docs, cfg.capacity, R, Batching::Tokens, lm, cfg.dst.k0, cfg.kv_bytes_per_token,
-                                          cfg.shard_docs, ignored, cfg.shard_part);
-      const ShardParts sp = shard_parts(groups, R, lm, cfg.dst.k0, cfg.kv_bytes_per_token);
+                                          cfg.split_docs, ignored, cfg.part_share);
+      const SplitParts sp = split_parts(groups, R, lm, cfg.dst.k0, cfg.kv_bytes_per_token);
       for (int r = 0; r < R; ++r)  // each member's part as DST costs it (its rows of the whole document), plus the exchange
         for (size_t i = 0; i < sp.mbs[size_t(r)].size(); ++i) {
           const MicroBatch& mb = sp.mbs[size_t(r)][i];
           const int64_t n = sp.doc_len[size_t(r)][i];
           const double x = sp.exchange_ms[size_t(r)][i];
           const double lo = part_cost(lm, rm, cfg.dst, mb, n, out.k_lo) + x, at_k0 = part_cost(lm, rm, cfg.dst, mb, n, cfg.dst.k0) + x;
-          shard_sum_lo += lo, shard_max_lo = std::max(shard_max_lo, lo);
-          shard_sum_k0 += at_k0, shard_max_k0 = std::max(shard_max_k0, at_k0);
+          part_sum_lo += lo, part_max_lo = std::max(part_max_lo, lo);
+          part_sum_k0 += at_k0, part_max_k0 = std::max(part_max_k0, at_k0);
         }
-      out.sharded_per_step += double(groups.size()) / cfg.steps;
+      out.split_per_step += double(groups.size()) / cfg.steps;
     }
     auto segs = make_segments(short_docs, cfg.capacity, cfg.reject_long);
     out.docs_per_step += double(docs.size()) / cfg.steps;
@@ -141,27 +141,27 @@ SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallMod
       double c = lm.segment_cost(int64_t(s.len), out.k_lo), c0 = lm.segment_cost(int64_t(s.len), cfg.dst.k0);
       sum_lo += c, max_lo = std::max(max_lo, c), sum_k0 += c0, max_k0 = std::max(max_k0, c0);
     }
-    double lb = std::max((sum_lo + shard_sum_lo) / R, std::max(max_lo, shard_max_lo));
+    double lb = std::max((sum_lo + part_sum_lo) / R, std::max(max_lo, part_max_lo));
     out.lower_bound += lb / cfg.steps;
-    out.lower_bound_k0 += std::max((sum_k0 + shard_sum_k0) / R, std::max(max_k0, shard_max_k0)) / cfg.steps;
+    out.lower_bound_k0 += std::max((sum_k0 + part_sum_k0) / R, std::max(max_k0, part_max_k0)) / cfg.steps;
 
     for (int bi = 0; bi < 4; ++bi) {
       double t0 = now_ms();
-      // The sharded documents' groups, placed in this batching's cost units, are the plan's preload.
+      // The split documents' groups, placed in this batching's cost units, are the plan's preload.
       // The cuts of the groups' documents: each rank cuts its own (the trainer's plan step), planning time too.
       std::vector<double> preload;
-      std::vector<ShardGroup> groups;
-      if (cfg.shard_long) {
+      std::vector<PartGroup> groups;
+      if (cfg.split_long) {
         std::vector<std::pair<uint64_t, uint64_t>> rest = docs;
-        groups = place_long_docs(rest, cfg.capacity, R, batchings[bi], lm, cfg.dst.k0, cfg.kv_bytes_per_token, cfg.shard_docs,
-                                 preload, cfg.shard_part);
+        groups = place_long_docs(rest, cfg.capacity, R, batchings[bi], lm, cfg.dst.k0, cfg.kv_bytes_per_token, cfg.split_docs,
+                                 preload, cfg.part_share);
       }
       Plan plan = make_plan(segs, R, cfg.micro_batches, cfg.capacity, batchings[bi], lm, cfg.dst.k0, cfg.plan, preload);
       double plan_ms = now_ms() - t0, cut_ms = 0;
-      const ShardParts parts = shard_parts(groups, R, lm, cfg.dst.k0, cfg.kv_bytes_per_token, &cut_ms);
+      const SplitParts parts = split_parts(groups, R, lm, cfg.dst.k0, cfg.kv_bytes_per_token, &cut_ms);
       plan_ms += cut_ms / R;
-      double whole_sharded = 0;  // the sharded documents' whole cost at k0
-      for (const ShardGroup& g : groups) whole_sharded += lm.segment_cost(int64_t(g.len), cfg.dst.k0);
+      double whole_split = 0;  // the split documents' whole cost at k0
+      for (const PartGroup& g : groups) whole_split += lm.segment_cost(int64_t(g.len), cfg.dst.k0);
       if (cfg.plan.group_ranks > 0 && cfg.plan.group_ranks < R && batchings[bi] != Batching::Sequential) {
         // Two-level plan: one real rank computes only its group's part (tested equal to the plan's).
         const int me = int((uint64_t(step) * 7919u) % uint64_t(R));
@@ -174,7 +174,7 @@ SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallMod
         p.tuning = tunings[ti];
         // Every modelled rank: its items and summary (what each real rank computes for itself).
         double t1 = now_ms();
-        // A rank's sharded parts follow its planned micro-batches, costed as the trainer costs them.
+        // A rank's split parts follow its planned micro-batches, costed as the trainer costs them.
         std::vector<DstItems> items(static_cast<size_t>(R));
         std::vector<RankSummary> sums(static_cast<size_t>(R));
         std::vector<MicroBatch> mine;
@@ -224,13 +224,13 @@ SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallMod
             double ms = 0;
             if (size_t(m) < n_planned) {
               ms = lm.micro_batch_ms(plan.ranks[size_t(r)][size_t(m)], k);
-            } else {  // a sharded part: its rows of the whole document at its budgets, then the exchange
+            } else {  // a split part: its rows of the whole document at its budgets, then the exchange
               const double x = parts.exchange_ms[size_t(r)][size_t(m) - n_planned];
               ms = item_ms(it, m, k);  // the exchange included
               a.exchange += x / R / cfg.steps, a.extra += (ms - x) / R / cfg.steps;
               for (int kl : k) {
-                a.shard_k_lo = a.shard_k_lo ? std::min(a.shard_k_lo, kl) : kl;
-                a.shard_k_hi = std::max(a.shard_k_hi, kl);
+                a.part_k_lo = a.part_k_lo ? std::min(a.part_k_lo, kl) : kl;
+                a.part_k_hi = std::max(a.part_k_hi, kl);
               }
             }
             if (cfg.noise > 0) {
@@ -244,7 +244,7 @@ SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallMod
         }
         double mk = *std::max_element(t.begin(), t.end()), sum = 0;
         for (double x : t) sum += x;
-        a.mean += sum / R / cfg.steps, a.extra -= whole_sharded / R / cfg.steps;
+        a.mean += sum / R / cfg.steps, a.extra -= whole_split / R / cfg.steps;
         a.makespan += mk, a.imbalance += mk / (sum / R), a.bubble += (R * mk - sum) / (R * mk);
         a.rec += rec, a.weight += weight;
         a.plan_ms += plan_ms + own_ms + target_ms + tune_ms, a.make_plan_ms += plan_ms;
@@ -261,7 +261,7 @@ SimResult simulate(const SimConfig& cfg, const LatencyModel& lm, const RecallMod
       pr.makespan = a.makespan / S, pr.imbalance = a.imbalance / S, pr.bubble = a.bubble / S;
       pr.recall = a.weight > 0 ? a.rec / a.weight : 1.0;
       pr.plan_ms = a.plan_ms / S, pr.make_plan_ms = a.make_plan_ms / S, pr.gap_lb = a.gap / S, pr.planned_imbalance = a.planned / S;
-      pr.shard_k_lo = a.shard_k_lo, pr.shard_k_hi = a.shard_k_hi;
+      pr.part_k_lo = a.part_k_lo, pr.part_k_hi = a.part_k_hi;
       pr.mean_ms = a.mean, pr.exchange_ms = a.exchange, pr.split_extra_ms = a.extra;
       out.policies.push_back(pr);
     }

@@ -8,6 +8,7 @@
 #include "src/comm/comm.hpp"
 #include "src/hf/hf_lora.hpp"
 #include "base/error.hpp"
+#include "src/train/batch.hpp"
 #include "src/train/diagnose.hpp"
 #include "src/train/evaluate.hpp"
 
@@ -48,7 +49,7 @@ static int run_eval(const Args& args) {
   Config cfg = args.positional.empty() ? Config::from_text(ck.config_toml, ck_path + " (stored config)") : base;
   if (args.positional.empty())
     for (const auto& s : args.sets) cfg.set(s.substr(0, s.find('=')), s.substr(s.find('=') + 1), "--set " + s);
-  Dataset ds = Dataset::open(data_settings(cfg).path);
+  Dataset ds = open_data(data_settings(cfg));  // data.path, or data.sources' mixture
   const Settings st = from_config(cfg, ds.vocab_size());
   Model<float> model(st.model);
   if (const LoraBaseRef ref = read_lora_base_ref(ck_path); !ref.xxh64.empty()) {
@@ -96,6 +97,20 @@ static int run_eval(const Args& args) {
   std::printf("eval %s (step %lld): %lld docs, %lld tokens\n", ck_path.c_str(), static_cast<long long>(ck.step),
               static_cast<long long>(r.docs), static_cast<long long>(r.tokens));
   std::printf("  loss dense %.4f | sparse %.4f\n", r.dense.loss(), r.sparse.loss());
+  if (!st.data.sources.empty()) {  // a mixture: the loss of each source's validation documents
+    nlohmann::json sources = nlohmann::json::array();
+    auto avg = [](double s, int64_t n) { return n ? s / double(n) : 0.0; };
+    for (size_t i = 0; i < st.data.sources.size(); ++i) {
+      const double dense = avg(r.dense.source_loss[i], r.dense.source_targets[i]),
+                   sparse = avg(r.sparse.source_loss[i], r.sparse.source_targets[i]);
+      sources.push_back({{"path", st.data.sources[i].path}, {"weight", st.data.sources[i].weight},
+                         {"docs", r.source_docs[i]}, {"targets", r.dense.source_targets[i]}, {"loss", dense},
+                         {"loss_sparse", sparse}});
+      std::printf("  source %zu %s: %lld docs, loss dense %.4f | sparse %.4f\n", i, st.data.sources[i].path.c_str(),
+                  static_cast<long long>(r.source_docs[i]), dense, sparse);
+    }
+    j["sources"] = sources;
+  }
   if (r.masked) {  // loss masks: the loss over the trained targets (dense), exact match per record
     j["loss_masked"] = r.masked_loss(), j["targets_masked"] = r.masked_targets;
     std::printf("  loss over trained targets (loss mask) %.4f (%lld targets)\n", r.masked_loss(),
@@ -155,7 +170,8 @@ Command cmd_eval() {
           "over the synthetic tasks' answer spans (teacher-forced), with dense and with sparse attention\n"
           "(attention.k, attention.theta). Data with loss masks (prompt/response or chat records, prep synth\n"
           "--mask answers) also get span_accuracy: a record is right when every trained target is the greedy\n"
-          "prediction. Without CONFIG the checkpoint's stored config is used. --diagnose PATH: where sparse\n"
+          "prediction. A mixture (data.sources) also gets the loss of each source (JSON \"sources\").\n"
+          "Without CONFIG the checkpoint's stored config is used. --diagnose PATH: where sparse\n"
           "attention loses the synthetic tasks' retrieval, per layer and kv head (bench/analysis/diagnose_table.py).\n"
           "A LoRA checkpoint is evaluated merged onto its base (src/model/README.md, \"LoRA\"; --base PATH).\n",
           {{"checkpoint", 1, "checkpoint file, or 'latest' in checkpoint.dir", "PATH"},

@@ -100,13 +100,20 @@ int inspect_checkpoint(const std::string& path, bool json) {
                       {"parameters", ck.params.size()}, {"tensors", tensors}, {"data_epoch", ck.data_epoch},
                       {"data_cursor", ck.data_cursor}, {"checksum", "verified"}, {"latency_model", lat},
                       {"config", ck.config_toml}};
+  if (!ck.source_epochs.empty()) j["sources"] = {{"epoch", ck.source_epochs}, {"index", ck.source_indexes}, {"draws", ck.data_draws}};
   if (json) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
   std::printf("%s: SparseBalance checkpoint, checksum verified\n", path.c_str());
-  std::printf("  step %lld, written by %lld rank(s), data cursor epoch %lld doc %lld\n", static_cast<long long>(ck.step),
-              static_cast<long long>(ck.ranks), static_cast<long long>(ck.data_epoch), static_cast<long long>(ck.data_cursor));
+  std::printf("  step %lld, written by %lld rank(s)", static_cast<long long>(ck.step), static_cast<long long>(ck.ranks));
+  if (ck.source_epochs.empty())  // data.path: one cursor; a mixture: one per source, below
+    std::printf(", data cursor epoch %lld doc %lld", static_cast<long long>(ck.data_epoch), static_cast<long long>(ck.data_cursor));
+  std::printf("\n");
+  for (size_t i = 0; i < ck.source_epochs.size(); ++i)  // data.sources: each source's own cursor
+    std::printf("  data source %zu: epoch %lld doc %lld%s\n", i, static_cast<long long>(ck.source_epochs[i]),
+                static_cast<long long>(ck.source_indexes[i]),
+                i + 1 == ck.source_epochs.size() ? (" (" + std::to_string(ck.data_draws) + " documents drawn)").c_str() : "");
   std::printf("  %zu parameters in %zu tensors (+ AdamW moments m, v):\n", ck.params.size(), ck.tensors.size());
   for (const auto& t : ck.tensors) {
     std::string shape;
@@ -151,9 +158,24 @@ int inspect_metrics(const std::string& path, bool json) {
                      {"makespan_ms", s.makespan_ms}, {"tokens_per_s", s.tokens_per_s}, {"imbalance", s.imbalance},
                      {"bubble", s.bubble}, {"density", s.density}, {"recall", s.recall}, {"plan_ms", s.plan_ms},
                      {"pred_error", s.pred_error}, {"skipped", s.skipped}});
+  // data.sources (/sources): each source's documents and tokens over the logged steps, and their shares.
+  nlohmann::json sources = nlohmann::json::array();
+  const int S = t.n_sources;
+  std::vector<int64_t> docs(size_t(S), 0), tokens(size_t(S), 0);
+  int64_t all_docs = 0, all_tokens = 0;
+  for (size_t s = 0; s < n && S > 0; ++s)
+    for (int i = 0; i < S; ++i) {
+      const SourceRow& x = t.sources[s * size_t(S) + size_t(i)];
+      docs[size_t(i)] += x.docs, tokens[size_t(i)] += x.tokens, all_docs += x.docs, all_tokens += x.tokens;
+    }
+  for (int i = 0; i < S; ++i)
+    sources.push_back({{"source", i}, {"docs", docs[size_t(i)]}, {"tokens", tokens[size_t(i)]},
+                       {"share_docs", all_docs ? double(docs[size_t(i)]) / double(all_docs) : 0.0},
+                       {"share_tokens", all_tokens ? double(tokens[size_t(i)]) / double(all_tokens) : 0.0}});
   if (json) {
-    std::printf("%s\n", nlohmann::json({{"path", path}, {"format", "sparsebalance-metrics"}, {"steps", steps},
-                                        {"ranks", ranks}}).dump(2).c_str());
+    nlohmann::json j = {{"path", path}, {"format", "sparsebalance-metrics"}, {"steps", steps}, {"ranks", ranks}};
+    if (S > 0) j["sources"] = sources;
+    std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
   std::printf("%s: SparseBalance metrics log, %zu steps x %d ranks\n", path.c_str(), n, R);
@@ -171,6 +193,13 @@ int inspect_metrics(const std::string& path, bool json) {
     std::printf("  %5d %11.1f %9.1f %13.1f %7.2f %6.3f %6.3f\n", r["rank"].get<int>(), r["compute_ms"].get<double>(),
                 r["idle_ms"].get<double>(), r["predicted_ms"].get<double>(), r["mean_budget"].get<double>(),
                 r["density"].get<double>(), r["recall"].get<double>());
+  if (S > 0) {
+    std::printf("  per data source (data.sources, over the logged steps):\n  %6s %9s %11s %10s %12s\n", "source", "docs",
+                "tokens", "share_docs", "share_tokens");
+    for (const auto& x : sources)
+      std::printf("  %6d %9lld %11lld %10.3f %12.3f\n", x["source"].get<int>(), static_cast<long long>(x["docs"].get<int64_t>()),
+                  static_cast<long long>(x["tokens"].get<int64_t>()), x["share_docs"].get<double>(), x["share_tokens"].get<double>());
+  }
   return 0;
 }
 

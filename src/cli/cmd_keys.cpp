@@ -43,15 +43,18 @@ static int run_keys(const Args& args) {
     throw Error("sparsebalance keys: takes no CONFIG or other argument (got '" + args.positional[0] +
                 "'); it lists every key with its default");
   const bool md = args.has("markdown");
-  const char* types[] = {"int", "float", "bool", "string"};
+  const char* types[] = {"int", "float", "bool", "string", "list"};
   if (md) std::printf("%s| key | type | default | allowed | meaning |\n|---|---|---|---|---|\n", kMarkdownHeader);
   for (const auto& k : config_schema()) {
+    std::string help = k.help;  // former names, still read (KeySpec::old_key, old_choices)
+    if (!k.old_key.empty()) help += " (former name `" + k.old_key + "`, still read)";
+    for (const auto& [old, now] : k.old_choices) help += " (`\"" + old + "\"`, the former name of `\"" + now + "\"`, still read)";
     std::string def = k.type == KeyType::String ? "\"" + k.def + "\"" : k.def;
     if (md)
       std::printf("| `%s` | %s | `%s` | %s | %s |\n", k.key.c_str(), types[int(k.type)], def.c_str(), bounds(k).c_str(),
-                  k.help.c_str());
+                  help.c_str());
     else
-      std::printf("%-32s %-6s %-22s %s\n", k.key.c_str(), types[int(k.type)], def.c_str(), k.help.c_str());
+      std::printf("%-32s %-6s %-22s %s\n", k.key.c_str(), types[int(k.type)], def.c_str(), help.c_str());
   }
   return 0;
 }

@@ -5,6 +5,7 @@
 #include "base/error.hpp"
 #include "io/shard.hpp"
 #include "src/cli/args.hpp"
+#include "src/train/batch.hpp"
 #include "src/train/memory_plan.hpp"
 
 namespace sb {
@@ -26,7 +27,7 @@ static int run_memory(const Args& args) {
   int64_t vocab = 0;  // model.vocab_size = 0 takes the data's: read from data.path when it is there
   if (cfg.i("model.vocab_size") == 0) {
     try {
-      vocab = Dataset::open(data_settings(cfg).path).vocab_size();
+      vocab = open_data(data_settings(cfg)).vocab_size();  // data.path, or data.sources' mixture
     } catch (const std::exception& e) {
       throw Error("memory: model.vocab_size = 0 takes the vocabulary of data.path, which could not be read (" +
                   std::string(e.what()) + "); set model.vocab_size");

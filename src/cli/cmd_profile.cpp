@@ -7,6 +7,7 @@
 #include "io/shard.hpp"
 #include "src/cli/args.hpp"
 #include "base/error.hpp"
+#include "src/train/batch.hpp"
 #include "src/train/profile.hpp"
 
 namespace sb {
@@ -17,7 +18,7 @@ static int run_profile(const Args& args) {
   std::string out = args.get("output");
   if (out.empty()) throw Error("profile: --output FILE.h5 is required");
   // The vocabulary comes from the data when model.vocab_size = 0 (the LM head's cost depends on it).
-  const int64_t data_vocab = cfg.i("model.vocab_size") == 0 ? Dataset::open(data_settings(cfg).path).vocab_size() : 0;
+  const int64_t data_vocab = cfg.i("model.vocab_size") == 0 ? open_data(data_settings(cfg)).vocab_size() : 0;
   ProfileReport r = profile_machine(from_config(cfg, data_vocab), comm, args.has("quick"));
   if (!comm.root()) return 0;
   LatencyProfile p = r.model.profile();

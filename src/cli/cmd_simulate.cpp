@@ -31,7 +31,7 @@ int run_simulate(const Args& args) {
     lm.set_coeffs(Part::Gating, {0, 0, ss.gating_ns_per_pair * 1e-6});
   }
   lm.set_ema(ss.ema);
-  lm.set_shard_gating(ss.shard_gating);  // as the engine of train.device gates sharded documents
+  lm.set_part_gating(ss.part_gating);  // as the engine of train.device gates documents in parts
   // hybrid layers: costed dense, not tuned (the profile's n_layers, or simulate.n_layers)
   lm.set_dense_layers(parse_dense_layers(ss.dense_layers, lm.shape().n_layers,
                                          profile.empty() ? "simulate.n_layers" : "n_layers of profile " + profile));
@@ -54,11 +54,11 @@ int run_simulate(const Args& args) {
     if (sc.plan.group_ranks > 0 && sc.plan.group_ranks < sc.ranks)
       std::printf("two-level plan: groups of %d ranks (sequential stays one-level); plan_ms counts one rank's group plan\n", sc.plan.group_ranks);
     std::printf("per step: %.0f documents, %.0f segments, %.3g tokens", res.docs_per_step, res.segments_per_step, res.tokens_per_step);
-    if (sc.shard_long) std::printf(", %.1f documents sharded", res.sharded_per_step);
+    if (sc.split_long) std::printf(", %.1f documents split", res.split_per_step);
     std::printf("\n");
-    if (sc.shard_long && res.sharded_per_step > 0) {  // DST tunes the parts per member, as in train
+    if (sc.split_long && res.split_per_step > 0) {  // DST tunes the parts per member, as in train
       const PolicyResult& d = res.policies.back();  // sparse+dst
-      std::printf("sharded parts' budgets under %s: k in [%d, %d]\n", d.name.c_str(), d.shard_k_lo, d.shard_k_hi);
+      std::printf("split parts' budgets under %s: k in [%d, %d]\n", d.name.c_str(), d.part_k_lo, d.part_k_hi);
       const PolicyResult& f = res.policies[res.policies.size() - 2];  // sparse+fixed
       std::printf("%s per rank: mean %.1f ms, of it exchange %.1f ms and parts beyond their documents' cost %.1f ms\n",
                   f.name.c_str(), f.mean_ms, f.exchange_ms, f.split_extra_ms);
@@ -75,8 +75,8 @@ int run_simulate(const Args& args) {
                 "beats it)\n", res.token_bound, res.whole_doc_bound);
     std::printf("token-level bound at k0 %.1f ms (fixed budgets), with the unavoidable exchange %.1f ms (documents over capacity "
                 "on their fewest members)\n", res.token_bound_k0, res.token_bound_k0_exchange);
-    if (sc.shard_long)
-      std::printf("and with those members' gating beyond their share (shard_gating_ms) %.1f ms (what sharded plans can reach)\n",
+    if (sc.split_long)
+      std::printf("and with those members' gating beyond their share (part_gating_ms) %.1f ms (what split plans can reach)\n",
                   res.token_bound_k0_floor);
   }
   if (args.has("summary") && comm.root()) {
@@ -85,13 +85,13 @@ int run_simulate(const Args& args) {
       j["policies"][p.name] = {{"makespan", p.makespan}, {"imbalance", p.imbalance}, {"bubble", p.bubble},
                                {"recall", p.recall}, {"speedup", p.speedup}, {"plan_ms", p.plan_ms},
                                {"make_plan_ms", p.make_plan_ms}, {"vs_lower_bound", p.gap_lb},
-                               {"shard_k_lo", p.shard_k_lo}, {"shard_k_hi", p.shard_k_hi},
-                               {"mean_ms", p.mean_ms}, {"shard_exchange_ms", p.exchange_ms}, {"shard_split_extra_ms", p.split_extra_ms}};
+                               {"part_k_lo", p.part_k_lo}, {"part_k_hi", p.part_k_hi},
+                               {"mean_ms", p.mean_ms}, {"part_exchange_ms", p.exchange_ms}, {"part_split_extra_ms", p.split_extra_ms}};
     j["lower_bound"] = res.lower_bound, j["lower_bound_k0"] = res.lower_bound_k0, j["k_lo"] = res.k_lo;
     j["token_bound"] = res.token_bound, j["whole_doc_bound"] = res.whole_doc_bound;
     j["token_bound_k0"] = res.token_bound_k0, j["token_bound_k0_exchange"] = res.token_bound_k0_exchange;
     j["token_bound_k0_floor"] = res.token_bound_k0_floor;
-    j["sharded_per_step"] = res.sharded_per_step;
+    j["split_per_step"] = res.split_per_step;
     j["ranks"] = sc.ranks, j["micro_batches"] = sc.micro_batches, j["preset"] = preset_name(sc.preset), j["steps"] = sc.steps;
     j["seed"] = sc.seed, j["target"] = target_name(sc.dst.target), j["attention_share"] = res.attention_share;
     j["docs_per_step"] = res.docs_per_step, j["segments_per_step"] = res.segments_per_step;

@@ -35,6 +35,19 @@ static int64_t positive_flag(const Args& args, const std::string& flag) {
   return x;
 }
 
+// The summary's "sources" (data.sources): each source's documents and tokens drawn over the steps
+// this run ran, their shares of all drawn, and the weight (normalised) they were drawn by.
+static nlohmann::json sources_json(const DataSettings& d, const TrainResult& r) {
+  int64_t docs = 0, tokens = 0;
+  for (size_t i = 0; i < r.source_docs.size(); ++i) docs += r.source_docs[i], tokens += r.source_tokens[i];
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t i = 0; i < r.source_docs.size(); ++i)
+    out.push_back({{"path", d.sources[i].path}, {"weight", d.sources[i].weight}, {"docs", r.source_docs[i]},
+                   {"tokens", r.source_tokens[i]}, {"share_docs", docs ? double(r.source_docs[i]) / double(docs) : 0.0},
+                   {"share_tokens", tokens ? double(r.source_tokens[i]) / double(tokens) : 0.0}});
+  return out;
+}
+
 static int run_train(const Args& args) {
   if (args.positional.size() > 1) throw Error("train: expected at most one config file, got " + std::to_string(args.positional.size()));
   Config cfg = Config::load(args.positional.empty() ? "" : args.positional[0], args.sets);
@@ -117,13 +130,20 @@ static int run_train(const Args& args) {
   if (comm.root()) {
     if (r.last_step < r.first_step)  // resumed at or past train.steps
       std::printf("done: nothing to do: the checkpoint is at step %lld and train.steps = %lld (raise train.steps to go on)\n",
-                  static_cast<long long>(r.first_step - 1), static_cast<long long>(cfg.i("train.steps")));
+                  static_cast<long long>(r.first_step - 1), static_cast<long long>(trainer.settings().train.steps));
     else {
       std::printf("done: steps %lld..%lld, loss %.4f -> %.4f, %.0f tok/s, mean imbalance %.3f",
                   static_cast<long long>(r.first_step), static_cast<long long>(r.last_step), r.first_loss, r.last_loss,
                   r.tokens_per_s, r.mean_imbalance);
       if (r.mfu > 0) std::printf(", mfu %.1f%%", 100 * r.mfu);  // a peak is known (train.peak_tflops or cuda)
       if (r.peak_mem_gib > 0) std::printf(", peak device memory %.2f GiB", r.peak_mem_gib);
+      std::printf("\n");
+    }
+    if (!r.source_docs.empty()) {  // data.sources: what the steps drew from each source against its weight
+      std::printf("data mixture (documents drawn, share against weight):");
+      for (const auto& x : sources_json(data_settings(cfg), r))
+        std::printf(" %s %lld (%.3f / %.3f)", x["path"].get<std::string>().c_str(),
+                    static_cast<long long>(x["docs"].get<int64_t>()), x["share_docs"].get<double>(), x["weight"].get<double>());
       std::printf("\n");
     }
     std::printf("checkpoint: %s\nmetrics log: %s\ninspect them: sparsebalance inspect %s ; sparsebalance inspect %s\n",
@@ -156,6 +176,7 @@ static int run_train(const Args& args) {
                           {"stopped_early", r.stopped_early},
                           {"checkpoint", r.checkpoint},
                           {"log", r.log}};
+      if (!r.source_docs.empty()) j["sources"] = sources_json(data_settings(cfg), r);
       write_summary(args.get("summary"), j);
     }
   }
@@ -167,9 +188,9 @@ Command cmd_train() {
           "train a model (MPI data parallel, SparseBalance)",
           "train [CONFIG.toml] [--set key=value]... [--resume [PATH|latest]] [--init-from PATH] [--stop-at STEP]\n"
           "      [--summary PATH]\n\n"
-          "Trains on the shards of data.path for train.steps steps. Every step: plan (batching), predict,\n"
-          "exchange, tune (DST), compute, reduce, update, measure, record. Writes checkpoints to\n"
-          "checkpoint.dir every checkpoint.every steps and a metrics log to log.path.\n"
+          "Trains on the shards of data.path (or the weighted mixture data.sources) for train.steps steps.\n"
+          "Every step: plan (batching), predict, exchange, tune (DST), compute, reduce, update, measure, record.\n"
+          "Writes checkpoints to checkpoint.dir every checkpoint.every steps and a metrics log to log.path.\n"
           "--resume continues from a checkpoint (latest in checkpoint.dir when no PATH is given) with\n"
           "the same results as an uninterrupted run. SIGUSR1/SIGTERM: finish the step, checkpoint, exit 0.\n"
           "--init-from starts from the weights of an HF directory or a checkpoint (io/SAFETENSORS.md) with a\n"

@@ -82,7 +82,7 @@ struct OwnerPiece {
 std::vector<OwnerPiece> owner_pieces(size_t n, Slice range, size_t bucket, int ranks);
 
 // A group of ranks cut out of MPI_COMM_WORLD (MPI_Comm_split): the context-parallel group of a
-// sharded document (src/parts/groups.hpp). Collective over every rank of the world to create;
+// split document (src/parts/groups.hpp). Collective over every rank of the world to create;
 // a rank passing color < 0 belongs to none (valid() is false).
 class Group {
  public:
@@ -97,7 +97,7 @@ class Group {
   int size() const { return size_; }
   MPI_Comm mpi() const { return comm_; }  // the point-to-point of src/comm/row_exchange.hpp, NCCL's id
   // Every member's `mine` (counts[r] values for member r) into `all` (sum of counts), member order.
-  // (Rows of sharded documents move by row plans instead: src/comm/row_exchange.hpp.)
+  // (Rows of documents in parts move by row plans instead: src/comm/row_exchange.hpp.)
   void allgatherv(std::span<const int32_t> mine, std::span<int32_t> all, std::span<const int> counts) const;
   // Every member's x, in member order.
   std::vector<int> allgather(int x) const;

@@ -1,4 +1,4 @@
-// NCCL for a sharded document's group (context parallelism, one GPU per rank): the RowTransport of
+// NCCL for a split document's group (context parallelism, one GPU per rank): the RowTransport of
 // row_exchange.hpp on device buffers. A plan's runs are grouped ncclSend / ncclRecv inside one
 // ncclGroupStart/End (members hold unequal row counts, which ncclAllGather / ncclReduceScatter do
 // not take), enqueued on the caller's stream: no host sync.

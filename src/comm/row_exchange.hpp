@@ -1,4 +1,4 @@
-// The rows of one sharded document moving within its group (context parallelism, src/parts/groups.hpp):
+// The rows of one split document moving within its group (context parallelism, src/parts/groups.hpp):
 // who sends which rows where, as plain lists of runs, and one executor over any point-to-point
 // transport. The same plans run on MPI with host buffers (MpiRowTransport, here: the CPU tests and
 // the GPU's host-staged path) and on NCCL with device buffers (nccl_group_cuda.hpp), so the index

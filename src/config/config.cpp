@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include <toml++/toml.h>
@@ -28,7 +29,7 @@ const std::vector<KeySpec>& config_schema() {
 
 const KeySpec* find_key(std::string_view key) {
   for (const auto& k : config_schema())
-    if (k.key == key) return &k;
+    if (k.key == key || (!k.old_key.empty() && k.old_key == key)) return &k;
   return nullptr;
 }
 
@@ -68,6 +69,7 @@ const char* type_name(KeyType t) {
     case KeyType::Float: return "a number";
     case KeyType::Bool: return "a boolean (true or false)";
     case KeyType::String: return "a string";
+    case KeyType::Sources: return "a list of { path = \"...\", weight = number } tables";
   }
   return "?";
 }
@@ -148,6 +150,9 @@ ConfigValue checked(const KeySpec& spec, ConfigValue v, const std::string& origi
       throw Error(where + " = " + got + " is out of range: expected " + lo + " <= value <= " + hi);
     }
   }
+  if (spec.type == KeyType::String)  // a former value reads as the one it became
+    for (const auto& [old, now] : spec.old_choices)
+      if (std::get<std::string>(v) == old) v = now;
   if (spec.type == KeyType::String && !spec.choices.empty()) {
     const auto& s = std::get<std::string>(v);
     if (std::find(spec.choices.begin(), spec.choices.end(), s) == spec.choices.end()) {
@@ -157,6 +162,51 @@ ConfigValue checked(const KeySpec& spec, ConfigValue v, const std::string& origi
     }
   }
   return v;
+}
+
+// A Sources value (data.sources): a non-empty array of { path, weight } tables, each path a
+// non-empty string and each weight a positive finite number; returned as canonical TOML text.
+std::string parse_sources(const KeySpec& spec, const toml::node& node, const std::string& origin) {
+  const std::string expect = "expected " + std::string(type_name(KeyType::Sources)) +
+                             ", e.g. [{ path = \"runs/long\", weight = 0.7 }, { path = \"runs/short\", weight = 0.3 }]";
+  const auto* arr = node.as_array();
+  if (!arr) {
+    std::ostringstream got;
+    got << node.type();
+    throw Error(origin + ": '" + spec.key + "' must be a list, got a " + got.str() + "; " + expect);
+  }
+  if (arr->empty()) throw Error(origin + ": '" + spec.key + "' is an empty list; " + expect + " (or leave it out and set data.path)");
+  toml::array out;
+  for (size_t i = 0; i < arr->size(); ++i) {
+    const std::string at = spec.key + "[" + std::to_string(i) + "]";
+    const auto* t = (*arr)[i].as_table();
+    if (!t) throw Error(origin + ": '" + at + "' must be a table { path = \"...\", weight = number }");
+    for (auto&& [name, v] : *t)
+      if (name.str() != "path" && name.str() != "weight")
+        throw Error(origin + ": '" + at + "." + std::string(name.str()) + "' is not a key of a source: expected path and weight");
+    const auto path = (*t)["path"].value_exact<std::string>();
+    if (!path || path->empty())
+      throw Error(origin + ": '" + at + ".path' " + (t->contains("path") ? "must be a non-empty string" : "is missing") +
+                  ": expected the source's shard directory (or one shard file)");
+    if (auto bad = bad_text_at(*path))
+      throw Error(origin + ": '" + at + ".path' must be UTF-8 text without control characters; byte " + std::to_string(*bad) + " is not");
+    const toml::node* w = t->get("weight");
+    std::optional<double> x;
+    if (w && w->is_integer()) x = double(*w->value<int64_t>());
+    else if (w) x = w->value_exact<double>();
+    if (!x || !std::isfinite(*x) || *x <= 0) {
+      std::ostringstream got;
+      if (!w) got << "nothing";
+      else if (x) got << *x;
+      else got << "a " << w->type();
+      throw Error(origin + ": '" + at + ".weight' must be a positive finite number, got " + got.str() +
+                  " (weights are relative: they are normalised to sum to 1)");
+    }
+    out.push_back(toml::table{{"path", *path}, {"weight", *x}});
+  }
+  std::ostringstream os;
+  os << out;
+  return os.str();
 }
 
 ConfigValue parse_string_value(const KeySpec& spec, const std::string& text, const std::string& origin) {
@@ -183,6 +233,16 @@ ConfigValue parse_string_value(const KeySpec& spec, const std::string& text, con
       if (text == "true" || text == "1") return true;
       if (text == "false" || text == "0") return false;
       throw bad();
+    case KeyType::Sources: {  // --set data.sources='[{ path = "a", weight = 1 }]': parsed as TOML
+      toml::table t;
+      try {
+        t = toml::parse("v = " + text, origin);
+      } catch (const toml::parse_error& e) {
+        throw Error(origin + ": '" + spec.key + "' must be " + type_name(spec.type) + " in TOML syntax: " +
+                    std::string(e.description()));
+      }
+      return parse_sources(spec, *t.get("v"), origin);
+    }
     case KeyType::String: {
       std::string s = text;  // accept --set k="quoted" as well as k=bare
       if (s.size() >= 2 && s.front() == '"' && s.back() == '"') s = s.substr(1, s.size() - 2);
@@ -212,29 +272,31 @@ ConfigValue parse_toml_value(const KeySpec& spec, const toml::node& node, const 
     case KeyType::String:
       if (auto x = node.value_exact<std::string>()) return checked(spec, *x, origin);
       throw bad();
+    case KeyType::Sources:
+      return parse_sources(spec, node, origin);
   }
   throw bad();
 }
 
 // The keys of one section; a sub-table ([model.rope_scaling] or rope_scaling.type = ...) names the
 // keys below it (model.rope_scaling.type).
-void apply_section(std::map<std::string, ConfigValue, std::less<>>& values, const std::string& prefix,
-                   const toml::table& tbl, const std::string& origin) {
+void apply_section(std::map<std::string, ConfigValue, std::less<>>& values, std::set<std::string, std::less<>>& given,
+                   const std::string& prefix, const toml::table& tbl, const std::string& origin) {
   for (auto&& [name, val] : tbl) {
     std::string key = prefix + "." + std::string(name.str());
     if (const auto* sub = val.as_table(); sub && !find_key(key)) {
-      apply_section(values, key, *sub, origin);
+      apply_section(values, given, key, *sub, origin);
       continue;
     }
     const KeySpec* spec = find_key(key);
     if (!spec) unknown_key(origin, key);
-    values[key] = parse_toml_value(*spec, val, origin);
+    values[spec->key] = parse_toml_value(*spec, val, origin);  // a former name sets the key it became
+    given.insert(spec->key);
   }
 }
 
-void apply_table(Config& cfg, std::map<std::string, ConfigValue, std::less<>>& values,
+void apply_table(std::map<std::string, ConfigValue, std::less<>>& values, std::set<std::string, std::less<>>& given,
                  const toml::table& root, const std::string& origin) {
-  (void)cfg;
   for (auto&& [section, node] : root) {
     std::string sec(section.str());
     const auto* tbl = node.as_table();
@@ -242,20 +304,33 @@ void apply_table(Config& cfg, std::map<std::string, ConfigValue, std::less<>>& v
       // A top-level scalar: maybe "steps = 3" meant for a section.
       unknown_key(origin, sec);
     }
-    apply_section(values, sec, *tbl, origin);
+    apply_section(values, given, sec, *tbl, origin);
   }
 }
 
 }  // namespace
 
+static ConfigValue default_value(const KeySpec& k) {  // a Sources key's default is the empty list: not given
+  return k.type == KeyType::Sources ? ConfigValue(k.def) : parse_string_value(k, k.def, "default");
+}
+
 Config::Config() {
-  for (const auto& k : config_schema()) values_[k.key] = parse_string_value(k, k.def, "default");
+  for (const auto& k : config_schema()) values_[k.key] = default_value(k);
 }
 
 void Config::set(const std::string& key, const std::string& value, const std::string& origin) {
   const KeySpec* spec = find_key(key);
   if (!spec) unknown_key(origin, key);
-  values_[key] = parse_string_value(*spec, value, origin);
+  const std::string& name = spec->key;  // a former name sets the key it became
+  values_[name] = parse_string_value(*spec, value, origin);
+  // data.path and data.sources name the data two ways, one at a time: a --set of one replaces the
+  // other where a file (a config, a checkpoint's stored config) gave it; two --sets stay both given.
+  const std::string other = name == "data.path" ? "data.sources" : name == "data.sources" ? "data.path" : "";
+  if (!other.empty() && given_.count(other) && !set_.count(other)) {
+    values_[other] = default_value(*find_key(other));
+    given_.erase(other);
+  }
+  given_.insert(name), set_.insert(name);
 }
 
 Config Config::from_text(const std::string& text, const std::string& origin) {
@@ -269,7 +344,7 @@ Config Config::from_text(const std::string& text, const std::string& origin) {
        << ": invalid TOML: " << e.description();
     throw Error(os.str());
   }
-  apply_table(cfg, cfg.values_, root, origin);
+  apply_table(cfg.values_, cfg.given_, root, origin);
   cfg.source_ = origin;
   return cfg;
 }
@@ -304,9 +379,37 @@ const std::string& Config::s(std::string_view key) const {
   return std::get<std::string>(get(key, KeyType::String));
 }
 
+std::vector<SourceSpec> Config::sources(std::string_view key) const {
+  auto it = values_.find(key);
+  const KeySpec* spec = find_key(key);
+  if (it == values_.end() || !spec || spec->type != KeyType::Sources)
+    throw std::logic_error("config key read with the wrong type or not in the schema: " + std::string(key));
+  std::vector<SourceSpec> out;
+  toml::table t = toml::parse("v = " + std::get<std::string>(it->second));  // canonical: parse_sources wrote it
+  for (const auto& e : *t["v"].as_array()) {
+    const auto& st = *e.as_table();
+    out.push_back({*st["path"].value<std::string>(), *st["weight"].value<double>()});
+  }
+  return out;
+}
+
 std::string Config::to_toml() const {
   toml::table root;
+  // Exactly one of data.path and data.sources: a mixture's stored config names no data.path, so
+  // reading it back (eval --checkpoint, resume's comparison) is not "both given".
+  const bool mixture = !sources("data.sources").empty();
   for (const auto& [key, val] : values_) {
+    const KeySpec* spec = find_key(key);
+    if (spec->type == KeyType::Sources) {
+      toml::table t = toml::parse("v = " + std::get<std::string>(val));
+      if (t["v"].as_array()->empty()) continue;  // not given
+      const auto dot = key.find('.');
+      const std::string sec = key.substr(0, dot);
+      if (!root.contains(sec)) root.insert(sec, toml::table{});
+      root[sec].as_table()->insert_or_assign(key.substr(dot + 1), *t["v"].as_array());
+      continue;
+    }
+    if (mixture && key == "data.path") continue;
     auto dot = key.find('.');
     std::string sec = key.substr(0, dot), name = key.substr(dot + 1);
     if (!root.contains(sec)) root.insert(sec, toml::table{});

@@ -6,10 +6,11 @@ std::vector<KeySpec> schema_data() {
   using T = KeyType;
   constexpr double BIG = kNoUpperBound;
   return {
-      {"data.path", T::String, "runs/tiny/data", 0, 0, {}, "shard directory (or one shard file)"},
-      {"data.seed", T::Int, "1234", 0, BIG, {}, "seed of the document shuffle"},
+      {"data.path", T::String, "runs/tiny/data", 0, 0, {}, "shard directory (or one shard file); or give data.sources instead, not both"},
+      {"data.sources", T::Sources, "[]", 0, 0, {}, "a weighted mixture instead of data.path: [{ path = \"runs/long\", weight = 0.7 }, { path = \"runs/short\", weight = 0.3 }]; each global batch draws each document's source by weight (normalised), each source keeps its own data.val_fraction split and wraps to its next epoch when it runs out (src/data/README.md, \"Weighted mixtures\")"},
+      {"data.seed", T::Int, "1234", 0, BIG, {}, "seed of the document shuffle (and of data.sources' draws)"},
       {"data.val_fraction", T::Float, "0.05", 0, 0.9, {}, "fraction of documents held out for validation"},
-      {"data.long_docs", T::String, "window", 0, 0, {"window", "reject", "shard"}, "documents longer than train.micro_batch_tokens: cut into windows, reject with an error, or shard each over ceil(length / micro_batch_tokens) ranks that compute its attention together (CPU and CUDA engines)"},
+      {"data.long_docs", T::String, "window", 0, 0, {"window", "reject", "split"}, "documents longer than train.micro_batch_tokens: cut into windows, reject with an error, or split each into parts over ceil(length / micro_batch_tokens) ranks that compute its attention together (CPU and CUDA engines)", "", {{"shard", "split"}}},
       // [prep] `sparsebalance prep text|bin|synth`; each key also has a flag (--shard-tokens for prep.shard_tokens).
       {"prep.output", T::String, "", 0, 0, {}, "output directory of the shards (--output)"},
       {"prep.shard_tokens", T::Int, "16777216", 1, BIG, {}, "tokens per shard before a new one starts (whole documents)"},

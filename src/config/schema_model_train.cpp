@@ -35,7 +35,7 @@ std::vector<KeySpec> schema_model_train() {
       // [train]
       {"train.steps", T::Int, "40", 0, BIG, {}, "optimizer steps to run (total, across resumes)"},
       {"train.global_batch_tokens", T::Int, "8192", 1, BIG, {}, "tokens per step over all ranks (whole documents are drawn until this is reached)"},
-      {"train.micro_batch_tokens", T::Int, "2048", 16, BIG, {}, "token capacity of one micro-batch (memory); longer documents are windowed, rejected or sharded over ranks (data.long_docs)"},
+      {"train.micro_batch_tokens", T::Int, "2048", 16, BIG, {}, "token capacity of one micro-batch (memory); longer documents are windowed, rejected or split over ranks (data.long_docs)"},
       {"train.lr", T::Float, "3e-3", 1e-12, 10, {}, "peak learning rate"},
       {"train.min_lr_ratio", T::Float, "0.1", 0, 1, {}, "cosine schedule floor as a fraction of lr"},
       {"train.warmup_steps", T::Int, "4", 0, BIG, {}, "linear warmup steps"},
@@ -78,7 +78,7 @@ std::vector<KeySpec> schema_model_train() {
       {"attention.gate_key", T::String, "mean", 0, 0, {"mean", "bounds", "sub"}, "the key block's summary the gate scores: mean, its mean key; bounds, per-dimension max and min (Quest: an upper bound on q.k in the block); sub, attention.gate_sub_blocks sub-block means, the best of them. Default provisional"},
       {"attention.gate_sub_blocks", T::Int, "4", 1, 4096, {}, "attention.gate_key = \"sub\": sub-blocks per key block (must divide attention.block_size)"},
       {"attention.dense_layers", T::String, "", 0, 0, {}, "layers that attend densely in a sparse run (hybrid layers; every causal block kept, no gating): comma-separated layer indices and/or last:N, e.g. \"last:3\" or \"0,5,last:2\"; empty: none"},
-      {"attention.shard_exchange", T::String, "auto", 0, 0, {"auto", "allgather", "selective"}, "how a sharded document's K/V reach its group (data.long_docs = \"shard\", CPU): all-gather of the whole document, only the blocks each rank's rows keep (pooled keys shared for gating), or auto: selective when it moves below half the all-gather's rows (src/model/README.md, 'Sharded documents'); the CUDA path always all-gathers"},
+      {"attention.part_exchange", T::String, "auto", 0, 0, {"auto", "allgather", "selective"}, "how a split document's K/V reach its group (data.long_docs = \"split\", CPU): all-gather of the whole document, only the blocks each rank's rows keep (pooled keys shared for gating), or auto: selective when it moves below half the all-gather's rows (src/model/README.md, 'Documents in parts'); the CUDA path always all-gathers", "attention.shard_exchange"},
       // [checkpoint]
       {"checkpoint.dir", T::String, "runs/tiny/ckpt", 0, 0, {}, "directory of checkpoints (ckpt_<step>.h5)"},
       {"checkpoint.every", T::Int, "10", 0, BIG, {}, "steps between checkpoints (0 = only the final one)"},

@@ -29,11 +29,11 @@ class CpuEngine final : public Engine {
     if (zero_) g_mine_.resize(opt.slice().size());
   }
   void zero_grads() override { model_.zero_grads(); }
-  // As on the GPU, a batch with shards leaves the per-layer start off (its members exchange rows
+  // As on the GPU, a batch with parts leaves the per-layer start off (its members exchange rows
   // inside the backward).
   MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool last) override {
-    if (!zero_ || !last || !b.shards.empty()) return model_.forward_backward(b, a, loss_scale, shard_exchange);
-    return model_.forward_backward(b, a, loss_scale, shard_exchange, [this](int l) { owners_.layer_done(l); });
+    if (!zero_ || !last || !b.parts.empty()) return model_.forward_backward(b, a, loss_scale, part_exchange);
+    return model_.forward_backward(b, a, loss_scale, part_exchange, [this](int l) { owners_.layer_done(l); });
   }
   void set_probe(SelectionProbe p) override { model_.set_probe(std::move(p)); }
   MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax) override {

@@ -18,7 +18,7 @@
 
 namespace sb {
 
-class ShardGroups;
+class PartGroups;
 
 // What an engine acts on, from the typed settings (Settings::engine(), src/train/settings.hpp).
 struct EngineSettings {
@@ -29,17 +29,17 @@ struct EngineSettings {
   ModelExec exec;              // model.lm_head_chunk, train.recompute
   bool phase_times = false;    // train.phase_times: per-phase GPU times each step (cuda)
   int block_size = 32;         // attention.block_size (the CUDA kernels take 64 or 128)
-  bool parts = false;          // data.long_docs = "shard": documents split into parts over rank groups
+  bool parts = false;          // data.long_docs = "split": documents split into parts over rank groups
 };
 
 class Engine {
  public:
   virtual ~Engine() = default;
-  // The exchange of sharded documents' rows (data.long_docs = "shard", src/parts/groups.hpp), for a
-  // batch with shards: the CPU engine passes shard_exchange to the model; the CUDA one runs its
+  // The exchange of split documents' rows (data.long_docs = "split", src/parts/groups.hpp), for a
+  // batch with parts: the CPU engine passes part_exchange to the model; the CUDA one runs its
   // device exchange (src/parts/groups_cuda.hpp) over the groups.
-  const ShardExchange<float>* shard_exchange = nullptr;
-  const ShardGroups* shard_groups = nullptr;
+  const PartExchange<float>* part_exchange = nullptr;
+  const PartGroups* part_groups = nullptr;
   virtual void zero_grads() = 0;
   // Gradients accumulate over the step's micro-batches, scaled by loss_scale (Model::forward_backward).
   // `last`: the step's last micro-batch on this rank; an engine may then start reducing the

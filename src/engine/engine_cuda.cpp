@@ -73,8 +73,8 @@ class CudaEngine final : public Engine {
     if (by_range && s.zero) owners_ = zred;
     if (s.zero) zero_ = std::make_unique<ZeroCuda>(comm, *gpu_, model.layout(), opt, *zred, bucket, owners_);
     const bool any_shared = comm.allreduce_max(shared ? 1.0 : 0.0) > 0;
-    // Sharded documents by the gradients' rule (collective: every rank the same choice).
-    if (s.parts) shard_dev_ = std::make_unique<ShardExchangeDevice>(comm, !any_shared);
+    // Documents in parts by the gradients' rule (collective: every rank the same choice).
+    if (s.parts) part_dev_ = std::make_unique<PartExchangeDevice>(comm, !any_shared);
     cudaDeviceProp p{};
     SB_CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
     gpu_name_ = p.name;
@@ -88,19 +88,19 @@ class CudaEngine final : public Engine {
                   : zero_   ? "NCCL reduce-scatter"
                             : "NCCL all-reduce",
                   zero_ ? ", ZeRO-1 (train.zero = 1): AdamW on this rank's slice, the weights all-gathered" : "",
-                  shard_dev_ ? "; sharded documents' K/V: " : "", shard_dev_ ? shard_dev_->describe() : "");
+                  part_dev_ ? "; split documents' K/V: " : "", part_dev_ ? part_dev_->describe() : "");
     }
   }
   void zero_grads() override { gpu_->zero_grads(); }
   // With overlap, the step's last backward starts each layer's sum as soon as that layer is done:
   // layer l's gradients are final then (the earlier micro-batches are already accumulated).
-  // Sharded documents (data.long_docs = "shard") exchange their rows through the device exchange
+  // Documents in parts (data.long_docs = "split") exchange their rows through the device exchange
   // (src/parts/groups_cuda.hpp: NCCL, or MPI through host memory). Their batches leave the overlap
   // off: a member waiting in that exchange must not hold gradient sums that wait for it.
   MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool last) override {
-    if (shard_dev_) shard_dev_->set_groups(shard_groups);
-    const ShardExchangeCuda* ex = shard_dev_ ? &shard_dev_->exchange() : nullptr;
-    if (!last || (!nccl_ && !owners_) || !b.shards.empty()) return gpu_->forward_backward(b, a, loss_scale, {}, ex);
+    if (part_dev_) part_dev_->set_groups(part_groups);
+    const PartExchangeCuda* ex = part_dev_ ? &part_dev_->exchange() : nullptr;
+    if (!last || (!nccl_ && !owners_) || !b.parts.empty()) return gpu_->forward_backward(b, a, loss_scale, {}, ex);
     return gpu_->forward_backward(b, a, loss_scale, [this](int l) {
       gpu_->phases().mark(Phase::allreduce, gpu_->stream());
       layers_->layer_done(l);
@@ -223,7 +223,7 @@ class CudaEngine final : public Engine {
   DeviceArray<float> m_, v_;  // (n) AdamW moments (train.zero = 0)
   std::unique_ptr<ZeroCuda> zero_;  // train.zero = 1: the sliced master, moments and reduced gradient
   std::unique_ptr<GradReducer> reducer_;
-  std::unique_ptr<ShardExchangeDevice> shard_dev_;  // data.long_docs = "shard": K/V of sharded documents
+  std::unique_ptr<PartExchangeDevice> part_dev_;  // data.long_docs = "split": K/V of documents in parts
   NcclGradReducer* nccl_ = nullptr;  // set when train.overlap_reduce and NCCL: sums overlap the last backward
   ZeroReducer* owners_ = nullptr;    // the same with train.zero = 1: each range reduced to its owners
   std::unique_ptr<LayerReduction> layers_;  // which ranges this step has started

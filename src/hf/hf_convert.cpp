@@ -263,6 +263,7 @@ static std::string value_text(const Config& c, const std::string& key) {
     }
     case KeyType::Bool: return c.b(key) ? "true" : "false";
     case KeyType::String: return c.s(key);
+    case KeyType::Sources: return "";  // no model key is a list
   }
   return "";
 }

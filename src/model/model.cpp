@@ -150,9 +150,9 @@ void check_inputs(const PackedBatch& b, const AttnSettings& a, const ModelDims& 
   if (!a.dense.empty() && int(a.dense.size()) != s.n_layers)
     throw std::logic_error("AttnSettings.dense must hold one flag per layer (or none)");
   int64_t rows = b.cu_seqlens.empty() ? 0 : b.cu_seqlens.back();
-  for (const DocShard& sh : b.shards) rows += sh.local_tokens();
-  if (rows != b.n() || (!b.shards.empty() && b.cu_seqlens.empty()))
-    throw std::logic_error("PackedBatch: the sequences and the shards' pieces do not add up to its tokens");
+  for (const DocPart& sh : b.parts) rows += sh.local_tokens();
+  if (rows != b.n() || (!b.parts.empty() && b.cu_seqlens.empty()))
+    throw std::logic_error("PackedBatch: the sequences and the parts' pieces do not add up to its tokens");
   for (int32_t t : b.tokens)
     if (t < 0 || t >= s.vocab)
       throw Error("token id " + std::to_string(t) + " is outside the model's vocabulary (model.vocab_size = " +
@@ -188,7 +188,7 @@ struct Model<T>::Layer {
   std::vector<T> q, kk, v;    // (N, H*D), (N, Hkv*D), (N, Hkv*D) after RoPE
   std::vector<T> q_raw, k_raw, rstdq, rstdk;  // qk_norm: q, k before their norms; (N*H), (N*Hkv)
   k::BlockSelection sel;
-  std::vector<k::BlockSelection> shard_sel;  // (shards) this rank's rows of each sharded document
+  std::vector<k::BlockSelection> part_sel;  // (parts) this rank's rows of each split document
   std::vector<T> att, lse;    // (N, H*D), (N, H)
   std::vector<T> x_mid;       // (N, C) after the attention residual
   std::vector<T> xn2, rstd2;  // (N, C), (N)
@@ -198,14 +198,14 @@ struct Model<T>::Layer {
 
 template <class T>
 MicroBatchStats Model<T>::forward_backward(const PackedBatch& b, const AttnSettings& a, T loss_scale,
-                                           const ShardExchange<T>* ex,
+                                           const PartExchange<T>* ex,
                                            const std::function<void(int)>& layer_done) {
   return run(b, a, loss_scale, true, nullptr, ex, layer_done);
 }
 
 template <class T>
 MicroBatchStats Model<T>::forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax,
-                                  const ShardExchange<T>* ex) {
+                                  const PartExchange<T>* ex) {
   return run(b, a, T(1), false, argmax, ex);
 }
 
@@ -215,12 +215,12 @@ static void add_stats(k::GatingStats& a, const k::GatingStats& b) {
 
 // Forward of decoder layer l: x (N, C) in place from the layer's input to its output; A receives
 // what the backward needs. gate: select the blocks into A.sel (recomputation reuses them).
-// A sharded document's rows (after the whole sequences) attend through its exchange ex; their
+// A split document's rows (after the whole sequences) attend through its exchange ex; their
 // gating runs again when recomputing (every group member recomputes the same layers in the same
 // order, so the collectives match), and its statistics count once.
 template <class T>
 void Model<T>::layer_forward(int l, const PackedBatch& b, const AttnSettings& a, std::vector<T>& x, Layer& A,
-                             bool gate, MicroBatchStats& st, const ShardExchange<T>* ex) {
+                             bool gate, MicroBatchStats& st, const PartExchange<T>* ex) {
   const ModelDims& s = shape_;
   const int N = b.n(), C = s.d_model, H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, F = s.ffn_dim;
   const int HD = H * D, KD = Hkv * D, nd = b.ndocs();
@@ -257,12 +257,12 @@ void Model<T>::layer_forward(int l, const PackedBatch& b, const AttnSettings& a,
   auto ta = Clock::now();
   k::block_attention_fwd(A.q.data(), A.kk.data(), A.v.data(), b.cu_seqlens.data(), nd, ashape, A.sel,
                          sized(A.att, size_t(N) * HD), sized(A.lse, size_t(N) * H));
-  A.shard_sel.resize(b.shards.size());  // a shard's gating, attention and exchange count as attention
+  A.part_sel.resize(b.parts.size());  // a part's gating, attention and exchange count as attention
   const size_t n_seq = b.cu_seqlens.empty() ? 0 : size_t(b.cu_seqlens.back());  // rows of the whole sequences
-  for (size_t i = 0, at = n_seq; i < b.shards.size(); at += size_t(b.shards[i++].local_tokens())) {
-    const k::GatingStats g = shard_attention_fwd(b.shards[i], *ex, A.q.data() + at * HD, A.kk.data() + at * KD,
+  for (size_t i = 0, at = n_seq; i < b.parts.size(); at += size_t(b.parts[i++].local_tokens())) {
+    const k::GatingStats g = part_attention_fwd(b.parts[i], *ex, A.q.data() + at * HD, A.kk.data() + at * KD,
                                                  A.v.data() + at * KD, ashape, a.sparse_at(l), a.gating(l),
-                                                 A.shard_sel[i],
+                                                 A.part_sel[i],
                                                  A.att.data() + at * HD, A.lse.data() + at * H);
     if (gate) add_stats(st.gating[l], g);
   }
@@ -310,7 +310,7 @@ void Model<T>::probe_and_sample(int l, const AttnSettings& a, const k::AttnShape
 
 template <class T>
 MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T loss_scale, bool backward,
-                              std::vector<int32_t>* argmax, const ShardExchange<T>* ex,
+                              std::vector<int32_t>* argmax, const PartExchange<T>* ex,
                               const std::function<void(int)>& layer_done) {
   const auto t_start = Clock::now();
   const ModelDims& s = shape_;
@@ -318,7 +318,7 @@ MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T los
             V = s.vocab, L = s.n_layers;
   const int HD = H * D, KD = Hkv * D, nd = b.ndocs();
   check_inputs(b, a, s);
-  if (!b.shards.empty() && !ex) throw std::logic_error("Model: a batch with sharded documents needs their exchange");
+  if (!b.parts.empty() && !ex) throw std::logic_error("Model: a batch with documents in parts needs their exchange");
   const int n_seq = b.cu_seqlens.empty() ? 0 : b.cu_seqlens.back();  // rows of the whole sequences
   const k::AttnShape ashape{H, Hkv, D, a.block_size};
   MicroBatchStats st;
@@ -379,10 +379,10 @@ MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T los
     auto ta = Clock::now();
     k::block_attention_bwd(A.q.data(), A.kk.data(), A.v.data(), A.att.data(), A.lse.data(), datt.data(),
                            b.cu_seqlens.data(), nd, ashape, A.sel, dq.data(), dk.data(), dv.data());
-    for (size_t i = 0, at = size_t(n_seq); i < b.shards.size(); at += size_t(b.shards[i++].local_tokens()))
-      shard_attention_bwd(b.shards[i], *ex, A.q.data() + at * HD, A.kk.data() + at * KD, A.v.data() + at * KD,
+    for (size_t i = 0, at = size_t(n_seq); i < b.parts.size(); at += size_t(b.parts[i++].local_tokens()))
+      part_attention_bwd(b.parts[i], *ex, A.q.data() + at * HD, A.kk.data() + at * KD, A.v.data() + at * KD,
                           A.att.data() + at * HD, A.lse.data() + at * H, datt.data() + at * HD, ashape,
-                          A.shard_sel[i], dq.data() + at * HD, dk.data() + at * KD, dv.data() + at * KD);
+                          A.part_sel[i], dq.data() + at * HD, dk.data() + at * KD, dv.data() + at * KD);
     st.attn_ms += ms_since(ta);
     k::rope_bwd(dq.data(), b.pos.data(), N, H, D, freqs());
     k::rope_bwd(dk.data(), b.pos.data(), N, Hkv, D, freqs());

@@ -87,7 +87,15 @@ struct ParamLayout {
   std::pair<size_t, size_t> layer_range(int l) const;
 };
 
-// How attention runs for one micro-batch: mode and gating parameters, and a budget per layer.
+// How a split document's K and V reach the ranks whose rows need them (attention.part_exchange,
+// src/model/README.md "Documents in parts: the K/V exchange"). AllGather: every member gets the
+// whole document. Selective: after gating on the shared pooled keys, a member receives only the
+// blocks its own rows keep. Auto: selective when it moves well below the all-gather (kAutoShare).
+enum class PartExchangeMode { AllGather, Selective, Auto };
+constexpr double kAutoShare = 0.5;  // Auto's threshold: selective rows / all-gather rows (bench/results/2026-12-01-kv-exchange.md)
+
+// The one attention settings type ([attention]): the run's (Settings::attention, k empty) and one
+// micro-batch's, the run's with a budget per layer (for_budgets; the trainer also sets recall_rows).
 struct AttnSettings {
   bool sparse = true;
   // The gate's mode (attention.gate_query, gate_key, gate_sub_blocks; kernels::GatingParams).
@@ -104,6 +112,13 @@ struct AttnSettings {
   double theta = 8;
   std::vector<int> k;  // (n_layers) budget per layer
   std::vector<uint8_t> dense;  // (n_layers) 1: the layer attends densely (attention.dense_layers); empty: none
+  PartExchangeMode part_exchange = PartExchangeMode::Auto;  // attention.part_exchange (the trainer sets it on PartGroups)
+  AttnSettings for_budgets(std::vector<int> budgets) const {  // these settings, one budget per layer
+    AttnSettings a = *this;
+    a.k = std::move(budgets);
+    return a;
+  }
+  AttnSettings at_k0(int n_layers, int k0) const { return for_budgets(std::vector<int>(size_t(n_layers), k0)); }  // every layer at k0
 };
 
 // Diagnostics (eval --diagnose, src/train/diagnose.hpp): called in a sparse forward after layer l's
@@ -124,28 +139,21 @@ struct MicroBatchStats {
   double attn_ms = 0, gating_ms = 0, total_ms = 0;  // wall times (fwd+bwd)
 };
 
-// Context parallelism (data.long_docs = "shard"): one document split over a group of ranks that
+// Context parallelism (data.long_docs = "split"): one document split over a group of ranks that
 // compute its attention together, exactly. This rank holds `pieces` of it: token ranges [begin, end)
 // of the document, ascending, each starting on a block boundary (attention.block_size) and ending on
 // one or at the document's end, so every query block lives on one rank. Their tokens are packed back
 // to back after the batch's whole sequences (rows [cu_seqlens.back(), n()) of the micro-batch).
-struct DocShard {
+struct DocPart {
   int group = 0;        // which group computes it (an index the exchange understands)
   int32_t doc_len = 0;  // tokens of the whole document
   std::vector<std::pair<int32_t, int32_t>> pieces;
   int32_t local_tokens() const;
 };
 
-// How a sharded document's K and V reach the ranks whose rows need them (attention.shard_exchange,
-// src/model/README.md "Sharded documents: the K/V exchange"). AllGather: every member gets the
-// whole document. Selective: after gating on the shared pooled keys, a member receives only the
-// blocks its own rows keep. Auto: selective when it moves well below the all-gather (kAutoShare).
-enum class ShardExchangeMode { AllGather, Selective, Auto };
-constexpr double kAutoShare = 0.5;  // Auto's threshold: selective rows / all-gather rows (bench/results/2026-12-01-kv-exchange.md)
-
-// Who needs which rows of a sharded document (the selective exchange): every member's token ranges
+// Who needs which rows of a split document (the selective exchange): every member's token ranges
 // [begin, end) of blocks other members own that its rows keep, ascending; shared by share_needs.
-struct ShardNeeds {
+struct PartNeeds {
   std::vector<std::vector<std::pair<int32_t, int32_t>>> need;  // (group size)
   int member = 0;              // this rank's index in the group
   int64_t selective_rows = 0;  // rows the selective exchange moves, summed over members
@@ -153,28 +161,28 @@ struct ShardNeeds {
   int64_t rows(int m) const;  // member m's needed rows
 };
 
-// The exchange of a sharded document's rows, passed in by the trainer (src/parts/groups.hpp): the
-// model itself never communicates. All are collective over the shard's group, called in the same
-// order on every member (layer by layer, the shards in batch order).
+// The exchange of a split document's rows, passed in by the trainer (src/parts/groups.hpp): the
+// model itself never communicates. All are collective over the part's group, called in the same
+// order on every member (layer by layer, the parts in batch order).
 template <class T>
-struct ShardExchange {
+struct PartExchange {
   // This rank's rows (local_tokens() x width) -> the whole document's rows (doc_len x width), in
   // document order, from every member.
-  std::function<void(const DocShard&, std::span<const T> mine, std::span<T> whole, int width)> gather;
+  std::function<void(const DocPart&, std::span<const T> mine, std::span<T> whole, int width)> gather;
   // The sum over the group of every member's whole-document rows (doc_len x width); this rank gets
   // the rows it owns (local_tokens() x width), in its packed order.
-  std::function<void(const DocShard&, std::span<const T> whole, std::span<T> mine, int width)> reduce_scatter;
-  ShardExchangeMode mode = ShardExchangeMode::AllGather;  // the CPU path's choice (CUDA: always AllGather)
+  std::function<void(const DocPart&, std::span<const T> whole, std::span<T> mine, int width)> reduce_scatter;
+  PartExchangeMode mode = PartExchangeMode::AllGather;  // the CPU path's choice (CUDA: always AllGather)
   // Selective exchange. gather_blocks: every member's values of its blocks (its blocks x width, in
   // document order; blocks of block_size tokens) -> every block's (blocks of the document x width).
-  std::function<void(const DocShard&, std::span<const double> mine, std::span<double> whole, int width,
+  std::function<void(const DocPart&, std::span<const double> mine, std::span<double> whole, int width,
                      int block_size)> gather_blocks;
   // Every member's needs from this rank's (its ranges, ascending, none of them its own).
-  std::function<ShardNeeds(const DocShard&, const std::vector<std::pair<int32_t, int32_t>>& mine)> share_needs;
+  std::function<PartNeeds(const DocPart&, const std::vector<std::pair<int32_t, int32_t>>& mine)> share_needs;
   // got (rows(me) x width): the rows of this rank's needs, in their order, from their owners.
-  std::function<void(const DocShard&, const ShardNeeds&, std::span<const T> mine, std::span<T> got, int width)> fetch;
+  std::function<void(const DocPart&, const PartNeeds&, std::span<const T> mine, std::span<T> got, int width)> fetch;
   // The reverse of fetch: each member's `got` rows go back to their owners, who add them to `mine`.
-  std::function<void(const DocShard&, const ShardNeeds&, std::span<const T> got, std::span<T> mine, int width)>
+  std::function<void(const DocPart&, const PartNeeds&, std::span<const T> got, std::span<T> mine, int width)>
       give_back;
 };
 
@@ -184,12 +192,12 @@ struct PackedBatch {
   std::vector<int32_t> targets;     // (N) next token inside the same sequence, -1 at its end
   std::vector<int32_t> pos;         // (N) position inside the sequence (RoPE)
   std::vector<int32_t> cu_seqlens;  // (ndocs + 1) the whole sequences
-  std::vector<DocShard> shards;     // this rank's parts of sharded documents, after the sequences
+  std::vector<DocPart> parts;     // this rank's parts of documents in parts, after the sequences
   int ndocs() const { return int(cu_seqlens.size()) - 1; }
   int n() const { return int(tokens.size()); }
   // Append one sequence; a sequence of one token has no target.
   void add(const std::vector<uint32_t>& seq);
-  // Append the first n tokens of `seq` as rows of a shard's piece (no new sequence), at positions
+  // Append the first n tokens of `seq` as rows of a part's piece (no new sequence), at positions
   // pos0.., each targeting the next token of `seq` (-1 past its end: the document's last token).
   void add_rows(const std::vector<uint32_t>& seq, int32_t pos0, size_t n);
 };
@@ -201,8 +209,8 @@ struct PackedBatch {
 // formula of bench/torch/torch_model_ref.py. Recomputation (train.recompute) is not counted.
 double train_flops(const ModelDims& s, int64_t tokens, const std::vector<kernels::GatingStats>& gating,
                    int block_size);
-// Attention of this rank's query rows of one sharded document against the whole document
-// (src/model/shard_attention.cpp). q, att, dq point at the shard's first packed row (local_tokens(),
+// Attention of this rank's query rows of one split document against the whole document
+// (src/model/part_attention.cpp). q, att, dq point at the part's first packed row (local_tokens(),
 // H*D); k, v, dk, dv likewise (local_tokens(), Hkv*D); lse (local_tokens(), H). The forward gathers
 // K and V, gates its own query rows only (or selects all causal blocks) against every block of the
 // whole document, so a row keeps exactly the blocks one rank holding the document would keep, and
@@ -210,11 +218,11 @@ double train_flops(const ModelDims& s, int64_t tokens, const std::vector<kernels
 // returns the gating statistics of those rows. The backward gathers K and V again (nothing of the
 // whole document stays in memory between the passes) and returns dK, dV to the keys' owners.
 template <class T>
-kernels::GatingStats shard_attention_fwd(const DocShard& sh, const ShardExchange<T>& ex, const T* q, const T* k,
+kernels::GatingStats part_attention_fwd(const DocPart& sh, const PartExchange<T>& ex, const T* q, const T* k,
                                          const T* v, kernels::AttnShape s, bool sparse,
                                          kernels::GatingParams p, kernels::BlockSelection& sel, T* att, T* lse);
 template <class T>
-void shard_attention_bwd(const DocShard& sh, const ShardExchange<T>& ex, const T* q, const T* k, const T* v,
+void part_attention_bwd(const DocPart& sh, const PartExchange<T>& ex, const T* q, const T* k, const T* v,
                          const T* att, const T* lse, const T* datt, kernels::AttnShape s,
                          const kernels::BlockSelection& sel, T* dq, T* dk, T* dv);
 
@@ -296,15 +304,15 @@ class Model {
 
   // Forward and backward of one micro-batch. Gradients are ACCUMULATED into grads(),
   // scaled by `loss_scale` (1 / global target count makes the sum over ranks the mean).
-  // A batch with shards needs `ex` (collective over each shard's group). layer_done (optional) is
+  // A batch with parts needs `ex` (collective over each part's group). layer_done (optional) is
   // called with l once layer l's backward is done: its gradients (layer_range(l)) are complete
   // (the engine starts their reduction there, as on the GPU).
   MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, T loss_scale,
-                                   const ShardExchange<T>* ex = nullptr,
+                                   const PartExchange<T>* ex = nullptr,
                                    const std::function<void(int)>& layer_done = {});
   // Forward only (eval); `argmax` (optional, N) receives greedy predictions.
   MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax = nullptr,
-                          const ShardExchange<T>* ex = nullptr);
+                          const PartExchange<T>* ex = nullptr);
 
   std::vector<T>& weights() { return w_; }
   const std::vector<T>& weights() const { return w_; }
@@ -317,10 +325,10 @@ class Model {
  private:
   struct Layer;  // saved activations of one layer
   MicroBatchStats run(const PackedBatch& b, const AttnSettings& a, T loss_scale, bool backward,
-                      std::vector<int32_t>* argmax, const ShardExchange<T>* ex,
+                      std::vector<int32_t>* argmax, const PartExchange<T>* ex,
                       const std::function<void(int)>& layer_done = {});
   void layer_forward(int l, const PackedBatch& b, const AttnSettings& a, std::vector<T>& x, Layer& A, bool gate,
-                     MicroBatchStats& st, const ShardExchange<T>* ex);
+                     MicroBatchStats& st, const PartExchange<T>* ex);
   void probe_and_sample(int l, const AttnSettings& a, const kernels::AttnShape& ashape, const PackedBatch& b, Layer& A,
                         MicroBatchStats& st);
   // Base tensor idx (base_layout()): its weights (a train_also copy in w_, else the base) and its

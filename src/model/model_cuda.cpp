@@ -52,10 +52,10 @@ struct ModelCuda::Layer {
   DeviceArray<kc::bf16> xn2;           // (N, C)
   DeviceArray<kc::bf16> h;             // (N, F) swiglu(gate, up)
   DeviceArray<kc::bf16> gu;            // (N, 2F) gate|up, one GEMM's output
-  // data.long_docs = "shard": each shard's selection (this rank's rows) and the layer's statistics
+  // data.long_docs = "split": each part's selection (this rank's rows) and the layer's statistics
   // of those rows, kept in layers_[l] for the backward and recomputation
-  std::vector<std::unique_ptr<kc::DeviceSelection>> shard_sel;
-  kernels::GatingStats shard_stats;
+  std::vector<std::unique_ptr<kc::DeviceSelection>> part_sel;
+  kernels::GatingStats part_stats;
 };
 
 // Attention kernel times from CUDA events, read once at the end of the micro-batch.
@@ -307,7 +307,7 @@ void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a
   const size_t ta = timers.start();
   kc::block_attention_fwd(A.q.data(), A.k.data(), A.v.data(), *K.selp, ashape, A.att.resize(size_t(N) * HD),
                           A.lse.resize(size_t(N) * H), cs);
-  if (!b.shards.empty()) shards_forward(l, b, a, A, gate);  // their gating and exchange count as attention
+  if (!b.parts.empty()) parts_forward(l, b, a, A, gate);  // their gating and exchange count as attention
   timers.stop(ta);
   // x_mid = x_in + o(att): the GEMM writes o(att) and the norm's kernel adds x_in
   ph.mark(P::gemm, cs);
@@ -342,44 +342,44 @@ kernels::AttnShape ModelCuda::attn_shape(const AttnSettings& a) const {
   return s;
 }
 
-// A sharded document's rows attend through the exchange; gate = false (recomputation) reuses the
+// A split document's rows attend through the exchange; gate = false (recomputation) reuses the
 // selections but exchanges K and V again, as every member of the group recomputes the same layers.
-void ModelCuda::shards_forward(int l, const PackedBatch& b, const AttnSettings& a, Layer& A, bool gate) {
+void ModelCuda::parts_forward(int l, const PackedBatch& b, const AttnSettings& a, Layer& A, bool gate) {
   const ModelDims& s = dims_;
   const int H = s.n_heads, HD = H * s.head_dim, KD = s.n_kv_heads * s.head_dim;
   const kernels::AttnShape ashape{H, s.n_kv_heads, s.head_dim, a.block_size};
-  if (!shard_ex_) throw std::logic_error("ModelCuda: a batch with sharded documents needs their exchange");
-  if (!shard_ws_) shard_ws_ = std::make_unique<ShardScratchCuda>();
+  if (!part_ex_) throw std::logic_error("ModelCuda: a batch with documents in parts needs their exchange");
+  if (!part_ws_) part_ws_ = std::make_unique<PartScratchCuda>();
   Layer& K = *layers_[l];
-  if (gate) K.shard_sel.resize(b.shards.size()), K.shard_stats = {};
-  for (size_t i = 0, at = size_t(b.cu_seqlens.back()); i < b.shards.size(); at += size_t(b.shards[i++].local_tokens())) {
-    if (!K.shard_sel[i]) K.shard_sel[i] = std::make_unique<kc::DeviceSelection>();
-    const kernels::GatingStats g = shard_attention_fwd_cuda(
-        b.shards[i], *shard_ex_, A.q.data() + at * HD, A.k.data() + at * KD, A.v.data() + at * KD, ashape,
-        a.sparse_at(l), a.gating(l), gate, *K.shard_sel[i], A.att.data() + at * HD,
-        A.lse.data() + at * H, *shard_ws_, stream_);
+  if (gate) K.part_sel.resize(b.parts.size()), K.part_stats = {};
+  for (size_t i = 0, at = size_t(b.cu_seqlens.back()); i < b.parts.size(); at += size_t(b.parts[i++].local_tokens())) {
+    if (!K.part_sel[i]) K.part_sel[i] = std::make_unique<kc::DeviceSelection>();
+    const kernels::GatingStats g = part_attention_fwd_cuda(
+        b.parts[i], *part_ex_, A.q.data() + at * HD, A.k.data() + at * KD, A.v.data() + at * KD, ashape,
+        a.sparse_at(l), a.gating(l), gate, *K.part_sel[i], A.att.data() + at * HD,
+        A.lse.data() + at * H, *part_ws_, stream_);
     if (gate) {
-      kernels::GatingStats& t = K.shard_stats;
+      kernels::GatingStats& t = K.part_stats;
       t.rows += g.rows, t.kept_blocks += g.kept_blocks, t.causal_blocks += g.causal_blocks, t.recall_sum += g.recall_sum;
     }
   }
 }
 
-void ModelCuda::shards_backward(int l, const PackedBatch& b, const AttnSettings& a, const Layer& A, const bf16* datt,
+void ModelCuda::parts_backward(int l, const PackedBatch& b, const AttnSettings& a, const Layer& A, const bf16* datt,
                                 bf16* dq, bf16* dk, bf16* dv) {
   const ModelDims& s = dims_;
   const int H = s.n_heads, HD = H * s.head_dim, KD = s.n_kv_heads * s.head_dim;
   const kernels::AttnShape ashape{H, s.n_kv_heads, s.head_dim, a.block_size};
   const Layer& K = *layers_[l];
-  for (size_t i = 0, at = size_t(b.cu_seqlens.back()); i < b.shards.size(); at += size_t(b.shards[i++].local_tokens()))
-    shard_attention_bwd_cuda(b.shards[i], *shard_ex_, A.q.data() + at * HD, A.k.data() + at * KD, A.v.data() + at * KD,
-                             A.att.data() + at * HD, A.lse.data() + at * H, datt + at * HD, ashape, *K.shard_sel[i],
-                             dq + at * HD, dk + at * KD, dv + at * KD, *shard_ws_, stream_);
+  for (size_t i = 0, at = size_t(b.cu_seqlens.back()); i < b.parts.size(); at += size_t(b.parts[i++].local_tokens()))
+    part_attention_bwd_cuda(b.parts[i], *part_ex_, A.q.data() + at * HD, A.k.data() + at * KD, A.v.data() + at * KD,
+                             A.att.data() + at * HD, A.lse.data() + at * H, datt + at * HD, ashape, *K.part_sel[i],
+                             dq + at * HD, dk + at * KD, dv + at * KD, *part_ws_, stream_);
 }
 
 MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool backward,
                                std::vector<int32_t>* argmax, const std::function<void(int)>& layer_done,
-                               const ShardExchangeCuda* ex) {
+                               const PartExchangeCuda* ex) {
   const auto t_start = Clock::now();
   const ModelDims& s = dims_;
   const int N = b.n(), C = s.d_model, H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, F = s.ffn_dim,
@@ -387,7 +387,7 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   const int HD = H * D, KD = Hkv * D;
   const size_t NC = size_t(N) * C, NF = size_t(N) * F;
   check_inputs(b, a, s);
-  shard_ex_ = ex;
+  part_ex_ = ex;
   dense_sel_ready_ = false;
   MicroBatchStats st;
   st.gating.resize(L);
@@ -486,7 +486,7 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
       const size_t ta = timers.start();
       kc::block_attention_bwd(A.q.data(), A.k.data(), A.v.data(), A.att.data(), A.lse.data(), datt, *K.selp, ashape,
                               dq, dk, dv, ws, cs);
-      if (!b.shards.empty()) shards_backward(l, b, a, A, datt, dq, dk, dv);
+      if (!b.parts.empty()) parts_backward(l, b, a, A, datt, dq, dk, dv);
       timers.stop(ta);
       ph.mark(P::elementwise, cs);
       kc::qkv_rope_pack_bwd(dq, dk, dv, dqkv, pos_.data(), N, H, Hkv, D, rope(), cs);
@@ -525,8 +525,8 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
       if (a.sparse_at(l)) st.gating[l] = gating_->stats(l);
     st.gating_ms = gtimers.total_ms();
   }
-  for (int l = 0; l < L && !b.shards.empty(); ++l) {  // the shards' rows, once per layer
-    const kernels::GatingStats& g = layers_[l]->shard_stats;
+  for (int l = 0; l < L && !b.parts.empty(); ++l) {  // the parts' rows, once per layer
+    const kernels::GatingStats& g = layers_[l]->part_stats;
     st.gating[l].rows += g.rows, st.gating[l].kept_blocks += g.kept_blocks;
     st.gating[l].causal_blocks += g.causal_blocks, st.gating[l].recall_sum += g.recall_sum;
   }

@@ -40,45 +40,45 @@ class DeviceArray {
   size_t cap_ = 0;
 };
 
-// The exchange of a sharded document's rows on device buffers (bf16), passed in by the trainer
+// The exchange of a split document's rows on device buffers (bf16), passed in by the trainer
 // (src/parts/groups_cuda.hpp: NCCL with one GPU per rank, MPI through host memory when ranks share a
-// GPU): the model never communicates. Collective over the shard's group, called in the same order
-// on every member (layer by layer, the shards in batch order); the work is enqueued on `stream` and
+// GPU): the model never communicates. Collective over the part's group, called in the same order
+// on every member (layer by layer, the parts in batch order); the work is enqueued on `stream` and
 // may still be running when the call returns.
-struct ShardExchangeCuda {
+struct PartExchangeCuda {
   using bf16 = kernels::cuda::bf16;
   // This rank's rows (local_tokens() x width) -> the whole document's (doc_len x width), in
   // document order, from every member.
-  std::function<void(const DocShard&, const bf16* mine, bf16* whole, int width, cudaStream_t)> gather;
+  std::function<void(const DocPart&, const bf16* mine, bf16* whole, int width, cudaStream_t)> gather;
   // The sum over the group of every member's whole-document rows (doc_len x width) -> the rows this
   // rank owns (local_tokens() x width, packed order): summed in fp32 in member order, rounded to
   // bf16 once (as the float sum of the bf16 contributions on the host would be).
-  std::function<void(const DocShard&, const bf16* whole, bf16* mine, int width, cudaStream_t)> reduce_scatter;
+  std::function<void(const DocPart&, const bf16* whole, bf16* mine, int width, cudaStream_t)> reduce_scatter;
 };
 
-// Scratch of a sharded document's attention on the GPU (shard_attention_cuda.cpp): the whole
+// Scratch of a split document's attention on the GPU (part_attention_cuda.cpp): the whole
 // document's rows on the device, grown as needed.
-struct ShardScratchCuda {
+struct PartScratchCuda {
   DeviceArray<kernels::cuda::bf16> q, o, dout, dq;  // (doc_len, H*D)
   DeviceArray<kernels::cuda::bf16> k, v, dk, dv;    // (doc_len, Hkv*D)
   DeviceArray<float> lse;                           // (doc_len, H)
   DeviceArray<unsigned char> ws;                    // the backward's workspace
 };
 
-// shard_attention_fwd/bwd (model.hpp) on device buffers, with the same arguments (q, att, dq at the
-// shard's first packed row, and so on) and the trainer's device exchange.
+// part_attention_fwd/bwd (model.hpp) on device buffers, with the same arguments (q, att, dq at the
+// part's first packed row, and so on) and the trainer's device exchange.
 // The forward builds `sel` (on the host, uploaded) when `gate`, else reuses it (recomputation).
-kernels::GatingStats shard_attention_fwd_cuda(const DocShard& sh, const ShardExchangeCuda& ex,
+kernels::GatingStats part_attention_fwd_cuda(const DocPart& sh, const PartExchangeCuda& ex,
                                               const kernels::cuda::bf16* q, const kernels::cuda::bf16* k,
                                               const kernels::cuda::bf16* v, kernels::AttnShape s, bool sparse,
                                               kernels::GatingParams p, bool gate, kernels::cuda::DeviceSelection& sel,
-                                              kernels::cuda::bf16* att, float* lse, ShardScratchCuda& h,
+                                              kernels::cuda::bf16* att, float* lse, PartScratchCuda& h,
                                               cudaStream_t stream);
-void shard_attention_bwd_cuda(const DocShard& sh, const ShardExchangeCuda& ex, const kernels::cuda::bf16* q,
+void part_attention_bwd_cuda(const DocPart& sh, const PartExchangeCuda& ex, const kernels::cuda::bf16* q,
                               const kernels::cuda::bf16* k, const kernels::cuda::bf16* v,
                               const kernels::cuda::bf16* att, const float* lse, const kernels::cuda::bf16* datt,
                               kernels::AttnShape s, const kernels::cuda::DeviceSelection& sel, kernels::cuda::bf16* dq,
-                              kernels::cuda::bf16* dk, kernels::cuda::bf16* dv, ShardScratchCuda& h,
+                              kernels::cuda::bf16* dk, kernels::cuda::bf16* dv, PartScratchCuda& h,
                               cudaStream_t stream);
 
 class ModelCuda {
@@ -106,11 +106,11 @@ class ModelCuda {
   // and gating times are GPU times (CUDA events), total_ms the wall time to a synchronised end.
   // layer_done (optional) is called with l once the backward of layer l is enqueued on stream():
   // its gradients (layer_range(l)) are complete when the stream gets there.
-  // A batch with shards (data.long_docs = "shard") needs `ex`, collective over each shard's group
-  // (as Model::forward_backward, on device buffers: ShardExchangeCuda).
+  // A batch with parts (data.long_docs = "split") needs `ex`, collective over each part's group
+  // (as Model::forward_backward, on device buffers: PartExchangeCuda).
   MicroBatchStats forward_backward(const PackedBatch& b, const AttnSettings& a, float loss_scale,
                                    const std::function<void(int)>& layer_done = {},
-                                   const ShardExchangeCuda* ex = nullptr) {
+                                   const PartExchangeCuda* ex = nullptr) {
     return run(b, a, loss_scale, true, nullptr, layer_done, ex);
   }
   // As Model::forward (evaluation): loss and, when asked, the greedy prediction of every token; no
@@ -146,15 +146,15 @@ class ModelCuda {
   struct Timers;
   MicroBatchStats run(const PackedBatch& b, const AttnSettings& a, float loss_scale, bool backward,
                       std::vector<int32_t>* argmax, const std::function<void(int)>& layer_done = {},
-                      const ShardExchangeCuda* ex = nullptr);
+                      const PartExchangeCuda* ex = nullptr);
   void layer_forward(int l, const PackedBatch& b, const AttnSettings& a, Layer& A, float* x_out, bool gate,
                      MicroBatchStats& st, Timers& timers, Timers& gtimers);
   // The shape of the whole sequences' attention: dense tiles at kc::dense_block_size (every causal
-  // block is kept whatever the block), sparse at the gating's block. Sharded parts keep the gating's.
+  // block is kept whatever the block), sparse at the gating's block. Split parts keep the gating's.
   kernels::AttnShape attn_shape(const AttnSettings& a) const;
-  // The rows of b.shards (after the whole sequences) through shard_attention_*_cuda.
-  void shards_forward(int l, const PackedBatch& b, const AttnSettings& a, Layer& A, bool gate);
-  void shards_backward(int l, const PackedBatch& b, const AttnSettings& a, const Layer& A, const bf16* datt, bf16* dq,
+  // The rows of b.parts (after the whole sequences) through part_attention_*_cuda.
+  void parts_forward(int l, const PackedBatch& b, const AttnSettings& a, Layer& A, bool gate);
+  void parts_backward(int l, const PackedBatch& b, const AttnSettings& a, const Layer& A, const bf16* datt, bf16* dq,
                        bf16* dk, bf16* dv);
   // fp32 weight of tensor i. Without the fp32 master only the tensors the constructor lists have one:
   // a new fp32 read of another tensor must join that list (else this throws).
@@ -199,8 +199,8 @@ class ModelCuda {
   kernels::cuda::DeviceSelection dense_sel_;  // every causal block: the dense layers of a sparse run
   bool dense_sel_ready_ = false;              // dense_sel_ holds this micro-batch's (reset by run())
   PhaseClock phases_;
-  const ShardExchangeCuda* shard_ex_ = nullptr;  // run()'s exchange, for the shards' layers
-  std::unique_ptr<ShardScratchCuda> shard_ws_;
+  const PartExchangeCuda* part_ex_ = nullptr;  // run()'s exchange, for the parts' layers
+  std::unique_ptr<PartScratchCuda> part_ws_;
 };
 
 }  // namespace sb

@@ -16,14 +16,14 @@ double token_cost(const ModelDims& d, int block_size) {
   return linear / (4.0 * block_size * block_size * HD);                           // QK^T and PV of one block pair
 }
 
-std::optional<DocShard> ShardGroups::add(int first, int32_t doc_len, std::vector<std::vector<Piece>> pieces) {
+std::optional<DocPart> PartGroups::add(int first, int32_t doc_len, std::vector<std::vector<Piece>> pieces) {
   const int me = world_.rank(), G = int(pieces.size());
   if (first < 0 || first + G > world_.size())
-    throw Error("a document sharded over ranks [" + std::to_string(first) + ", " + std::to_string(first + G) +
+    throw Error("a document split over ranks [" + std::to_string(first) + ", " + std::to_string(first + G) +
                 ") needs " + std::to_string(first + G) + " ranks; the run has " + std::to_string(world_.size()));
   const bool member = me >= first && me < first + G;
   auto e = std::make_unique<Entry>(Entry{Group(world_, member ? first : -1, me), std::move(pieces), doc_len, first});
-  DocShard sh;
+  DocPart sh;
   sh.group = int(groups_.size());
   sh.doc_len = doc_len;
   if (member) sh.pieces = e->pieces[size_t(me - first)];
@@ -32,7 +32,7 @@ std::optional<DocShard> ShardGroups::add(int first, int32_t doc_len, std::vector
   return sh;
 }
 
-ShardGroups::View ShardGroups::view(int g) const {
+PartGroups::View PartGroups::view(int g) const {
   const Entry& e = *groups_.at(size_t(g));
   return {e.comm, e.pieces, e.first, e.doc_len};
 }
@@ -41,7 +41,7 @@ namespace {
 
 // Adds the seconds of its scope and `bytes` to a Traffic.
 struct Timed {
-  ShardGroups::Traffic& t;
+  PartGroups::Traffic& t;
   double bytes;
   std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
   ~Timed() {
@@ -74,17 +74,17 @@ size_t local_row(const std::vector<Piece>& mine, int32_t t) {
     if (t >= b && t < e) return at + size_t(t - b);
     at += size_t(e - b);
   }
-  throw Error("shard exchange: token " + std::to_string(t) + " is not this member's");
+  throw Error("part exchange: token " + std::to_string(t) + " is not this member's");
 }
 
 // Every member's rows of its `pieces` (units of rows: tokens or blocks; mine: this member's, packed)
 // -> whole, in document order: the device exchange's plan (src/comm/row_exchange.hpp) on MPI.
 template <class T>
 void allgather_pieces(const Group& g, const std::vector<std::vector<Piece>>& pieces, std::span<const T> mine,
-                      std::span<T> whole, int width, ShardGroups::Traffic& traffic) {
+                      std::span<T> whole, int width, PartGroups::Traffic& traffic) {
   const RowPlan p = gather_plan(pieces, g.rank(), int32_t(whole.size() / size_t(width)));
   if (p.in_rows * size_t(width) != mine.size() || p.out_rows * size_t(width) != whole.size())
-    throw Error("shard exchange: gather buffers of " + std::to_string(mine.size()) + " and " +
+    throw Error("part exchange: gather buffers of " + std::to_string(mine.size()) + " and " +
                 std::to_string(whole.size()) + " values do not match the pieces");
   Timed tm{traffic, double((whole.size() - mine.size()) * sizeof(T))};
   MpiRowTransport t(g);
@@ -94,7 +94,7 @@ void allgather_pieces(const Group& g, const std::vector<std::vector<Piece>>& pie
 }  // namespace
 
 template <class T>
-void ShardGroups::gather(const DocShard& sh, std::span<const T> mine, std::span<T> whole, int width) const {
+void PartGroups::gather(const DocPart& sh, std::span<const T> mine, std::span<T> whole, int width) const {
   const Entry& e = *groups_.at(size_t(sh.group));
   allgather_pieces(e.comm, e.pieces, mine, whole, width, traffic_);
 }
@@ -102,12 +102,12 @@ void ShardGroups::gather(const DocShard& sh, std::span<const T> mine, std::span<
 // Every member's contribution to this rank's rows (scatter_plan: G blocks, member order), summed in
 // member order: the order the device exchange sums in, the same on every run.
 template <class T>
-void ShardGroups::reduce_scatter(const DocShard& sh, std::span<const T> whole, std::span<T> mine, int width) const {
+void PartGroups::reduce_scatter(const DocPart& sh, std::span<const T> whole, std::span<T> mine, int width) const {
   const Entry& e = *groups_.at(size_t(sh.group));
   const RowPlan p = scatter_plan(e.pieces, e.comm.rank(), e.doc_len);
   const size_t n = mine.size(), G = size_t(p.members);
   if (p.in_rows * size_t(width) != whole.size() || p.out_rows * size_t(width) != G * n)
-    throw Error("shard exchange: reduce-scatter buffers of " + std::to_string(whole.size()) + " and " +
+    throw Error("part exchange: reduce-scatter buffers of " + std::to_string(whole.size()) + " and " +
                 std::to_string(n) + " values do not match the pieces");
   std::vector<T> stage(G * n);
   {
@@ -122,7 +122,7 @@ void ShardGroups::reduce_scatter(const DocShard& sh, std::span<const T> whole, s
   }
 }
 
-void ShardGroups::gather_blocks(const DocShard& sh, std::span<const double> mine, std::span<double> whole, int width,
+void PartGroups::gather_blocks(const DocPart& sh, std::span<const double> mine, std::span<double> whole, int width,
                                 int bs) const {
   const Entry& e = *groups_.at(size_t(sh.group));
   std::vector<std::vector<Piece>> blocks;  // every member's pieces in blocks
@@ -133,7 +133,7 @@ void ShardGroups::gather_blocks(const DocShard& sh, std::span<const double> mine
   allgather_pieces(e.comm, blocks, mine, whole, width, traffic_);
 }
 
-ShardNeeds ShardGroups::share_needs(const DocShard& sh, const std::vector<Piece>& mine) const {
+PartNeeds PartGroups::share_needs(const DocPart& sh, const std::vector<Piece>& mine) const {
   const Entry& e = *groups_.at(size_t(sh.group));
   std::vector<int32_t> flat;  // b0, e0, b1, e1, ...
   for (auto [b, x] : mine) flat.insert(flat.end(), {b, x});
@@ -141,7 +141,7 @@ ShardNeeds ShardGroups::share_needs(const DocShard& sh, const std::vector<Piece>
   std::vector<int32_t> all(size_t(std::accumulate(counts.begin(), counts.end(), 0)));
   Timed tm{traffic_, double((all.size() - flat.size()) * sizeof(int32_t))};
   e.comm.allgatherv(std::span<const int32_t>(flat), std::span<int32_t>(all), counts);
-  ShardNeeds nd;
+  PartNeeds nd;
   nd.member = e.comm.rank();
   nd.need.resize(counts.size());
   size_t at = 0;
@@ -153,7 +153,7 @@ ShardNeeds ShardGroups::share_needs(const DocShard& sh, const std::vector<Piece>
 }
 
 template <class T>
-void ShardGroups::fetch(const DocShard& sh, const ShardNeeds& nd, std::span<const T> mine, std::span<T> got,
+void PartGroups::fetch(const DocPart& sh, const PartNeeds& nd, std::span<const T> mine, std::span<T> got,
                         int width) const {
   const Entry& e = *groups_.at(size_t(sh.group));
   const int G = e.comm.size(), me = e.comm.rank();
@@ -184,7 +184,7 @@ void ShardGroups::fetch(const DocShard& sh, const ShardNeeds& nd, std::span<cons
 }
 
 template <class T>
-void ShardGroups::give_back(const DocShard& sh, const ShardNeeds& nd, std::span<const T> got, std::span<T> mine,
+void PartGroups::give_back(const DocPart& sh, const PartNeeds& nd, std::span<const T> got, std::span<T> mine,
                             int width) const {
   const Entry& e = *groups_.at(size_t(sh.group));
   const int me = e.comm.rank(), G = e.comm.size();
@@ -218,26 +218,26 @@ void ShardGroups::give_back(const DocShard& sh, const ShardNeeds& nd, std::span<
 }
 
 template <class T>
-ShardExchange<T> ShardGroups::bind() const {
-  ShardExchange<T> ex;
-  ex.gather = [this](const DocShard& sh, std::span<const T> mine, std::span<T> whole, int width) {
+PartExchange<T> PartGroups::bind() const {
+  PartExchange<T> ex;
+  ex.gather = [this](const DocPart& sh, std::span<const T> mine, std::span<T> whole, int width) {
     gather(sh, mine, whole, width);
   };
-  ex.reduce_scatter = [this](const DocShard& sh, std::span<const T> whole, std::span<T> mine, int width) {
+  ex.reduce_scatter = [this](const DocPart& sh, std::span<const T> whole, std::span<T> mine, int width) {
     reduce_scatter(sh, whole, mine, width);
   };
-  ex.gather_blocks = [this](const DocShard& sh, std::span<const double> mine, std::span<double> whole, int width,
+  ex.gather_blocks = [this](const DocPart& sh, std::span<const double> mine, std::span<double> whole, int width,
                             int bs) { gather_blocks(sh, mine, whole, width, bs); };
-  ex.share_needs = [this](const DocShard& sh, const std::vector<Piece>& mine) { return share_needs(sh, mine); };
-  ex.fetch = [this](const DocShard& sh, const ShardNeeds& nd, std::span<const T> mine, std::span<T> got, int width) {
+  ex.share_needs = [this](const DocPart& sh, const std::vector<Piece>& mine) { return share_needs(sh, mine); };
+  ex.fetch = [this](const DocPart& sh, const PartNeeds& nd, std::span<const T> mine, std::span<T> got, int width) {
     fetch(sh, nd, mine, got, width);
   };
-  ex.give_back = [this](const DocShard& sh, const ShardNeeds& nd, std::span<const T> got, std::span<T> mine,
+  ex.give_back = [this](const DocPart& sh, const PartNeeds& nd, std::span<const T> got, std::span<T> mine,
                         int width) { give_back(sh, nd, got, mine, width); };
   return ex;
 }
 
 // After bind's definition, which it instantiates.
-ShardGroups::ShardGroups(const Comm& world) : world_(world), ex32_(bind<float>()), ex64_(bind<double>()) {}
+PartGroups::PartGroups(const Comm& world) : world_(world), ex32_(bind<float>()), ex64_(bind<double>()) {}
 
 }  // namespace sb

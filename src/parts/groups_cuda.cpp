@@ -12,22 +12,22 @@ namespace sb {
 namespace kc = kernels::cuda;
 static_assert(sizeof(kc::bf16) == sizeof(uint16_t), "bf16 rows travel as their 16 bits");
 
-ShardExchangeDevice::ShardExchangeDevice(const Comm& world, bool nccl) {
+PartExchangeDevice::PartExchangeDevice(const Comm& world, bool nccl) {
   if (nccl) nccl_ = std::make_unique<NcclGroupTransport>(world);
-  ex_.gather = [this](const DocShard& sh, const bf16* mine, bf16* whole, int width, cudaStream_t s) {
+  ex_.gather = [this](const DocPart& sh, const bf16* mine, bf16* whole, int width, cudaStream_t s) {
     gather(sh, mine, whole, width, s);
   };
-  ex_.reduce_scatter = [this](const DocShard& sh, const bf16* whole, bf16* mine, int width, cudaStream_t s) {
+  ex_.reduce_scatter = [this](const DocPart& sh, const bf16* whole, bf16* mine, int width, cudaStream_t s) {
     reduce_scatter(sh, whole, mine, width, s);
   };
 }
 
-const char* ShardExchangeDevice::describe() const {
+const char* PartExchangeDevice::describe() const {
   return nccl_ ? "NCCL point-to-point on device buffers" : "MPI through host memory (more ranks than GPUs on a node)";
 }
 
-const ShardGroups::View ShardExchangeDevice::view(const DocShard& sh) const {
-  if (!groups_) throw std::logic_error("ShardExchangeDevice: a batch with sharded documents needs their groups");
+const PartGroups::View PartExchangeDevice::view(const DocPart& sh) const {
+  if (!groups_) throw std::logic_error("PartExchangeDevice: a batch with documents in parts needs their groups");
   return groups_->view(sh.group);
 }
 
@@ -46,8 +46,8 @@ void up(const std::vector<uint16_t>& h, kc::bf16* d, size_t n, cudaStream_t s) {
 
 }  // namespace
 
-void ShardExchangeDevice::gather(const DocShard& sh, const bf16* mine, bf16* whole, int width, cudaStream_t s) {
-  const ShardGroups::View v = view(sh);
+void PartExchangeDevice::gather(const DocPart& sh, const bf16* mine, bf16* whole, int width, cudaStream_t s) {
+  const PartGroups::View v = view(sh);
   const RowPlan p = gather_plan(v.pieces, v.comm.rank(), v.doc_len);
   const size_t rb = size_t(width) * sizeof(uint16_t);
   if (nccl_) {
@@ -64,9 +64,9 @@ void ShardExchangeDevice::gather(const DocShard& sh, const bf16* mine, bf16* who
 
 // Every member's contribution to this rank's rows into G blocks (block m: member m's), then their
 // sum in member order in fp32, rounded once: the same bits on the device and on the host.
-void ShardExchangeDevice::reduce_scatter(const DocShard& sh, const bf16* whole, bf16* mine, int width,
+void PartExchangeDevice::reduce_scatter(const DocPart& sh, const bf16* whole, bf16* mine, int width,
                                          cudaStream_t s) {
-  const ShardGroups::View v = view(sh);
+  const PartGroups::View v = view(sh);
   const RowPlan p = scatter_plan(v.pieces, v.comm.rank(), v.doc_len);
   const size_t rb = size_t(width) * sizeof(uint16_t), n = p.out_rows / size_t(p.members) * size_t(width);
   if (nccl_) {

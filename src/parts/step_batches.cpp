@@ -13,7 +13,7 @@ PartTimes part_times(const LatencyModel& lm, const MicroBatch& mb, int64_t doc_l
 }
 
 RankBatches plan_step_batches(const std::vector<std::pair<uint64_t, uint64_t>>& global, const BatchingSettings& s,
-                              const LatencyModel& lm, const ModelDims& dims, const Comm& comm, ShardGroups& groups) {
+                              const LatencyModel& lm, const ModelDims& dims, const Comm& comm, PartGroups& groups) {
   const int R = comm.size(), me = comm.rank();
   const int64_t cap = s.micro_batch_tokens;
   RankBatches out;
@@ -21,9 +21,9 @@ RankBatches plan_step_batches(const std::vector<std::pair<uint64_t, uint64_t>>& 
   std::vector<std::pair<uint64_t, uint64_t>> docs = global;
   std::vector<double> preload;
   const double kv_bytes = 4.0 * dims.n_kv_heads * dims.head_dim;
-  const std::vector<ShardGroup> split =
+  const std::vector<PartGroup> split =
       s.parts ? place_long_docs(docs, cap, R, s.batching, lm, s.k0, kv_bytes, s.part_costly, preload, s.part_share)
-              : std::vector<ShardGroup>{};
+              : std::vector<PartGroup>{};
   out.segs = make_segments(docs, cap, s.reject_long);
   int64_t tokens = 0;
   for (const auto& d : docs) tokens += int64_t(d.second);
@@ -41,17 +41,17 @@ RankBatches plan_step_batches(const std::vector<std::pair<uint64_t, uint64_t>>& 
   out.exchange_ms.assign(out.planned, 0.0);
   groups.clear();
   const AttnSettings& at = s.attention;
-  for (const ShardGroup& d : split) {  // every rank in the same order: the groups are made collectively
+  for (const PartGroup& d : split) {  // every rank in the same order: the groups are made collectively
     out.split.push_back({d.doc, 0, d.len});
     std::vector<std::vector<Piece>> pieces(size_t(d.ranks));  // a rank outside the group needs only its size
     if (me >= d.first && me < d.first + d.ranks)
       pieces = split_document(int64_t(d.len), d.ranks, at.block_size,
                               block_costs(int64_t(d.len), at.block_size, at.sparse, s.k0, at.local_blocks, token_cost(dims, at.block_size),
                                           lm.dense_share()));
-    std::optional<DocShard> sh = groups.add(d.first, int32_t(d.len), std::move(pieces));
+    std::optional<DocPart> sh = groups.add(d.first, int32_t(d.len), std::move(pieces));
     if (!sh) continue;
     out.mine.push_back(piece_batch(d.doc, sh->pieces));
-    out.exchange_ms.push_back(shard_exchange_ms(lm, int64_t(d.len), d.ranks, kv_bytes));
+    out.exchange_ms.push_back(part_exchange_ms(lm, int64_t(d.len), d.ranks, kv_bytes));
     out.parts.push_back(std::move(*sh));
   }
   return out;

@@ -31,6 +31,8 @@ struct EvalPart {
   // greedy prediction (teacher-forced), over records with at least one trained target there.
   int64_t span_correct = 0, span_total = 0;
   std::vector<int64_t> bucket_span_correct, bucket_span_total;  // per bucket
+  std::vector<double> source_loss;      // per source of the dataset (data.sources; one for data.path): summed loss
+  std::vector<int64_t> source_targets;  // per source: targets
   double loss() const { return targets ? loss_sum / double(targets) : 0; }
 };
 
@@ -44,6 +46,7 @@ struct EvalResult {
   double masked_loss() const { return masked_targets ? masked_loss_sum / double(masked_targets) : 0; }
   int64_t docs = 0, tokens = 0;
   std::vector<uint64_t> doc_ids;  // the validation documents evaluated, in order
+  std::vector<int64_t> source_docs;  // per source: documents evaluated (val_docs takes the sources in turn)
 };
 
 // Evaluates eval.docs validation documents, spread over ranks (results identical on all ranks).

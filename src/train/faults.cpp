@@ -15,9 +15,9 @@ const char* Faults::name(Phase p) {
   return names[int(p)];
 }
 
-Faults::Faults(const Config& cfg) : rank_(cfg.i("train.inject_error_rank")), step_(cfg.i("train.inject_error_step")) {
+Faults::Faults(const TrainSettings& t) : rank_(t.inject_error_rank), step_(t.inject_error_step) {
   for (Phase p : kPhases)
-    if (cfg.s("train.inject_error_phase") == name(p)) phase_ = p;  // the schema allows only these names
+    if (t.inject_error_phase == name(p)) phase_ = p;  // the schema allows only these names
 }
 
 void Faults::at(Phase p, int64_t step, int rank) const {

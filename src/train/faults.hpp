@@ -5,14 +5,14 @@
 #include <cstdint>
 #include <string>
 
-#include "src/config/config.hpp"
+#include "src/train/settings.hpp"
 
 namespace sb {
 
 class Faults {
  public:
   enum class Phase { Plan, Predict, Exchange, Tune, Compute, Reduce, Update, Measure, Record, Checkpoint };
-  explicit Faults(const Config& cfg);
+  explicit Faults(const TrainSettings& t);
   // Throws when (phase, step, rank) is the configured one; free otherwise.
   void at(Phase p, int64_t step, int rank) const;
   static const char* name(Phase p);

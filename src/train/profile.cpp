@@ -52,7 +52,7 @@ ProfileReport profile_machine(const Settings& s, const Comm& comm, bool quick) {
       b.add(seq);
     }
     const double tokens = double(b.n());
-    AttentionSettings at = s.attention;
+    AttnSettings at = s.attention;
     at.sparse = true, at.theta = 1e30;  // every candidate eligible: k decides
     at.dense.clear();  // every layer gates: the samples are a sparse layer's (the model costs dense ones)
     const AttnSettings a = at.for_budgets(std::vector<int>(size_t(dims.n_layers), g.k));

@@ -134,6 +134,15 @@ void Trainer::apply_checkpoint(Restored&& r) {
   const std::string& path = r.path;
   check_weights(ck, path, model_);  // first: a model-shape mismatch is named as one
   if (r.error) std::rethrow_exception(r.error);
+  // data.sources: the checkpoint's cursor must be for the same number of sources (before the
+  // data.path comparison, which would only warn).
+  if (ck.source_epochs.size() != weights_.size())
+    throw Error(path + ": the checkpoint's data cursor is for " +
+                (ck.source_epochs.empty() ? std::string("one dataset (data.path)")
+                                          : std::to_string(ck.source_epochs.size()) + " data.sources") +
+                ", this run reads " +
+                (weights_.empty() ? std::string("one dataset (data.path)") : std::to_string(weights_.size()) + " data.sources") +
+                "; expected the same data layout to resume (or start a fresh run with --init-from)");
   check_same_data(ck, path, set_.data.path, comm_.root());
   if (r.lm) lm_ = std::move(*r.lm);
   // read_resume filled the weights and this rank's slice of the moments (all of them unless
@@ -151,6 +160,8 @@ void Trainer::apply_checkpoint(Restored&& r) {
   ck_base_ = r.lora_base, ck_base_xxh64_ = r.lora_base_xxh64;
   start_step_ = ck.step;
   cur_ = {ck.data_epoch, ck.data_cursor};
+  mix_ = {ck.source_epochs, ck.source_indexes, ck.data_draws};  // the epoch orders are rebuilt from it at the next draw
+  mix_orders_.clear();
   skipped_ = ck.skipped_steps;
   last_checkpoint_ = path;
   if (comm_.root()) {
@@ -165,21 +176,21 @@ void Trainer::apply_checkpoint(Restored&& r) {
 // The constructor's resume: find, apply, then (a branch) archive what the abandoned run left.
 bool Trainer::restore(const std::string& resume) {
   std::optional<Restored> restored =
-      find_resume(resume, cfg_.s("checkpoint.dir"), comm_, [&](const std::string& p) { return read_resume(p); });
+      find_resume(resume, set_.checkpoint.dir, comm_, [&](const std::string& p) { return read_resume(p); });
   // Fresh: an earlier run's checkpoints in checkpoint.dir move aside (a branch at step 0). No rank
   // reads them here (find_resume read none), so no barrier is needed before the root moves them.
   if (!restored) {
-    if (comm_.root()) archive_ = archive_newer_checkpoints(cfg_.s("checkpoint.dir"), 0);
+    if (comm_.root()) archive_ = archive_newer_checkpoints(set_.checkpoint.dir, 0);
     return false;
   }
   apply_checkpoint(std::move(*restored));  // also the latency model, so a resumed run plans the same
   comm_.barrier();  // every rank has read its checkpoint before the root moves any
   if (comm_.root()) {
-    archive_ = archive_newer_checkpoints(cfg_.s("checkpoint.dir"), start_step_);
+    archive_ = archive_newer_checkpoints(set_.checkpoint.dir, start_step_);
     std::error_code ec;
-    if (!archive_.empty() && fs::exists(cfg_.s("log.path"), ec))
+    if (!archive_.empty() && fs::exists(set_.log.path, ec))
       std::printf("resume: the metrics log's rows after step %lld are dropped from %s; its copy as it was is kept in "
-                  "%s\n", static_cast<long long>(start_step_), cfg_.s("log.path").c_str(), archive_.c_str());
+                  "%s\n", static_cast<long long>(start_step_), set_.log.path.c_str(), archive_.c_str());
   }
   return true;
 }

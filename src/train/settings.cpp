@@ -8,19 +8,22 @@
 
 namespace sb {
 
-AttnSettings AttentionSettings::for_budgets(std::vector<int> budgets) const {
-  AttnSettings a;
-  a.sparse = sparse, a.block_size = block_size, a.local_blocks = local_blocks, a.theta = theta;
-  a.gate_query = gate_query, a.gate_key = gate_key, a.gate_sub_blocks = gate_sub_blocks, a.dense = dense;
-  a.k = std::move(budgets);
-  return a;
-}
-
-AttnSettings AttentionSettings::at_k0(int n_layers, int k0) const { return for_budgets(std::vector<int>(size_t(n_layers), k0)); }
-
 DataSettings data_settings(const Config& cfg) {
-  return {cfg.s("data.path"), uint64_t(cfg.i("data.seed")), cfg.f("data.val_fraction"),
-          cfg.s("data.long_docs") == "reject", cfg.s("data.long_docs") == "shard"};
+  DataSettings d{cfg.s("data.path"), cfg.sources("data.sources"), uint64_t(cfg.i("data.seed")), cfg.f("data.val_fraction"),
+                 cfg.s("data.long_docs") == "reject", cfg.s("data.long_docs") == "split"};
+  if (d.sources.empty()) return d;
+  if (cfg.given("data.path"))
+    throw Error((cfg.source().empty() ? std::string("--set") : cfg.source()) + ": data.path and data.sources are both given; "
+                "expected one of them: data.path for one dataset, or data.sources for a weighted mixture (a --set of one "
+                "replaces the other where the config file gives it)");
+  double sum = 0;
+  for (const auto& s : d.sources) sum += s.weight;
+  d.path.clear();
+  for (auto& s : d.sources) {
+    s.weight /= sum;
+    d.path += (d.path.empty() ? "" : " + ") + s.path;
+  }
+  return d;
 }
 
 std::vector<uint8_t> parse_dense_layers(const std::string& text, int n_layers, const std::string& n_layers_key) {
@@ -179,7 +182,7 @@ Settings from_config(const Config& cfg, int64_t data_vocab) {
   s.model = model_dims(cfg, data_vocab);
   s.optim = optim_settings(cfg);
 
-  AttentionSettings& a = s.attention;
+  AttnSettings& a = s.attention;
   a.sparse = cfg.s("attention.mode") == "sparse";
   a.block_size = int(cfg.i("attention.block_size"));
   a.local_blocks = int(cfg.i("attention.local_blocks"));
@@ -192,10 +195,10 @@ Settings from_config(const Config& cfg, int64_t data_vocab) {
     throw Error("attention.gate_sub_blocks = " + std::to_string(a.gate_sub_blocks) + " must divide attention.block_size = " +
                 std::to_string(a.block_size) + " (attention.gate_key = \"sub\" cuts each block into that many equal sub-blocks)");
   a.dense = parse_dense_layers(cfg.s("attention.dense_layers"), s.model.n_layers, "model.n_layers");
-  const std::string ex = cfg.s("attention.shard_exchange");
-  a.shard_exchange = ex == "allgather" ? ShardExchangeMode::AllGather
-                     : ex == "selective" ? ShardExchangeMode::Selective
-                                         : ShardExchangeMode::Auto;
+  const std::string ex = cfg.s("attention.part_exchange");
+  a.part_exchange = ex == "allgather" ? PartExchangeMode::AllGather
+                     : ex == "selective" ? PartExchangeMode::Selective
+                                         : PartExchangeMode::Auto;
 
   BalanceSettings& b = s.balance;
   b.batching = parse_batching(cfg.s("balance.batching"));
@@ -203,8 +206,8 @@ Settings from_config(const Config& cfg, int64_t data_vocab) {
   b.dst = dst_params(cfg, int(cfg.i("attention.k")), s.model.n_layers);  // the one k0
   b.profile = cfg.s("balance.profile");
   b.self_profile = cfg.b("balance.self_profile");
-  b.shard_docs = cfg.b("balance.shard_docs");
-  b.shard_part = cfg.f("balance.shard_part");
+  b.split_docs = cfg.b("balance.split_docs");
+  b.part_share = cfg.f("balance.part_share");
   b.ema = cfg.f("balance.ema");
   b.recall_alpha = cfg.f("balance.recall_alpha");
   b.recall_rows = int(cfg.i("balance.recall_rows"));
@@ -229,6 +232,9 @@ Settings from_config(const Config& cfg, int64_t data_vocab) {
   t.sync_check_every = cfg.i("train.sync_check_every");
   t.inject_nan_step = cfg.i("train.inject_nan_step");
   t.inject_nan_count = cfg.i("train.inject_nan_count");
+  t.inject_error_rank = cfg.i("train.inject_error_rank");
+  t.inject_error_step = cfg.i("train.inject_error_step");
+  t.inject_error_phase = cfg.s("train.inject_error_phase");
   t.exec.lm_head_chunk = int(cfg.i("model.lm_head_chunk"));
   t.exec.recompute = cfg.s("train.recompute") == "layer";
   // H200 (= H100 SXM) dense bf16 tensor-core peak, as bench/torch/torch_model_ref.py.
@@ -243,8 +249,8 @@ Settings from_config(const Config& cfg, int64_t data_vocab) {
   return s;
 }
 
-ShardGating shard_gating_of(const std::string& device) {
-  return device == "cuda" ? ShardGating::Whole : ShardGating::OwnRows;
+PartGating part_gating_of(const std::string& device) {
+  return device == "cuda" ? PartGating::Whole : PartGating::OwnRows;
 }
 
 SimulateSettings simulate_settings(const Config& cfg) {
@@ -256,9 +262,9 @@ SimulateSettings simulate_settings(const Config& cfg) {
   sc.capacity = cfg.i("simulate.capacity");
   sc.max_len = cfg.i("simulate.max_len") > 0 ? cfg.i("simulate.max_len") : sc.capacity;
   sc.noise = cfg.f("simulate.noise");
-  sc.shard_long = cfg.s("simulate.long_docs") == "shard";
-  sc.shard_docs = cfg.b("balance.shard_docs");
-  sc.shard_part = cfg.f("balance.shard_part");
+  sc.split_long = cfg.s("simulate.long_docs") == "split";
+  sc.split_docs = cfg.b("balance.split_docs");
+  sc.part_share = cfg.f("balance.part_share");
   sc.kv_bytes_per_token = cfg.f("simulate.kv_bytes_per_token");
   sc.plan = plan_options(cfg);
   s.shape = ModelShape{int(cfg.i("simulate.n_layers")), int(cfg.i("simulate.block_size")),
@@ -266,7 +272,7 @@ SimulateSettings simulate_settings(const Config& cfg) {
   sc.dst = dst_params(cfg, int(cfg.i("simulate.k")), s.shape.n_layers);
   sc.dst.tuning = Tuning::Dst;  // set per policy by simulate(); balance.tuning is not a simulate setting
   s.profile = cfg.s("balance.profile");
-  s.shard_gating = shard_gating_of(cfg.s("train.device"));
+  s.part_gating = part_gating_of(cfg.s("train.device"));
   s.mb_overhead_ms = cfg.f("simulate.mb_overhead_ms");
   s.linear_us_per_token = cfg.f("simulate.linear_us_per_token");
   s.attn_ps_per_pair = cfg.f("simulate.attn_ps_per_pair");
@@ -278,7 +284,7 @@ SimulateSettings simulate_settings(const Config& cfg) {
 }
 
 EngineSettings Settings::engine() const {
-  return {train.device, train.bucket_mb, train.overlap_reduce, train.zero, train.exec, train.phase_times, attention.block_size, data.shard_long};
+  return {train.device, train.bucket_mb, train.overlap_reduce, train.zero, train.exec, train.phase_times, attention.block_size, data.split_long};
 }
 
 BatchingSettings Settings::batching() const {
@@ -288,10 +294,10 @@ BatchingSettings Settings::batching() const {
   b.plan = balance.plan;
   b.k0 = balance.dst.k0;
   b.reject_long = data.reject_long;
-  b.parts = data.shard_long;
-  b.part_costly = balance.shard_docs;
-  b.part_share = balance.shard_part;
-  b.attention = attention.for_budgets({});
+  b.parts = data.split_long;
+  b.part_costly = balance.split_docs;
+  b.part_share = balance.part_share;
+  b.attention = attention;
   return b;
 }
 

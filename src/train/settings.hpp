@@ -20,26 +20,13 @@ namespace sb {
 
 // [data]
 struct DataSettings {
-  std::string path;
+  std::string path;  // data.path; a mixture: its sources' paths joined by " + " (for messages)
+  // data.sources (empty: data.path is the one dataset), the weights normalised to sum to 1.
+  std::vector<SourceSpec> sources;
   uint64_t seed = 0;
   double val_fraction = 0;
   bool reject_long = false;  // data.long_docs = "reject"
-  bool shard_long = false;   // data.long_docs = "shard" (neither: windows)
-};
-
-// [attention]: the run's attention, from which each micro-batch's AttnSettings is built with
-// its own budgets (for_budgets) where it is used.
-struct AttentionSettings {
-  bool sparse = true;
-  kernels::GateQuery gate_query = kernels::GateQuery::mean;  // attention.gate_query
-  kernels::GateKey gate_key = kernels::GateKey::mean;        // attention.gate_key
-  int gate_sub_blocks = 4;                                   // attention.gate_sub_blocks
-  std::vector<uint8_t> dense;  // (n_layers) attention.dense_layers, or empty: none
-  int block_size = 32, local_blocks = 1;
-  double theta = 8;
-  ShardExchangeMode shard_exchange = ShardExchangeMode::Auto;  // attention.shard_exchange
-  AttnSettings for_budgets(std::vector<int> budgets) const;  // one budget per layer
-  AttnSettings at_k0(int n_layers, int k0) const;            // every layer at k0 (balance.dst.k0)
+  bool split_long = false;   // data.long_docs = "split" (neither: windows)
 };
 
 // [balance]: the plan (SAB), the tuner (DST) and the latency and recall models.
@@ -49,8 +36,8 @@ struct BalanceSettings {
   DstParams dst;             // k0 = attention.k (its one copy), n_layers = model.n_layers
   std::string profile;       // latency profile file ("" = analytic or self-profile)
   bool self_profile = true;
-  bool shard_docs = false;   // balance.shard_docs: costly documents that fit are sharded too
-  double shard_part = 1.0;  // balance.shard_part: their parts cost at most this x the fair share
+  bool split_docs = false;   // balance.split_docs: costly documents that fit are split too
+  double part_share = 1.0;  // balance.part_share: their parts cost at most this x the fair share
   double ema = 0.3, recall_alpha = 0.5;
   int recall_rows = 0;      // balance.recall_rows: true recall on sampled rows per layer (0 = the gate's estimate)
   int64_t recall_every = 1; // balance.recall_every: on every this many steps
@@ -69,6 +56,8 @@ struct TrainSettings {
   bool nonfinite_stop = false;  // train.nonfinite = "stop" (else skip)
   int64_t max_skips = 0, sync_check_every = 0;
   int64_t inject_nan_step = 0, inject_nan_count = 0;
+  int64_t inject_error_rank = 0, inject_error_step = 0;  // train.inject_error_*: Faults (faults.hpp); step 0 off
+  std::string inject_error_phase;
   ModelExec exec;          // model.lm_head_chunk, train.recompute
   double peak_tflops = 0;  // per rank, for mfu: train.peak_tflops, or 0 = the device's (989 on cuda, none on cpu)
 };
@@ -96,7 +85,7 @@ struct EvalSettings {
 struct Settings {
   ModelDims model;
   OptimSettings optim;
-  AttentionSettings attention;
+  AttnSettings attention;  // [attention], k empty (each micro-batch's budgets: for_budgets); k0 is balance.dst.k0
   BalanceSettings balance;
   TrainSettings train;
   DataSettings data;
@@ -129,7 +118,7 @@ struct SimulateSettings {
   double mb_overhead_ms = 0, linear_us_per_token = 0, attn_ps_per_pair = 0, gating_ns_per_pair = 0;
   double alpha_lo = 0, alpha_hi = 0;  // recall exponents of the first and last layer
   double ema = 0, recall_alpha = 0;
-  ShardGating shard_gating = ShardGating::OwnRows;  // shard_gating_of(train.device)
+  PartGating part_gating = PartGating::OwnRows;  // part_gating_of(train.device)
   std::string dense_layers;  // attention.dense_layers, parsed against the model's n_layers when known
 };
 SimulateSettings simulate_settings(const Config& cfg);
@@ -137,8 +126,8 @@ SimulateSettings simulate_settings(const Config& cfg);
 // when none); errors name the key, the item and the range 0..n_layers-1 (n_layers_key says where
 // n_layers comes from).
 std::vector<uint8_t> parse_dense_layers(const std::string& text, int n_layers, const std::string& n_layers_key);
-// How the engine of train.device gates a sharded document (the costs of its parts): the CPU engine
-// its own rows, CUDA (src/model/shard_attention_cuda.cpp) the whole document.
-ShardGating shard_gating_of(const std::string& device);
+// How the engine of train.device gates a split document (the costs of its parts): the CPU engine
+// its own rows, CUDA (src/model/part_attention_cuda.cpp) the whole document.
+PartGating part_gating_of(const std::string& device);
 
 }  // namespace sb

@@ -17,7 +17,7 @@
 #include "src/train/evaluate.hpp"
 #include "src/train/faults.hpp"
 #include "src/train/profile.hpp"
-#include "src/train/step_stats.hpp"
+#include "src/stats/step_stats.hpp"
 
 namespace sb {
 
@@ -31,6 +31,7 @@ static double ms_since(Clock::time_point t0) {
 struct Trainer::StepOut {
   StepRow row{};
   std::vector<RankRow> ranks;
+  std::vector<SourceRow> sources;  // data.sources: the global batch's draws per source
   int64_t above = 0, below = 0;
   bool stop = false;
 };
@@ -41,8 +42,8 @@ struct Trainer::StepState {
   GlobalBatch gb;                  // plan
   std::vector<Segment> segs;
   int64_t targets = 0;             // over the global batch
-  std::vector<MicroBatch> mine;    // this rank's micro-batches: the plan's, then its sharded documents'
-  std::vector<DocShard> shards;    // mine[planned + i] is this rank's part of shards[i] (data.long_docs = "shard")
+  std::vector<MicroBatch> mine;    // this rank's micro-batches: the plan's, then its documents in parts'
+  std::vector<DocPart> parts;    // mine[planned + i] is this rank's part of parts[i] (data.long_docs = "split")
   size_t planned = 0;
   std::vector<double> exchange_ms;  // [micro-batch] a part's K/V exchange (DST's prediction), 0 for planned ones
   std::vector<double> summary;     // predict: this rank's packed RankSummary
@@ -57,7 +58,7 @@ struct Trainer::StepState {
 Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume, int64_t stop_at)
     : cfg_(cfg),
       comm_(comm),
-      ds_(Dataset::open(data_settings(cfg).path)),
+      ds_(open_data(data_settings(cfg))),
       set_(from_config(cfg, ds_.vocab_size())),
       dims_(set_.model),
       model_(dims_, set_.lora),
@@ -67,15 +68,16 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
       lm_(ModelShape{dims_.n_layers, set_.attention.block_size, set_.attention.local_blocks}),
       rm_(lm_.shape(), set_.balance.recall_alpha, set_.balance.ema),
       engine_(make_engine(set_.engine(), comm, model_, opt_)),
-      faults_(cfg),
+      faults_(set_.train),
       stop_at_(stop_at) {
+  for (const auto& src : set_.data.sources) weights_.push_back(src.weight);
   if (!set_.balance.profile.empty()) lm_ = LatencyModel::load_file(set_.balance.profile, &lm_.shape());
   lm_.set_ema(set_.balance.ema);
-  if (set_.balance.shard_docs && !set_.data.shard_long)
-    throw Error("balance.shard_docs = true needs data.long_docs = \"shard\" (documents are sharded by the same machinery)");
-  shard_groups_.set_mode(set_.attention.shard_exchange);
-  engine_->shard_exchange = &shard_groups_.exchange_f32();
-  engine_->shard_groups = &shard_groups_;
+  if (set_.balance.split_docs && !set_.data.split_long)
+    throw Error("balance.split_docs = true needs data.long_docs = \"split\" (documents are split by the same machinery)");
+  part_groups_.set_mode(set_.attention.part_exchange);
+  engine_->part_exchange = &part_groups_.exchange_f32();
+  engine_->part_groups = &part_groups_;
   if (!set_.attention.sparse && set_.balance.dst.tuning == Tuning::Dst)
     throw Error("balance.tuning = \"dst\" needs attention.mode = \"sparse\" (dense attention has no budget to tune)");
 
@@ -110,7 +112,7 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
     const std::string& lp = set_.log.path;
     const std::string copy =  // a branch keeps the abandoned run's log in its archive (resume.hpp)
         archive_.empty() ? "" : (std::filesystem::path(archive_) / std::filesystem::path(lp).filename()).string();
-    log_ = open_metrics_log(lp, comm.size(), resumed, start_step_, copy, inputs);
+    log_ = open_metrics_log(lp, comm.size(), resumed, start_step_, copy, inputs, int(weights_.size()));
   }
 }
 
@@ -162,6 +164,7 @@ void Trainer::save_checkpoint(int64_t s) {
   ck.config_toml = cfg_.to_toml();
   ck.data_epoch = cur_.epoch;
   ck.data_cursor = cur_.index;
+  if (!weights_.empty()) ck.source_epochs = mix_.epochs, ck.source_indexes = mix_.indexes, ck.data_draws = mix_.draws;
   ck.skipped_steps = skipped_;
   for (const auto& p : model_.params()) ck.tensors.push_back({p.name, p.shape, p.offset, p.size});
   auto extra = [&](hid_t f) {
@@ -222,15 +225,18 @@ Trainer::StepOut Trainer::step(int64_t s) {
 // ---- plan: the global batch and its split over ranks x micro-batches (same on every rank)
 void Trainer::plan(StepState& st) {
   faults_.at(Faults::Phase::Plan, st.s, comm_.rank());
-  st.gb = draw_global_batch(ds_, set_.data.seed, set_.data.val_fraction, set_.train.global_batch_tokens, cur_, order_);
-  lm_.set_shard_gating(shard_gating_of(set_.train.device));  // the costs of documents' parts
+  st.gb = weights_.empty()
+              ? draw_global_batch(ds_, set_.data.seed, set_.data.val_fraction, set_.train.global_batch_tokens, cur_, order_)
+              : draw_mixture_batch(ds_, weights_, set_.data.seed, set_.data.val_fraction, set_.train.global_batch_tokens,
+                                   mix_, mix_orders_);
+  lm_.set_part_gating(part_gating_of(set_.train.device));  // the costs of documents' parts
   lm_.set_dense_layers(set_.attention.dense);                 // hybrid layers cost dense, DST leaves them
   // This rank's micro-batches, its parts of documents split over rank groups included (src/parts).
-  RankBatches rb = plan_step_batches(st.gb.docs, set_.batching(), lm_, dims_, comm_, shard_groups_);
+  RankBatches rb = plan_step_batches(st.gb.docs, set_.batching(), lm_, dims_, comm_, part_groups_);
   st.segs = std::move(rb.segs);
   st.mine = std::move(rb.mine);
   st.planned = rb.planned;
-  st.shards = std::move(rb.parts);
+  st.parts = std::move(rb.parts);
   st.exchange_ms = std::move(rb.exchange_ms);
   st.targets = count_targets(ds_, st.segs) + count_targets(ds_, rb.split);
   if (comm_.root() && !set_.log.batches.empty())
@@ -241,9 +247,9 @@ void Trainer::plan(StepState& st) {
 void Trainer::predict(StepState& st) {
   faults_.at(Faults::Phase::Predict, st.s, comm_.rank());
   const DstParams& p = set_.balance.dst;
-  // A sharded part is costed as its rows of the whole document (their kept blocks), not as a sequence.
+  // A split part is costed as its rows of the whole document (their kept blocks), not as a sequence.
   std::vector<int64_t> doc_len(st.mine.size(), 0);
-  for (size_t i = 0; i < st.shards.size(); ++i) doc_len[st.planned + i] = st.shards[i].doc_len;
+  for (size_t i = 0; i < st.parts.size(); ++i) doc_len[st.planned + i] = st.parts[i].doc_len;
   dst_work_.in.mine = build_items(st.mine, lm_, rm_, p, doc_len, st.exchange_ms);
   st.summary = pack(summarize(dst_work_.in.mine, p), p);
 }
@@ -260,9 +266,9 @@ void Trainer::exchange(StepState& st) {
 void Trainer::tune(StepState& st) {
   faults_.at(Faults::Phase::Tune, st.s, comm_.rank());
   st.tuned = sb::tune(dst_work_.in, comm_.rank(), set_.balance.dst);
-  for (size_t m = st.planned; m < st.tuned.k.size(); ++m)  // this rank's rows of sharded documents
+  for (size_t m = st.planned; m < st.tuned.k.size(); ++m)  // this rank's rows of documents in parts
     for (int k : st.tuned.k[m])
-      shard_budgets_.lo = std::min(shard_budgets_.lo, k), shard_budgets_.hi = std::max(shard_budgets_.hi, k), ++shard_budgets_.items;
+      part_budgets_.lo = std::min(part_budgets_.lo, k), part_budgets_.hi = std::max(part_budgets_.hi, k), ++part_budgets_.items;
   st.plan_ms = ms_since(st.t0);
 }
 
@@ -277,7 +283,7 @@ void Trainer::compute(StepState& st) {
   const auto t_compute = Clock::now();
   for (size_t m = 0; m < st.mine.size(); ++m) {
     const MicroBatch& mb = st.mine[m];
-    PackedBatch b = m < st.planned ? pack_micro_batch(ds_, mb) : pack_shard(ds_, mb, st.shards[m - st.planned]);
+    PackedBatch b = m < st.planned ? pack_micro_batch(ds_, mb) : pack_part(ds_, mb, st.parts[m - st.planned]);
     AttnSettings a = set_.attention.for_budgets(std::move(st.tuned.k[m]));
     if ((st.s - 1) % set_.balance.recall_every == 0) a.recall_rows = set_.balance.recall_rows;  // true recall this step
     MicroBatchStats ms = engine_->forward_backward(b, a, loss_scale, m + 1 == st.mine.size());
@@ -287,7 +293,7 @@ void Trainer::compute(StepState& st) {
     } else {  // a document's part: predicted as its share of the whole document (part_times)
       AttnSettings no_cand = a;  // the candidate-density check assumes whole segments: not for a part
       no_cand.sparse = false;
-      st.stats.add_micro_batch(me, mb, b.n(), no_cand, ms, part_times(lm_, mb, st.shards[m - st.planned].doc_len, a.k, b.n()),
+      st.stats.add_micro_batch(me, mb, b.n(), no_cand, ms, part_times(lm_, mb, st.parts[m - st.planned].doc_len, a.k, b.n()),
                                lm_, set_.balance.dst.k0, dims_);
     }
   }
@@ -370,6 +376,8 @@ Trainer::StepOut Trainer::record(StepState& st) {
   faults_.at(Faults::Phase::Record, st.s, comm_.rank());
   StepOut out;
   out.ranks = st.stats.rank_rows(st.s);
+  for (size_t i = 0; i < weights_.size(); ++i)
+    out.sources.push_back({st.s, int32_t(i), st.gb.source_docs[i], st.gb.source_tokens[i]});
   StepRow& row = out.row;
   row.step = st.s, row.loss = st.loss, row.grad_norm = st.gnorm, row.lr = st.lr, row.tokens = st.gb.tokens;
   st.stats.fill(row, st.gb.tokens, set_.train.peak_tflops * 1e12);
@@ -393,11 +401,12 @@ TrainResult Trainer::run() {
   for (int64_t s = start_step_ + 1; s <= total; ++s) {
     StepOut o = step(s);
     if (log_) {
-      log_->append(o.row, o.ranks);
+      log_->append(o.row, o.ranks, o.sources);
       if (s % set_.log.every == 0 || s == total || o.stop) log_->flush();
     }
     if (progress) print_progress(o.row, total);
     summary.add(o.row, o.above, o.below);
+    if (!o.sources.empty()) summary.add_sources(o.sources);
     const bool last = s == total || o.stop;
     if (last || (every > 0 && s % every == 0)) {
       if (log_) log_->flush();  // the log holds every step a checkpoint covers: a kill after it loses no row

@@ -20,7 +20,7 @@
 #include "src/train/faults.hpp"
 #include "src/train/resume.hpp"
 #include "src/parts/groups.hpp"
-#include "src/train/summary.hpp"
+#include "src/stats/summary.hpp"
 #include "src/engine/update.hpp"
 
 namespace sb {
@@ -46,13 +46,13 @@ class Trainer {
   const Model<float>& model() const { return model_; }
   const std::string& base_xxh64() const { return base_xxh64_; }  // LoRA: the frozen base's XXH64 (16 hex digits)
   const Settings& settings() const { return set_; }  // as built from the config, once
-  // The budgets this rank gave its rows of sharded documents so far (data.long_docs = "shard"; DST
+  // The budgets this rank gave its rows of documents in parts so far (data.long_docs = "split"; DST
   // tunes them as it does whole micro-batches): lowest, highest, and how many (part, layer) items.
-  struct ShardBudgets {
+  struct PartBudgets {
     int lo = 1 << 30, hi = -1;
     int64_t items = 0;
   };
-  const ShardBudgets& shard_budgets() const { return shard_budgets_; }
+  const PartBudgets& part_budgets() const { return part_budgets_; }
 
  private:
   struct StepOut;
@@ -86,11 +86,14 @@ class Trainer {
   DstExchange dst_work_;  // this rank's items, the receive buffer, every rank's summaries: kept across steps
   std::unique_ptr<Engine> engine_;  // compute, reduce, update on train.device
   Faults faults_;                   // train.inject_error_* (testing aid)
-  DataCursor cur_;
+  DataCursor cur_;                 // data.path
   std::vector<uint64_t> order_;
+  std::vector<double> weights_;    // data.sources, normalised (empty: data.path)
+  MixCursor mix_;
+  std::vector<std::vector<uint64_t>> mix_orders_;
   std::unique_ptr<MetricsLog> log_;
-  ShardGroups shard_groups_{comm_};  // this step's sharded documents' groups (data.long_docs = "shard")
-  ShardBudgets shard_budgets_;
+  PartGroups part_groups_{comm_};  // this step's split documents' groups (data.long_docs = "split")
+  PartBudgets part_budgets_;
   int64_t start_step_ = 0, stop_at_ = 0, skipped_ = 0;
   std::string last_checkpoint_;
   // LoRA: this run's base (where from, XXH64 of its fp32 weights as 16 hex digits) and, when

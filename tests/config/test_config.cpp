@@ -37,6 +37,27 @@ TEST(Config, DefaultsAndFileAndOverrides) {
   EXPECT_EQ(back.i("train.steps"), 7);
 }
 
+// Issue 49 renamed the context-parallel "shard" (keys and a value): a config or a checkpoint's stored
+// config written with the former names reads as the new ones, in a file and with --set.
+TEST(Config, FormerNamesReadAsTheCurrentOnes) {
+  auto path = write_tmp("sb_cfg_old.toml", "[data]\nlong_docs = \"shard\"\n[balance]\nshard_docs = true\nshard_part = 0.25\n"
+                                          "[attention]\nshard_exchange = \"selective\"\n");
+  std::vector<std::string> sets = {"simulate.long_docs=shard"};
+  Config c = Config::load(path, sets);
+  EXPECT_EQ(c.s("data.long_docs"), "split");
+  EXPECT_EQ(c.s("simulate.long_docs"), "split");
+  EXPECT_TRUE(c.b("balance.split_docs"));
+  EXPECT_DOUBLE_EQ(c.f("balance.part_share"), 0.25);
+  EXPECT_EQ(c.s("attention.part_exchange"), "selective");
+  // stored under the current names only ("shard" stays the token file's word: prep.shard_tokens)
+  for (const char* former : {"shard_docs", "shard_part", "shard_exchange", "\"shard\""})
+    EXPECT_EQ(c.to_toml().find(former), std::string::npos) << former;
+  EXPECT_EQ(Config::load("", std::vector<std::string>{"balance.shard_part=0.5"}).f("balance.part_share"), 0.5);
+  // other values are still checked against the choices
+  EXPECT_NE(error_of([] { Config::load("", std::vector<std::string>{"data.long_docs=shards"}); }).find("expected one of window, reject, split"),
+            std::string::npos);
+}
+
 TEST(Config, UnknownKeySuggestsNearest) {
   auto path = write_tmp("sb_cfg_typo.toml", "[model]\nn_layer = 3\n");
   auto msg = error_of([&] { Config::load(path); });
@@ -98,6 +119,79 @@ TEST(Config, BadTomlAndMissingFile) {
   EXPECT_NE(msg.find("invalid TOML"), std::string::npos) << msg;
   msg = error_of([&] { Config::load("/nonexistent/x.toml"); });
   EXPECT_NE(msg.find("/nonexistent/x.toml: cannot open"), std::string::npos) << msg;
+}
+
+// data.sources: a list of { path, weight } tables, from a file or --set; each bad value is named.
+TEST(Config, SourcesParseRoundTripAndRefuseBadValues) {
+  auto path = write_tmp("sb_cfg_sources.toml", "[data]\nsources = [{ path = \"a\", weight = 3 }, { path = \"b\", weight = 0.5 }]\n");
+  Config c = Config::load(path, {});
+  auto src = c.sources("data.sources");
+  ASSERT_EQ(src.size(), 2u);
+  EXPECT_EQ(src[0].path, "a");
+  EXPECT_DOUBLE_EQ(src[0].weight, 3.0);  // an integer weight is accepted
+  EXPECT_EQ(src[1].path, "b");
+  EXPECT_DOUBLE_EQ(src[1].weight, 0.5);
+  EXPECT_TRUE(c.given("data.sources"));
+  EXPECT_FALSE(c.given("data.path"));
+  EXPECT_TRUE(Config().sources("data.sources").empty());  // the default: no mixture
+  // The stored config (checkpoints) holds the list and no data.path, and reads back the same.
+  const std::string toml = c.to_toml();
+  EXPECT_EQ(toml.find("path = 'runs/tiny/data'"), std::string::npos) << toml;
+  EXPECT_NE(toml.find("sources = [ { path = 'a', weight = 3.0 }"), std::string::npos) << toml;
+  Config back = Config::from_text(toml, "roundtrip");
+  EXPECT_EQ(back.to_toml(), toml);
+  ASSERT_EQ(back.sources("data.sources").size(), 2u);
+  EXPECT_EQ(back.sources("data.sources")[1].path, "b");
+  // --set takes the list in TOML syntax.
+  std::vector<std::string> sets = {"data.sources=[{ path = \"x\", weight = 1 }]"};
+  EXPECT_EQ(Config::load("", sets).sources("data.sources")[0].path, "x");
+  // A --set of one of data.path / data.sources replaces the other given by the file (or a stored config).
+  Config over = Config::load(path, std::vector<std::string>{"data.path=d"});
+  EXPECT_TRUE(over.given("data.path"));
+  EXPECT_FALSE(over.given("data.sources"));
+  EXPECT_TRUE(over.sources("data.sources").empty());
+  Config back2 = Config::from_text(over.to_toml(), "stored");  // every key of a data.path run's config
+  EXPECT_TRUE(back2.given("data.path"));
+  back2.set("data.sources", "[{ path = \"y\", weight = 1 }]", "--set");
+  EXPECT_FALSE(back2.given("data.path"));
+  EXPECT_EQ(back2.sources("data.sources")[0].path, "y");
+  Config two = Config::load("", std::vector<std::string>{"data.path=d", "data.sources=[{ path = \"y\", weight = 1 }]"});
+  EXPECT_TRUE(two.given("data.path") && two.given("data.sources"));  // two --sets: both (settings refuses that)
+
+  auto bad = [](const std::string& value) {
+    return error_of([&] { Config().set("data.sources", value, "--set data.sources"); });
+  };
+  const auto has = [](const std::string& msg, const std::string& part) { return msg.find(part) != std::string::npos; };
+  std::string m = bad("[{ path = \"a\", weight = 0 }]");
+  EXPECT_TRUE(has(m, "'data.sources[0].weight' must be a positive finite number, got 0")) << m;
+  m = bad("[{ path = \"a\", weight = 1 }, { path = \"b\", weight = -2 }]");
+  EXPECT_TRUE(has(m, "'data.sources[1].weight' must be a positive finite number, got -2")) << m;
+  m = bad("[{ path = \"a\", weight = inf }]");
+  EXPECT_TRUE(has(m, "'data.sources[0].weight' must be a positive finite number, got inf")) << m;
+  m = bad("[{ path = \"a\", weight = nan }]");
+  EXPECT_TRUE(has(m, "'data.sources[0].weight' must be a positive finite number")) << m;
+  m = bad("[{ path = \"a\" }]");
+  EXPECT_TRUE(has(m, "'data.sources[0].weight' must be a positive finite number, got nothing")) << m;
+  m = bad("[{ path = \"a\", weight = \"1\" }]");
+  EXPECT_TRUE(has(m, "'data.sources[0].weight' must be a positive finite number, got a string")) << m;
+  m = bad("[{ weight = 1 }]");
+  EXPECT_TRUE(has(m, "'data.sources[0].path' is missing")) << m;
+  m = bad("[{ path = \"\", weight = 1 }]");
+  EXPECT_TRUE(has(m, "'data.sources[0].path' must be a non-empty string")) << m;
+  m = bad("[{ path = \"a\", weight = 1, wieght = 2 }]");
+  EXPECT_TRUE(has(m, "'data.sources[0].wieght' is not a key of a source")) << m;
+  m = bad("[]");
+  EXPECT_TRUE(has(m, "'data.sources' is an empty list")) << m;
+  m = bad("\"a\"");
+  EXPECT_TRUE(has(m, "'data.sources' must be a list")) << m;
+  m = bad("[\"a\"]");
+  EXPECT_TRUE(has(m, "'data.sources[0]' must be a table")) << m;
+  m = bad("[{ path = ");
+  EXPECT_TRUE(has(m, "'data.sources' must be a list of { path")) << m;
+  // From a file, the message names the file.
+  auto file = write_tmp("sb_cfg_sources_bad.toml", "[data]\nsources = [{ path = \"a\", weight = -1 }]\n");
+  m = error_of([&] { Config::load(file, {}); });
+  EXPECT_TRUE(has(m, "sb_cfg_sources_bad.toml") && has(m, "'data.sources[0].weight'")) << m;
 }
 
 TEST(Args, FlagsAndSets) {

@@ -59,7 +59,7 @@ Trained train(const sb::Comm& comm, const std::string& dir, const std::string& t
 
 }  // namespace
 
-TEST(ZeroCuda, ShardedOptimizerTrainsAsPlainDataParallelAndResumes) {
+TEST(ZeroCuda, SlicedOptimizerTrainsAsPlainDataParallelAndResumes) {
   if (!have_gpu()) GTEST_SKIP();
   sb::Comm comm;
   const std::string dir = scratch(comm, "zero_cuda");

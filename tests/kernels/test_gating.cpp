@@ -279,7 +279,7 @@ TEST(KernelsGating, PooledKeysSelectExactlyAsTheKeys) {
   }
 }
 
-// A shard member gates only its own query blocks: those rows are whole gating's bit for bit, the
+// A group member gates only its own query blocks: those rows are whole gating's bit for bit, the
 // others are empty, and the stats count the gated rows only (random q, k; an uneven subset).
 TEST(KernelsGating, OwnQueryBlocksGateAsTheWholeDocument) {
   Rng rng(44);

@@ -11,6 +11,8 @@
 #   src/comm     no kernels/ (the CUDA check is base/cuda_check.hpp), nothing above it
 #   src/parts    context parallelism (documents in parts over rank groups): nothing from the engine,
 #                the trainer, hf, the CLI, and no config, io or data
+#   src/stats    what the steps measured (step statistics, the run summary): no engine, parts,
+#                trainer, hf, CLI, config, data or kernels
 #   src/engine   runs what it is given (compute, reduce, update): no trainer, hf, CLI, config, io,
 #                data or balancer (the plan is made above it)
 #   src/train    the step: no hf, no CLI
@@ -40,6 +42,7 @@ forbid src/model 'io/|src/comm/|src/parts/|src/engine/|src/train/|src/hf/|src/ba
 forbid src/comm 'kernels/|io/|src/balance/|src/model/|src/parts/|src/engine/|src/train/|src/hf/' "comm carries bytes for the rooms above it"
 forbid src/data 'kernels/|src/model/|src/balance/|src/parts/|src/engine/|src/train/|src/hf/|src/cli/|src/comm/|src/config/' "data prepares and reads token files"
 forbid src/parts 'io/|src/data/|src/config/|src/engine/|src/train/|src/hf/|src/cli/' "context parallelism splits documents and moves their rows; the engine and the trainer use it"
+forbid src/stats 'kernels/|src/data/|src/config/|src/parts/|src/engine/|src/train/|src/hf/|src/cli/' "statistics are numbers the trainer hands in and the log records"
 forbid src/engine 'io/|src/data/|src/config/|src/balance/|src/train/|src/hf/|src/cli/' "the engine runs what it is given; the settings it needs come as EngineSettings"
 forbid src/train 'src/hf/|src/cli/' "the step knows nothing of the conversion or the command line"
 forbid src/hf 'src/cli/|src/engine/|src/parts/|src/comm/|src/balance/|src/data/' "the conversion maps files to files, through the model's layout"

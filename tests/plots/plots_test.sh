@@ -76,6 +76,13 @@ cp "$D/acc/eval/pre_6.json" "$D/pol/dense_s1/eval.json" && cp "$D/acc/eval/pre_6
   > "$D/policies.log" 2>&1 || { cat "$D/policies.log"; fail "accuracy_policies.py"; }
 grep -qE '^\| dense \| 1 \|' "$D/pol/policies.md" || { cat "$D/pol/policies.md"; fail "policies.md lacks the dense row"; }
 grep -qE '^\| start \(sparse eval\) \| - \|' "$D/pol/policies.md" || { cat "$D/pol/policies.md"; fail "policies.md lacks the start rows"; }
+# bench/analysis/gate_sweep.py (bench/gpu/accuracy_gates.sh's reader): two variants of the same eval; the
+# table has both rows, and the best trainable variant skips qmax however it scored.
+mkdir -p "$D/gates" && cp "$D/acc/eval/pre_6.json" "$D/gates/base.json" && cp "$D/acc/eval/pre_6.json" "$D/gates/qmax.json"
+"$PY" "$SRC/bench/analysis/gate_sweep.py" "$D/gates" --from 201 --md "$D/gates.md" --best "$D/gates.best" > "$D/gates.log" 2>&1 \
+  || { cat "$D/gates.log"; fail "gate_sweep.py"; }
+grep -qE '^\| base \| ' "$D/gates.md" && grep -qE '^\| qmax \| ' "$D/gates.md" && [ "$(cat "$D/gates.best")" = base ] \
+  || { cat "$D/gates.md" "$D/gates.best"; fail "gate_sweep.py: rows or best"; }
 for k in curve:acc/accuracy policies:pol/policies; do
   "$PY" "$SRC/jobs/plots/plot_accuracy.py" "${k%%:*}" "$D/${k#*:}.csv" --out "$D/plots/${k%%:*}.png" > "$D/pa.log" 2>&1 \
     || { cat "$D/pa.log"; fail "plot_accuracy.py ${k%%:*}"; }
@@ -127,8 +134,8 @@ for p in want:
 sys.exit(1 if bad else 0)
 PY
 # bench/gpu/gpu_scaling.sh's dry run on the CPU, its context-parallel part (one 2,048-token document a
-# step: whole on one rank, in windows of 1,024, sharded over 2 ranks), and bench/analysis/gpu_scaling_report.py
-# on it: the sharded run's losses equal the whole run's (fp32 on the CPU), every row is there.
+# step: whole on one rank, in windows of 1,024, split over 2 ranks), and bench/analysis/gpu_scaling_report.py
+# on it: the split run's losses equal the whole run's (fp32 on the CPU), every row is there.
 say "bench/gpu/gpu_scaling.sh dry run (PARTS=cp, 2 ranks)"
 (cd "$D" && run SB="$BIN" PYTHON="$PY" OUT="$D/scaling" RUNS="$D/scaling_runs" NGPU=2 STEPS=2 PARTS=cp CP_LEN=2048 \
    EXTRA="--set train.device=cpu --set model.n_layers=2 --set model.d_model=64 --set model.n_heads=1 --set model.n_kv_heads=1 --set model.ffn_dim=128" \
@@ -136,10 +143,10 @@ say "bench/gpu/gpu_scaling.sh dry run (PARTS=cp, 2 ranks)"
 "$PY" - "$D/scaling/gpu_scaling.md" <<'PY' || { cat "$D/scaling.log"; fail "gpu_scaling report"; }
 import sys
 rows = {l.split("|")[1].strip(): [c.strip() for c in l.split("|")[2:-1]] for l in open(sys.argv[1]) if l.startswith("| ")}
-for want in ("one GPU, whole (layer recomputation)", "one GPU, windows of 1/2", "sharded over 2"):
+for want in ("one GPU, whole (layer recomputation)", "one GPU, windows of 1/2", "split over 2"):
     assert want in rows and rows[want][1] not in ("", "failed"), f"row {want!r}: {rows.get(want)}"
-diff = float(rows["sharded over 2"][3])
-print(f"sharded over 2 against whole: max rel loss diff {diff:.2e}")
+diff = float(rows["split over 2"][3])
+print(f"split over 2 against whole: max rel loss diff {diff:.2e}")
 assert diff < 1e-5, diff
 PY
 # bench/gpu/sass_mix.py (Nsight Compute's per-SASS export, here a hand-made one of its layout): the

@@ -508,7 +508,7 @@ TEST_F(Issue50, Case14_AFlippedBitAnywhereIsRefusedNamingTheFile) {
   }
   EXPECT_EQ(sb::verify_file_checksum(old), sb::FileChecksum::Absent);
   EXPECT_EQ(sb::read_checkpoint(old).params, sb::read_checkpoint(g_ck).params);
-  // The sharded writer (train.zero = 1, every rank writes its slice; rank 0 stamps after all closed).
+  // The sliced writer (train.zero = 1, every rank writes its slice; rank 0 stamps after all closed).
   auto o = run_bounded(mpirun(2) + train(dir + "/zero", " --set train.zero=1 --set train.steps=1"), dir + "/z.log");
   ASSERT_EQ(o.exit.code, 0) << o.out;
   EXPECT_EQ(sb::verify_file_checksum(dir + "/zero/ckpt/ckpt_00000001.h5"), sb::FileChecksum::Verified);

@@ -2,7 +2,7 @@
 // one file, collectively through parallel HDF5 where the build has it) under faults, through the
 // real binary under mpirun:
 //  1. a zero = 1 checkpoint from 4 ranks resumed on 2 ranks (zero = 1) and on 1 rank (zero = 0):
-//     the state re-shards, and the final weights and moments match the uninterrupted 4-rank run;
+//     the state re-slices, and the final weights and moments match the uninterrupted 4-rank run;
 //     on 2 ranks the newest has a flipped byte in /optim/m: both ranks refuse it (each reads only
 //     its slice, read_checkpoint_slice) and resume from the one before;
 //  2. a write that fails (the directory's parent is a regular file) ends both ranks or lets both
@@ -81,7 +81,7 @@ TEST_F(ReliabilityZero, FourRankCheckpointResumesOnTwoAndOneRank) {
   }
 }
 
-TEST_F(ReliabilityZero, KillNineDuringShardedCheckpointWritesNeverLeavesAValidLookingFile) {
+TEST_F(ReliabilityZero, KillNineDuringSlicedCheckpointWritesNeverLeavesAValidLookingFile) {
   // A model large enough (~0.9M parameters, ~11 MB files) that a write lasts long enough to be hit.
   const int steps = 10;
   const std::string x = " --set model.d_model=192 --set model.ffn_dim=768 --set train.zero=1 --set checkpoint.keep=3"
@@ -120,7 +120,7 @@ TEST_F(ReliabilityZero, KillNineDuringShardedCheckpointWritesNeverLeavesAValidLo
     for (const auto& p : sb::list_checkpoints(dir + "/ckpt"))
       EXPECT_NO_THROW(sb::read_checkpoint(p)) << p << " after kill " << kills;
   }
-  std::printf("[ reliability ] zero = 1: %d kills, %d inside a sharded checkpoint write\n", kills, mid_write);
+  std::printf("[ reliability ] zero = 1: %d kills, %d inside a sliced checkpoint write\n", kills, mid_write);
   EXPECT_GE(mid_write, 1);
   if (!finished) {
     ASSERT_EQ(run(mpirun(2) + zero_cmd(dir, x) + " --resume", log).code, 0) << slurp(log);
@@ -129,7 +129,7 @@ TEST_F(ReliabilityZero, KillNineDuringShardedCheckpointWritesNeverLeavesAValidLo
   for (const auto& e : fs::directory_iterator(dir + "/ckpt")) EXPECT_FALSE(e.path().string().ends_with(".tmp"));
 }
 
-TEST_F(ReliabilityZero, FailedShardedWriteStopsOrContinuesOnEveryRank) {
+TEST_F(ReliabilityZero, FailedSlicedWriteStopsOrContinuesOnEveryRank) {
   auto dir = scratch("zero_wfail");
   std::ofstream(dir + "/file") << "not a directory";
   const std::string bad = " --set model.d_model=32 --set model.ffn_dim=64 --set train.zero=1 --set train.steps=2"

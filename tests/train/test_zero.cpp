@@ -57,7 +57,7 @@ sb::Checkpoint random_checkpoint(const std::vector<std::vector<int64_t>>& shapes
 
 }  // namespace
 
-TEST(Zero, ShardedOptimizerTrainsAsPlainDataParallel) {
+TEST(Zero, SlicedOptimizerTrainsAsPlainDataParallel) {
   sb::Comm comm;
   std::string dir = scratch(comm, "zero");
   // grad_clip low enough to clip every step; bucket_mb 0.01 splits the collectives into rounds;
@@ -76,7 +76,7 @@ TEST(Zero, ShardedOptimizerTrainsAsPlainDataParallel) {
   EXPECT_NEAR(r1.first_loss, r0.first_loss, 1e-5 * r0.first_loss);
   EXPECT_NEAR(r1.last_loss, r0.last_loss, 1e-5 * r0.last_loss);
   EXPECT_LT(max_rel(t1.model().weights(), t0.model().weights()), 1e-5);
-  if (comm.root()) {  // the sharded checkpoint holds the whole state, as the plain one
+  if (comm.root()) {  // the sliced checkpoint holds the whole state, as the plain one
     for (int s : {2, 4}) {
       sb::Checkpoint a = sb::read_checkpoint(sb::checkpoint_path(dir + "/c0", s));
       sb::Checkpoint b = sb::read_checkpoint(sb::checkpoint_path(dir + "/c1", s));
@@ -90,7 +90,7 @@ TEST(Zero, ShardedOptimizerTrainsAsPlainDataParallel) {
 
 // Tensors of rank 1, 2 and 3 that the slices cut anywhere; 3 values on 4 ranks leave a rank with
 // nothing to write (it still joins every collective call).
-TEST(Zero, ShardedWritersWriteTheWholeFileCheckpoint) {
+TEST(Zero, SlicedWritersWriteTheWholeFileCheckpoint) {
   sb::Comm comm;
   std::string dir = scratch(comm, "zero_io");
   for (const std::vector<std::vector<int64_t>>& shapes :

@@ -1,4 +1,4 @@
-// How a sharded document (data.long_docs = "shard") is cut over its group of ranks, on costs only:
+// How a split document (data.long_docs = "split") is cut over its group of ranks, on costs only:
 // the trainer (src/parts/groups.*, which then moves the rows) and `simulate` both use it, so a
 // modelled member holds exactly the rows a real one would and DST costs them the same way
 // (build_items with the document's length).

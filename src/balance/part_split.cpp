@@ -1,4 +1,4 @@
-#include "src/balance/shard_split.hpp"
+#include "src/balance/part_split.hpp"
 
 #include <algorithm>
 #include <numeric>

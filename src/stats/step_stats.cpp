@@ -1,4 +1,4 @@
-#include "src/train/step_stats.hpp"
+#include "src/stats/step_stats.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,6 @@
-// Attention of a sharded document on the GPU (context parallelism; the CPU path and the method are
-// in shard_attention.cpp). The same steps on device buffers: K and V of the whole document gathered
-// through the trainer's device exchange (ShardExchangeCuda, model_cuda.hpp), the selection built
+// Attention of a split document on the GPU (context parallelism; the CPU path and the method are
+// in part_attention.cpp). The same steps on device buffers: K and V of the whole document gathered
+// through the trainer's device exchange (PartExchangeCuda, model_cuda.hpp), the selection built
 // over the whole document with only this rank's query rows kept (keep_own_rows, shared with the
 // CPU), the ordinary CUDA kernels, and in the backward dK, dV reduce-scattered back to the keys'
 // owners.
@@ -8,13 +8,13 @@
 // The exchange is the trainer's (src/parts/groups_cuda.hpp), by the engine's rule for gradients:
 // NCCL point-to-point on device buffers, on this stream, when every rank has its own GPU; MPI
 // through host memory when ranks share one. Both run the same plans (src/comm/row_exchange.hpp).
-// The gather is not overlapped with the local chunk's attention: src/model/README.md ("Sharded
+// The gather is not overlapped with the local chunk's attention: src/model/README.md ("Split
 // documents") has the estimate of what that would save.
 #include <cuda_bf16.h>
 
 #include "base/cuda_check.hpp"
 #include "src/model/model_cuda.hpp"
-#include "src/model/shard_attention.hpp"
+#include "src/model/part_attention.hpp"
 
 namespace sb {
 
@@ -26,7 +26,7 @@ namespace {
 // This rank's packed rows (local_tokens x width) -> their document rows of `whole` (doc_len x
 // width); the other rows of `whole` are zero. Device to device, one copy per piece.
 template <class T>
-void scatter_pieces(const DocShard& sh, const T* mine, int width, T* whole, cudaStream_t s) {
+void scatter_pieces(const DocPart& sh, const T* mine, int width, T* whole, cudaStream_t s) {
   SB_CUDA_CHECK(cudaMemsetAsync(whole, 0, size_t(sh.doc_len) * width * sizeof(T), s));
   size_t at = 0;
   for (auto [b, e] : sh.pieces) {
@@ -38,7 +38,7 @@ void scatter_pieces(const DocShard& sh, const T* mine, int width, T* whole, cuda
 
 // The reverse: this rank's document rows of `whole` -> its packed rows.
 template <class T>
-void gather_pieces(const DocShard& sh, const T* whole, int width, T* mine, cudaStream_t s) {
+void gather_pieces(const DocPart& sh, const T* whole, int width, T* mine, cudaStream_t s) {
   size_t at = 0;
   for (auto [b, e] : sh.pieces) {
     const size_t n = size_t(e - b) * width;
@@ -48,11 +48,11 @@ void gather_pieces(const DocShard& sh, const T* whole, int width, T* mine, cudaS
 }
 
 // Q and K, V of the whole document into h.q, h.k, h.v: Q zero outside this rank's rows.
-void whole_qkv(const DocShard& sh, const ShardExchangeCuda& ex, const bf16* q, const bf16* k, const bf16* v,
-               kernels::AttnShape s, ShardScratchCuda& h, cudaStream_t cs) {
+void whole_qkv(const DocPart& sh, const PartExchangeCuda& ex, const bf16* q, const bf16* k, const bf16* v,
+               kernels::AttnShape s, PartScratchCuda& h, cudaStream_t cs) {
   const int HD = s.n_heads * s.head_dim, KD = s.n_kv_heads * s.head_dim;
   const size_t L = size_t(sh.doc_len);
-  check_shard_pieces(sh, s.block_size);
+  check_part_pieces(sh, s.block_size);
   scatter_pieces(sh, q, HD, h.q.resize(L * HD), cs);
   ex.gather(sh, k, h.k.resize(L * KD), KD, cs);
   ex.gather(sh, v, h.v.resize(L * KD), KD, cs);
@@ -60,10 +60,10 @@ void whole_qkv(const DocShard& sh, const ShardExchangeCuda& ex, const bf16* q, c
 
 }  // namespace
 
-kernels::GatingStats shard_attention_fwd_cuda(const DocShard& sh, const ShardExchangeCuda& ex, const bf16* q,
+kernels::GatingStats part_attention_fwd_cuda(const DocPart& sh, const PartExchangeCuda& ex, const bf16* q,
                                               const bf16* k, const bf16* v, kernels::AttnShape s, bool sparse,
                                               kernels::GatingParams p, bool gate, kc::DeviceSelection& sel,
-                                              bf16* att, float* lse, ShardScratchCuda& h, cudaStream_t cs) {
+                                              bf16* att, float* lse, PartScratchCuda& h, cudaStream_t cs) {
   const int HD = s.n_heads * s.head_dim;
   const size_t L = size_t(sh.doc_len);
   whole_qkv(sh, ex, q, k, v, s, h, cs);
@@ -84,9 +84,9 @@ kernels::GatingStats shard_attention_fwd_cuda(const DocShard& sh, const ShardExc
   return st;
 }
 
-void shard_attention_bwd_cuda(const DocShard& sh, const ShardExchangeCuda& ex, const bf16* q, const bf16* k,
+void part_attention_bwd_cuda(const DocPart& sh, const PartExchangeCuda& ex, const bf16* q, const bf16* k,
                               const bf16* v, const bf16* att, const float* lse, const bf16* datt, kernels::AttnShape s,
-                              const kc::DeviceSelection& sel, bf16* dq, bf16* dk, bf16* dv, ShardScratchCuda& h,
+                              const kc::DeviceSelection& sel, bf16* dq, bf16* dk, bf16* dv, PartScratchCuda& h,
                               cudaStream_t cs) {
   const int HD = s.n_heads * s.head_dim, KD = s.n_kv_heads * s.head_dim;
   const size_t L = size_t(sh.doc_len);

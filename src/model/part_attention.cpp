@@ -1,45 +1,45 @@
-// Attention of a sharded document (context parallelism, DocShard in model.hpp).
+// Attention of a split document (context parallelism, DocPart in model.hpp).
 //
 // Each rank runs the ordinary kernels over the whole document with every query row it does not own
 // emptied from the selection, so its work is its own rows' kept blocks only. Sparse gating scores
 // only its own query blocks (gate_blocks_pooled's query_blocks) against every block's pooled key, so
-// a member's gating is its share of the document's, and each row's choice is one rank's. K and V reach it one of two ways (ShardExchangeMode, attention.shard_exchange):
+// a member's gating is its share of the document's, and each row's choice is one rank's. K and V reach it one of two ways (PartExchangeMode, attention.part_exchange):
 // - all-gather of K and V within the group (in the backward a reduce-scatter of dK and dV back to
 //   the keys' owners): simple, (G - 1) * L rows per tensor per member;
 // - selective: the pooled block keys (nb x Hkv*D, small) are gathered first, so gating picks
 //   exactly one rank's blocks; then each member fetches only the rows of the blocks its own rows
 //   keep from their owners (alltoallv), and the backward sends those blocks' dK, dV back to the
 //   owners, who add them. Auto takes it when it moves below kAutoShare of the all-gather.
-// The CUDA path (shard_attention_cuda.cpp) all-gathers on device buffers (NCCL, or MPI through host
+// The CUDA path (part_attention_cuda.cpp) all-gathers on device buffers (NCCL, or MPI through host
 // memory when ranks share a GPU: src/parts/groups_cuda.hpp).
 #include <algorithm>
 #include <optional>
 #include <stdexcept>
 #include <string>
 
-#include "src/model/shard_attention.hpp"
+#include "src/model/part_attention.hpp"
 
 namespace sb {
 
 namespace k = kernels;
 
-int64_t ShardNeeds::rows(int m) const {
+int64_t PartNeeds::rows(int m) const {
   int64_t n = 0;
   for (auto [b, e] : need[size_t(m)]) n += e - b;
   return n;
 }
 
-int32_t DocShard::local_tokens() const {
+int32_t DocPart::local_tokens() const {
   int32_t n = 0;
   for (auto [b, e] : pieces) n += e - b;
   return n;
 }
 
-void check_shard_pieces(const DocShard& sh, int block_size) {
+void check_part_pieces(const DocPart& sh, int block_size) {
   int32_t prev = 0;
   for (auto [b, e] : sh.pieces) {
     if (b < prev || e < b || e > sh.doc_len || b % block_size != 0 || (e % block_size != 0 && e != sh.doc_len))
-      throw std::logic_error("DocShard: piece [" + std::to_string(b) + ", " + std::to_string(e) +
+      throw std::logic_error("DocPart: piece [" + std::to_string(b) + ", " + std::to_string(e) +
                              ") of a document of " + std::to_string(sh.doc_len) +
                              " tokens is out of order or off the block grid (block_size " +
                              std::to_string(block_size) + ")");
@@ -47,7 +47,7 @@ void check_shard_pieces(const DocShard& sh, int block_size) {
   }
 }
 
-k::GatingStats keep_own_rows(const DocShard& sh, k::AttnShape s, k::BlockSelection& sel) {
+k::GatingStats keep_own_rows(const DocPart& sh, k::AttnShape s, k::BlockSelection& sel) {
   const int nb = (sh.doc_len + s.block_size - 1) / s.block_size;
   std::vector<char> mine(size_t(nb), 0);
   for (auto [b, e] : sh.pieces)
@@ -76,8 +76,8 @@ k::GatingStats keep_own_rows(const DocShard& sh, k::AttnShape s, k::BlockSelecti
 namespace {
 
 // The document position of each of this rank's rows; the pieces checked against the block grid.
-std::vector<int32_t> owned_rows(const DocShard& sh, int block_size) {
-  check_shard_pieces(sh, block_size);
+std::vector<int32_t> owned_rows(const DocPart& sh, int block_size) {
+  check_part_pieces(sh, block_size);
   std::vector<int32_t> rows;
   for (auto [b, e] : sh.pieces)
     for (int32_t t = b; t < e; ++t) rows.push_back(t);
@@ -100,18 +100,18 @@ void gather_rows(const std::vector<T>& whole, const std::vector<int32_t>& rows, 
 }
 
 template <class T>
-std::vector<T> gather_whole(const DocShard& sh, const ShardExchange<T>& ex, const T* mine, int width) {
+std::vector<T> gather_whole(const DocPart& sh, const PartExchange<T>& ex, const T* mine, int width) {
   std::vector<T> whole(size_t(sh.doc_len) * width);
   ex.gather(sh, std::span<const T>(mine, size_t(sh.local_tokens()) * width), whole, width);
   return whole;
 }
 
 
-// ---- The selective exchange (ShardExchangeMode::Selective / Auto)
+// ---- The selective exchange (PartExchangeMode::Selective / Auto)
 
 // The blocks this rank owns (every block of a piece: pieces start on the grid, so a block is one
 // member's whole), flags over the document's nb blocks.
-std::vector<char> owned_blocks(const DocShard& sh, int bs, int nb) {
+std::vector<char> owned_blocks(const DocPart& sh, int bs, int nb) {
   std::vector<char> mine(size_t(nb), 0);
   for (auto [b, e] : sh.pieces)
     for (int i = b / bs; i * bs < e; ++i) mine[size_t(i)] = 1;
@@ -120,7 +120,7 @@ std::vector<char> owned_blocks(const DocShard& sh, int bs, int nb) {
 
 }  // namespace
 
-std::vector<std::pair<int32_t, int32_t>> needed_ranges(const DocShard& sh, const k::BlockSelection& sel, int bs) {
+std::vector<std::pair<int32_t, int32_t>> needed_ranges(const DocPart& sh, const k::BlockSelection& sel, int bs) {
   const int nb = (sh.doc_len + bs - 1) / bs;
   const std::vector<char> mine = owned_blocks(sh, bs, nb);
   std::vector<char> need(size_t(nb), 0);
@@ -142,7 +142,7 @@ namespace {
 // holding the document would keep; the other rows are empty. Q (L, H*D) is zero outside this rank's
 // rows; k is this rank's packed rows.
 template <class T>
-k::GatingStats gate_shared(const DocShard& sh, const ShardExchange<T>& ex, const T* Q, const T* kk, k::AttnShape s,
+k::GatingStats gate_shared(const DocPart& sh, const PartExchange<T>& ex, const T* Q, const T* kk, k::AttnShape s,
                            k::GatingParams p, k::BlockSelection& sel) {
   const int KD = s.n_kv_heads * s.head_dim, bs = s.block_size, L = sh.doc_len;
   const int W = k::key_summary_rows(p, bs) * KD;  // summary doubles per block
@@ -161,7 +161,7 @@ k::GatingStats gate_shared(const DocShard& sh, const ShardExchange<T>& ex, const
 
 // The same from the whole document's keys K (L, Hkv*D, all-gathered): every block pooled here.
 template <class T>
-k::GatingStats gate_own(const DocShard& sh, const T* Q, const T* K, k::AttnShape s, k::GatingParams p,
+k::GatingStats gate_own(const DocPart& sh, const T* Q, const T* K, k::AttnShape s, k::GatingParams p,
                         k::BlockSelection& sel) {
   const int bs = s.block_size, L = sh.doc_len, nb = (L + bs - 1) / bs;
   std::vector<double> kbar(size_t(nb) * s.n_kv_heads * k::key_summary_rows(p, bs) * s.head_dim);  // (blocks, Hkv*R*D)
@@ -172,14 +172,14 @@ k::GatingStats gate_own(const DocShard& sh, const T* Q, const T* K, k::AttnShape
 // Whole-document K and V (L, Hkv*D): this rank's rows plus what `sel`'s kept rows need (selective),
 // or every member's rows (all-gather). Returns the needs when the exchange was selective.
 template <class T>
-std::optional<ShardNeeds> whole_kv(const DocShard& sh, const ShardExchange<T>& ex, const T* kk, const T* v,
+std::optional<PartNeeds> whole_kv(const DocPart& sh, const PartExchange<T>& ex, const T* kk, const T* v,
                                    const std::vector<int32_t>& rows, k::AttnShape s, const k::BlockSelection& sel,
                                    std::vector<T>& K, std::vector<T>& V) {
   const int KD = s.n_kv_heads * s.head_dim, L = sh.doc_len;
-  std::optional<ShardNeeds> needs;
-  if (ex.mode != ShardExchangeMode::AllGather) {
+  std::optional<PartNeeds> needs;
+  if (ex.mode != PartExchangeMode::AllGather) {
     needs = ex.share_needs(sh, needed_ranges(sh, sel, s.block_size));
-    if (ex.mode == ShardExchangeMode::Auto && double(needs->selective_rows) >= kAutoShare * double(needs->allgather_rows))
+    if (ex.mode == PartExchangeMode::Auto && double(needs->selective_rows) >= kAutoShare * double(needs->allgather_rows))
       needs.reset();
   }
   if (!needs) {
@@ -206,7 +206,7 @@ std::optional<ShardNeeds> whole_kv(const DocShard& sh, const ShardExchange<T>& e
 }  // namespace
 
 template <class T>
-k::GatingStats shard_attention_fwd(const DocShard& sh, const ShardExchange<T>& ex, const T* q, const T* kk,
+k::GatingStats part_attention_fwd(const DocPart& sh, const PartExchange<T>& ex, const T* q, const T* kk,
                                    const T* v, k::AttnShape s, bool sparse, k::GatingParams p,
                                    k::BlockSelection& sel, T* att, T* lse) {
   const int HD = s.n_heads * s.head_dim, KD = s.n_kv_heads * s.head_dim, L = sh.doc_len;
@@ -216,17 +216,17 @@ k::GatingStats shard_attention_fwd(const DocShard& sh, const ShardExchange<T>& e
   std::vector<T> K, V;  // (L, KD)
   // Row i's choice needs its own pooled queries (here) and every block's pooled keys: from the
   // gathered K, or (selective) shared on their own. Only this rank's rows are gated.
-  if (ex.mode == ShardExchangeMode::AllGather) K = gather_whole(sh, ex, kk, KD), V = gather_whole(sh, ex, v, KD);
+  if (ex.mode == PartExchangeMode::AllGather) K = gather_whole(sh, ex, kk, KD), V = gather_whole(sh, ex, v, KD);
   k::GatingStats st;
   if (!sparse) {
     k::select_all_causal(cu, 1, s, sel);
     st = keep_own_rows(sh, s, sel);
-  } else if (ex.mode == ShardExchangeMode::AllGather) {
+  } else if (ex.mode == PartExchangeMode::AllGather) {
     st = gate_own(sh, Q.data(), K.data(), s, p, sel);
   } else {
     st = gate_shared(sh, ex, Q.data(), kk, s, p, sel);
   }
-  if (ex.mode != ShardExchangeMode::AllGather) whole_kv(sh, ex, kk, v, rows, s, sel, K, V);
+  if (ex.mode != PartExchangeMode::AllGather) whole_kv(sh, ex, kk, v, rows, s, sel, K, V);
   std::vector<T> O(size_t(L) * HD), S(size_t(L) * s.n_heads);  // (L, HD), (L, H)
   k::block_attention_fwd(Q.data(), K.data(), V.data(), cu, 1, s, sel, O.data(), S.data());
   gather_rows(O, rows, HD, att);
@@ -235,7 +235,7 @@ k::GatingStats shard_attention_fwd(const DocShard& sh, const ShardExchange<T>& e
 }
 
 template <class T>
-void shard_attention_bwd(const DocShard& sh, const ShardExchange<T>& ex, const T* q, const T* kk, const T* v,
+void part_attention_bwd(const DocPart& sh, const PartExchange<T>& ex, const T* q, const T* kk, const T* v,
                          const T* att, const T* lse, const T* datt, k::AttnShape s, const k::BlockSelection& sel,
                          T* dq, T* dk, T* dv) {
   const int HD = s.n_heads * s.head_dim, KD = s.n_kv_heads * s.head_dim, L = sh.doc_len;
@@ -243,7 +243,7 @@ void shard_attention_bwd(const DocShard& sh, const ShardExchange<T>& ex, const T
   const std::vector<T> Q = scatter_rows(q, rows, L, HD), O = scatter_rows(att, rows, L, HD),
                        dO = scatter_rows(datt, rows, L, HD), S = scatter_rows(lse, rows, L, s.n_heads);
   std::vector<T> K, V;
-  const std::optional<ShardNeeds> needs = whole_kv(sh, ex, kk, v, rows, s, sel, K, V);
+  const std::optional<PartNeeds> needs = whole_kv(sh, ex, kk, v, rows, s, sel, K, V);
   const int32_t cu[2] = {0, L};
   std::vector<T> dQ(size_t(L) * HD), dK(size_t(L) * KD), dV(size_t(L) * KD);
   k::block_attention_bwd(Q.data(), K.data(), V.data(), O.data(), S.data(), dO.data(), cu, 1, s, sel, dQ.data(),
@@ -273,16 +273,16 @@ void shard_attention_bwd(const DocShard& sh, const ShardExchange<T>& ex, const T
   }
 }
 
-template k::GatingStats shard_attention_fwd<float>(const DocShard&, const ShardExchange<float>&, const float*,
+template k::GatingStats part_attention_fwd<float>(const DocPart&, const PartExchange<float>&, const float*,
                                                    const float*, const float*, k::AttnShape, bool, k::GatingParams,
                                                    k::BlockSelection&, float*, float*);
-template k::GatingStats shard_attention_fwd<double>(const DocShard&, const ShardExchange<double>&, const double*,
+template k::GatingStats part_attention_fwd<double>(const DocPart&, const PartExchange<double>&, const double*,
                                                     const double*, const double*, k::AttnShape, bool,
                                                     k::GatingParams, k::BlockSelection&, double*, double*);
-template void shard_attention_bwd<float>(const DocShard&, const ShardExchange<float>&, const float*, const float*,
+template void part_attention_bwd<float>(const DocPart&, const PartExchange<float>&, const float*, const float*,
                                          const float*, const float*, const float*, const float*, k::AttnShape,
                                          const k::BlockSelection&, float*, float*, float*);
-template void shard_attention_bwd<double>(const DocShard&, const ShardExchange<double>&, const double*,
+template void part_attention_bwd<double>(const DocPart&, const PartExchange<double>&, const double*,
                                           const double*, const double*, const double*, const double*,
                                           const double*, k::AttnShape, const k::BlockSelection&, double*, double*,
                                           double*);

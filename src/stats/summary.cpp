@@ -1,4 +1,4 @@
-#include "src/train/summary.hpp"
+#include "src/stats/summary.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -24,6 +24,11 @@ void RunSummary::add(const StepRow& row, int64_t above, int64_t below) {
   res_.mean_density += row.density, res_.mean_recall += row.recall, res_.mean_pred_error += row.pred_error;
   res_.budgets_above_k0 += above, res_.budgets_below_k0 += below;
   if (row.recall_true >= 0) true_sum_ += row.recall_true, true_n_ += 1;
+}
+
+void RunSummary::add_sources(std::span<const SourceRow> rows) {
+  res_.source_docs.resize(rows.size(), 0), res_.source_tokens.resize(rows.size(), 0);
+  for (size_t i = 0; i < rows.size(); ++i) res_.source_docs[i] += rows[i].docs, res_.source_tokens[i] += rows[i].tokens;
 }
 
 TrainResult RunSummary::finish(const std::string& last_checkpoint, bool stopped_early) {

@@ -1,5 +1,5 @@
-// Sharded documents in the plan (data.long_docs = "shard", balance.shard_docs): which documents are
-// sharded, over how many ranks and where, and the plan balancing the rest around them (preload).
+// Documents in parts in the plan (data.long_docs = "split", balance.split_docs): which documents are
+// split, over how many ranks and where, and the plan balancing the rest around them (preload).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,7 +12,7 @@ namespace {
 
 using Docs = std::vector<std::pair<uint64_t, uint64_t>>;
 
-TEST(ShardPlan, LongDocumentsLeaveTheBatchAndSpreadOverTheLeastLoadedRanks) {
+TEST(PartPlan, LongDocumentsLeaveTheBatchAndSpreadOverTheLeastLoadedRanks) {
   const sb::LatencyModel lm;
   Docs docs;
   for (uint64_t i = 0; i < 12; ++i) docs.push_back({i, 100});
@@ -35,7 +35,7 @@ TEST(ShardPlan, LongDocumentsLeaveTheBatchAndSpreadOverTheLeastLoadedRanks) {
   EXPECT_DOUBLE_EQ(load[7], 0.0);
 }
 
-TEST(ShardPlan, MoreRanksWhenOnePartWouldStillExceedTheFairShare) {
+TEST(PartPlan, MoreRanksWhenOnePartWouldStillExceedTheFairShare) {
   const sb::LatencyModel lm;
   Docs docs = {{0, 2000}, {1, 50}, {2, 50}};  // fair share 2100 / 16 ~ 131 tokens
   std::vector<double> load;
@@ -44,7 +44,7 @@ TEST(ShardPlan, MoreRanksWhenOnePartWouldStillExceedTheFairShare) {
   EXPECT_EQ(groups[0].ranks, 16);  // ceil(2000 / 131.25) = 16, not the 2 memory needs
 }
 
-TEST(ShardPlan, ShardDocsShardsCostlyDocumentsThatFit) {
+TEST(PartPlan, PartDocsPartsCostlyDocumentsThatFit) {
   const sb::LatencyModel lm;
   const Docs batch = {{0, 900}, {1, 50}, {2, 50}, {3, 50}};  // all fit 1024; fair share 262.5 tokens
   Docs a = batch, b = batch;
@@ -57,8 +57,8 @@ TEST(ShardPlan, ShardDocsShardsCostlyDocumentsThatFit) {
   EXPECT_EQ(b.size(), 3u);
 }
 
-// balance.shard_part: fitting documents above part x fair are sharded, each part within it.
-TEST(ShardPlan, ShardPartShardsFittingDocumentsIntoSmallerParts) {
+// balance.part_share: fitting documents above part x fair are split, each part within it.
+TEST(PartPlan, PartPartPartsFittingDocumentsIntoSmallerParts) {
   const sb::LatencyModel lm;
   const Docs batch = {{0, 900}, {1, 500}, {2, 300}, {3, 200}, {4, 100}};  // fair share 2000 / 8 = 250 tokens
   Docs a = batch, b = batch;
@@ -82,12 +82,12 @@ TEST(ShardPlan, ShardPartShardsFittingDocumentsIntoSmallerParts) {
   EXPECT_EQ(ld, std::vector<double>(4, 300.0));
   Docs c = batch;
   const std::string m = sbtest::error_of([&] { sb::place_long_docs(c, 1024, 8, sb::Batching::Tokens, lm, 4, 0, true, lb, 0); });
-  EXPECT_NE(m.find("balance.shard_part"), std::string::npos) << m;
+  EXPECT_NE(m.find("balance.part_share"), std::string::npos) << m;
 }
 
 // The windows' segment tree picks what the plain scan picks: replaying the groups in placement
 // order, each one's first rank is the lowest start of a least-busy window of its size.
-TEST(ShardPlan, WindowSearchMatchesThePlainScan) {
+TEST(PartPlan, WindowSearchMatchesThePlainScan) {
   const sb::LatencyModel lm;
   for (sb::Batching b : {sb::Batching::Tokens, sb::Batching::Sparse}) {
     Docs docs;
@@ -110,7 +110,7 @@ TEST(ShardPlan, WindowSearchMatchesThePlainScan) {
         if (mx < best) best = mx, first = s;
       }
       EXPECT_EQ(g.first, first) << sb::batching_name(b) << " doc " << g.doc;
-      const double c = sb::shard_cost(b, lm, int64_t(g.len), g.ranks, 4, 64);
+      const double c = sb::split_cost(b, lm, int64_t(g.len), g.ranks, 4, 64);
       for (int r = g.first; r < g.first + g.ranks; ++r) ref[size_t(r)] += c;
       sizes.push_back(g.ranks);
     }
@@ -120,7 +120,7 @@ TEST(ShardPlan, WindowSearchMatchesThePlainScan) {
   }
 }
 
-TEST(ShardPlan, TooFewRanksNamesHowManyAndTheKeys) {
+TEST(PartPlan, TooFewRanksNamesHowManyAndTheKeys) {
   const sb::LatencyModel lm;
   Docs docs = {{7, 5000}};
   std::vector<double> load;
@@ -131,11 +131,11 @@ TEST(ShardPlan, TooFewRanksNamesHowManyAndTheKeys) {
   EXPECT_NE(m.find("train.micro_batch_tokens"), std::string::npos) << m;
 }
 
-TEST(ShardPlan, ThePlanBalancesAroundThePreload) {
+TEST(PartPlan, ThePlanBalancesAroundThePreload) {
   const sb::LatencyModel lm;
   std::vector<sb::Segment> segs;
   for (uint64_t i = 0; i < 40; ++i) segs.push_back({i, 0, 100});
-  const std::vector<double> preload = {2000, 0, 0, 0};  // rank 0 already holds a shard worth 2000 tokens
+  const std::vector<double> preload = {2000, 0, 0, 0};  // rank 0 already holds a part worth 2000 tokens
   for (sb::Batching b : {sb::Batching::Tokens, sb::Batching::Sparse}) {
     const sb::Plan p = sb::make_plan(segs, 4, 4, 1024, b, lm, 4, {}, preload);
     std::vector<int64_t> tokens(4, 0);
@@ -148,30 +148,30 @@ TEST(ShardPlan, ThePlanBalancesAroundThePreload) {
   EXPECT_NE(sbtest::error_of([&] { sb::make_plan(segs, 4, 4, 1024, sb::Batching::Tokens, lm, 4, {}, std::vector<double>(3)); }), "");
 }
 
-// A member's cost of a sharded document: with own-row gating (the CPU engine) the gating splits
+// A member's cost of a split document: with own-row gating (the CPU engine) the gating splits
 // with the rows, one per-layer constant per member; with whole gating (CUDA) each pays it all, so
 // its members are lighter.
-TEST(ShardPlan, OwnRowGatingSplitsTheGatingOverTheMembers) {
+TEST(PartPlan, OwnRowGatingSplitsTheGatingOverTheMembers) {
   sb::LatencyModel lm{sb::ModelShape{4, 64, 1}};
   lm.set_coeffs(sb::Part::Gating, {0.05, 1e-4, 2e-3});
   const int64_t len = 64 * 256;  // 256 blocks
-  const double W = lm.segment_cost(len, 8), X = sb::shard_exchange_ms(lm, len, 8, 512);
+  const double W = lm.segment_cost(len, 8), X = sb::part_exchange_ms(lm, len, 8, 512);
   const double gw = 4 * lm.part_ms(sb::Part::Gating, double(len), sb::LatencyModel::causal_blocks(len, 64));
   ASSERT_LT(gw, W);
-  EXPECT_NEAR(sb::shard_gating_ms(lm, len), gw, 1e-9 * gw);
-  const double whole = sb::shard_cost(sb::Batching::Sparse, lm, len, 8, 8, 512);
+  EXPECT_NEAR(sb::part_gating_ms(lm, len), gw, 1e-9 * gw);
+  const double whole = sb::split_cost(sb::Batching::Sparse, lm, len, 8, 8, 512);
   EXPECT_NEAR(whole, (W - gw) / 8 + gw + X, 1e-9 * whole);
-  lm.set_shard_gating(sb::ShardGating::OwnRows);
-  EXPECT_NEAR(sb::shard_gating_ms(lm, len), 4 * 0.05, 1e-12);
-  const double own = sb::shard_cost(sb::Batching::Sparse, lm, len, 8, 8, 512);
+  lm.set_part_gating(sb::PartGating::OwnRows);
+  EXPECT_NEAR(sb::part_gating_ms(lm, len), 4 * 0.05, 1e-12);
+  const double own = sb::split_cost(sb::Batching::Sparse, lm, len, 8, 8, 512);
   EXPECT_NEAR(own, W / 8 + 4 * 0.05 + X, 1e-9 * own);
   EXPECT_LT(own, whole - 0.5 * gw);
   // The group a long document gets and its busiest member: lighter with own-row gating.
   Docs shorts;
   for (uint64_t i = 0; i < 60; ++i) shorts.push_back({i, 2000});
   shorts.push_back({100, uint64_t(len)});
-  auto busiest = [&](sb::ShardGating g) {
-    lm.set_shard_gating(g);
+  auto busiest = [&](sb::PartGating g) {
+    lm.set_part_gating(g);
     Docs d = shorts;
     std::vector<double> load;
     const auto groups = sb::place_long_docs(d, 8192, 64, sb::Batching::Sparse, lm, 8, 512, false, load);
@@ -179,16 +179,16 @@ TEST(ShardPlan, OwnRowGatingSplitsTheGatingOverTheMembers) {
     EXPECT_GE(groups.empty() ? 0 : groups[0].ranks, 2);
     return *std::max_element(load.begin(), load.end());
   };
-  EXPECT_LT(busiest(sb::ShardGating::OwnRows), busiest(sb::ShardGating::Whole));
+  EXPECT_LT(busiest(sb::PartGating::OwnRows), busiest(sb::PartGating::Whole));
 }
 
 // Whole documents that need a rank of their own (over 0.4 x the mean load) keep it while the groups
 // are placed: a long document's group grows around them rather than leaving one of them no gap that
 // fits it. 4 ranks, one micro-batch each: a 1,200-token document (2 members by memory) and three
 // whole ones of 700 (mean 825). Groups first onto idle ranks put the third 700 beside a 600 part
-// (1,300, 1.58x the mean: plain shard at 64 x 1 was 1.085x the token-level bound so); around them
+// (1,300, 1.58x the mean: plain part at 64 x 1 was 1.085x the token-level bound so); around them
 // the group takes all 4 ranks, 300 each, and the step is 1,000.
-TEST(ShardPlan, GroupsLeaveBigWholeDocumentsARankOfTheirOwn) {
+TEST(PartPlan, GroupsLeaveBigWholeDocumentsARankOfTheirOwn) {
   const sb::LatencyModel lm;
   const Docs batch = {{0, 700}, {1, 1200}, {2, 700}, {3, 700}};
   Docs docs = batch;

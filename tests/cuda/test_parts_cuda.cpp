@@ -1,12 +1,12 @@
 // Context parallelism on the GPU (issue 21), at 2 real MPI ranks: the device exchange
-// (ShardExchangeDevice, src/parts/groups_cuda.hpp) through host memory and MPI, as it runs when the
+// (PartExchangeDevice, src/parts/groups_cuda.hpp) through host memory and MPI, as it runs when the
 // ranks share one GPU, and, when each rank has a GPU of its own (a 2-GPU machine), through NCCL
 // point-to-point too. Needs a GPU; skipped without one.
-// - One micro-batch: a document of 2 x micro_batch_tokens sharded over the 2 ranks, each rank also
+// - One micro-batch: a document of 2 x micro_batch_tokens split over the 2 ranks, each rank also
 //   holding a short document of its own, gives the loss, the gradients and the gating statistics
 //   of one rank holding everything in a 2x micro-batch on the GPU (bf16 tolerance), and of
 //   Model<double> on the same weights: dense and sparse attention, GQA, a partial last block.
-// - The trainer with data.long_docs = "shard" on train.device = "cuda" against the same run on the
+// - The trainer with data.long_docs = "split" on train.device = "cuda" against the same run on the
 //   CPU engine: the losses agree to bf16 tolerance at every step.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -56,7 +56,7 @@ struct Case {
   int cap = 256;   // train.micro_batch_tokens
 };
 
-void check_case(const Case& c, sb::ShardExchangeDevice& dev) {
+void check_case(const Case& c, sb::PartExchangeDevice& dev) {
   sb::Comm comm;
   const int G = comm.size(), me = comm.rank();
   sb::ModelDims d;
@@ -85,14 +85,14 @@ void check_case(const Case& c, sb::ShardExchangeDevice& dev) {
   const sb::MicroBatchStats sr = ref.forward_backward(whole, a, scale);
 
   // This rank's micro-batch: its short document, then its pieces of the long one.
-  sb::ShardGroups groups(comm);
+  sb::PartGroups groups(comm);
   const auto costs = sb::block_costs(L, c.block, c.sparse, 2, a.local_blocks, 0.1);
-  const sb::DocShard sh = groups.add(0, L, sb::split_document(L, G, c.block, costs)).value();
+  const sb::DocPart sh = groups.add(0, L, sb::split_document(L, G, c.block, costs)).value();
   sb::PackedBatch mine;
   mine.add(random_doc(size_t(90 + 41 * me), 100 + uint64_t(me), d.vocab));
   for (auto [b, e] : sh.pieces)
     mine.add_rows(std::vector<uint32_t>(doc.begin() + b, doc.begin() + std::min(e + 1, L)), b, size_t(e - b));
-  mine.shards.push_back(sh);
+  mine.parts.push_back(sh);
   sb::ModelCuda cp(d, host.layout());
   cp.upload_weights(host.weights());
   dev.set_groups(&groups);
@@ -104,8 +104,8 @@ void check_case(const Case& c, sb::ShardExchangeDevice& dev) {
   for (const auto& x : ms.gating) sums.insert(sums.end(), {x.rows, x.kept_blocks, x.causal_blocks});
   comm.allreduce_sum_inplace(sums);
   const double e1 = std::abs(sums[0] - s1.loss_sum) / s1.loss_sum, er = std::abs(sums[0] - sr.loss_sum) / sr.loss_sum;
-  EXPECT_LT(e1, 2e-3) << "sharded " << sums[0] << " vs one GPU rank " << s1.loss_sum;
-  EXPECT_LT(er, c.sparse ? 1e-2 : 5e-3) << "sharded " << sums[0] << " vs Model<double> " << sr.loss_sum;
+  EXPECT_LT(e1, 2e-3) << "split " << sums[0] << " vs one GPU rank " << s1.loss_sum;
+  EXPECT_LT(er, c.sparse ? 1e-2 : 5e-3) << "split " << sums[0] << " vs Model<double> " << sr.loss_sum;
   EXPECT_EQ(int64_t(sums[1]), s1.targets);
   for (size_t l = 0; l < s1.gating.size(); ++l) {  // every row once, the blocks one rank keeps
     EXPECT_EQ(sums[2 + 3 * l], s1.gating[l].rows) << "layer " << l;
@@ -137,7 +137,7 @@ void check_case(const Case& c, sb::ShardExchangeDevice& dev) {
 }  // namespace
 
 // Host-staged always (it runs wherever the ranks are); NCCL too when every rank has a GPU of its own.
-TEST(ShardCuda, OneDocumentOverTwoRanksEqualsOneRank) {
+TEST(PartCuda, OneDocumentOverTwoRanksEqualsOneRank) {
   if (!have_gpu()) GTEST_SKIP();
   sb::Comm comm;
   if (comm.size() != 2) GTEST_SKIP() << "the case is 2 ranks";
@@ -150,7 +150,7 @@ TEST(ShardCuda, OneDocumentOverTwoRanksEqualsOneRank) {
       if (comm.root()) std::printf("nccl: not run (the 2 ranks share a GPU; NCCL needs one each)\n");
       continue;
     }
-    sb::ShardExchangeDevice dev(comm, nccl);
+    sb::PartExchangeDevice dev(comm, nccl);
     for (const Case& c : {Case{false, 0}, Case{true, 0}, Case{false, 20}, Case{true, 37}, Case{true, 0, 128, 512}}) {
       SCOPED_TRACE(std::string(nccl ? "nccl, " : "host-staged, ") + (c.sparse ? "sparse" : "dense") + ", tail " +
                    std::to_string(c.tail) + ", block " + std::to_string(c.block));
@@ -159,25 +159,25 @@ TEST(ShardCuda, OneDocumentOverTwoRanksEqualsOneRank) {
   }
 }
 
-// data.long_docs = "shard" in the trainer: cuda against cpu (documents up to 1,024 tokens, 512 per
-// micro-batch: the long ones sharded over the 2 ranks), dense and sparse.
-TEST(ShardCuda, TrainerLossesMatchCpuEngine) {
+// data.long_docs = "split" in the trainer: cuda against cpu (documents up to 1,024 tokens, 512 per
+// micro-batch: the long ones split over the 2 ranks), dense and sparse.
+TEST(PartCuda, TrainerLossesMatchCpuEngine) {
   if (!have_gpu()) GTEST_SKIP();
   sb::Comm comm;
   if (comm.size() != 2) GTEST_SKIP() << "the case is 2 ranks";
-  const std::string dir = scratch(comm, "shard_cuda");
+  const std::string dir = scratch(comm, "part_cuda");
   for (const char* mode : {"dense", "sparse"}) {
     const std::string flags = std::string(" --set attention.mode=") + mode +
                               " --set model.d_model=128 --set model.n_heads=2 --set model.n_kv_heads=1"
                               " --set model.ffn_dim=256 --set attention.block_size=64 --set attention.k=2"
                               " --set train.micro_batch_tokens=512 --set train.global_batch_tokens=4096"
-                              " --set train.steps=6 --set train.lr=2e-3 --set data.long_docs=shard"
+                              " --set train.steps=6 --set train.lr=2e-3 --set data.long_docs=split"
                               " --set balance.batching=tokens --set balance.tuning=fixed --set balance.self_profile=false";
     std::vector<double> loss[2];
     cpu_and_gpu_losses(comm, dir, flags, std::string(mode) + "_", loss);
     double worst = 0;
     expect_losses_close(loss, 6, 3e-2, std::string(mode) + " ", &worst);
     if (HasFatalFailure()) return;
-    if (comm.root()) std::printf("trainer %s: 6 steps sharded, worst step rel diff gpu/cpu %.2e\n", mode, worst);
+    if (comm.root()) std::printf("trainer %s: 6 steps split, worst step rel diff gpu/cpu %.2e\n", mode, worst);
   }
 }

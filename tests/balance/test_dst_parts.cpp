@@ -1,4 +1,4 @@
-// DST on sharded documents (context parallelism, build_items' doc_len): a rank's part of a document
+// DST on documents in parts (context parallelism, build_items' doc_len): a rank's part of a document
 // is costed as its rows of the whole document, and tuned per rank like a whole micro-batch.
 #include <gtest/gtest.h>
 
@@ -29,9 +29,9 @@ DstParams params() {
 }  // namespace
 
 // The members' parts add up to the whole document: attention (kept blocks) and recall at every
-// budget; every member pays the whole document's gating (ShardGating::Whole); a late piece costs what its rows keep, far
+// budget; every member pays the whole document's gating (PartGating::Whole); a late piece costs what its rows keep, far
 // more than a sequence of its length alone (what DST planned the parts on before).
-TEST(DstShard, PartsAreCostedAsTheirRowsOfTheWholeDocument) {
+TEST(DstPart, PartsAreCostedAsTheirRowsOfTheWholeDocument) {
   LatencyModel lm{ModelShape{kLayers, kBs, 1}};
   lm.set_coeffs(Part::Attention, {0, 0, 1});  // attention time = kept blocks x Bs^2: exact sums
   RecallModel rm{ModelShape{kLayers, kBs, 1}};
@@ -64,10 +64,10 @@ TEST(DstShard, PartsAreCostedAsTheirRowsOfTheWholeDocument) {
   EXPECT_THROW(build_items(parts, lm, rm, p, one), std::logic_error);
 }
 
-// Own-row gating (the CPU engine, ShardGating::OwnRows): each member's gating is its rows' causal
+// Own-row gating (the CPU engine, PartGating::OwnRows): each member's gating is its rows' causal
 // pairs, and the members' gating adds up to one whole document's but for the per-layer constant
 // each pays; with Whole every member pays all of it (the CUDA engine).
-TEST(DstShard, OwnRowGatingCostsEachMemberItsRowsOnly) {
+TEST(DstPart, OwnRowGatingCostsEachMemberItsRowsOnly) {
   LatencyModel lm{ModelShape{kLayers, kBs, 1}};
   lm.set_coeffs(Part::Gating, {0.5, 1e-3, 0.25});
   RecallModel rm{ModelShape{kLayers, kBs, 1}};
@@ -75,7 +75,7 @@ TEST(DstShard, OwnRowGatingCostsEachMemberItsRowsOnly) {
   const std::vector<MicroBatch> parts{part({{0, 16 * kBs}, {48 * kBs, kDoc}}), part({{16 * kBs, 48 * kBs}})};
   const std::vector<int64_t> len{kDoc, kDoc};
   const DstItems whole = build_items(parts, lm, rm, p, len);
-  lm.set_shard_gating(ShardGating::OwnRows);
+  lm.set_part_gating(PartGating::OwnRows);
   const DstItems own = build_items(parts, lm, rm, p, len);
   const double all = kLayers * lm.part_ms(Part::Gating, double(kDoc), LatencyModel::causal_blocks(kDoc, kBs));
   double sum = 0;
@@ -95,7 +95,7 @@ TEST(DstShard, OwnRowGatingCostsEachMemberItsRowsOnly) {
 // Two ranks share a document; rank 0 also holds a long micro-batch of its own. The lighter rank 1
 // would wait at the barrier: it raises its part's budgets, rank 0 lowers its own (both within
 // max_change); with tuning = "fixed" every part stays at k0.
-TEST(DstShard, PartsAreTunedPerRankTowardTheTarget) {
+TEST(DstPart, PartsAreTunedPerRankTowardTheTarget) {
   LatencyModel lm{ModelShape{kLayers, kBs, 1}};
   RecallModel rm{ModelShape{kLayers, kBs, 1}};
   DstParams p = params();

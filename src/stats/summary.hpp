@@ -2,6 +2,7 @@
 // step records (the same rows the metrics log gets).
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,8 @@ struct TrainResult {
   bool stopped_early = false;  // by --stop-at or a signal
   std::vector<double> losses;
   std::vector<double> step_ms;  // makespan of every step (the first ones include warm-up)
+  // data.sources: documents and tokens drawn from each source over the steps run (empty for data.path).
+  std::vector<int64_t> source_docs, source_tokens;
 };
 
 class RunSummary {
@@ -29,6 +32,8 @@ class RunSummary {
   RunSummary(const std::string& log_path, int64_t first_step);
   // One step's row; above / below: items tuned above / below k0 over all ranks.
   void add(const StepRow& row, int64_t above, int64_t below);
+  // One step's draws per source (data.sources).
+  void add_sources(std::span<const SourceRow> rows);
   // The means over the steps added.
   TrainResult finish(const std::string& last_checkpoint, bool stopped_early);
 

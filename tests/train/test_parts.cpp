@@ -1,8 +1,8 @@
 // Context parallelism (issue 21) on 1, 2 and 4 real MPI ranks: one document of G micro-batches
-// sharded over the G = world ranks, each rank also holding a short document of its own, gives the
+// split over the G = world ranks, each rank also holding a short document of its own, gives the
 // loss, the gradients and the gating statistics of one rank holding everything in one micro-batch:
 // dense and sparse attention, GQA and one kv head, float32 and float64. Then the trainer with
-// data.long_docs = "shard": the same loss as whole documents, bit-exact resume, the rank error.
+// data.long_docs = "split": the same loss as whole documents, bit-exact resume, the rank error.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -55,7 +55,7 @@ struct Case {
 };
 
 template <class T>
-void check_case(const Case& c, double tol, sb::ShardExchangeMode mode = sb::ShardExchangeMode::AllGather) {
+void check_case(const Case& c, double tol, sb::PartExchangeMode mode = sb::PartExchangeMode::AllGather) {
   sb::Comm comm;
   const int G = comm.size(), me = comm.rank();
   const int32_t L = c.len > 0 ? c.len : G * kCap - c.tail;
@@ -73,16 +73,16 @@ void check_case(const Case& c, double tol, sb::ShardExchangeMode mode = sb::Shar
   const sb::MicroBatchStats rs = ref.forward_backward(whole, a, T(1));
 
   // This rank's micro-batch: its short document, then its pieces of the long one.
-  sb::ShardGroups groups(comm);
+  sb::PartGroups groups(comm);
   groups.set_mode(mode);
   const auto costs = sb::block_costs(L, kBlock, c.sparse, 2, a.local_blocks, 0.1);
-  sb::DocShard sh = groups.add(0, L, sb::split_document(L, G, kBlock, costs)).value();
+  sb::DocPart sh = groups.add(0, L, sb::split_document(L, G, kBlock, costs)).value();
   sb::PackedBatch mine;
   mine.add(random_doc(size_t(10 + 7 * me), 100 + uint64_t(me)));
   for (auto [b, e] : sh.pieces)
     mine.add_rows(std::vector<uint32_t>(doc.begin() + b, doc.begin() + std::min(e + 1, L)), b, size_t(e - b));
-  mine.shards.push_back(sh);
-  const sb::ShardExchange<T>& ex = [&]() -> const sb::ShardExchange<T>& {
+  mine.parts.push_back(sh);
+  const sb::PartExchange<T>& ex = [&]() -> const sb::PartExchange<T>& {
     if constexpr (sizeof(T) == 4) return groups.exchange_f32();
     else return groups.exchange_f64();
   }();
@@ -118,14 +118,14 @@ void check_case(const Case& c, double tol, sb::ShardExchangeMode mode = sb::Shar
 
 const Case kCases[] = {{false, 2, 0}, {true, 2, 0}, {true, 1, 5}, {false, 4, 3}, {true, 2, 0, 21}};
 
-TEST(Shard, OneDocumentOverTheWorldEqualsOneRankFloat32) {
+TEST(Part, OneDocumentOverTheWorldEqualsOneRankFloat32) {
   for (const Case& c : kCases) {
     SCOPED_TRACE(std::string(c.sparse ? "sparse" : "dense") + ", kv heads " + std::to_string(c.kv_heads));
     check_case<float>(c, 1e-5);
   }
 }
 
-TEST(Shard, OneDocumentOverTheWorldEqualsOneRankFloat64) {
+TEST(Part, OneDocumentOverTheWorldEqualsOneRankFloat64) {
   for (const Case& c : kCases) {
     SCOPED_TRACE(std::string(c.sparse ? "sparse" : "dense") + ", kv heads " + std::to_string(c.kv_heads));
     check_case<double>(c, 1e-11);
@@ -135,34 +135,34 @@ TEST(Shard, OneDocumentOverTheWorldEqualsOneRankFloat64) {
 // Hybrid layers (attention.dense_layers) and the gate modes (attention.gate_query, gate_key) through
 // context parallelism: the all-gather, and the selective exchange whose shared key summaries have
 // two (bounds) or four (sub) rows per block.
-TEST(Shard, HybridLayersAndGateModesEqualOneRank) {
+TEST(Part, HybridLayersAndGateModesEqualOneRank) {
   using Q = sb::kernels::GateQuery;
   using K = sb::kernels::GateKey;
   const Case cases[] = {{true, 2, 0, 0, {0, 1}, Q::max, K::bounds}, {true, 1, 5, 0, {1, 0}, Q::mean, K::sub},
                         {true, 2, 0, 0, {}, Q::max, K::sub}};
   for (const Case& c : cases)
-    for (auto mode : {sb::ShardExchangeMode::AllGather, sb::ShardExchangeMode::Selective}) {
+    for (auto mode : {sb::PartExchangeMode::AllGather, sb::PartExchangeMode::Selective}) {
       SCOPED_TRACE("kv heads " + std::to_string(c.kv_heads) + ", key " + std::to_string(int(c.key)) +
-                   (mode == sb::ShardExchangeMode::Selective ? ", selective" : ", all-gather"));
+                   (mode == sb::PartExchangeMode::Selective ? ", selective" : ", all-gather"));
       check_case<double>(c, 1e-11, mode);
     }
 }
 
-// The selective exchange (attention.shard_exchange = "selective"): gating on the shared pooled keys
+// The selective exchange (attention.part_exchange = "selective"): gating on the shared pooled keys
 // keeps one rank's blocks, only those blocks' K/V rows travel, their dK/dV return to the owners.
-TEST(Shard, SelectiveExchangeEqualsOneRank) {
+TEST(Part, SelectiveExchangeEqualsOneRank) {
   for (int i : {0, 2, 4}) {  // dense GQA; sparse, one kv head, a partial block; members without a piece
     const Case& c = kCases[i];
     SCOPED_TRACE(std::string(c.sparse ? "sparse" : "dense") + ", kv heads " + std::to_string(c.kv_heads));
-    check_case<double>(c, 1e-11, sb::ShardExchangeMode::Selective);
+    check_case<double>(c, 1e-11, sb::PartExchangeMode::Selective);
   }
-  check_case<float>(kCases[1], 1e-5, sb::ShardExchangeMode::Selective);  // sparse GQA
-  check_case<float>(kCases[1], 1e-5, sb::ShardExchangeMode::Auto);
+  check_case<float>(kCases[1], 1e-5, sb::PartExchangeMode::Selective);  // sparse GQA
+  check_case<float>(kCases[1], 1e-5, sb::PartExchangeMode::Auto);
 }
 
 // Group::alltoallv: member r sends r + 1 + m values "100 r + m" to member m (none to itself at
 // odd r), in float and double.
-TEST(Shard, GroupAlltoallvDeliversEachMembersPart) {
+TEST(Part, GroupAlltoallvDeliversEachMembersPart) {
   sb::Comm comm;
   sb::Group g(comm, 0, comm.rank());
   const int G = g.size(), me = g.rank();
@@ -191,10 +191,10 @@ TEST(Shard, GroupAlltoallvDeliversEachMembersPart) {
 // The row plans of the device exchange (src/comm/row_exchange.hpp) on MPI with host buffers, as the
 // GPU's host-staged path runs them and NCCL runs them on device buffers: random tilings of a
 // document (several pieces a member, members without any), random bf16 rows. The gather gives every
-// member the whole document bit for bit (and the same rows as ShardGroups' allgatherv path in
+// member the whole document bit for bit (and the same rows as PartGroups' allgatherv path in
 // float); the reduce-scatter gives each owner the fp32 sum in member order of every member's rows,
 // rounded once.
-TEST(Shard, RowPlansGatherAndReduceScatterExactly) {
+TEST(Part, RowPlansGatherAndReduceScatterExactly) {
   sb::Comm comm;
   sb::Group g(comm, 0, comm.rank());
   const int G = g.size(), me = g.rank(), W = 3;
@@ -248,9 +248,9 @@ TEST(Shard, RowPlansGatherAndReduceScatterExactly) {
         }
     EXPECT_EQ(bad, 0) << "sums differ, trial " << trial;
 
-    // The same gather in float as ShardGroups' path (allgatherv and reorder): the same rows.
-    sb::ShardGroups groups(comm);
-    const sb::DocShard sh = groups.add(0, L, pieces).value();
+    // The same gather in float as PartGroups' path (allgatherv and reorder): the same rows.
+    sb::PartGroups groups(comm);
+    const sb::DocPart sh = groups.add(0, L, pieces).value();
     std::vector<float> minef(mine.size()), wf(whole.size()), wg(whole.size());
     for (size_t i = 0; i < mine.size(); ++i) minef[i] = sb::bf16_to_f32(mine[i]);
     sb::run_plan(gp, tr, minef.data(), wf.data(), W * sizeof(float));
@@ -266,20 +266,20 @@ TEST(Shard, RowPlansGatherAndReduceScatterExactly) {
 // only its own rows, at its own budget, so what it computes for its rows is what it computes when
 // every member runs its budget: with one layer (the keys are the embeddings', whatever the others
 // keep) its rows' loss, with two its rows' first-layer selection, to the bit.
-TEST(Shard, MembersAtDifferentBudgetsKeepTheirOwnRowsChoice) {
+TEST(Part, MembersAtDifferentBudgetsKeepTheirOwnRowsChoice) {
   sb::Comm comm;
   const int G = comm.size(), me = comm.rank();
   if (G == 1) GTEST_SKIP() << "one member has one budget";
   const int32_t L = G * kCap;
   const std::vector<uint32_t> doc = random_doc(size_t(L), 11);
-  sb::ShardGroups groups(comm);
+  sb::PartGroups groups(comm);
   const auto costs = sb::block_costs(L, kBlock, true, 2, 1, 0.1);
-  const sb::DocShard sh = groups.add(0, L, sb::split_document(L, G, kBlock, costs)).value();
+  const sb::DocPart sh = groups.add(0, L, sb::split_document(L, G, kBlock, costs)).value();
   sb::PackedBatch mine;
   mine.add(random_doc(size_t(10 + 7 * me), 100 + uint64_t(me)));
   for (auto [b, e] : sh.pieces)
     mine.add_rows(std::vector<uint32_t>(doc.begin() + b, doc.begin() + std::min(e + 1, L)), b, size_t(e - b));
-  mine.shards.push_back(sh);
+  mine.parts.push_back(sh);
   const int k_mine = 1 + me % 3;  // 1, 2, 3, 1: the members differ
   for (int layers : {1, 2}) {
     SCOPED_TRACE("layers " + std::to_string(layers));
@@ -311,7 +311,7 @@ TEST(Shard, MembersAtDifferentBudgetsKeepTheirOwnRowsChoice) {
 }
 
 // The split: every token owned once, block-aligned pieces, zigzag for equal costs, work balanced.
-TEST(Shard, SplitCoversTheDocumentAndBalancesWork) {
+TEST(Part, SplitCoversTheDocumentAndBalancesWork) {
   const int64_t len = 4 * kCap * 4 - 3;  // 256 blocks, the last partial
   for (int G : {1, 2, 4, 8}) {
     for (bool sparse : {false, true}) {
@@ -342,9 +342,9 @@ TEST(Shard, SplitCoversTheDocumentAndBalancesWork) {
   EXPECT_EQ(z[1], (std::vector<sb::Piece>{{16, 48}}));
 }
 
-TEST(Shard, TooFewRanksSaysHowManyAreNeeded) {
+TEST(Part, TooFewRanksSaysHowManyAreNeeded) {
   sb::Comm comm;
-  sb::ShardGroups groups(comm);
+  sb::PartGroups groups(comm);
   std::vector<std::vector<sb::Piece>> parts(size_t(comm.size() + 1));
   try {
     groups.add(0, 100, parts);
@@ -357,7 +357,7 @@ TEST(Shard, TooFewRanksSaysHowManyAreNeeded) {
 
 }  // namespace
 
-// ---- data.long_docs = "shard" in the trainer (the tiny corpus: documents up to 1,024 tokens)
+// ---- data.long_docs = "split" in the trainer (the tiny corpus: documents up to 1,024 tokens)
 
 namespace trainer {
 
@@ -374,23 +374,23 @@ uint64_t weights_hash(const sb::Trainer& t) {
   return sb::fnv1a(w.data(), w.size() * sizeof(float));
 }
 
-// One micro-batch of 1,024 tokens holds every document whole; sharding the long ones over ranks of
+// One micro-batch of 1,024 tokens holds every document whole; splitting the long ones over ranks of
 // 1024 / ranks tokens each trains the same documents with the same math: the losses agree to float
-// rounding (the first, at the initial weights, to 1e-5), and the sharded run resumes bit-exactly.
-TEST(ShardTrain, LongDocumentsShardedTrainAsWholeAndResumeBitExact) {
+// rounding (the first, at the initial weights, to 1e-5), and the split run resumes bit-exactly.
+TEST(PartTrain, LongDocumentsSplitTrainAsWholeAndResumeBitExact) {
   sb::Comm comm;
   const int R = comm.size();
-  if (R == 1) GTEST_SKIP() << "sharding needs 2 ranks or more (the error is checked below)";
-  const std::string dir = scratch(comm, "shard");
+  if (R == 1) GTEST_SKIP() << "splitting needs 2 ranks or more (the error is checked below)";
+  const std::string dir = scratch(comm, "part");
   const int cap = 1024 / R;
   sb::Config whole = tiny_config(dir, flags(1024) + " --set train.steps=3 --set log.path=" + dir + "/whole.h5");
   sb::Trainer tw(whole, comm, "", 0);
   const sb::TrainResult rw = tw.run();
-  const std::string base = flags(cap) + " --set data.long_docs=shard --set train.steps=3 --set checkpoint.every=2";
+  const std::string base = flags(cap) + " --set data.long_docs=split --set train.steps=3 --set checkpoint.every=2";
   sb::Config one = tiny_config(dir, base + " --set log.path=" + dir + "/one.h5 --set checkpoint.dir=" + dir + "/c1");
   sb::Trainer t1(one, comm, "", 0);
   const sb::TrainResult r1 = t1.run();
-  {  // the case is not vacuous: the steps' global batches have documents to shard
+  {  // the case is not vacuous: the steps' global batches have documents to split
     const sb::Settings& set = t1.settings();
     sb::Dataset ds = sb::Dataset::open(set.data.path);
     sb::DataCursor cur;
@@ -407,15 +407,15 @@ TEST(ShardTrain, LongDocumentsShardedTrainAsWholeAndResumeBitExact) {
   for (size_t i = 0; i < rw.losses.size(); ++i) EXPECT_NEAR(r1.losses[i], rw.losses[i], 1e-4 * rw.losses[i]) << "step " << i + 1;
   EXPECT_EQ(r1.last_step, 3);
   EXPECT_TRUE(comm.all_equal(weights_hash(t1)));
-  // balance.tuning = "fixed": every rank's rows of the sharded documents at k0 = attention.k.
-  EXPECT_GT(t1.shard_budgets().items, 0);
-  EXPECT_EQ(t1.shard_budgets().lo, t1.settings().balance.dst.k0);
-  EXPECT_EQ(t1.shard_budgets().hi, t1.settings().balance.dst.k0);
+  // balance.tuning = "fixed": every rank's rows of the documents in parts at k0 = attention.k.
+  EXPECT_GT(t1.part_budgets().items, 0);
+  EXPECT_EQ(t1.part_budgets().lo, t1.settings().balance.dst.k0);
+  EXPECT_EQ(t1.part_budgets().hi, t1.settings().balance.dst.k0);
 
-  // balance.shard_docs: at 4 ranks (fair share 512 tokens) documents that fit 1,024 are sharded too;
+  // balance.split_docs: at 4 ranks (fair share 512 tokens) documents that fit 1,024 are split too;
   // here through the selective K/V exchange (the run above: auto).
-  sb::Config fit = tiny_config(dir, flags(1024) + " --set data.long_docs=shard --set balance.shard_docs=true"
-                                    " --set attention.shard_exchange=selective"
+  sb::Config fit = tiny_config(dir, flags(1024) + " --set data.long_docs=split --set balance.split_docs=true"
+                                    " --set attention.part_exchange=selective"
                                     " --set train.steps=3 --set log.path=" + dir + "/fit.h5 --set checkpoint.dir=" + dir + "/c3");
   sb::Trainer tf(fit, comm, "", 0);
   const sb::TrainResult rf = tf.run();
@@ -434,31 +434,31 @@ TEST(ShardTrain, LongDocumentsShardedTrainAsWholeAndResumeBitExact) {
   EXPECT_EQ(weights_hash(b), weights_hash(t1));
 }
 
-// balance.tuning = "dst" on sharded documents: each rank tunes the budgets of its own rows of a
+// balance.tuning = "dst" on documents in parts: each rank tunes the budgets of its own rows of a
 // document toward T* (a rank below it raises them, one above lowers them), so the members of a
 // group run one document at different budgets. balance.ema = 0 keeps the latency model as planned
 // (no correction from measured times): the budgets, and so the run, are deterministic and resume
 // bit-exactly.
-TEST(ShardTrain, DstTunesEachRanksRowsOfShardedDocuments) {
+TEST(PartTrain, DstTunesEachRanksRowsOfSplitDocuments) {
   sb::Comm comm;
   const int R = comm.size();
-  if (R == 1) GTEST_SKIP() << "sharding needs 2 ranks or more";
-  const std::string dir = scratch(comm, "shard_dst");
-  const std::string base = flags(1024 / R) + " --set data.long_docs=shard --set balance.tuning=dst --set balance.ema=0"
+  if (R == 1) GTEST_SKIP() << "splitting needs 2 ranks or more";
+  const std::string dir = scratch(comm, "part_dst");
+  const std::string base = flags(1024 / R) + " --set data.long_docs=split --set balance.tuning=dst --set balance.ema=0"
                            " --set balance.max_change=0.5 --set attention.k=6 --set train.steps=3 --set checkpoint.every=2";
   const std::string c1 = dir + "/c1", c2 = dir + "/c2";
   sb::Config one = tiny_config(dir, base + " --set log.path=" + dir + "/one.h5 --set checkpoint.dir=" + c1);
   sb::Trainer t1(one, comm, "", 0);
   const sb::TrainResult r1 = t1.run();
   EXPECT_EQ(r1.last_step, 3);
-  const sb::Trainer::ShardBudgets& b = t1.shard_budgets();
+  const sb::Trainer::PartBudgets& b = t1.part_budgets();
   const int k0 = t1.settings().balance.dst.k0;
   EXPECT_GT(comm.allreduce_max(double(b.items)), 0);
   EXPECT_GE(b.items == 0 ? 3 : b.lo, 3);  // k0 (1 -+ max_change)
   EXPECT_LE(b.items == 0 ? 9 : b.hi, 9);
   // Somewhere in the run a member raised its rows' budgets and another lowered its own.
-  EXPECT_GT(comm.allreduce_max(double(b.items > 0 && b.hi > k0)), 0) << "no sharded part above k0";
-  EXPECT_GT(comm.allreduce_max(double(b.items > 0 && b.lo < k0)), 0) << "no sharded part below k0";
+  EXPECT_GT(comm.allreduce_max(double(b.items > 0 && b.hi > k0)), 0) << "no split part above k0";
+  EXPECT_GT(comm.allreduce_max(double(b.items > 0 && b.lo < k0)), 0) << "no split part below k0";
   EXPECT_TRUE(comm.all_equal(weights_hash(t1)));
   sb::Config two = tiny_config(dir, base + " --set log.path=" + dir + "/two.h5 --set checkpoint.dir=" + c2);
   {
@@ -470,11 +470,11 @@ TEST(ShardTrain, DstTunesEachRanksRowsOfShardedDocuments) {
   EXPECT_EQ(weights_hash(rb), weights_hash(t1));
 }
 
-TEST(ShardTrain, TooFewRanksNamesHowManyAreNeeded) {
+TEST(PartTrain, TooFewRanksNamesHowManyAreNeeded) {
   sb::Comm comm;
-  const std::string dir = scratch(comm, "shard_few");
+  const std::string dir = scratch(comm, "part_few");
   // 32 tokens per rank: a document of more than 128 tokens needs more than 4 ranks.
-  sb::Config cfg = tiny_config(dir, flags(32) + " --set data.long_docs=shard --set train.steps=1");
+  sb::Config cfg = tiny_config(dir, flags(32) + " --set data.long_docs=split --set train.steps=1");
   try {
     sb::Trainer t(cfg, comm, "", 0);
     t.run();

@@ -1,4 +1,4 @@
-// Sharded documents in `simulate` (issue 21): a modelled member holds the rows the trainer would
+// Documents in parts in `simulate` (issue 21): a modelled member holds the rows the trainer would
 // give it (split_document, piece_batch) and DST costs and tunes them as the trainer does
 // (build_items with the document's length).
 #include <gtest/gtest.h>
@@ -22,13 +22,13 @@ DstParams params() {
 // Each member's part is its pieces of the trainer's split, and simulate's predicted cost of it is
 // the trainer's: its own rows' linear work and kept blocks of the whole document, plus the whole
 // document's gating (every member gates it), at every budget, whatever else the rank holds.
-TEST(SimulateShard, PartsAreTheTrainersRowsAndCosts) {
+TEST(SimulatePart, PartsAreTheTrainersRowsAndCosts) {
   const LatencyModel lm{ModelShape{kLayers, kBs, 1}};
   const RecallModel rm{ModelShape{kLayers, kBs, 1}};
   const DstParams p = params();
   const int64_t len = 96 * kBs + 10;  // a ragged last block
-  const std::vector<ShardGroup> groups{{5, uint64_t(len), 1, 3}};
-  const ShardParts sp = shard_parts(groups, 4, lm, kK0, 2048);
+  const std::vector<PartGroup> groups{{5, uint64_t(len), 1, 3}};
+  const SplitParts sp = split_parts(groups, 4, lm, kK0, 2048);
   ASSERT_EQ(sp.mbs.size(), 4u);
   EXPECT_TRUE(sp.mbs[0].empty());
   const auto pieces = split_document(len, 3, kBs, block_costs(len, kBs, true, kK0, 1, token_cost(lm)));
@@ -47,7 +47,7 @@ TEST(SimulateShard, PartsAreTheTrainersRowsAndCosts) {
       EXPECT_EQ(part.segs[i].len, want.segs[i].len);
     }
     EXPECT_EQ(sp.doc_len[r][0], len);
-    EXPECT_DOUBLE_EQ(sp.exchange_ms[r][0], shard_exchange_ms(lm, len, 3, 2048));
+    EXPECT_DOUBLE_EQ(sp.exchange_ms[r][0], part_exchange_ms(lm, len, 3, 2048));
     tokens += part.tokens;
     // As the trainer's predict(): the rank's micro-batches, then its part with the document's length.
     const std::vector<MicroBatch> mine{other, part};
@@ -66,51 +66,51 @@ TEST(SimulateShard, PartsAreTheTrainersRowsAndCosts) {
   EXPECT_EQ(tokens, len);
 }
 
-// simulate with tuning = dst moves the sharded parts' budgets off k0 (within max_change); with
+// simulate with tuning = dst moves the split parts' budgets off k0 (within max_change); with
 // fixed they stay at k0.
-TEST(SimulateShard, DstTunesTheShardedParts) {
+TEST(SimulatePart, DstTunesTheSplitParts) {
   SimConfig c;
   c.ranks = 8, c.micro_batches = 1, c.steps = 1, c.capacity = 4096, c.max_len = 16384;
-  c.shard_long = true, c.shard_docs = true, c.shard_part = 0.3;
+  c.split_long = true, c.split_docs = true, c.part_share = 0.3;
   c.dst = params();
   const LatencyModel lm{ModelShape{kLayers, kBs, 1}};
   const RecallModel rm{ModelShape{kLayers, kBs, 1}};
   const SimResult r = simulate(c, lm, rm);
-  ASSERT_GT(r.sharded_per_step, 0);
+  ASSERT_GT(r.split_per_step, 0);
   for (const PolicyResult& pr : r.policies) {
     if (pr.name == "sparse+fixed") {
-      EXPECT_EQ(pr.shard_k_lo, kK0);
-      EXPECT_EQ(pr.shard_k_hi, kK0);
+      EXPECT_EQ(pr.part_k_lo, kK0);
+      EXPECT_EQ(pr.part_k_hi, kK0);
     }
     if (pr.name == "sparse+dst") {
-      EXPECT_TRUE(pr.shard_k_lo < kK0 || pr.shard_k_hi > kK0) << pr.shard_k_lo << " " << pr.shard_k_hi;
-      EXPECT_GE(pr.shard_k_lo, 4);
-      EXPECT_LE(pr.shard_k_hi, 12);
+      EXPECT_TRUE(pr.part_k_lo < kK0 || pr.part_k_hi > kK0) << pr.part_k_lo << " " << pr.part_k_hi;
+      EXPECT_GE(pr.part_k_lo, 4);
+      EXPECT_LE(pr.part_k_hi, 12);
     }
   }
 }
 
 // A member's exchange moves the (G - 1) / G of the document it does not hold; a member's cost in the
-// plan is its share of the document plus the whole document's gating (ShardGating::Whole, the
+// plan is its share of the document plus the whole document's gating (PartGating::Whole, the
 // default: the CUDA engine) and the exchange.
-TEST(SimulateShard, ExchangeAndGatingOfAMember) {
+TEST(SimulatePart, ExchangeAndGatingOfAMember) {
   const LatencyModel lm{ModelShape{kLayers, kBs, 1}};
   const int64_t len = 1 << 16;
   const double full = kLayers * 3.0 * lm.allreduce_ms(double(len) * 1024);
-  EXPECT_EQ(shard_exchange_ms(lm, len, 1, 1024), 0.0);
-  EXPECT_DOUBLE_EQ(shard_exchange_ms(lm, len, 2, 1024), kLayers * 3.0 * lm.allreduce_ms(double(len) * 512));
-  EXPECT_LT(shard_exchange_ms(lm, len, 8, 1024), full);
-  const double W = lm.segment_cost(len, kK0), gate = shard_gating_ms(lm, len);
+  EXPECT_EQ(part_exchange_ms(lm, len, 1, 1024), 0.0);
+  EXPECT_DOUBLE_EQ(part_exchange_ms(lm, len, 2, 1024), kLayers * 3.0 * lm.allreduce_ms(double(len) * 512));
+  EXPECT_LT(part_exchange_ms(lm, len, 8, 1024), full);
+  const double W = lm.segment_cost(len, kK0), gate = part_gating_ms(lm, len);
   EXPECT_GT(gate, 0.0);
   for (int G : {2, 5})
-    EXPECT_NEAR(shard_cost(Batching::Sparse, lm, len, G, kK0, 1024), (W - gate) / G + gate + shard_exchange_ms(lm, len, G, 1024), 1e-9 * W);
-  EXPECT_DOUBLE_EQ(shard_cost(Batching::Tokens, lm, len, 4, kK0, 1024), double(len) / 4);
+    EXPECT_NEAR(split_cost(Batching::Sparse, lm, len, G, kK0, 1024), (W - gate) / G + gate + part_exchange_ms(lm, len, G, 1024), 1e-9 * W);
+  EXPECT_DOUBLE_EQ(split_cost(Batching::Tokens, lm, len, 4, kK0, 1024), double(len) / 4);
 }
 
 // A group is sized on the step's mean load with its gating copies and exchange, not on the plain
 // fair share of whole costs: a 256K document whose 5-member part is just above the fair share but
 // within that mean gets 5 members, not 6 (one copy of its gating and of the exchange fewer).
-TEST(SimulateShard, GroupsAreSizedOnTheMeanLoadWithTheirOverheads) {
+TEST(SimulatePart, GroupsAreSizedOnTheMeanLoadWithTheirOverheads) {
   LatencyModel lm{ModelShape{32, 128, 1}};  // simulate's analytic model
   lm.set_coeffs(Part::Linear, {2, 80e-3, 0});
   lm.set_coeffs(Part::Attention, {0, 0, 560e-9});
@@ -121,30 +121,30 @@ TEST(SimulateShard, GroupsAreSizedOnTheMeanLoadWithTheirOverheads) {
   double total = lm.segment_cost(len, 32);
   for (uint64_t i = 1; total < 72000; ++i) docs.push_back({i, 4096}), total += lm.segment_cost(4096, 32);
   const double fair = total / R;
-  ASSERT_GT(shard_cost(Batching::Sparse, lm, len, 5, 32, 2048), fair);  // the plain share asks for 6
-  ASSERT_LT(shard_cost(Batching::Sparse, lm, len, 6, 32, 2048), fair);
+  ASSERT_GT(split_cost(Batching::Sparse, lm, len, 5, 32, 2048), fair);  // the plain share asks for 6
+  ASSERT_LT(split_cost(Batching::Sparse, lm, len, 6, 32, 2048), fair);
   std::vector<double> load;
   const auto groups = place_long_docs(docs, cap, R, Batching::Sparse, lm, 32, 2048, false, load);
   ASSERT_EQ(groups.size(), 1u);
   EXPECT_EQ(groups[0].ranks, 5);
-  EXPECT_DOUBLE_EQ(load[size_t(groups[0].first)], shard_cost(Batching::Sparse, lm, len, 5, 32, 2048));
+  EXPECT_DOUBLE_EQ(load[size_t(groups[0].first)], split_cost(Batching::Sparse, lm, len, 5, 32, 2048));
 }
 
-// Issue 21's must-show on the cell that regressed (bench/results/2026-12-01-parts-beside-big-docs.md, "Sharded documents beside big
-// whole documents"): longalign up to 256K, 64 ranks x 1 micro-batch, plain shard, simulate's
+// Issue 21's must-show on the cell that regressed (bench/results/2026-12-01-parts-beside-big-docs.md, "Documents in parts beside big
+// whole documents"): longalign up to 256K, 64 ranks x 1 micro-batch, plain part, simulate's
 // analytic model and defaults: DST within 3% of the token-level bound at k0 (was 1.085x: a part and
 // a 40K-token document on one rank, the groups placed first on idle ranks).
-TEST(SimulateShard, PlainShardAtOneMicroBatchIsNearTheTokenBound) {
+TEST(SimulatePart, PlainPartAtOneMicroBatchIsNearTheTokenBound) {
   LatencyModel lm{ModelShape{32, 128, 1}};  // simulate's analytic model
   lm.set_coeffs(Part::Linear, {2, 80e-3, 0});
   lm.set_coeffs(Part::Attention, {0, 0, 560e-9});
   lm.set_coeffs(Part::Gating, {0, 0, 10e-6});
   lm.set_ema(0.3);
-  lm.set_shard_gating(ShardGating::OwnRows);  // train.device = cpu
+  lm.set_part_gating(PartGating::OwnRows);  // train.device = cpu
   RecallModel rm{lm.shape(), 0.5, 0.3};
   for (int l = 0; l < 32; ++l) rm.set_alpha(l, 0.3 + 0.4 * l / 31);
   SimConfig c;
-  c.ranks = 64, c.micro_batches = 1, c.steps = 2, c.max_len = 262144, c.shard_long = true;
+  c.ranks = 64, c.micro_batches = 1, c.steps = 2, c.max_len = 262144, c.split_long = true;
   c.dst.k0 = 32, c.dst.max_change = 0.2, c.dst.n_layers = 32;
   const SimResult r = simulate(c, lm, rm);
   const PolicyResult& dst = r.policies.back();
@@ -157,7 +157,7 @@ TEST(SimulateShard, PlainShardAtOneMicroBatchIsNearTheTokenBound) {
 // worse; for sparse rows, whose cost stops growing at the budget, zigzag gives the members holding
 // the first chunks less work and the split balances it (for dense rows the split is zigzag).
 // Work per member = the sum of its blocks' predicted costs (the costs the planner uses).
-TEST(SimulateShard, SplitBalancesSparseWorkWhereZigzagDoesNot) {
+TEST(SimulatePart, SplitBalancesSparseWorkWhereZigzagDoesNot) {
   const LatencyModel lm{ModelShape{32, 128, 1}};
   const double tc = token_cost(lm);
   const int64_t len = 131072;
