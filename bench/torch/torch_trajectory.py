@@ -23,7 +23,11 @@ CKPT       any checkpoint of the run: its stored config gives the optimizer sett
     then cosine to lr * min_lr_ratio; AdamW with bias correction and decoupled decay lr * wd * p, no
     decay on norms and biases. fp32 master weights, bf16 autocast matmuls (as our CUDA engine).
     Prints our loss, grad norm and lr beside PyTorch's per step; --json writes them.
-Needs torch, transformers, h5py (the GPU machine has them).
+--adapter DIR (LoRA, issue 52): the base INIT_DIR with the PEFT adapter DIR on top
+    (peft.PeftModel.from_pretrained, is_trainable): only the adapters and modules_to_save train,
+    as in our LoRA run (which started --init-from DIR); decay on the adapters and an embedding/head,
+    none on norms. --fp32: no autocast (our CPU engine, the one that runs LoRA, computes in fp32).
+Needs torch, transformers, h5py (the GPU machine has them); peft with --adapter.
 """
 import argparse
 import json
@@ -69,6 +73,13 @@ def lr_at(o, step):  # src/engine/update.cpp lr_at
     return floor + 0.5 * (o["lr"] - floor) * (1.0 + math.cos(math.pi * t))
 
 
+def head_weight(head):
+    """The LM head's weight; under peft's modules_to_save, the trained copy."""
+    if hasattr(head, "modules_to_save") and "default" in getattr(head, "modules_to_save", {}):
+        return head.modules_to_save["default"].weight
+    return head.weight
+
+
 def step_loss(model, batch, dev, autocast, backward):
     """Sum of the segments' cross-entropies / the step's targets; gradients accumulate when asked."""
     n = batch["targets"]
@@ -82,7 +93,7 @@ def step_loss(model, batch, dev, autocast, backward):
             h = model.model(input_ids=ids).last_hidden_state[0]  # (T, C) after the final norm
         # The LM head as ours: bf16 inputs, fp32 products and logits (autocast would round the
         # logits to bf16); the tied head's weight is the embedding, so its gradient reaches it.
-        w = model.lm_head.weight
+        w = head_weight(model.lm_head)
         if autocast:
             h, w = h.bfloat16().float(), w.bfloat16().float()
         logits = F.linear(h.float(), w)
@@ -102,6 +113,8 @@ def main():
     ap.add_argument("--checkpoint", required=True)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--json")
+    ap.add_argument("--adapter", help="a PEFT LoRA adapter directory on top of --hf (LoRA runs)")
+    ap.add_argument("--fp32", action="store_true", help="no bf16 autocast in the trajectory (our CPU engine)")
     a = ap.parse_args()
     dev = "cuda"
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -114,6 +127,11 @@ def main():
     bad = {k: v for k, v in info.items() if v}
     if bad:
         sys.exit(f"{a.hf}: transformers reports {bad}")
+    if a.adapter:
+        import peft
+        model = peft.PeftModel.from_pretrained(model, a.adapter, is_trainable=True).get_base_model()
+        print(f"peft {peft.__version__}: adapter {a.adapter}, "
+              f"{sum(p.numel() for p in model.parameters() if p.requires_grad)} trainable parameters")
     model.to(dev).train()
     print(f"transformers {transformers.__version__} torch {torch.__version__}: {type(model).__name__}, "
           f"{sum(p.numel() for p in model.parameters())} parameters; optimizer {o}")
@@ -141,7 +159,7 @@ def main():
         s = b["step"]
         t0 = time.time()
         opt.zero_grad(set_to_none=True)
-        loss = step_loss(model, b, dev, True, True)
+        loss = step_loss(model, b, dev, not a.fp32, True)
         gn = math.sqrt(sum(float(p.grad.double().pow(2).sum()) for p in params if p.grad is not None))
         if math.isfinite(gn) and o["grad_clip"] > 0 and gn > o["grad_clip"]:
             c = o["grad_clip"] / gn

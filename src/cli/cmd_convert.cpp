@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "src/cli/args.hpp"
+#include "src/hf/hf_lora.hpp"
 #include "base/error.hpp"
 #include "src/hf/hf_convert.hpp"
 
@@ -52,9 +53,18 @@ static int run_convert(const Args& args) {
       throw Error(dst + ": is a file; for a checkpoint SRC, DST is the HF directory to write");
     if (!args.sets.empty()) throw Error("--set: a checkpoint -> HF conversion takes the model from the checkpoint");
     if (args.has("nonfinite")) throw Error("--nonfinite applies to HF -> checkpoint (an export refuses NaN/inf always)");
+    const bool lora = !read_lora_base_ref(src).xxh64.empty();
+    if (args.has("base") && !args.has("merge")) throw Error("--base goes with --merge (the base the adapters are folded into)");
+    if (lora && !args.has("merge")) {  // the PEFT adapter directory; float32 unless --dtype says otherwise
+      if (args.has("shard-size")) throw Error("--shard-size: a PEFT adapter is one adapter_model.safetensors");
+      const StDtype dtype = parse_st_dtype(args.get("dtype", "f32"), "--dtype");
+      std::printf("convert: %s\n", lora_to_peft(src, dst, dtype, args.has("overwrite")).c_str());
+      return 0;
+    }
     const StDtype dtype = parse_st_dtype(args.get("dtype", "bf16"), "--dtype");
     const uint64_t shard = args.has("shard-size") ? parse_bytes(args.get("shard-size")) : kDefaultShardBytes;
-    std::printf("convert: %s\n", checkpoint_to_hf(src, dst, dtype, shard, args.has("overwrite")).c_str());
+    std::printf("convert: %s\n", checkpoint_to_hf(src, dst, dtype, shard, args.has("overwrite"), args.has("merge"),
+                                                  args.get("base", "")).c_str());
   }
   return 0;
 }
@@ -75,10 +85,17 @@ Command cmd_convert() {
           "biases, use_sliding_window false); fields the model cannot\n"
           "honour are refused, naming the field, before anything is written. See io/SAFETENSORS.md.\n"
           "--overwrite into an HF directory replaces config.json, model*.safetensors and the index and keeps\n"
-          "every other file (a tokenizer.json copied there stays); DST may not hold SRC (io/RELIABILITY.md).\n",
+          "every other file (a tokenizer.json copied there stays); DST may not hold SRC (io/RELIABILITY.md).\n"
+          "SRC a LoRA checkpoint (lora.rank > 0) -> DST a PEFT adapter directory (adapter_config.json,\n"
+          "adapter_model.safetensors in f32 unless --dtype, sparsebalance_lora.json) that\n"
+          "peft.PeftModel.from_pretrained loads on the base; with --merge, the full HF model with the\n"
+          "adapters folded in (W + (alpha/rank) B A), the base found where the checkpoint says or at --base\n"
+          "and checked against its XXH64 (src/model/README.md, \"LoRA\").\n",
           {{"dtype", 1, "checkpoint -> HF: tensor type written (default bf16)", "bf16|f16|f32"},
            {"shard-size", 1, "checkpoint -> HF: largest safetensors file before sharding (default 5GB)", "SIZE"},
            {"nonfinite", 1, "HF -> checkpoint: NaN/inf weights are an error naming the tensor (default) or a warning", "error|warn"},
+           {"merge", 0, "a LoRA checkpoint -> a full HF model with W + (alpha/rank) B A folded in (without: a PEFT adapter directory)"},
+           {"base", 1, "with --merge: the base (HF directory or checkpoint) when not where the LoRA checkpoint says; its XXH64 is checked", "PATH"},
            {"overwrite", 0, "write into an existing DST: replaces the export's own files only (io/RELIABILITY.md)"}},
           run_convert, kSetFlag};
 }

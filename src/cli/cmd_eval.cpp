@@ -6,6 +6,7 @@
 #include "io/shard.hpp"
 #include "src/cli/args.hpp"
 #include "src/comm/comm.hpp"
+#include "src/hf/hf_lora.hpp"
 #include "base/error.hpp"
 #include "src/train/batch.hpp"
 #include "src/train/diagnose.hpp"
@@ -51,7 +52,20 @@ static int run_eval(const Args& args) {
   Dataset ds = open_data(data_settings(cfg));  // data.path, or data.sources' mixture
   const Settings st = from_config(cfg, ds.vocab_size());
   Model<float> model(st.model);
-  load_weights(ck, ck_path, model);
+  if (const LoraBaseRef ref = read_lora_base_ref(ck_path); !ref.xxh64.empty()) {
+    // A LoRA checkpoint: evaluated as its merged model, W + (alpha / rank) B A on its base (the
+    // adapted model's function; the base found as `convert --merge` finds it, hash checked).
+    std::vector<float> w = lora_merged_weights(ck_path, ck, Config::from_text(ck.config_toml, ck_path + " (stored config)"),
+                                               args.get("base", ""));
+    if (w.size() != model.weights().size())
+      throw Error(ck_path + ": its merged model has " + std::to_string(w.size()) + " parameters, the configured one " +
+                  std::to_string(model.weights().size()) + " (different [model] settings or data vocab_size?)");
+    model.weights() = std::move(w);
+    if (comm.root()) std::printf("eval: LoRA checkpoint %s merged onto its base %s\n", ck_path.c_str(), ref.base.c_str());
+  } else {
+    if (args.has("base")) throw Error("--base: " + ck_path + " is not a LoRA checkpoint (it holds every weight)");
+    load_weights(ck, ck_path, model);
+  }
   // On train.device: the GPU evaluates a GPU-sized model in seconds where the CPU would take minutes.
   AdamW opt(st.optim, model.weights().size());  // unused: eval takes no step
   std::unique_ptr<Engine> engine = make_engine(st.engine(), comm, model, opt);
@@ -158,8 +172,10 @@ Command cmd_eval() {
           "--mask answers) also get span_accuracy: a record is right when every trained target is the greedy\n"
           "prediction. A mixture (data.sources) also gets the loss of each source (JSON \"sources\").\n"
           "Without CONFIG the checkpoint's stored config is used. --diagnose PATH: where sparse\n"
-          "attention loses the synthetic tasks' retrieval, per layer and kv head (bench/analysis/diagnose_table.py).\n",
+          "attention loses the synthetic tasks' retrieval, per layer and kv head (bench/analysis/diagnose_table.py).\n"
+          "A LoRA checkpoint is evaluated merged onto its base (src/model/README.md, \"LoRA\"; --base PATH).\n",
           {{"checkpoint", 1, "checkpoint file, or 'latest' in checkpoint.dir", "PATH"},
+           {"base", 1, "a LoRA checkpoint's base (HF directory or checkpoint) when not where the checkpoint says; XXH64 checked", "PATH"},
            {"diagnose", 1, "also the sparse-retrieval diagnostics of the task documents (needle ranks, oracle gate, true "
                            "against gate recall, per-layer ablation) as JSON (README.md, eval --diagnose)", "PATH"}},
           run_eval};

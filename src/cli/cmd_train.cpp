@@ -1,5 +1,6 @@
 // sparsebalance train: the training run (DESIGN.md, "The step").
 #include <csignal>
+#include <filesystem>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -10,6 +11,7 @@
 #include "base/error.hpp"
 #include "io/dir_lock.hpp"
 #include "src/hf/hf_convert.hpp"
+#include "src/hf/hf_lora.hpp"
 #include "src/train/trainer.hpp"
 
 extern "C" void openblas_set_num_threads(int);
@@ -88,18 +90,36 @@ static int run_train(const Args& args) {
                 cfg.s("balance.batching").c_str(), cfg.s("balance.tuning").c_str(), cfg.s("attention.mode").c_str());
   // --init-from: the model shape and weights from an HF directory or a checkpoint, a fresh optimizer.
   std::vector<float> init;
+  // --init-from ADAPTER_DIR (PEFT LoRA): the base its adapter_config.json names, then the adapters
+  std::string adapter, init_path = args.get("init-from", "");
   if (args.has("init-from")) {
+    if (!(adapter = peft_adapter_base(init_path, cfg)).empty()) std::swap(adapter, init_path);
     std::vector<std::string> notes;
-    init = init_weights_from(args.get("init-from"), cfg, args.sets, &notes);
+    init = init_weights_from(init_path, cfg, args.sets, &notes);
     if (comm.root())
       for (const auto& n : notes) std::printf("note: %s\n", n.c_str());
   }
   Trainer trainer(cfg, comm, resume, stop_at);
   if (args.has("init-from")) {
-    const bool used = trainer.set_initial_weights(std::move(init));
-    if (comm.root())
+    // the absolute path: a LoRA checkpoint names its base by it (convert --merge finds it from elsewhere)
+    const std::string from = std::filesystem::absolute(init_path).lexically_normal().string();
+    const bool used = trainer.set_initial_weights(std::move(init), from);
+    if (comm.root() && trainer.settings().lora.on())
+      std::printf("init-from: the frozen base of the LoRA adapters is %s (XXH64 %s)\n", from.c_str(),
+                  trainer.base_xxh64().c_str());
+    else if (comm.root())
       std::printf(used ? "init-from: weights of %s, fresh optimizer\n" : "init-from: %s not used: resumed from a checkpoint\n",
                   args.get("init-from").c_str());
+    if (!adapter.empty()) {
+      if (!trainer.settings().lora.on()) throw Error("--init-from " + adapter + ": a PEFT adapter needs lora.rank > 0");
+      if (const std::string h = peft_adapter_base_xxh64(adapter); !h.empty() && h != trainer.base_xxh64())
+        throw Error("--init-from " + adapter + ": its adapters were trained on a base with XXH64 " + h + " (" + adapter +
+                    "/sparsebalance_lora.json), but " + from + " has XXH64 " + trainer.base_xxh64());
+      const bool fresh = trainer.set_initial_adapters(read_peft_adapter(adapter, trainer.model()));
+      if (comm.root())
+        std::printf(fresh ? "init-from: the LoRA adapters of %s, fresh optimizer\n"
+                          : "init-from: the adapters of %s not used: resumed from a checkpoint\n", adapter.c_str());
+    }
   }
   if (comm.root())
     std::printf("model: %lld parameters (%d layers, d_model %d, %d heads, %d kv heads, vocab %d)\n",
@@ -178,7 +198,7 @@ Command cmd_train() {
           "error). With --resume, a checkpoint found wins and --init-from is not used (a requeued job resumes).\n",
           {{"resume", -2, "continue from a checkpoint: PATH, or 'latest' in checkpoint.dir (default)", "[PATH]"},
            {"stop-at", 1, "stop after this step (writing a checkpoint), like a preempted job", "STEP"},
-           {"init-from", 1, "start from these weights: an HF model directory or a checkpoint .h5", "PATH"}},
+           {"init-from", 1, "start from these weights: an HF model directory or a checkpoint .h5; with lora.rank > 0 the frozen base, or a PEFT adapter directory (its base_model_name_or_path the base)", "PATH"}},
           run_train};
 }
 

@@ -256,6 +256,9 @@ class CudaEngine final : public Engine {
 }  // namespace
 
 std::unique_ptr<Engine> make_cuda_engine(const EngineSettings& s, const Comm& comm, Model<float>& model, AdamW& opt) {
+  if (model.lora().on())  // the device model has no adapters yet: refuse rather than train the base
+    throw Error("lora.rank = " + std::to_string(model.lora().rank) + " with train.device = \"cuda\": the CUDA engine "
+                "does not run LoRA yet; use train.device = \"cpu\" (README.md, 'LoRA')");
   return std::make_unique<CudaEngine>(s, comm, model, opt);
 }
 

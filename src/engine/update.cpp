@@ -64,15 +64,17 @@ static double peak_host_mib() {  // VmHWM: the resident set's high-water mark
   return 0;
 }
 
-std::string memory_line(const AdamW& opt, bool zero) {
+std::string memory_line(const AdamW& opt, bool zero, size_t frozen) {
   const size_t grad_slice_floats = zero ? opt.slice().size() : 0;  // the reduce-scatter's output
   const double mib = 1.0 / (1024.0 * 1024.0), n = double(opt.params());
   const double opt_mib = double(opt.m().size() + opt.v().size() + grad_slice_floats) * sizeof(float) * mib;
-  char buf[320];
+  char base[64] = "";
+  if (frozen) std::snprintf(base, sizeof base, "frozen base %.1f MiB, ", double(frozen) * sizeof(float) * mib);
+  char buf[384];
   std::snprintf(buf, sizeof buf,
-                "memory per rank: weights %.1f MiB, gradients %.1f MiB, optimizer %.1f MiB (AdamW moments%s of %zu "
+                "memory per rank: %sweights %.1f MiB, gradients %.1f MiB, optimizer %.1f MiB (AdamW moments%s of %zu "
                 "of %zu parameters, train.zero = %d); peak host %.1f MiB",
-                n * sizeof(float) * mib, n * sizeof(float) * mib, opt_mib, grad_slice_floats ? " and reduced gradient" : "",
+                base, n * sizeof(float) * mib, n * sizeof(float) * mib, opt_mib, grad_slice_floats ? " and reduced gradient" : "",
                 opt.slice().size(), opt.params(), zero ? 1 : 0, peak_host_mib());
   return buf;
 }

@@ -68,6 +68,7 @@ class AdamW {
 // "memory per rank: weights 1.2 MiB, gradients 1.2 MiB, optimizer 0.6 MiB (moments of 1/2 of the
 // parameters, train.zero = 1), ...": what this rank holds for the parameters, and the peak host
 // memory so far (VmHWM), for the start line and the summary.
-std::string memory_line(const AdamW& opt, bool zero);
+// `frozen`: a LoRA run's frozen base (parameters, fp32), counted first when > 0.
+std::string memory_line(const AdamW& opt, bool zero, size_t frozen = 0);
 
 }  // namespace sb

@@ -9,6 +9,7 @@
 
 #include "base/error.hpp"
 #include "io/h5.hpp"
+#include "src/hf/hf_lora.hpp"
 #include "src/train/settings.hpp"
 
 namespace sb {
@@ -158,7 +159,7 @@ static void check_stored_layout(const Checkpoint& ck, const ParamLayout& layout,
 }
 
 std::string checkpoint_to_hf(const std::string& src, const std::string& dst, StDtype dtype, uint64_t shard_bytes,
-                             bool overwrite) {
+                             bool overwrite, bool merge, const std::string& base) {
   // DST normalised before anything is touched: "hf/", "hf/." and "." name the directories themselves.
   const fs::path s = real_path(src), d = real_path(dst);
   std::error_code ec;
@@ -176,11 +177,27 @@ std::string checkpoint_to_hf(const std::string& src, const std::string& dst, StD
   int64_t embed_rows = 0;
   for (const auto& t : ck.tensors)
     if (t.name == "model.embed_tokens.weight" && !t.shape.empty()) embed_rows = t.shape[0];
+  const bool lora = lora_spec(cfg).on();
+  if (merge != lora)
+    throw Error(merge ? "--merge: " + src + " is not a LoRA checkpoint (lora.rank = 0); export it without --merge"
+                      : src + ": a LoRA checkpoint (lora.rank = " + std::to_string(cfg.i("lora.rank")) +
+                            "): export the PEFT adapter (convert SRC DST) or the merged model (convert SRC DST --merge)");
+  if (lora) embed_rows = read_lora_base_ref(src).vocab;
   const ModelDims dims = model_dims(cfg, embed_rows);
-  check_stored_layout(ck, ParamLayout(dims), src);  // or config.json would lie
+  // LoRA --merge: the base's tensors with the adapters folded in (hf_lora.hpp), in the base layout
+  std::vector<float> merged;
+  std::vector<CheckpointTensor> tensors = ck.tensors;
+  if (lora) {
+    merged = lora_merged_weights(src, ck, cfg, base);
+    tensors.clear();
+    for (const auto& p : ParamLayout(dims).params) tensors.push_back({p.name, p.shape, p.offset, p.size});
+  } else {
+    check_stored_layout(ck, ParamLayout(dims), src);  // or config.json would lie
+  }
+  const std::vector<float>& values = lora ? merged : ck.params;
   std::vector<StOut> out;
-  for (const auto& t : ck.tensors) {
-    std::span<const float> data(ck.params.data() + t.offset, t.size);
+  for (const auto& t : tensors) {
+    std::span<const float> data(values.data() + t.offset, t.size);
     for (float x : data)
       if (!std::isfinite(x) || (dtype == StDtype::F16 && std::fabs(x) > 65504.0f))
         throw Error(src + ": tensor '" + t.name + "' holds " + std::to_string(x) +
@@ -217,8 +234,8 @@ std::string checkpoint_to_hf(const std::string& src, const std::string& dst, StD
     if (fs::is_regular_file(d / name, ec) && fs::remove(d / name, ec)) removed += " " + name;
   }
   if (!removed.empty()) std::printf("convert: removed the previous export's files that this one replaces:%s\n", removed.c_str());
-  std::string line = src + " (step " + std::to_string(ck.step) + ", " + std::to_string(ck.params.size()) +
-                     " parameters) -> " + dst + " (" + hf_architecture(dims) + ", " + st_dtype_name(dtype) + ":";
+  std::string line = src + " (step " + std::to_string(ck.step) + ", " + std::to_string(values.size()) +
+                     (lora ? " parameters, LoRA merged) -> " : " parameters) -> ") + dst + " (" + hf_architecture(dims) + ", " + st_dtype_name(dtype) + ":";
   for (const auto& f : files) line += " " + f;
   return line + " + config.json)";
 }

@@ -49,8 +49,11 @@ std::string hf_to_checkpoint(const std::string& src, const std::string& dst, con
 // DST (normalised first: "hf/", "hf/.", ".") may not hold SRC. Writes only the export's own files,
 // staged and moved into place together, into a new or empty DST or, with `overwrite`, an existing
 // one, where everything else is kept (io/RELIABILITY.md, "What convert --overwrite replaces").
+// `merge` (a LoRA checkpoint, required for one): the base with the adapters folded in, W + (alpha /
+// rank) B A, and the train_also parts trained (hf_lora.hpp); the base from `base` when given, else
+// the one the checkpoint names, its XXH64 checked.
 std::string checkpoint_to_hf(const std::string& src, const std::string& dst, StDtype dtype, uint64_t shard_bytes,
-                             bool overwrite);
+                             bool overwrite, bool merge = false, const std::string& base = "");
 
 // train --init-from PATH (an HF directory or a checkpoint): weights only. Sets the shape keys of
 // `cfg` (model.n_layers, d_model, n_heads, n_kv_heads, ffn_dim, vocab_size, rope_theta, norm_eps,

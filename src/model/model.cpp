@@ -99,7 +99,13 @@ std::pair<size_t, size_t> ParamLayout::layer_range(int l) const {
 }
 
 template <class T>
-Model<T>::Model(const ModelDims& s) : shape_(s), layout_(s), rope_(rope_table(s.head_dim, s.rope_theta, s.rope_scaling)) {
+Model<T>::Model(const ModelDims& s, const LoraSpec& lora)
+    : shape_(s), lora_(lora), base_layout_(s), rope_(rope_table(s.head_dim, s.rope_theta, s.rope_scaling)) {
+  LoraLayout ll = lora_layout(base_layout_, s, lora);
+  layout_ = std::move(ll.train);
+  of_base_ = std::move(ll.of_base);
+  adapters_ = std::move(ll.adapters);
+  if (lora.on()) base_.assign(base_layout_.size, T(0));
   w_.assign(layout_.size, T(0));
   g_.assign(layout_.size, T(0));
 }
@@ -119,8 +125,9 @@ void Model<T>::init(uint64_t seed) {
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
   };
   const double out_scale = 1.0 / std::sqrt(2.0 * shape_.n_layers);
-  for (const auto& p : layout_.params) {
-    T* w = w_.data() + p.offset;
+  std::vector<T>& base = lora_.on() ? base_ : w_;
+  for (const auto& p : base_layout_.params) {
+    T* w = base.data() + p.offset;
     if (!p.decay) {  // norms start at 1, biases at 0
       const T v = p.name.ends_with(".bias") ? T(0) : T(1);
       for (size_t i = 0; i < p.size; ++i) w[i] = v;
@@ -130,6 +137,7 @@ void Model<T>::init(uint64_t seed) {
     double std = shape_.init_std * (out_proj ? out_scale : 1.0);
     for (size_t i = 0; i < p.size; ++i) w[i] = T(std * normal());
   }
+  if (lora_.on()) init_adapters(seed);
 }
 
 template <class T>
@@ -185,6 +193,7 @@ struct Model<T>::Layer {
   std::vector<T> x_mid;       // (N, C) after the attention residual
   std::vector<T> xn2, rstd2;  // (N, C), (N)
   std::vector<T> gate, up, h; // (N, F) x3
+  std::array<std::vector<T>, kLoraTargets> u;  // LoRA: (N, rank) scale * A x of each target
 };
 
 template <class T>
@@ -238,13 +247,13 @@ void Model<T>::layer_forward(int l, const PackedBatch& b, const AttnSettings& a,
   const k::AttnShape ashape{H, Hkv, D, a.block_size};
   auto sized = [](std::vector<T>& v, size_t n) { v.assign(n, T(0)); return v.data(); };
   std::vector<T> tmp(size_t(N) * C);  // (N, C) branch output before the residual add
-  const LayerParams& I = layout_.layers[size_t(l)];
+  const LayerParams& I = base_layout_.layers[size_t(l)];
   A.x_in = x;
   // attention block
   k::rmsnorm_fwd(x.data(), W(I.ln1), sized(A.xn, size_t(N) * C), sized(A.rstd1, N), N, C, s.norm_eps);
-  k::linear_fwd(A.xn.data(), W(I.q), sized(A.q, size_t(N) * HD), N, C, HD);
-  k::linear_fwd(A.xn.data(), W(I.k), sized(A.kk, size_t(N) * KD), N, C, KD);
-  k::linear_fwd(A.xn.data(), W(I.v), sized(A.v, size_t(N) * KD), N, C, KD);
+  proj_fwd(l, 0, A.xn.data(), sized(A.q, size_t(N) * HD), N, C, HD, A.u[0]);
+  proj_fwd(l, 1, A.xn.data(), sized(A.kk, size_t(N) * KD), N, C, KD, A.u[1]);
+  proj_fwd(l, 2, A.xn.data(), sized(A.v, size_t(N) * KD), N, C, KD, A.u[2]);
   if (s.qkv_bias) {  // the q/k/v biases, when the model has them, go in before RoPE as in Qwen2
     k::bias_add_fwd(A.q.data(), W(I.q_bias), N, HD);
     k::bias_add_fwd(A.kk.data(), W(I.k_bias), N, KD);
@@ -278,15 +287,15 @@ void Model<T>::layer_forward(int l, const PackedBatch& b, const AttnSettings& a,
     if (gate) add_stats(st.gating[l], g);
   }
   st.attn_ms += ms_since(ta);
-  k::linear_fwd(A.att.data(), W(I.o), tmp.data(), N, HD, C);
+  proj_fwd(l, 3, A.att.data(), tmp.data(), N, HD, C, A.u[3]);
   for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
   A.x_mid = x;
   // MLP block
   k::rmsnorm_fwd(x.data(), W(I.ln2), sized(A.xn2, size_t(N) * C), sized(A.rstd2, N), N, C, s.norm_eps);
-  k::linear_fwd(A.xn2.data(), W(I.gate), sized(A.gate, size_t(N) * F), N, C, F);
-  k::linear_fwd(A.xn2.data(), W(I.up), sized(A.up, size_t(N) * F), N, C, F);
+  proj_fwd(l, 4, A.xn2.data(), sized(A.gate, size_t(N) * F), N, C, F, A.u[4]);
+  proj_fwd(l, 5, A.xn2.data(), sized(A.up, size_t(N) * F), N, C, F, A.u[5]);
   k::swiglu_fwd(A.gate.data(), A.up.data(), sized(A.h, size_t(N) * F), size_t(N) * F);
-  k::linear_fwd(A.h.data(), W(I.down), tmp.data(), N, F, C);
+  proj_fwd(l, 6, A.h.data(), tmp.data(), N, F, C, A.u[6]);
   for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
 }
 
@@ -336,7 +345,7 @@ MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T los
   st.gating.resize(L);
 
   std::vector<T> x(size_t(N) * C);  // (N, C) residual stream
-  k::embedding_fwd(b.tokens.data(), W(layout_.embed), x.data(), N, C);
+  k::embedding_fwd(b.tokens.data(), W(base_layout_.embed), x.data(), N, C);
 
   std::vector<Layer> acts(L);
   for (int l = 0; l < L; ++l) {
@@ -349,14 +358,14 @@ MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T los
     }
   }
   std::vector<T> xf(size_t(N) * C), rstdf(N);  // (N, C), (N)
-  k::rmsnorm_fwd(x.data(), W(layout_.norm), xf.data(), rstdf.data(), N, C, s.norm_eps);
+  k::rmsnorm_fwd(x.data(), W(base_layout_.norm), xf.data(), rstdf.data(), N, C, s.norm_eps);
   // LM head and loss, chunked (never the whole (N, V) logits); its backward runs here, fused:
   // dxf (N, C) and the head's gradient.
   std::vector<uint8_t> correct(N, 0);
   std::vector<T> dxf(backward ? size_t(N) * C : 0);
   if (argmax) argmax->assign(N, 0);
-  st.loss_sum = k::lm_head_loss(xf.data(), W(layout_.head), b.targets.data(), N, C, V, exec_.head_rows(N, V), loss_scale,
-                                backward ? dxf.data() : nullptr, backward ? G(layout_.head) : nullptr, correct.data(),
+  st.loss_sum = k::lm_head_loss(xf.data(), W(base_layout_.head), b.targets.data(), N, C, V, exec_.head_rows(N, V), loss_scale,
+                                backward ? dxf.data() : nullptr, backward ? G(base_layout_.head) : nullptr, correct.data(),
                                 argmax ? argmax->data() : nullptr);
   for (int t = 0; t < N; ++t) st.targets += b.targets[t] >= 0, st.correct += correct[t];
   if (!backward) {
@@ -366,7 +375,7 @@ MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T los
 
   // ---- backward: the same path in reverse; dx is the gradient of the residual stream ----
   std::vector<T> dx(size_t(N) * C, T(0));
-  k::rmsnorm_bwd(x.data(), W(layout_.norm), rstdf.data(), dxf.data(), dx.data(), G(layout_.norm), N, C);
+  k::rmsnorm_bwd(x.data(), W(base_layout_.norm), rstdf.data(), dxf.data(), dx.data(), G(base_layout_.norm), N, C);
   std::vector<T> dh(size_t(N) * F), dg(size_t(N) * F), du(size_t(N) * F), dxn(size_t(N) * C);
   std::vector<T> datt(size_t(N) * HD), dq(size_t(N) * HD), dk(size_t(N) * KD), dv(size_t(N) * KD);
   for (int l = L - 1; l >= 0; --l) {
@@ -375,18 +384,18 @@ MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T los
       std::vector<T> xr = A.x_in;
       layer_forward(l, b, a, xr, A, false, st, ex);
     }
-    const LayerParams& I = layout_.layers[size_t(l)];
+    const LayerParams& I = base_layout_.layers[size_t(l)];
     // MLP block: x_out = x_mid + down(swiglu(gate(xn2), up(xn2)))
     std::fill(dh.begin(), dh.end(), T(0));
-    k::linear_bwd(A.h.data(), W(I.down), dx.data(), dh.data(), G(I.down), N, F, C);
+    proj_bwd(l, 6, A.h.data(), dx.data(), dh.data(), N, F, C, A.u[6]);
     k::swiglu_bwd(A.gate.data(), A.up.data(), dh.data(), dg.data(), du.data(), size_t(N) * F);
     std::fill(dxn.begin(), dxn.end(), T(0));
-    k::linear_bwd(A.xn2.data(), W(I.gate), dg.data(), dxn.data(), G(I.gate), N, C, F);
-    k::linear_bwd(A.xn2.data(), W(I.up), du.data(), dxn.data(), G(I.up), N, C, F);
+    proj_bwd(l, 4, A.xn2.data(), dg.data(), dxn.data(), N, C, F, A.u[4]);
+    proj_bwd(l, 5, A.xn2.data(), du.data(), dxn.data(), N, C, F, A.u[5]);
     k::rmsnorm_bwd(A.x_mid.data(), W(I.ln2), A.rstd2.data(), dxn.data(), dx.data(), G(I.ln2), N, C);
     // attention block: x_mid = x_in + o(attn(rope(q(xn)), rope(k(xn)), v(xn)))
     std::fill(datt.begin(), datt.end(), T(0));
-    k::linear_bwd(A.att.data(), W(I.o), dx.data(), datt.data(), G(I.o), N, HD, C);
+    proj_bwd(l, 3, A.att.data(), dx.data(), datt.data(), N, HD, C, A.u[3]);
     auto ta = Clock::now();
     k::block_attention_bwd(A.q.data(), A.kk.data(), A.v.data(), A.att.data(), A.lse.data(), datt.data(),
                            b.cu_seqlens.data(), nd, ashape, A.sel, dq.data(), dk.data(), dv.data());
@@ -405,20 +414,20 @@ MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T los
       k::rmsnorm_bwd(A.k_raw.data(), W(I.k_norm), A.rstdk.data(), dk.data(), dr.data(), G(I.k_norm), N * Hkv, D);
       dk.swap(dr);
     }
-    if (s.qkv_bias) {  // the biases act before RoPE, so they take the un-rotated gradients
+    if (s.qkv_bias && G(I.q_bias)) {  // the biases act before RoPE, so they take the un-rotated gradients
       k::bias_add_bwd(dq.data(), G(I.q_bias), N, HD);
       k::bias_add_bwd(dk.data(), G(I.k_bias), N, KD);
       k::bias_add_bwd(dv.data(), G(I.v_bias), N, KD);
     }
     std::fill(dxn.begin(), dxn.end(), T(0));
-    k::linear_bwd(A.xn.data(), W(I.q), dq.data(), dxn.data(), G(I.q), N, C, HD);
-    k::linear_bwd(A.xn.data(), W(I.k), dk.data(), dxn.data(), G(I.k), N, C, KD);
-    k::linear_bwd(A.xn.data(), W(I.v), dv.data(), dxn.data(), G(I.v), N, C, KD);
+    proj_bwd(l, 0, A.xn.data(), dq.data(), dxn.data(), N, C, HD, A.u[0]);
+    proj_bwd(l, 1, A.xn.data(), dk.data(), dxn.data(), N, C, KD, A.u[1]);
+    proj_bwd(l, 2, A.xn.data(), dv.data(), dxn.data(), N, C, KD, A.u[2]);
     k::rmsnorm_bwd(A.x_in.data(), W(I.ln1), A.rstd1.data(), dxn.data(), dx.data(), G(I.ln1), N, C);
     A = Layer{};  // free this layer's activations early
     if (layer_done) layer_done(l);
   }
-  k::embedding_bwd(b.tokens.data(), dx.data(), G(layout_.embed), N, C);
+  if (T* ge = G(base_layout_.embed)) k::embedding_bwd(b.tokens.data(), dx.data(), ge, N, C);
   st.total_ms = ms_since(t_start);
   return st;
 }

@@ -7,6 +7,7 @@
 // residual, RMSNorm, SwiGLU MLP, residual) -> RMSNorm -> LM head -> cross-entropy.
 #pragma once
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -225,21 +226,81 @@ void part_attention_bwd(const DocPart& sh, const PartExchange<T>& ex, const T* q
                          const T* att, const T* lse, const T* datt, kernels::AttnShape s,
                          const kernels::BlockSelection& sel, T* dq, T* dk, T* dv);
 
+// ---------------------------------------------------------------------------------------------
+// LoRA ([lora], src/model/README.md "LoRA"): low-rank adapters on a frozen base. Each target
+// projection y = W x becomes y = W x + (alpha / rank) B (A x), A (rank, in), B (out, rank); W takes
+// no gradient. The trainable tensors (the adapters and the `train_also` parts: embedding, norms,
+// head) form their own ParamLayout, the one the optimizer, ZeRO-1, the gradient reduction and the
+// checkpoints see (Model::layout()); the base keeps the full layout (Model::base_layout()).
+// Implemented in lora.cpp.
+
+// The projections an adapter can sit on; PEFT's module names (q_proj .. down_proj).
+constexpr int kLoraTargets = 7;
+inline constexpr std::array<const char*, kLoraTargets> kLoraTargetNames = {"q", "k", "v", "o", "gate", "up", "down"};
+inline constexpr std::array<const char*, kLoraTargets> kLoraModuleNames = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                                                          "gate_proj", "up_proj", "down_proj"};
+
+struct LoraSpec {
+  int rank = 0;  // lora.rank; 0: LoRA off (every parameter trains)
+  double alpha = 16;
+  std::array<bool, kLoraTargets> targets{true, true, true, true, true, true, true};
+  bool embed = false, norm = false, head = false;  // lora.train_also: trained in full beside the adapters
+  bool on() const { return rank > 0; }
+  double scale() const { return alpha / rank; }
+};
+
+// One adapter's two tensors: indices into LoraLayout::train.params.
+struct LoraPair {
+  size_t a = kNoParam, b = kNoParam;
+};
+
+struct LoraLayout {
+  ParamLayout train;            // the trainable tensors, back to back
+  std::vector<size_t> of_base;  // (base params) a base tensor's index in `train` (train_also), else kNoParam
+  std::vector<std::array<LoraPair, kLoraTargets>> adapters;  // [layer][target]
+};
+
+// Base layer I's weight index of target t (q, k, v, o, gate, up, down).
+size_t target_param(const LayerParams& I, int t);
+
+// The trainable layout: the embedding first (train_also embed, or head when tied), then per layer
+// the norms (train_also norm: input_layernorm, q_norm, k_norm, post_attention_layernorm) and each
+// target's lora_A (rank, in) then lora_B (out, rank), named as PEFT names them under the model
+// ("model.layers.0.self_attn.q_proj.lora_A.weight"), then the final norm and an untied head.
+// Adapters take weight decay (PEFT leaves them to the optimizer's). Off: the base layout itself.
+LoraLayout lora_layout(const ParamLayout& base, const ModelDims& d, const LoraSpec& s);
+
 // One budget per layer, every token id inside the vocabulary (the error names model.vocab_size).
 void check_inputs(const PackedBatch& b, const AttnSettings& a, const ModelDims& s);
 
 template <class T>
 class Model {
  public:
-  explicit Model(const ModelDims& shape);
+  // lora.on(): the base is frozen and weights()/grads()/layout() are the trainable tensors only.
+  explicit Model(const ModelDims& shape, const LoraSpec& lora = {});
   const ModelDims& shape() const { return shape_; }
+  const LoraSpec& lora() const { return lora_; }
+  // The trainable tensors (every tensor when LoRA is off): what the optimizer and checkpoints see.
   const ParamLayout& layout() const { return layout_; }
   const std::vector<ParamInfo>& params() const { return layout_.params; }
   const ParamInfo& param(const std::string& name) const;
+  // The model's own tensors (Hugging Face names); the same as layout() when LoRA is off.
+  const ParamLayout& base_layout() const { return base_layout_; }
+  const std::vector<size_t>& of_base() const { return of_base_; }
+  const std::vector<std::array<LoraPair, kLoraTargets>>& adapters() const { return adapters_; }
 
   // normal(0, init_std) from `seed` (deterministic, own generator); output projections
-  // (o_proj, down_proj) scaled by 1/sqrt(2 * n_layers); norms at 1, biases at 0.
+  // (o_proj, down_proj) scaled by 1/sqrt(2 * n_layers); norms at 1, biases at 0. LoRA: that is the
+  // base; then each lora_A uniform(-1/sqrt(in), 1/sqrt(in)) (PEFT: kaiming_uniform_(a = sqrt(5)))
+  // from a generator of its own seeded by `seed`, each lora_B zero, the train_also parts copied.
   void init(uint64_t seed);
+  // The base weights (base_layout() order; LoRA off: weights()). set_base also copies the base's
+  // train_also parts into weights() unless told not to (a resumed run's trained copies stay).
+  const std::vector<T>& base() const { return lora_.on() ? base_ : w_; }
+  void set_base(std::vector<T> w, bool copy_train_also = true);
+  // The base with every adapter folded in (W + (alpha / rank) B A) and the train_also parts from
+  // weights(): the model a merged export writes (base_layout() order).
+  std::vector<T> merged() const;
 
   // Forward and backward of one micro-batch. Gradients are ACCUMULATED into grads(),
   // scaled by `loss_scale` (1 / global target count makes the sum over ranks the mean).
@@ -273,11 +334,30 @@ class Model {
                      MicroBatchStats& st, const PartExchange<T>* ex);
   void probe_and_sample(int l, const AttnSettings& a, const kernels::AttnShape& ashape, const PackedBatch& b, Layer& A,
                         MicroBatchStats& st);
-  T* W(size_t idx) { return w_.data() + layout_.params[idx].offset; }
-  T* G(size_t idx) { return g_.data() + layout_.params[idx].offset; }
+  // Base tensor idx (base_layout()): its weights (a train_also copy in w_, else the base) and its
+  // gradient (nullptr: frozen).
+  const T* W(size_t idx) const {
+    const size_t t = of_base_[idx];
+    return t != kNoParam ? w_.data() + layout_.params[t].offset : base_.data() + base_layout_.params[idx].offset;
+  }
+  T* G(size_t idx) {
+    const size_t t = of_base_[idx];
+    return t != kNoParam ? g_.data() + layout_.params[t].offset : nullptr;
+  }
+  // Projection target t of layer l (lora.cpp): y (N, out) = x W^T + scale (x A^T) B^T, u (N, rank)
+  // = scale x A^T saved for the backward (untouched without an adapter); backward: dx += dy W +
+  // scale (dy B) A, dA, dB accumulated, dW when W trains (never with LoRA on).
+  void proj_fwd(int l, int t, const T* x, T* y, int N, int in, int out, std::vector<T>& u);
+  void proj_bwd(int l, int t, const T* x, const T* dy, T* dx, int N, int in, int out, const std::vector<T>& u);
+  void init_adapters(uint64_t seed);  // LoRA: A, B and the train_also copies (lora.cpp)
 
   ModelDims shape_;
-  ParamLayout layout_;
+  LoraSpec lora_;
+  ParamLayout base_layout_;  // every tensor of the model
+  ParamLayout layout_;       // the trainable ones (LoRA off: base_layout_)
+  std::vector<size_t> of_base_;  // (base tensors) index in layout_ or kNoParam (frozen)
+  std::vector<std::array<LoraPair, kLoraTargets>> adapters_;  // [layer][target], LoRA only
+  std::vector<T> base_;      // LoRA: the frozen base (base_layout_ order); off: empty, w_ is the model
   RopeTable rope_;  // the inverse frequencies and attention factor, from shape_ once
   kernels::RopeFreqs freqs() const { return {rope_.inv_freq.data(), rope_.scale}; }
   std::vector<T> w_, g_;  // flat parameters and gradients, in layout order

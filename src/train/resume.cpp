@@ -96,6 +96,11 @@ Restored Trainer::read_resume(const std::string& path) {
         h5::Id g = h5::group(f, "latency", false);
         r.lm = LatencyModel::load(g, path, &lm_.shape());
       }
+      if (h5::exists(f, "lora")) {  // a LoRA checkpoint: its base, checked in Trainer::run (io/README.md)
+        h5::Id g = h5::group(f, "lora", false);
+        r.lora_base = h5::read_attr_string(g, "base", path);
+        r.lora_base_xxh64 = h5::read_attr_string(g, "base_xxh64", path);
+      }
       if (h5::exists(f, "recall/alpha")) r.alphas = h5::read_vector<double>(f, "recall/alpha", path, dims_.n_layers);
       for (size_t l = 0; l < r.alphas.size(); ++l)
         if (!(r.alphas[l] > 0 && r.alphas[l] <= 5))  // also NaN
@@ -152,6 +157,7 @@ void Trainer::apply_checkpoint(Restored&& r) {
   if (!ck.m.empty()) opt_.m() = std::move(ck.m);
   if (!ck.v.empty()) opt_.v() = std::move(ck.v);
   for (size_t l = 0; l < r.alphas.size(); ++l) rm_.set_alpha(int(l), r.alphas[l]);
+  ck_base_ = r.lora_base, ck_base_xxh64_ = r.lora_base_xxh64;
   start_step_ = ck.step;
   cur_ = {ck.data_epoch, ck.data_cursor};
   mix_ = {ck.source_epochs, ck.source_indexes, ck.data_draws};  // the epoch orders are rebuilt from it at the next draw

@@ -26,6 +26,7 @@ struct Restored {  // a checkpoint read and verified, not yet applied
   std::string path;
   std::optional<LatencyModel> lm;
   std::vector<double> alphas;
+  std::string lora_base, lora_base_xxh64;  // a LoRA checkpoint's base: where it came from, its hash
   // An error in the parts read after the checksum verified (latency model, recall): a real
   // mismatch (e.g. another model shape), so it must not make 'latest' fall back to an older one.
   std::exception_ptr error;

@@ -1,6 +1,7 @@
 #include "src/train/settings.hpp"
 
 #include <algorithm>
+#include <array>
 #include <string>
 
 #include "base/error.hpp"
@@ -131,6 +132,51 @@ static PlanOptions plan_options(const Config& cfg) {
   return o;
 }
 
+// A comma-separated list of names, each one of `names` (any order, no repeats) -> flags.
+template <size_t K>
+static std::array<bool, K> parse_names(const std::string& key, const std::string& text,
+                                       const std::array<const char*, K>& names) {
+  std::array<bool, K> on{};
+  std::string list;
+  for (const char* n : names) list += std::string(list.empty() ? "" : ", ") + n;
+  size_t at = 0;
+  while (at <= text.size()) {
+    size_t end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    std::string item = text.substr(at, end - at);
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    at = end + 1;
+    if (item.empty()) {
+      if (text.find_first_not_of(" \t") == std::string::npos) break;  // an empty list
+      throw Error(key + " = \"" + text + "\": an empty item; expected a comma-separated list of " + list);
+    }
+    size_t i = 0;
+    while (i < K && item != names[i]) ++i;
+    if (i == K) throw Error(key + " = \"" + text + "\": unknown item \"" + item + "\"; expected any of " + list);
+    if (on[i]) throw Error(key + " = \"" + text + "\": \"" + item + "\" is listed twice");
+    on[i] = true;
+  }
+  return on;
+}
+
+LoraSpec lora_spec(const Config& cfg) {
+  LoraSpec s;
+  s.rank = int(cfg.i("lora.rank"));
+  s.alpha = cfg.f("lora.alpha");
+  if (const double p = cfg.f("lora.dropout"); p > 0)
+    throw Error("lora.dropout = " + std::to_string(p) + ": dropout on the adapters' input is not built; set "
+                "lora.dropout = 0 (the default; README.md, 'LoRA')");
+  s.targets = parse_names(std::string("lora.targets"), cfg.s("lora.targets"), kLoraTargetNames);
+  const auto also = parse_names(std::string("lora.train_also"), cfg.s("lora.train_also"),
+                                std::array<const char*, 3>{"embed", "norm", "head"});
+  s.embed = also[0], s.norm = also[1], s.head = also[2];
+  if (s.on() && std::none_of(s.targets.begin(), s.targets.end(), [](bool b) { return b; }))
+    throw Error("lora.targets is empty with lora.rank = " + std::to_string(s.rank) +
+                ": name at least one of q, k, v, o, gate, up, down (or set lora.rank = 0 for full fine-tuning)");
+  return s;
+}
+
 Settings from_config(const Config& cfg, int64_t data_vocab) {
   Settings s;
   s.model = model_dims(cfg, data_vocab);
@@ -199,6 +245,7 @@ Settings from_config(const Config& cfg, int64_t data_vocab) {
                   cfg.s("checkpoint.on_error") == "stop"};
   s.log = {cfg.s("log.path"), cfg.i("log.every"), cfg.b("log.progress"), cfg.s("log.batches")};
   s.eval = {cfg.i("eval.docs"), cfg.s("eval.buckets"), int(cfg.i("eval.diagnose_rows"))};
+  s.lora = lora_spec(cfg);
   return s;
 }
 

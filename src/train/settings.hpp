@@ -92,6 +92,7 @@ struct Settings {
   CheckpointSettings checkpoint;
   LogSettings log;
   EvalSettings eval;
+  LoraSpec lora;  // [lora]; rank 0: off
   EngineSettings engine() const;      // what make_engine takes
   BatchingSettings batching() const;  // what plan_step_batches takes
 };
@@ -104,6 +105,9 @@ DataSettings data_settings(const Config& cfg);
 // [model]; vocab from model.vocab_size or, when 0, from data_vocab.
 ModelDims model_dims(const Config& cfg, int64_t data_vocab);
 OptimSettings optim_settings(const Config& cfg);
+// [lora]: errors name the key (lora.targets, lora.train_also: the item and the choices; lora.dropout
+// above 0: not built).
+LoraSpec lora_spec(const Config& cfg);
 
 // `simulate`: the modelled cluster, and the analytic latency and recall models used when no
 // profile is given (a profile brings its own shape).

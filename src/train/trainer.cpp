@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "io/checkpoint.hpp"
+#include "io/file_checksum.hpp"
 #include "base/error.hpp"
 #include "src/parts/step_batches.hpp"
 #include "src/train/batch_log.hpp"
@@ -60,7 +61,7 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
       ds_(open_data(data_settings(cfg))),
       set_(from_config(cfg, ds_.vocab_size())),
       dims_(set_.model),
-      model_(dims_),
+      model_(dims_, set_.lora),
       opt_(set_.optim, model_.weights().size(),  // train.zero = 1: this rank's slice of the moments
            set_.train.zero ? slice_of(model_.weights().size(), comm.rank(), comm.size())
                            : Slice{0, model_.weights().size()}),
@@ -81,6 +82,10 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
     throw Error("balance.tuning = \"dst\" needs attention.mode = \"sparse\" (dense attention has no budget to tune)");
 
   model_.init(set_.train.seed);
+  if (set_.lora.on()) {
+    base_ = "random, train.seed = " + std::to_string(set_.train.seed);
+    hash_base();
+  }
   const bool resumed = restore(resume);  // src/train/resume.cpp
   if (!resumed && set_.balance.profile.empty() && set_.balance.self_profile) {
     // On train.device (its own engine, weights and activations, freed before training starts).
@@ -93,7 +98,12 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
   }
   engine_->from_host();  // the initial or restored weights and moments
   if (const std::string dev = engine_->memory_line(); comm.root()) {
-    std::printf("%s\n", memory_line(opt_, set_.train.zero).c_str());
+    if (set_.lora.on())
+      std::printf("LoRA: rank %d, alpha %g: frozen base of %zu parameters (%.1f MiB fp32, no gradient or moments; %s, "
+                  "XXH64 %s), trainable %zu\n", set_.lora.rank, set_.lora.alpha, model_.base().size(),
+                  double(model_.base().size()) * sizeof(float) / (1024.0 * 1024.0), base_.c_str(), base_xxh64_.c_str(),
+                  model_.weights().size());
+    std::printf("%s\n", memory_line(opt_, set_.train.zero, set_.lora.on() ? model_.base().size() : 0).c_str());
     if (!dev.empty()) std::printf("%s\n", dev.c_str());
   }
   if (comm.root()) {
@@ -107,7 +117,15 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
 }
 
 // Weights from elsewhere (a converted checkpoint) for a fresh run; false when resumed.
-bool Trainer::set_initial_weights(std::vector<float> w) {
+bool Trainer::set_initial_weights(std::vector<float> w, const std::string& source) {
+  if (set_.lora.on()) {  // the base, also under a resumed run (whose trained copies stay)
+    if (w.size() != model_.base().size()) throw std::logic_error("Trainer::set_initial_weights: size differs from the base's");
+    model_.set_base(std::move(w), last_checkpoint_.empty());
+    base_ = source.empty() ? "given weights" : source;
+    hash_base();
+    engine_->from_host();
+    return true;
+  }
   if (!last_checkpoint_.empty()) return false;
   if (w.size() != model_.weights().size()) throw std::logic_error("Trainer::set_initial_weights: size differs from the model's");
   model_.weights() = std::move(w);
@@ -115,8 +133,29 @@ bool Trainer::set_initial_weights(std::vector<float> w) {
   return true;
 }
 
+bool Trainer::set_initial_adapters(std::vector<float> w) {
+  if (!last_checkpoint_.empty()) return false;
+  if (w.size() != model_.weights().size()) throw std::logic_error("Trainer::set_initial_adapters: size differs from the layout's");
+  model_.weights() = std::move(w);
+  engine_->from_host();
+  return true;
+}
+
+void Trainer::hash_base() {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx",
+                static_cast<unsigned long long>(xxh64(model_.base().data(), model_.base().size() * sizeof(float))));
+  base_xxh64_ = hex;
+}
+
 void Trainer::save_checkpoint(int64_t s) {
   faults_.at(Faults::Phase::Checkpoint, s, comm_.rank());
+  if (set_.lora.on()) {  // the frozen base is what the checkpoint says it is: hashed again, never changed
+    const std::string was = base_xxh64_;
+    hash_base();
+    if (base_xxh64_ != was)
+      throw std::logic_error("LoRA: the frozen base changed during training (XXH64 " + was + " -> " + base_xxh64_ + ")");
+  }
   std::string path = checkpoint_path(set_.checkpoint.dir, s);
   std::string err;
   Checkpoint ck;
@@ -134,6 +173,14 @@ void Trainer::save_checkpoint(int64_t s) {
     std::vector<double> alphas;
     for (int l = 0; l < dims_.n_layers; ++l) alphas.push_back(rm_.alpha(l));
     h5::write_vector(f, "recall/alpha", alphas);
+    if (set_.lora.on()) {  // the base by reference (io/README.md, "LoRA checkpoints")
+      h5::Id lg = h5::group(f, "lora", true);
+      h5::write_attr(lg, "base", base_);
+      h5::write_attr(lg, "base_xxh64", base_xxh64_);
+      h5::write_attr(lg, "rank", int64_t(set_.lora.rank));
+      h5::write_attr(lg, "alpha", set_.lora.alpha);
+      h5::write_attr(lg, "vocab", int64_t(dims_.vocab));  // for exports: the adapters alone do not show it
+    }
   };
   if (set_.train.zero || comm_.root()) {
     try {
@@ -343,6 +390,10 @@ Trainer::StepOut Trainer::record(StepState& st) {
 }
 
 TrainResult Trainer::run() {
+  if (set_.lora.on() && !ck_base_xxh64_.empty() && ck_base_xxh64_ != base_xxh64_)
+    throw Error("resume: " + last_checkpoint_ + " trained LoRA adapters on the base " + ck_base_ + " (XXH64 " +
+                ck_base_xxh64_ + "), but this run's base is " + base_ + " (XXH64 " + base_xxh64_ +
+                "): pass the checkpoint's base (train --init-from PATH), or start afresh");
   RunSummary summary(set_.log.path, start_step_ + 1);
   const int64_t total = set_.train.steps, every = set_.checkpoint.every;
   const bool progress = set_.log.progress && comm_.root();
@@ -370,7 +421,7 @@ TrainResult Trainer::run() {
   if (log_) log_->flush();
   engine_->to_host();  // model() holds the trained weights
   if (const std::string dev = engine_->memory_line(); comm_.root()) {
-    std::printf("%s\n", memory_line(opt_, set_.train.zero).c_str());
+    std::printf("%s\n", memory_line(opt_, set_.train.zero, set_.lora.on() ? model_.base().size() : 0).c_str());
     if (!dev.empty()) std::printf("%s\n", dev.c_str());
   }
   return summary.finish(last_checkpoint_, stopped_early);

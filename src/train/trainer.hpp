@@ -36,8 +36,15 @@ class Trainer {
   TrainResult run();
   // train --init-from: these weights (in the model's layout) replace the initial ones before run(),
   // with the optimizer state fresh. Ignored, returning false, when the trainer resumed from a checkpoint.
-  bool set_initial_weights(std::vector<float> w);
+  // With LoRA on (lora.rank > 0) the weights are the frozen base (base_layout() order), applied
+  // also after a resume (a checkpoint holds no base: run() checks it is the checkpoint's); `source`
+  // names them (the --init-from path).
+  bool set_initial_weights(std::vector<float> w, const std::string& source = "");
+  // LoRA, train --init-from ADAPTER_DIR: the trainable tensors (layout() order) for a fresh run;
+  // ignored, returning false, when resumed.
+  bool set_initial_adapters(std::vector<float> w);
   const Model<float>& model() const { return model_; }
+  const std::string& base_xxh64() const { return base_xxh64_; }  // LoRA: the frozen base's XXH64 (16 hex digits)
   const Settings& settings() const { return set_; }  // as built from the config, once
   // The budgets this rank gave its rows of documents in parts so far (data.long_docs = "split"; DST
   // tunes them as it does whole micro-batches): lowest, highest, and how many (part, layer) items.
@@ -72,7 +79,7 @@ class Trainer {
   Dataset ds_;
   Settings set_;
   ModelDims dims_;  // set_.model
-  Model<float> model_;
+  Model<float> model_;  // with LoRA: the base frozen, weights() the adapters and train_also parts
   AdamW opt_;
   LatencyModel lm_;
   RecallModel rm_;
@@ -89,6 +96,10 @@ class Trainer {
   PartBudgets part_budgets_;
   int64_t start_step_ = 0, stop_at_ = 0, skipped_ = 0;
   std::string last_checkpoint_;
+  // LoRA: this run's base (where from, XXH64 of its fp32 weights as 16 hex digits) and, when
+  // resumed, the checkpoint's (run() refuses a mismatch, naming both).
+  std::string base_, base_xxh64_, ck_base_, ck_base_xxh64_;
+  void hash_base();
   std::string archive_;  // a branch's archive of the abandoned run (resume.hpp), "" otherwise
 };
 

@@ -430,3 +430,128 @@ TEST(InitFrom, AQwen2DirectoryBringsItsBiases) {
   EXPECT_NE(e.find("--set model.qkv_bias=false contradicts --init-from " + hf + ", which has model.qkv_bias = true"),
             std::string::npos) << e;
 }
+
+// LoRA (src/model/README.md "LoRA"): adapters on the frozen Qwen2 fixture (tied, q/k/v biases), the
+// embedding and norms trained beside them; resume bit-exact; the PEFT adapter read back; the merged
+// export equal to base + (alpha / rank) B A; a mismatched base refused naming both.
+TEST(Lora, TrainResumeExportAndMerge) {
+  namespace fs = std::filesystem;
+  sbtest::Scratch s;
+  const std::string hf = sbtest::gen_dir() + "/qwen2_bf16";
+  const std::string flags = " --init-from " + hf + " --set data.path=" + sbtest::synth_data() +
+                            " --set train.steps=4 --set checkpoint.every=2 --set train.lr=1e-2 --set balance.self_profile=false"
+                            " --set train.micro_batch_tokens=512 --set train.global_batch_tokens=512"
+                            " --set lora.rank=4 --set lora.alpha=6 --set lora.targets=q,v,o,down --set lora.train_also=embed,norm";
+  auto r = sbtest::run_program("train" + flags + " --set checkpoint.dir=" + s / "ck" + " --set log.path=" + s / "m.h5");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("init-from: the frozen base of the LoRA adapters is "), std::string::npos) << r.out;
+  const Checkpoint ck = read_checkpoint(s / "ck/ckpt_00000004.h5");
+  // resumed at step 2 in another directory: steps 3, 4 give the same weights and moments, bit for bit
+  fs::create_directories(s / "ck2");
+  fs::copy_file(s / "ck/ckpt_00000002.h5", s / "ck2/ckpt_00000002.h5");
+  r = sbtest::run_program("train" + flags + " --resume --set checkpoint.dir=" + s / "ck2" + " --set log.path=" + s / "m2.h5");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const Checkpoint ck2 = read_checkpoint(s / "ck2/ckpt_00000004.h5");
+  EXPECT_TRUE(ck2.params == ck.params && ck2.m == ck.m && ck2.v == ck.v) << "LoRA resume is not bit-exact";
+
+  // the PEFT adapter: PEFT's names, our values (f32), the tied head given the trained embedding
+  r = sbtest::run_program("convert " + s / "ck/ckpt_00000004.h5 " + s / "peft");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  SafetensorsFile ad(s / "peft/adapter_model.safetensors");
+  ASSERT_EQ(ad.tensors().size(), ck.tensors.size() + 1);
+  auto values = [](const SafetensorsFile& f, const std::string& name) {
+    const StTensor* t = f.find(name);
+    EXPECT_NE(t, nullptr) << name;
+    std::vector<float> v(t ? t->numel() : 0);
+    if (t) f.read_f32(*t, v);
+    return v;
+  };
+  for (const auto& t : ck.tensors)
+    EXPECT_EQ(values(ad, "base_model.model." + t.name),
+              std::vector<float>(ck.params.begin() + long(t.offset), ck.params.begin() + long(t.offset + t.size)))
+        << t.name;
+  EXPECT_EQ(values(ad, "base_model.model.lm_head.weight"), values(ad, "base_model.model.model.embed_tokens.weight"));
+  const json ac = json::parse(sbtest::slurp(s / "peft/adapter_config.json"));
+  EXPECT_EQ(ac["r"], 4);
+  EXPECT_EQ(ac["lora_alpha"], 6.0);
+  EXPECT_EQ(ac["target_modules"], json({"q_proj", "v_proj", "o_proj", "down_proj"}));
+  EXPECT_EQ(ac["modules_to_save"], json({"embed_tokens", "lm_head", "input_layernorm", "post_attention_layernorm", "norm"}));
+
+  // merged: W + (6 / 4) B A on the targets, the base elsewhere, the trained embedding and norms
+  r = sbtest::run_program("convert " + s / "ck/ckpt_00000004.h5 " + s / "merged --merge --dtype f32");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  SafetensorsFile mg(s / "merged/model.safetensors");
+  SafetensorsDir base(hf);
+  auto base_values = [&](const std::string& name) {
+    auto [f, t] = base.get(name);
+    std::vector<float> v(t->numel());
+    f->read_f32(*t, v);
+    return v;
+  };
+  const std::string q = "model.layers.1.self_attn.q_proj.";
+  const std::vector<float> W = base_values(q + "weight"), A = values(ad, "base_model.model." + q + "lora_A.weight"),
+                           B = values(ad, "base_model.model." + q + "lora_B.weight"), M = values(mg, q + "weight");
+  const size_t out = B.size() / 4, in = A.size() / 4;
+  ASSERT_EQ(M.size(), out * in);
+  double worst = 0, moved = 0;
+  for (size_t i = 0; i < out; ++i)
+    for (size_t j = 0; j < in; ++j) {
+      double want = W[i * in + j];
+      for (size_t k = 0; k < 4; ++k) want += 1.5 * double(B[i * 4 + k]) * double(A[k * in + j]);
+      worst = std::max(worst, std::abs(M[i * in + j] - want));
+      moved = std::max(moved, std::abs(M[i * in + j] - double(W[i * in + j])));
+    }
+  EXPECT_LT(worst, 1e-6);
+  EXPECT_GT(moved, 1e-4) << "the adapters did not move the merged weight: the check above is empty";
+  EXPECT_EQ(values(mg, "model.layers.0.self_attn.k_proj.weight"), base_values("model.layers.0.self_attn.k_proj.weight"));
+  EXPECT_EQ(values(mg, "model.layers.0.self_attn.q_proj.bias"), base_values("model.layers.0.self_attn.q_proj.bias"));
+  EXPECT_EQ(values(mg, "model.norm.weight"), values(ad, "base_model.model.model.norm.weight"));
+  EXPECT_EQ(values(mg, "model.embed_tokens.weight"), values(ad, "base_model.model.model.embed_tokens.weight"));
+
+  // --init-from the adapter directory: its base (base_model_name_or_path) and its adapters; one step
+  // at the smallest learning rate keeps them (a fresh init would differ by about 0.1)
+  const std::string one = " --set data.path=" + sbtest::synth_data() + " --set train.steps=1 --set train.lr=1e-12"
+                          " --set balance.self_profile=false --set train.micro_batch_tokens=512 --set train.global_batch_tokens=512"
+                          " --set lora.rank=4 --set lora.targets=q,v,o,down --set lora.train_also=embed,norm --set log.path=" + s / "m4.h5";
+  r = sbtest::run_program("train --init-from " + s / "peft" + one + " --set lora.alpha=6 --set checkpoint.dir=" + s / "ck3");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("init-from: the LoRA adapters of " + s / "peft"), std::string::npos) << r.out;
+  const Checkpoint ck3 = read_checkpoint(s / "ck3/ckpt_00000001.h5");
+  ASSERT_EQ(ck3.params.size(), ck.params.size());
+  for (size_t i = 0; i < ck.params.size(); ++i) ASSERT_NEAR(ck3.params[i], ck.params[i], 1e-6) << i;
+  r = sbtest::run_program("train --init-from " + s / "peft" + one + " --set lora.alpha=5 --set checkpoint.dir=" + s / "ck4");
+  EXPECT_NE(r.out.find("lora_alpha = 6.000000, but lora.alpha = 5.000000"), std::string::npos) << r.out;
+
+  // eval of the LoRA checkpoint: merged onto its base, the same loss as the merged export's checkpoint
+  r = sbtest::run_program("eval --checkpoint " + s / "ck/ckpt_00000004.h5 --set data.path=" + sbtest::synth_data());
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("merged onto its base " + fs::absolute(hf).lexically_normal().string()), std::string::npos) << r.out;
+  hf_to_checkpoint(s / "merged", s / "merged.h5", {"data.path=" + sbtest::synth_data()});
+  auto r2 = sbtest::run_program("eval --checkpoint " + s / "merged.h5");
+  ASSERT_EQ(r2.rc, 0) << r2.out;
+  auto loss = [](const std::string& out) { return out.substr(out.find("loss dense"), 40); };
+  EXPECT_EQ(loss(r.out), loss(r2.out));
+
+  // another base of the same shape: refused, naming both
+  hf_to_checkpoint(hf, s / "other.h5", {});
+  Checkpoint o = read_checkpoint(s / "other.h5");
+  o.params[7] += 0.5f;
+  write_checkpoint(s / "other.h5", o);
+  std::string e = error_of([&] {
+    checkpoint_to_hf(s / "ck/ckpt_00000004.h5", s / "m2", StDtype::F32, kDefaultShardBytes, false, true, s / "other.h5");
+  });
+  EXPECT_NE(e.find("base mismatch"), std::string::npos) << e;
+  EXPECT_NE(e.find(fs::absolute(hf).lexically_normal().string()), std::string::npos) << e;
+  EXPECT_NE(e.find(s / "other.h5"), std::string::npos) << e;
+  r = sbtest::run_program("train" + flags + " --resume --set checkpoint.dir=" + s / "ck2" + " --set train.steps=5 --set log.path=" +
+                          s / "m3.h5 --init-from " + s / "other.h5");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("trained LoRA adapters on the base " + fs::absolute(hf).lexically_normal().string()),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("this run's base is " + s / "other.h5"), std::string::npos) << r.out;
+  // --merge of a full checkpoint, a LoRA checkpoint without --merge through the API: refused by name
+  e = error_of([&] { checkpoint_to_hf(s / "other.h5", s / "m3", StDtype::F32, kDefaultShardBytes, false, true); });
+  EXPECT_NE(e.find("--merge"), std::string::npos) << e;
+  e = error_of([&] { checkpoint_to_hf(s / "ck/ckpt_00000004.h5", s / "m3", StDtype::F32, kDefaultShardBytes, false); });
+  EXPECT_NE(e.find("a LoRA checkpoint"), std::string::npos) << e;
+}

@@ -1,0 +1,74 @@
+// sparsebalance memory: the memory a run needs per rank, planned from its config without running
+// it (src/train/memory_plan.hpp; src/model/README.md "Planning memory").
+#include <cstdio>
+
+#include "base/error.hpp"
+#include "io/shard.hpp"
+#include "src/cli/args.hpp"
+#include "src/train/batch.hpp"
+#include "src/train/memory_plan.hpp"
+
+namespace sb {
+
+static int run_memory(const Args& args) {
+  if (args.positional.size() > 1) throw Error("memory: expected at most one config file, got " + std::to_string(args.positional.size()));
+  Config cfg = Config::load(args.positional.empty() ? "" : args.positional[0], args.sets);
+  int ranks = 1;
+  if (args.has("ranks")) {
+    const std::string t = args.get("ranks");
+    size_t pos = 0;
+    try {
+      ranks = std::stoi(t, &pos);
+    } catch (...) {
+      pos = 0;
+    }
+    if (t.empty() || pos != t.size() || ranks < 1) throw Error("memory: --ranks '" + t + "': expected a whole number >= 1");
+  }
+  int64_t vocab = 0;  // model.vocab_size = 0 takes the data's: read from data.path when it is there
+  if (cfg.i("model.vocab_size") == 0) {
+    try {
+      vocab = open_data(data_settings(cfg)).vocab_size();  // data.path, or data.sources' mixture
+    } catch (const std::exception& e) {
+      throw Error("memory: model.vocab_size = 0 takes the vocabulary of data.path, which could not be read (" +
+                  std::string(e.what()) + "); set model.vocab_size");
+    }
+  }
+  const Settings s = from_config(cfg, vocab);
+  const ModelDims& d = s.model;
+  std::printf("memory plan per rank: %d rank(s), train.device = %s, %lld parameters (%d layers, d_model %d, vocab %d), "
+              "micro-batch %lld tokens, train.recompute = %s\n", ranks, s.train.device.c_str(),
+              static_cast<long long>(ParamLayout(d).size), d.n_layers, d.d_model, d.vocab,
+              static_cast<long long>(s.train.micro_batch_tokens), s.train.exec.recompute ? "layer" : "none");
+  std::printf("%-26s %12s %12s %12s %12s %12s %12s\n", "run", "base MiB", "weights MiB", "grads MiB", "optim MiB",
+              "activ. MiB", "total MiB");
+  const double mib = 1.0 / (1024.0 * 1024.0);
+  for (const MemoryPlanRow& r : memory_plan(s, ranks)) {
+    if (!r.built) {
+      std::printf("%-26s %s\n", r.run.c_str(), "not built on this device (train.device = \"cuda\" refuses lora.rank > 0)");
+      continue;
+    }
+    char act[32];
+    if (r.activations >= 0) std::snprintf(act, sizeof act, "%12.1f", r.activations * mib);
+    else std::snprintf(act, sizeof act, "%12s", "-");
+    std::printf("%-26s %12.1f %12.1f %12.1f %12.1f %s %12.1f%s\n", r.run.c_str(), r.base * mib, r.weights * mib,
+                r.grads * mib, r.optimizer * mib, act, r.total() * mib, r.activations < 0 ? " + activations" : "");
+  }
+  if (!s.lora.on()) std::printf("(LoRA rows: lora.rank = 16, alpha 32 on every target, as the config sets no [lora])\n");
+  return 0;
+}
+
+Command cmd_memory() {
+  return {"memory",
+          "memory per rank planned from a config: full fine-tuning and LoRA, ZeRO-1 off and on",
+          "memory [CONFIG.toml] [--ranks N] [--set key=value]...\n\n"
+          "Plans the memory per rank of a run of CONFIG on N data-parallel ranks (default 1) without running it:\n"
+          "the frozen base (LoRA), the trainable weights, gradients and optimizer state as the engines count\n"
+          "them in their start-of-run memory lines, and on the CPU one micro-batch's activations (the CPU\n"
+          "model's buffers for train.micro_batch_tokens); on the GPU the activations are not modelled. Four\n"
+          "rows: full and LoRA (the config's [lora], else rank 16), train.zero 0 and 1 (src/model/README.md,\n"
+          "\"Planning memory\").\n",
+          {{"ranks", 1, "data-parallel ranks (default 1)", "N"}},
+          run_memory, kSetFlag};
+}
+
+}  // namespace sb

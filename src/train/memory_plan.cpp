@@ -1,0 +1,61 @@
+#include "src/train/memory_plan.hpp"
+
+#include <algorithm>
+
+#include "src/comm/comm.hpp"
+
+namespace sb {
+
+// The CPU model's buffers for one micro-batch of N tokens (model.cpp, Model<T>::Layer and run()),
+// float32: every layer's saved activations (only its input under train.recompute, then one layer's
+// in full), the backward's work buffers, and one chunk of the LM head's logits.
+static double cpu_activations(const ModelDims& d, const ModelExec& e, int64_t N, const LoraSpec& lora) {
+  const double C = d.d_model, F = d.ffn_dim, H = d.n_heads, HD = double(d.n_heads) * d.head_dim,
+               KD = double(d.n_kv_heads) * d.head_dim;
+  double per_layer = 4 * C + 2 + 2 * HD + 2 * KD + H + 3 * F;                  // x_in xn x_mid xn2, rstd, q att, k v, lse, gate up h
+  if (d.qk_norm) per_layer += HD + KD + H + d.n_kv_heads;                     // q_raw k_raw rstdq rstdk
+  if (lora.on())
+    for (int t = 0; t < kLoraTargets; ++t) per_layer += lora.targets[size_t(t)] ? lora.rank : 0;  // u
+  const double layers = e.recompute ? double(d.n_layers) * C + per_layer : double(d.n_layers) * per_layer;
+  const double work = 3 * F + 2 * C + 2 * HD + 2 * KD + 5 * C + 2;            // dh dg du, dxn tmp, datt dq, dk dv, x dx xf dxf
+  const double head = double(e.head_rows(int(N), int(d.vocab))) * double(d.vocab);
+  return double(N) * (layers + work) * 4 + head * 4;
+}
+
+std::vector<MemoryPlanRow> memory_plan(const Settings& s, int ranks) {
+  const ModelDims& d = s.model;
+  const ParamLayout base(d);
+  LoraSpec lora = s.lora;
+  if (!lora.on()) lora.rank = 16, lora.alpha = 32;
+  const double P = double(base.size), T = double(lora_layout(base, d, lora).train.size);
+  const bool cuda = s.train.device == "cuda";
+  std::vector<MemoryPlanRow> rows;
+  for (bool is_lora : {false, true})
+    for (bool zero : {false, true}) {
+      MemoryPlanRow r;
+      r.run = (is_lora ? "LoRA r " + std::to_string(lora.rank) : std::string("full")) + ", train.zero = " + (zero ? "1" : "0");
+      const double n = is_lora ? T : P;
+      const double k = zero ? double(slice_of(size_t(n), 0, ranks).size()) : n;  // rank 0's slice: the largest
+      if (!cuda) {  // update.cpp memory_line: fp32 weights and gradients, moments of the slice (+ its reduced gradient)
+        r.base = is_lora ? 4 * P : 0;
+        r.weights = 4 * n, r.grads = 4 * n;
+        r.optimizer = 8 * k + (zero ? 4 * k : 0);
+        r.activations = cpu_activations(d, s.train.exec, s.train.micro_batch_tokens, is_lora ? lora : LoraSpec{});
+      } else if (is_lora) {
+        r.built = false;  // the CUDA engine refuses lora.rank > 0
+      } else {  // engine_cuda.cpp memory_line: bf16 weights, fp32 gradients, fp32 master or (ZeRO) its slice
+        double f32 = 0;  // with ZeRO the model keeps fp32 copies of what it reads in fp32 only
+        for (size_t i : {base.embed, base.norm}) f32 += double(base.params[i].size);
+        for (const LayerParams& I : base.layers)
+          for (size_t i : {I.ln1, I.ln2, I.q_bias, I.k_bias, I.v_bias, I.q_norm, I.k_norm})
+            if (i != kNoParam) f32 += double(base.params[i].size);
+        r.weights = 2 * P + 4 * (zero ? f32 : P);
+        r.grads = 4 * P;
+        r.optimizer = 8 * k + (zero ? 4 * k + (ranks > 1 ? 4 * k : 0) : 0);
+      }
+      rows.push_back(r);
+    }
+  return rows;
+}
+
+}  // namespace sb

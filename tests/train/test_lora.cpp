@@ -1,0 +1,261 @@
+// LoRA on the CPU model ([lora], src/model/README.md "LoRA"), a second source of test_model:
+// adapter and train_also gradients against float64 finite differences, a frozen base that never
+// changes under AdamW, the merged weights equal to base + (alpha / rank) B A and giving the adapted
+// model's loss, PEFT's names and init, and bad [lora] values refused by name.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "src/config/config.hpp"
+#include "src/engine/update.hpp"
+#include "src/model/model.hpp"
+#include "src/train/memory_plan.hpp"
+#include "src/train/settings.hpp"
+
+using namespace sb;
+
+namespace {
+
+ModelDims lora_dims(bool tied, bool qkv_bias) {
+  ModelDims d;
+  d.qkv_bias = qkv_bias;
+  d.n_layers = 2, d.d_model = 16, d.n_heads = 4, d.n_kv_heads = 2, d.head_dim = 4, d.ffn_dim = 24, d.vocab = 23;
+  d.tied = tied;
+  d.init_std = 0.3;  // large weights so every path carries gradient worth checking
+  return d;
+}
+
+PackedBatch lora_batch(std::vector<int> lens, int vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  PackedBatch b;
+  for (int L : lens) {
+    std::vector<uint32_t> seq(L);
+    for (auto& t : seq) t = uint32_t(rng() % vocab);
+    b.add(seq);
+  }
+  return b;
+}
+
+AttnSettings lora_attn(bool sparse, int layers) {
+  AttnSettings a;
+  a.sparse = sparse, a.block_size = 4, a.local_blocks = 1, a.theta = 1e9;
+  a.k.assign(layers, 1);
+  return a;
+}
+
+LoraSpec spec(int rank, double alpha, std::array<bool, kLoraTargets> targets, bool embed, bool norm, bool head) {
+  LoraSpec s;
+  s.rank = rank, s.alpha = alpha, s.targets = targets;
+  s.embed = embed, s.norm = norm, s.head = head;
+  return s;
+}
+
+// A LoRA model with every trainable value random (B too: at init B = 0 leaves A without gradient)
+// and nonzero base biases.
+template <class T>
+Model<T> random_lora_model(const ModelDims& d, const LoraSpec& s, uint64_t seed) {
+  Model<T> m(d, s);
+  m.init(seed);
+  std::vector<T> base = m.base();
+  for (const auto& p : m.base_layout().params)
+    if (p.name.ends_with(".bias"))
+      for (size_t i = 0; i < p.size; ++i) base[p.offset + i] = T(0.1 * double(i % 7) - 0.3);
+  m.set_base(base);  // copies the train_also parts again
+  std::mt19937_64 rng(seed + 1);
+  for (auto& w : m.weights()) w += T(0.2 * (double(rng() % 2001) / 1000.0 - 1.0));
+  return m;
+}
+
+void check_lora_gradients(const ModelDims& d, const LoraSpec& s, bool sparse) {
+  Model<double> m = random_lora_model<double>(d, s, 7);
+  const PackedBatch b = lora_batch({13, 5, 21}, d.vocab, 3);
+  const AttnSettings a = lora_attn(sparse, d.n_layers);
+  m.zero_grads();
+  m.forward_backward(b, a, 1.0);
+  const std::vector<double> g = m.grads();
+  std::mt19937_64 rng(11);
+  const double h = 1e-5;
+  for (const auto& p : m.params()) {
+    double worst = 0;
+    for (int trial = 0; trial < 4; ++trial) {
+      const size_t i = p.offset + rng() % p.size;
+      const double w0 = m.weights()[i];
+      m.weights()[i] = w0 + h;
+      const double lp = m.forward(b, a).loss_sum;
+      m.weights()[i] = w0 - h;
+      const double lm = m.forward(b, a).loss_sum;
+      m.weights()[i] = w0;
+      const double fd = (lp - lm) / (2 * h);
+      worst = std::max(worst, std::abs(fd - g[i]) / std::max(1e-6, std::abs(fd) + std::abs(g[i])));
+    }
+    EXPECT_LT(worst, 1e-6) << p.name << (sparse ? " (sparse)" : " (dense)");
+  }
+}
+
+constexpr std::array<bool, kLoraTargets> kAll{true, true, true, true, true, true, true};
+
+}  // namespace
+
+// Every target, the norms and an untied head trained beside them, q/k/v biases frozen; sparse.
+TEST(Lora, GradientsMatchFiniteDifferencesSparse) {
+  check_lora_gradients(lora_dims(false, true), spec(3, 6, kAll, true, true, true), true);
+}
+// Some targets, a tied embedding trained (as the head too), dense attention.
+TEST(Lora, GradientsMatchFiniteDifferencesDenseTied) {
+  check_lora_gradients(lora_dims(true, false), spec(2, 5, {true, false, true, false, false, true, true}, true, false, false),
+                       false);
+}
+
+// train.recompute = "layer" recomputes the adapters' saved (N, rank) products too: the same
+// gradients bit for bit, with the LM head chunked as well.
+TEST(Lora, RecomputationEqualsStoredActivations) {
+  const ModelDims d = lora_dims(true, true);
+  Model<double> m = random_lora_model<double>(d, spec(3, 4, kAll, true, true, true), 13);
+  const PackedBatch b = lora_batch({30, 7, 19}, d.vocab, 6);
+  const AttnSettings a = lora_attn(true, d.n_layers);
+  auto run = [&](ModelExec e) {
+    m.set_exec(e);
+    m.zero_grads();
+    const double loss = m.forward_backward(b, a, 0.05).loss_sum;
+    return std::pair{loss, m.grads()};
+  };
+  const auto [l0, g0] = run({0, false});
+  const auto [l1, g1] = run({0, true});
+  EXPECT_EQ(l1, l0);
+  EXPECT_TRUE(g1 == g0) << "recomputed LoRA gradients differ";
+}
+
+TEST(Lora, LayoutNamesShapesAndPeftInit) {
+  const ModelDims d = lora_dims(false, false);
+  Model<float> m(d, spec(4, 8, {true, false, false, false, false, false, true}, false, true, false));
+  m.init(5);
+  // trainable: per layer input_layernorm, q's A and B, post_attention_layernorm, down's A and B; the final norm
+  ASSERT_EQ(m.params().size(), size_t(2 * 6 + 1));
+  const ParamInfo& qa = m.param("model.layers.0.self_attn.q_proj.lora_A.weight");
+  const ParamInfo& qb = m.param("model.layers.0.self_attn.q_proj.lora_B.weight");
+  const ParamInfo& da = m.param("model.layers.1.mlp.down_proj.lora_A.weight");
+  EXPECT_EQ(qa.shape, (std::vector<int64_t>{4, d.d_model}));
+  EXPECT_EQ(qb.shape, (std::vector<int64_t>{int64_t(d.n_heads) * d.head_dim, 4}));
+  EXPECT_EQ(da.shape, (std::vector<int64_t>{4, d.ffn_dim}));
+  EXPECT_EQ(m.param("model.norm.weight").size, size_t(d.d_model));
+  // PEFT: A ~ uniform(-1/sqrt(in), 1/sqrt(in)) (kaiming_uniform_, a = sqrt(5)), B = 0
+  const double bound = 1 / std::sqrt(double(d.ffn_dim));
+  double lo = 1, hi = -1, sum2 = 0;
+  for (size_t i = 0; i < da.size; ++i) {
+    const double v = m.weights()[da.offset + i];
+    lo = std::min(lo, v), hi = std::max(hi, v), sum2 += v * v;
+  }
+  EXPECT_GE(lo, -bound);
+  EXPECT_LE(hi, bound);
+  EXPECT_NEAR(std::sqrt(sum2 / double(da.size)), bound / std::sqrt(3.0), 0.25 * bound);  // the uniform's std
+  for (size_t i = 0; i < qb.size; ++i) ASSERT_EQ(m.weights()[qb.offset + i], 0.f);
+  // B = 0: the adapted model starts as the base, whose init is LoRA's own stream's neighbour
+  Model<float> full(d);
+  full.init(5);
+  EXPECT_TRUE(full.weights() == m.base()) << "the base must be the full model's init of the same seed";
+}
+
+// AdamW on the trainable tensors: the base stays bit for bit; the merged weights are base +
+// (alpha / rank) B A (and the trained norms) and the plain model on them gives the adapted loss.
+TEST(Lora, FrozenBaseAndMergedWeights) {
+  const ModelDims d = lora_dims(false, true);
+  const LoraSpec s = spec(2, 7, {true, true, false, true, true, false, true}, false, true, false);
+  Model<double> m(d, s);
+  m.init(9);
+  const std::vector<double> base0 = m.base();
+  const PackedBatch b = lora_batch({17, 9}, d.vocab, 4);
+  const AttnSettings a = lora_attn(true, d.n_layers);
+  // AdamW runs in float: drive a float twin and copy its trainable weights over
+  Model<float> mf(d, s);
+  mf.init(9);
+  OptimSettings o{2e-2, 0.1, 0.1, 0.9, 0.95, 1e-8, 1.0, 1, 6};
+  AdamW opt(o, mf.weights().size());
+  for (int step = 1; step <= 6; ++step) {
+    mf.zero_grads();
+    mf.forward_backward(b, a, 1.0f / 24);
+    opt.step(mf, mf.grads(), global_norm(mf.grads()), lr_at(o, step), step);
+  }
+  const std::vector<float> fbase0(base0.begin(), base0.end());
+  EXPECT_TRUE(mf.base() == fbase0) << "AdamW changed the frozen base";
+  for (size_t i = 0; i < m.weights().size(); ++i) m.weights()[i] = mf.weights()[i];
+  EXPECT_TRUE(m.base() == base0);
+  const ParamInfo& B = m.param("model.layers.1.self_attn.o_proj.lora_B.weight");
+  double bsum = 0;
+  for (size_t i = 0; i < B.size; ++i) bsum += std::abs(m.weights()[B.offset + i]);
+  ASSERT_GT(bsum, 0) << "training left B at zero: the check below would be empty";
+
+  const std::vector<double> merged = m.merged();
+  // one entry by hand: o_proj of layer 1, row 3, column 5
+  const ParamInfo& W = m.base_layout().params[target_param(m.base_layout().layers[1], 3)];
+  const ParamInfo& A = m.param("model.layers.1.self_attn.o_proj.lora_A.weight");
+  const int in = int(W.shape[1]), r = s.rank, row = 3, col = 5;
+  double want = base0[W.offset + size_t(row) * in + col];
+  for (int j = 0; j < r; ++j)
+    want += s.scale() * m.weights()[B.offset + size_t(row) * r + j] * m.weights()[A.offset + size_t(j) * in + col];
+  EXPECT_NEAR(merged[W.offset + size_t(row) * in + col], want, 1e-12);
+  // an untargeted projection (v) is the base; a trained norm is the trained copy
+  const ParamInfo& V = m.base_layout().params[target_param(m.base_layout().layers[0], 2)];
+  for (size_t i = 0; i < V.size; ++i) ASSERT_EQ(merged[V.offset + i], base0[V.offset + i]);
+  const ParamInfo& n = m.param("model.norm.weight");
+  const ParamInfo& nb = m.base_layout().params[m.base_layout().norm];
+  for (size_t i = 0; i < n.size; ++i) ASSERT_EQ(merged[nb.offset + i], m.weights()[n.offset + i]);
+
+  Model<double> plain(d);
+  plain.weights() = merged;
+  const double want_loss = m.forward(b, a).loss_sum, got = plain.forward(b, a).loss_sum;
+  EXPECT_NEAR(got, want_loss, 1e-10 * want_loss);
+}
+
+TEST(Lora, BadKeysRefusedByName) {
+  auto err = [](std::vector<std::string> sets) {
+    try {
+      lora_spec(Config::load("", sets));
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(err({"lora.rank=8", "lora.targets=q, v,down"}), "no error");
+  EXPECT_EQ(err({"lora.rank=8", "lora.train_also=embed,norm,head"}), "no error");
+  EXPECT_NE(err({"lora.targets=q,qq"}).find("lora.targets"), std::string::npos);
+  EXPECT_NE(err({"lora.targets=q,qq"}).find("\"qq\""), std::string::npos);
+  EXPECT_NE(err({"lora.targets=q,,v"}).find("empty item"), std::string::npos);
+  EXPECT_NE(err({"lora.targets=q,q"}).find("twice"), std::string::npos);
+  EXPECT_NE(err({"lora.rank=4", "lora.targets="}).find("lora.targets is empty"), std::string::npos);
+  EXPECT_NE(err({"lora.train_also=bias"}).find("lora.train_also"), std::string::npos);
+  EXPECT_NE(err({"lora.dropout=0.1"}).find("lora.dropout"), std::string::npos);
+  EXPECT_NE(err({"lora.rank=-1"}).find("lora.rank"), std::string::npos);
+  EXPECT_NE(err({"lora.alpha=0"}).find("lora.alpha"), std::string::npos);
+  const LoraSpec s = lora_spec(Config::load("", std::vector<std::string>{"lora.rank=8", "lora.alpha=32",
+                                                                       "lora.targets=v,q", "lora.train_also=norm"}));
+  EXPECT_EQ(s.rank, 8);
+  EXPECT_DOUBLE_EQ(s.scale(), 4.0);
+  EXPECT_TRUE(s.targets[0] && !s.targets[1] && s.targets[2] && !s.targets[3]);
+  EXPECT_TRUE(s.norm && !s.embed && !s.head);
+}
+
+// `sparsebalance memory`: the CPU plan counts what the model holds (the base, the trainable
+// tensors) and the optimizer's slice; LoRA's activations add the adapters' (N, rank) buffers.
+TEST(Lora, MemoryPlanCountsTheModelsTensors) {
+  Settings s;
+  s.model = lora_dims(false, true);
+  s.train.device = "cpu", s.train.micro_batch_tokens = 64;
+  s.lora = spec(4, 8, kAll, false, true, false);
+  const std::vector<MemoryPlanRow> rows = memory_plan(s, 3);
+  ASSERT_EQ(rows.size(), 4u);
+  Model<float> m(s.model, s.lora);
+  const double P = double(m.base().size()), T = double(m.weights().size());
+  EXPECT_EQ(rows[0].base, 0);
+  EXPECT_EQ(rows[0].weights, 4 * P);
+  EXPECT_EQ(rows[0].optimizer, 8 * P);
+  EXPECT_EQ(rows[2].base, 4 * P);
+  EXPECT_EQ(rows[2].weights, 4 * T);
+  EXPECT_EQ(rows[2].grads, 4 * T);
+  const double k = double(slice_of(size_t(T), 0, 3).size());
+  EXPECT_EQ(rows[3].optimizer, 12 * k);  // moments and the reduced gradient of rank 0's slice
+  const double u = 7.0 * 4 * 64 * s.model.n_layers * 4;  // seven targets' (N, rank) floats per layer
+  EXPECT_EQ(rows[2].activations - rows[0].activations, u);
+  s.train.device = "cuda";
+  EXPECT_FALSE(memory_plan(s, 1)[2].built);
+}
