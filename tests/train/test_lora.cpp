@@ -12,30 +12,14 @@
 #include "src/model/model.hpp"
 #include "src/train/memory_plan.hpp"
 #include "src/train/settings.hpp"
+#include "tests/train/model_test_util.hpp"
 
 using namespace sb;
 
 namespace {
 
-ModelDims lora_dims(bool tied, bool qkv_bias) {
-  ModelDims d;
-  d.qkv_bias = qkv_bias;
-  d.n_layers = 2, d.d_model = 16, d.n_heads = 4, d.n_kv_heads = 2, d.head_dim = 4, d.ffn_dim = 24, d.vocab = 23;
-  d.tied = tied;
-  d.init_std = 0.3;  // large weights so every path carries gradient worth checking
-  return d;
-}
-
-PackedBatch lora_batch(std::vector<int> lens, int vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  PackedBatch b;
-  for (int L : lens) {
-    std::vector<uint32_t> seq(L);
-    for (auto& t : seq) t = uint32_t(rng() % vocab);
-    b.add(seq);
-  }
-  return b;
-}
+using sbtest::random_batch;
+using sbtest::tiny_dims;
 
 AttnSettings lora_attn(bool sparse, int layers) {
   AttnSettings a;
@@ -69,7 +53,7 @@ Model<T> random_lora_model(const ModelDims& d, const LoraSpec& s, uint64_t seed)
 
 void check_lora_gradients(const ModelDims& d, const LoraSpec& s, bool sparse) {
   Model<double> m = random_lora_model<double>(d, s, 7);
-  const PackedBatch b = lora_batch({13, 5, 21}, d.vocab, 3);
+  const PackedBatch b = random_batch({13, 5, 21}, d.vocab, 3);
   const AttnSettings a = lora_attn(sparse, d.n_layers);
   m.zero_grads();
   m.forward_backward(b, a, 1.0);
@@ -99,20 +83,20 @@ constexpr std::array<bool, kLoraTargets> kAll{true, true, true, true, true, true
 
 // Every target, the norms and an untied head trained beside them, q/k/v biases frozen; sparse.
 TEST(Lora, GradientsMatchFiniteDifferencesSparse) {
-  check_lora_gradients(lora_dims(false, true), spec(3, 6, kAll, true, true, true), true);
+  check_lora_gradients(tiny_dims(false, true), spec(3, 6, kAll, true, true, true), true);
 }
 // Some targets, a tied embedding trained (as the head too), dense attention.
 TEST(Lora, GradientsMatchFiniteDifferencesDenseTied) {
-  check_lora_gradients(lora_dims(true, false), spec(2, 5, {true, false, true, false, false, true, true}, true, false, false),
+  check_lora_gradients(tiny_dims(true, false), spec(2, 5, {true, false, true, false, false, true, true}, true, false, false),
                        false);
 }
 
 // train.recompute = "layer" recomputes the adapters' saved (N, rank) products too: the same
 // gradients bit for bit, with the LM head chunked as well.
 TEST(Lora, RecomputationEqualsStoredActivations) {
-  const ModelDims d = lora_dims(true, true);
+  const ModelDims d = tiny_dims(true, true);
   Model<double> m = random_lora_model<double>(d, spec(3, 4, kAll, true, true, true), 13);
-  const PackedBatch b = lora_batch({30, 7, 19}, d.vocab, 6);
+  const PackedBatch b = random_batch({30, 7, 19}, d.vocab, 6);
   const AttnSettings a = lora_attn(true, d.n_layers);
   auto run = [&](ModelExec e) {
     m.set_exec(e);
@@ -127,7 +111,7 @@ TEST(Lora, RecomputationEqualsStoredActivations) {
 }
 
 TEST(Lora, LayoutNamesShapesAndPeftInit) {
-  const ModelDims d = lora_dims(false, false);
+  const ModelDims d = tiny_dims(false, false);
   Model<float> m(d, spec(4, 8, {true, false, false, false, false, false, true}, false, true, false));
   m.init(5);
   // trainable: per layer input_layernorm, q's A and B, post_attention_layernorm, down's A and B; the final norm
@@ -159,12 +143,12 @@ TEST(Lora, LayoutNamesShapesAndPeftInit) {
 // AdamW on the trainable tensors: the base stays bit for bit; the merged weights are base +
 // (alpha / rank) B A (and the trained norms) and the plain model on them gives the adapted loss.
 TEST(Lora, FrozenBaseAndMergedWeights) {
-  const ModelDims d = lora_dims(false, true);
+  const ModelDims d = tiny_dims(false, true);
   const LoraSpec s = spec(2, 7, {true, true, false, true, true, false, true}, false, true, false);
   Model<double> m(d, s);
   m.init(9);
   const std::vector<double> base0 = m.base();
-  const PackedBatch b = lora_batch({17, 9}, d.vocab, 4);
+  const PackedBatch b = random_batch({17, 9}, d.vocab, 4);
   const AttnSettings a = lora_attn(true, d.n_layers);
   // AdamW runs in float: drive a float twin and copy its trainable weights over
   Model<float> mf(d, s);
@@ -239,7 +223,7 @@ TEST(Lora, BadKeysRefusedByName) {
 // tensors) and the optimizer's slice; LoRA's activations add the adapters' (N, rank) buffers.
 TEST(Lora, MemoryPlanCountsTheModelsTensors) {
   Settings s;
-  s.model = lora_dims(false, true);
+  s.model = tiny_dims(false, true);
   s.train.device = "cpu", s.train.micro_batch_tokens = 64;
   s.lora = spec(4, 8, kAll, false, true, false);
   const std::vector<MemoryPlanRow> rows = memory_plan(s, 3);

@@ -11,30 +11,14 @@
 #include "src/config/config.hpp"
 #include "src/train/settings.hpp"
 #include "src/engine/update.hpp"
+#include "tests/train/model_test_util.hpp"
 
 using namespace sb;
 
 namespace {
 
-ModelDims tiny_dims(bool tied, bool qkv_bias = false) {
-  ModelDims d;
-  d.qkv_bias = qkv_bias;
-  d.n_layers = 2, d.d_model = 16, d.n_heads = 4, d.n_kv_heads = 2, d.head_dim = 4, d.ffn_dim = 24, d.vocab = 23;
-  d.tied = tied;
-  d.init_std = 0.3;  // large weights so every path carries gradient worth checking
-  return d;
-}
-
-PackedBatch random_batch(std::vector<int> lens, int vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  PackedBatch b;
-  for (int L : lens) {
-    std::vector<uint32_t> seq(L);
-    for (auto& t : seq) t = uint32_t(rng() % vocab);
-    b.add(seq);
-  }
-  return b;
-}
+using sbtest::random_batch;
+using sbtest::tiny_dims;
 
 AttnSettings settings(bool sparse, int layers, int k) {
   AttnSettings a;
