@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test suite again, built with AddressSanitizer + UBSan (SB_SANITIZE=ON) into ./build-asan:
 # every ctest except the Slurm one (it runs the same programs under slurmd; the plain suite covers
-# it). Any ASan, UBSan or LeakSanitizer report fails the test that triggered it. Children started
+# it) and the programs and cases tests/*/CMakeLists.txt mark PLAIN_ONLY / SANITIZED_SKIP (timing and
+# repetition: kill -9 at random moments, convergence runs). Any ASan, UBSan or LeakSanitizer report fails the test that triggered it. Children started
 # by the tests (mpirun, the sparsebalance CLI) get the same settings. Extra args go to ctest.
 #   bash jobs/local/test_sanitize.sh            (after jobs/local/setup.sh has installed the packages)
 # -g1: line tables only, enough for the reports' file:line, and a quarter faster to compile than -g.
