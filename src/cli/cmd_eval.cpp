@@ -8,9 +8,10 @@
 #include "src/comm/comm.hpp"
 #include "src/hf/hf_lora.hpp"
 #include "base/error.hpp"
+#include "src/eval/diagnose.hpp"
+#include "src/eval/evaluate.hpp"
 #include "src/train/batch.hpp"
-#include "src/train/diagnose.hpp"
-#include "src/train/evaluate.hpp"
+#include "src/train/weights.hpp"
 
 namespace sb {
 
@@ -72,7 +73,7 @@ static int run_eval(const Args& args) {
   engine->from_host();
   EvalResult r = evaluate(st, comm, *engine, ds);
   nlohmann::json diag;
-  if (args.has("diagnose")) {  // where sparse attention loses the tasks (src/train/diagnose.hpp)
+  if (args.has("diagnose")) {  // where sparse attention loses the tasks (src/eval/diagnose.hpp)
     diag = diagnose(st, comm, *engine, ds);
     diag["checkpoint"] = ck_path, diag["step"] = ck.step;
   }

@@ -20,7 +20,7 @@
 #include "src/data/tokenizer.hpp"
 #include "src/hf/hf_convert.hpp"
 #include "src/model/decode.hpp"
-#include "src/train/evaluate.hpp"
+#include "src/train/weights.hpp"
 #include "src/train/settings.hpp"
 #ifdef SB_WITH_CUDA
 #include "src/model/model_cuda.hpp"

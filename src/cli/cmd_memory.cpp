@@ -1,12 +1,12 @@
 // sparsebalance memory: the memory a run needs per rank, planned from its config without running
-// it (src/train/memory_plan.hpp; src/model/README.md "Planning memory").
+// it (src/engine/memory_plan.hpp; src/model/README.md "Planning memory").
 #include <cstdio>
 
 #include "base/error.hpp"
 #include "io/shard.hpp"
 #include "src/cli/args.hpp"
+#include "src/engine/memory_plan.hpp"
 #include "src/train/batch.hpp"
-#include "src/train/memory_plan.hpp"
 
 namespace sb {
 
@@ -42,7 +42,7 @@ static int run_memory(const Args& args) {
   std::printf("%-26s %12s %12s %12s %12s %12s %12s\n", "run", "base MiB", "weights MiB", "grads MiB", "optim MiB",
               "activ. MiB", "total MiB");
   const double mib = 1.0 / (1024.0 * 1024.0);
-  for (const MemoryPlanRow& r : memory_plan(s, ranks)) {
+  for (const MemoryPlanRow& r : memory_plan(d, s.lora, s.engine(), s.train.micro_batch_tokens, ranks)) {
     if (!r.built) {
       std::printf("%-26s %s\n", r.run.c_str(), "not built on this device (train.device = \"cuda\" refuses lora.rank > 0)");
       continue;

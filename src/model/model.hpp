@@ -121,7 +121,7 @@ struct AttnSettings {
   AttnSettings at_k0(int n_layers, int k0) const { return for_budgets(std::vector<int>(size_t(n_layers), k0)); }  // every layer at k0
 };
 
-// Diagnostics (eval --diagnose, src/train/diagnose.hpp): called in a sparse forward after layer l's
+// Diagnostics (eval --diagnose, src/eval/diagnose.hpp): called in a sparse forward after layer l's
 // gating, with the layer's post-RoPE q (N, H*D) and k (N, Hkv*D) on the host (float) and the
 // selection of the whole sequences, which it may change (the oracle gate adds key blocks).
 using SelectionProbe = std::function<void(int l, const float* q, const float* k, kernels::BlockSelection& sel)>;

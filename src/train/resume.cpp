@@ -7,7 +7,7 @@
 
 #include "io/h5.hpp"
 #include "base/error.hpp"
-#include "src/train/evaluate.hpp"
+#include "src/train/weights.hpp"
 #include "src/train/trainer.hpp"
 
 namespace sb {

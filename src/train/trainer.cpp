@@ -14,7 +14,6 @@
 #include "base/error.hpp"
 #include "src/parts/step_batches.hpp"
 #include "src/train/batch_log.hpp"
-#include "src/train/evaluate.hpp"
 #include "src/train/faults.hpp"
 #include "src/train/profile.hpp"
 #include "src/stats/step_stats.hpp"

@@ -15,7 +15,7 @@
 #include "io/safetensors.hpp"
 #include "src/train/settings.hpp"
 #include "src/hf/hf_config.hpp"
-#include "src/train/evaluate.hpp"
+#include "src/train/weights.hpp"
 #include "src/hf/hf_convert.hpp"
 #include "tests/convert/convert_test_util.hpp"
 #include "tests/error_of.hpp"

@@ -11,7 +11,8 @@
 #include "src/data/tokenizer.hpp"
 #include "src/hf/hf_convert.hpp"
 #include "src/model/model.hpp"
-#include "src/train/evaluate.hpp"
+#include "src/train/settings.hpp"
+#include "src/train/weights.hpp"
 #include "tests/convert/convert_test_util.hpp"
 
 using namespace sb;

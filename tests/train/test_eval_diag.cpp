@@ -13,9 +13,9 @@
 #include "src/config/config.hpp"
 #include "src/data/prep.hpp"
 #include "src/data/synth.hpp"
+#include "src/eval/diagnose.hpp"
+#include "src/eval/evaluate.hpp"
 #include "src/train/batch.hpp"
-#include "src/train/diagnose.hpp"
-#include "src/train/evaluate.hpp"
 #include "io/metrics_log.hpp"
 #include "tests/train/train_test_util.hpp"
 

@@ -8,9 +8,9 @@
 #include <random>
 
 #include "src/config/config.hpp"
+#include "src/engine/memory_plan.hpp"
 #include "src/engine/update.hpp"
 #include "src/model/model.hpp"
-#include "src/train/memory_plan.hpp"
 #include "src/train/settings.hpp"
 #include "tests/train/model_test_util.hpp"
 
@@ -226,7 +226,7 @@ TEST(Lora, MemoryPlanCountsTheModelsTensors) {
   s.model = tiny_dims(false, true);
   s.train.device = "cpu", s.train.micro_batch_tokens = 64;
   s.lora = spec(4, 8, kAll, false, true, false);
-  const std::vector<MemoryPlanRow> rows = memory_plan(s, 3);
+  const std::vector<MemoryPlanRow> rows = memory_plan(s.model, s.lora, s.engine(), s.train.micro_batch_tokens, 3);
   ASSERT_EQ(rows.size(), 4u);
   Model<float> m(s.model, s.lora);
   const double P = double(m.base().size()), T = double(m.weights().size());
@@ -241,5 +241,5 @@ TEST(Lora, MemoryPlanCountsTheModelsTensors) {
   const double u = 7.0 * 4 * 64 * s.model.n_layers * 4;  // seven targets' (N, rank) floats per layer
   EXPECT_EQ(rows[2].activations - rows[0].activations, u);
   s.train.device = "cuda";
-  EXPECT_FALSE(memory_plan(s, 1)[2].built);
+  EXPECT_FALSE(memory_plan(s.model, s.lora, s.engine(), s.train.micro_batch_tokens, 1)[2].built);
 }

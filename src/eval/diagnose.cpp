@@ -1,4 +1,4 @@
-#include "src/train/diagnose.hpp"
+#include "src/eval/diagnose.hpp"
 
 #include <algorithm>
 #include <cmath>

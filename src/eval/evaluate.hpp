@@ -5,20 +5,13 @@
 #include <string>
 #include <vector>
 
-#include "io/checkpoint.hpp"
 #include "io/shard.hpp"
 #include "src/comm/comm.hpp"
-#include "src/train/settings.hpp"
-#include "src/model/model.hpp"
 #include "src/engine/engine.hpp"
+#include "src/model/model.hpp"
+#include "src/train/settings.hpp"
 
 namespace sb {
-
-// Copy a checkpoint's parameters into `model` after checking names and shapes (errors name
-// the file and the first tensor that differs).
-void load_weights(const Checkpoint& ck, const std::string& path, Model<float>& model);
-// load_weights' checks only (names and shapes against the model's), for weights read in place.
-void check_weights(const Checkpoint& ck, const std::string& path, const Model<float>& model);
 
 struct EvalPart {
   double loss_sum = 0;

@@ -1,4 +1,4 @@
-#include "src/train/memory_plan.hpp"
+#include "src/engine/memory_plan.hpp"
 
 #include <algorithm>
 
@@ -22,13 +22,13 @@ static double cpu_activations(const ModelDims& d, const ModelExec& e, int64_t N,
   return double(N) * (layers + work) * 4 + head * 4;
 }
 
-std::vector<MemoryPlanRow> memory_plan(const Settings& s, int ranks) {
-  const ModelDims& d = s.model;
+std::vector<MemoryPlanRow> memory_plan(const ModelDims& d, const LoraSpec& lora_in, const EngineSettings& e,
+                                       int64_t micro_batch_tokens, int ranks) {
   const ParamLayout base(d);
-  LoraSpec lora = s.lora;
+  LoraSpec lora = lora_in;
   if (!lora.on()) lora.rank = 16, lora.alpha = 32;
   const double P = double(base.size), T = double(lora_layout(base, d, lora).train.size);
-  const bool cuda = s.train.device == "cuda";
+  const bool cuda = e.device == "cuda";
   std::vector<MemoryPlanRow> rows;
   for (bool is_lora : {false, true})
     for (bool zero : {false, true}) {
@@ -40,7 +40,7 @@ std::vector<MemoryPlanRow> memory_plan(const Settings& s, int ranks) {
         r.base = is_lora ? 4 * P : 0;
         r.weights = 4 * n, r.grads = 4 * n;
         r.optimizer = 8 * k + (zero ? 4 * k : 0);
-        r.activations = cpu_activations(d, s.train.exec, s.train.micro_batch_tokens, is_lora ? lora : LoraSpec{});
+        r.activations = cpu_activations(d, e.exec, micro_batch_tokens, is_lora ? lora : LoraSpec{});
       } else if (is_lora) {
         r.built = false;  // the CUDA engine refuses lora.rank > 0
       } else {  // engine_cuda.cpp memory_line: bf16 weights, fp32 gradients, fp32 master or (ZeRO) its slice
