@@ -1,6 +1,7 @@
-// Block gating on the GPU, bit-compatible with kernels/cpu/gating.cpp: every double operation in the
-// same order as there (explicit _rn intrinsics, so no FMA contraction), so scores, thresholds and the
-// top-k choice match exactly; exp in the softmax (recall) may differ in the last bit.
+// Block gating on the GPU, bit-compatible with kernels/cpu/gating.cpp: every double operation (and
+// the per-token query's float ones) in the same order as there (explicit _rn intrinsics, so no FMA
+// contraction), so scores, thresholds and the top-k choice match exactly; exp in the softmax
+// (recall) may differ in the last bit.
 //   pool_kernel: one CTA per (block, kv head), one thread per dimension: qbar (mean query) and the
 //                key summary (mean, bounds or sub-block means: GatingParams) in double.
 //   token_score_kernel (gate_score.cu, per-token query only): every pair's max over the query
