@@ -15,7 +15,9 @@
 //   shared   ks (D, kSC+4) fp32: the tile's key columns, transposed, loaded once (bounds: hi, lo)
 //            qs (kSD, kSV+4) fp32: kSV = 64 query vectors x kSD = 32 dimensions, from bf16
 //   loop     per vector tile, per kSD dims: 2 (bounds 3) float4 loads a dimension for 16 products
-//            and 16 adds; after the vector tile each thread's column maxima over its valid vectors
+//            and 16 adds; after the vector tile each thread's column maxima over its valid vectors.
+//            A warp holds 8 columns: the warps whose columns all lie past block i skip the products
+//            (a query block's last tile is on average half past the diagonal)
 //   end      the 16 row threads' maxima of a column in shared memory; one atomicMax a column on
 //            the pair's score, kept as an order-preserving uint32 (a key block's rows may fall in
 //            two tiles; max is exact, so the order of the atomics does not matter)
@@ -69,7 +71,10 @@ __global__ void __launch_bounds__(kThreads) token_score_kernel(const ScoreParams
     ks_hi[d * KS + c] = hi;
     if (p.bounds) ks_lo[d * KS + c] = lo;
   }
-  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;  // columns tx*4.., vectors ty*4..
+  // columns tx*4.., vectors ty*4..: a warp's 32 threads take 8 columns (all 64 vectors), so a warp
+  // whose columns are all past the diagonal (the query block's last tile) skips the products
+  const int tx = threadIdx.x / 16, ty = threadIdx.x % 16;
+  const bool live = tile.c0 + (threadIdx.x / 32) * 8 < ncol;  // uniform over the warp
   // vector v of the block: token v / G, head g G + v % G
   const bf16* qb = p.q + (int64_t(b.t0) * p.H + int64_t(g) * G) * D;
   float best[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
@@ -83,6 +88,7 @@ __global__ void __launch_bounds__(kThreads) token_score_kernel(const ScoreParams
         qs[d * QS + v] = vv < nv && d < dn ? __bfloat162float(qb[int64_t(vv / G) * p.H * D + (vv % G) * D + d0 + d]) : 0.f;
       }
       __syncthreads();
+      if (!live) continue;
 #pragma unroll 4
       for (int d = 0; d < dn; d++) {
         const float4 a4 = *reinterpret_cast<const float4*>(qs + d * QS + ty * 4);
