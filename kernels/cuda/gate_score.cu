@@ -22,7 +22,8 @@
 //            the pair's score, kept as an order-preserving uint32 (a key block's rows may fall in
 //            two tiles; max is exact, so the order of the atomics does not matter)
 // Cost: pairs x (tokens G) x R x D x 2 flops in fp32 on the CUDA cores (no tensor cores: their
-// sums are not the CPU's); the 0.47B model at 16K, 24 layers: ~65 GFLOP a step.
+// sums are not the CPU's); the 0.47B model at 16K: ~2.7 GFLOP a layer and micro-batch, ~130 a step
+// (kernels/README.md, "The per-token score stage", has the expected time).
 #include <algorithm>
 
 #include "kernels/cuda/cuda_check.hpp"
