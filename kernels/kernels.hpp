@@ -148,7 +148,8 @@ struct GatingStats {
 // Gating: block scores s_ij, by default mean(q_i) . mean(k_j) / sqrt(D), q pooled over the block's
 // tokens and over the kv head's group of query heads, k over the block's tokens (the other modes:
 // GatingParams above; every mode s_ij = (best over query vectors and key rows of the dot) / sqrt(D),
-// the dots summed over d ascending in double); p_ij = softmax over j <= i. Anchors (sink j=0, diagonal j=i, w local blocks) always kept; candidates within theta
+// the dots summed over d ascending, in double for the mean query, in float for the per-token query:
+// gate_token_scores below); p_ij = softmax over j <= i. Anchors (sink j=0, diagonal j=i, w local blocks) always kept; candidates within theta
 // of the anchor score a_i; at most k of them, best first. q (N,H,D), k (N,Hkv,D).
 template <class T>
 GatingStats gate_blocks(const T* q, const T* k, const int32_t* cu_seqlens, int ndocs, AttnShape s,
@@ -166,6 +167,17 @@ void pool_block_keys(const T* k, int L, int b0, int b1, AttnShape s, GatingParam
 template <class T>
 GatingStats gate_blocks_pooled(const T* q, const double* kbar, int L, AttnShape s, GatingParams p,
                                BlockSelection& sel, const char* query_blocks = nullptr);
+// The score stage of the per-token query (GatingParams::query = max) for one document of L tokens
+// and kv head g: out (nb, nb) row-major, out[i nb + j] (j <= i; the rest untouched) = the max over
+// block i's query vectors (its tokens x the group's H/Hkv heads) and block j's key rows of their dot
+// in float: q and the summary rounded to float, summed over d ascending of rounded products (no FMA;
+// bounds: sum_d max(q_d hi_d, q_d lo_d)). gate_blocks scores s_ij = double(out) / sqrt(D); the CUDA
+// twin (kernels/cuda/gate_score.cu) gives the same bits. q (L, H, D) from the document's first
+// row; block j's summary (R, D) doubles at kbar + j * kstride (pool_block_keys' layout: kstride =
+// Hkv R D, kbar offset by g R D).
+template <class T>
+void gate_token_scores(const T* q, const double* kbar, int kstride, int L, int g, AttnShape s, GatingParams p,
+                       float* out);
 // Every causal block kept (dense attention through the same kernel); recall = 1.
 GatingStats select_all_causal(const int32_t* cu_seqlens, int ndocs, AttnShape s, BlockSelection& sel);
 // The stats select_all_causal returns, without building the selection.

@@ -7,7 +7,7 @@
 //   bench_attention_cuda [--lens 8192,16384,32768,65536] [--densities 1,0.5,0.25,0.1] [--heads 32]
 //                        [--kv-heads H] [--dim 128] [--block 128] [--reps 10] [--seed 1234] [--csv FILE]
 //                        [--kernels wgmma,mma] [--ref FLEX.csv] [--split 1] [--power 1] [--trace FILE]
-//                        [--order mixed] [--bwd-grid compact] [--bwd-chunk -1]
+//                        [--order mixed] [--bwd-grid compact] [--bwd-chunk -1] [--gate MODES]
 // --kv-heads: grouped-query attention (default = --heads, MHA); each kv head's query blocks keep the
 // same blocks for the whole group, as the gating selects (--heads 14 --kv-heads 2 --dim 64 is the
 // Qwen2.5-0.5B shape).
@@ -28,6 +28,9 @@
 // --bwd-grid full: the wgmma backward's full grid instead of the compacted one (set_bwd_compact);
 // --bwd-chunk N: its column split at N 64-query tiles, 0 none (set_bwd_column_chunk; -1 automatic).
 // Each against the default in one call: bench/gpu/ab_bench.sh ALT="--order heads".
+// --gate MODES: time the device gating of one layer per gate mode instead (time_gating below), e.g.
+//   bench_attention_cuda --gate mean,max,max+bounds --lens 16384,32768 --heads 10 --kv-heads 2
+//   (the 0.47B shape at its defaults --dim 128 --block 128)
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -189,6 +192,64 @@ const RefPoint* find_ref(const std::vector<RefPoint>& ref, int L, double d) {
   return nullptr;
 }
 
+// --gate MODES: the device gating of one layer (DeviceGating::select: pooling, the per-token score
+// stage, ranking, CSR/CSC, launch orders) per gate mode, one document of L tokens, random q and k,
+// k 8, w 1, theta 8 (configs/gpu_0p5b.toml); median ms of reps. A mode is the query side, mean or
+// max, then optionally +bounds or +subN (the key side), e.g. mean,max,max+bounds,max+sub4.
+int time_gating(const std::vector<double>& lens, int H, int Hkv, int D, int Bs, int reps, const std::string& modes,
+                uint64_t seed) {
+  std::vector<std::pair<std::string, K::GatingParams>> gps;
+  for (size_t p0 = 0; p0 <= modes.size();) {
+    const size_t p1 = std::min(modes.find(',', p0), modes.size());
+    const std::string t = modes.substr(p0, p1 - p0), qs = t.substr(0, t.find('+')), ks = t.find('+') == t.npos ? "" : t.substr(t.find('+') + 1);
+    K::GatingParams gp{8, 1, 8.0, qs == "max" ? K::GateQuery::max : K::GateQuery::mean, K::GateKey::mean, 4};
+    if (ks == "bounds") gp.key = K::GateKey::bounds;
+    else if (ks.rfind("sub", 0) == 0 && ks.size() > 3) gp.key = K::GateKey::sub, gp.sub_blocks = std::atoi(ks.c_str() + 3);
+    if ((qs != "mean" && qs != "max") || (!ks.empty() && ks != "bounds" && gp.key != K::GateKey::sub) ||
+        (gp.key == K::GateKey::sub && (gp.sub_blocks < 1 || Bs % gp.sub_blocks != 0))) {
+      std::fprintf(stderr, "--gate: '%s': expected mean or max, then optionally +bounds or +subN (N divides --block)\n", t.c_str());
+      return 2;
+    }
+    gps.push_back({t, gp});
+    p0 = p1 + 1;
+  }
+  std::printf("%6s %-14s %9s\n", "L", "gate", "select ms");
+  cudaEvent_t e0, e1;
+  SB_CUDA_CHECK(cudaEventCreate(&e0));
+  SB_CUDA_CHECK(cudaEventCreate(&e1));
+  for (const double Ld : lens) {
+    const int L = int(Ld);
+    bf16 *q = nullptr, *k = nullptr;
+    SB_CUDA_CHECK(cudaMalloc(&q, size_t(L) * H * D * sizeof(bf16)));
+    SB_CUDA_CHECK(cudaMalloc(&k, size_t(L) * Hkv * D * sizeof(bf16)));
+    fill_random<<<1024, 256>>>(q, size_t(L) * H * D, seed, 1.f);
+    fill_random<<<1024, 256>>>(k, size_t(L) * Hkv * D, seed + 1, 1.f);
+    const int32_t cu[2] = {0, L};
+    for (const auto& [name, gp] : gps) {
+      C::DeviceGating gate;
+      C::DeviceSelection sel;
+      gate.prepare(cu, 1, K::AttnShape{H, Hkv, D, Bs}, {gp.k}, gp);
+      gate.reserve(sel);
+      std::vector<float> t;
+      for (int r = 0; r < reps + 2; r++) {
+        SB_CUDA_CHECK(cudaEventRecord(e0));
+        gate.select(q, k, 0, sel);
+        SB_CUDA_CHECK(cudaEventRecord(e1));
+        SB_CUDA_CHECK(cudaEventSynchronize(e1));
+        float ms = 0;
+        SB_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        if (r >= 2) t.push_back(ms);
+      }
+      std::printf("%6d %-14s %9.3f\n", L, name.c_str(), median(t));
+    }
+    SB_CUDA_CHECK(cudaFree(q));
+    SB_CUDA_CHECK(cudaFree(k));
+  }
+  SB_CUDA_CHECK(cudaEventDestroy(e0));
+  SB_CUDA_CHECK(cudaEventDestroy(e1));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -202,6 +263,7 @@ int main(int argc, char** argv) {
   K::CtaOrder order = K::CtaOrder::mixed;
   bool bwd_compact = true;
   int bwd_chunk = -1;
+  std::string gate;  // --gate: time the gating instead of attention
   for (sb::bench::Flags f("bench_attention_cuda", argc, argv); f.next();) {
     if (f.is("--lens")) lens = f.list(1, INT_MAX, false, true);
     else if (f.is("--densities")) dens = f.list(0, 1, true, false);
@@ -228,6 +290,7 @@ int main(int argc, char** argv) {
       if (t == "compact" || t == "full") bwd_compact = t == "compact";
       else { std::fprintf(stderr, "bench_attention_cuda: --bwd-grid '%s': expected compact or full\n", t.c_str()); return 2; }
     } else if (f.is("--bwd-chunk")) bwd_chunk = int(f.integer(-1, INT_MAX));
+    else if (f.is("--gate")) gate = f.text();
     else f.unknown();
   }
   if (Hkv == 0) Hkv = H;
@@ -252,6 +315,7 @@ int main(int argc, char** argv) {
   SB_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device %s, %d SMs; H=%d Hkv=%d D=%d Bs=%d, median of %d\n", prop.name, prop.multiProcessorCount, H, Hkv,
               D, Bs, reps);
+  if (!gate.empty()) return time_gating(lens, H, Hkv, D, Bs, reps, gate, seed);
   C::set_launch_order(order);
   C::set_bwd_compact(bwd_compact);
   C::set_bwd_column_chunk(bwd_chunk);

@@ -1,8 +1,11 @@
 // Anchor-guided block selection (DESIGN.md, "Block-sparse attention with anchor-guided selection")
 // and the dense causal selection. Cost: O(N*H*D) pooling + O(nblocks^2 * D * R) scores per doc-head
-// (R key rows: 1 mean, 2 bounds, sub_blocks sub), times Bs * G with the per-token query (max).
+// (R key rows: 1 mean, 2 bounds, sub_blocks sub), times Bs * G with the per-token query (max), whose
+// scores are in float (TokenScorer; the mean query's in double). Compiled with -ffp-contract=off
+// (kernels/CMakeLists.txt): the CUDA twins' _rn intrinsics do the same rounded operations.
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -61,6 +64,58 @@ static double summary_dot(const double* qv, const double* kj, int D, int R, Gate
   return best;
 }
 
+// The per-token query's score stage (gate_token_scores in kernels.hpp) of one (doc, kv head), in
+// float with no FMA contraction (this file is compiled with -ffp-contract=off): each dot a sequential
+// sum over d of rounded products, as the CUDA twin's threads do (kernels/cuda/gate_score.cu), so the
+// two agree bit for bit. The key rows are transposed to columns c = j Rc + r (d-major), so the loop
+// over c is contiguous and vectorises; every column's dot still runs over d ascending.
+struct TokenScorer {
+  int D, Rc, ncols;
+  bool bounds;
+  std::vector<float> hi, lo, acc, best;  // hi, lo (D, ncols): the key rows (bounds: max and min rows)
+
+  TokenScorer(const double* kbar, int kstride, int nb, int D_, int R, GateKey key)
+      : D(D_), Rc(key == GateKey::bounds ? 1 : R), ncols(nb * Rc), bounds(key == GateKey::bounds) {
+    hi.resize(size_t(D) * ncols), acc.resize(ncols), best.resize(ncols);
+    if (bounds) lo.resize(hi.size());
+    for (int j = 0; j < nb; j++)
+      for (int r = 0; r < Rc; r++)
+        for (int d = 0; d < D; d++) {
+          const double* kj = kbar + size_t(j) * kstride;
+          hi[size_t(d) * ncols + j * Rc + r] = float(kj[size_t(r) * D + d]);
+          if (bounds) lo[size_t(d) * ncols + j] = float(kj[D + d]);
+        }
+  }
+  // out[j], j <= i: the best dot of query block i's vectors (tokens [t0, t0 + n) x heads of group g,
+  // q rows of H heads) with block j's key rows.
+  template <class T>
+  void row(const T* q, int t0, int n, int g, int H, int G, int i, float* out) {
+    const int nc = (i + 1) * Rc;
+    std::fill(best.begin(), best.begin() + nc, -std::numeric_limits<float>::infinity());
+    for (int t = t0; t < t0 + n; t++)
+      for (int h = g * G; h < (g + 1) * G; h++) {
+        const T* qv = q + (int64_t(t) * H + h) * D;
+        std::fill(acc.begin(), acc.begin() + nc, 0.0f);
+        for (int d = 0; d < D; d++) {
+          const float x = float(qv[d]);
+          const float* hd = &hi[size_t(d) * ncols];
+          if (bounds) {
+            const float* ld = &lo[size_t(d) * ncols];
+            for (int c = 0; c < nc; c++) acc[c] += std::max(x * hd[c], x * ld[c]);
+          } else {
+            for (int c = 0; c < nc; c++) acc[c] += x * hd[c];
+          }
+        }
+        for (int c = 0; c < nc; c++) best[c] = std::max(best[c], acc[c]);
+      }
+    for (int j = 0; j <= i; j++) {
+      float m = best[size_t(j) * Rc];
+      for (int r = 1; r < Rc; r++) m = std::max(m, best[size_t(j) * Rc + r]);
+      out[j] = m;
+    }
+  }
+};
+
 // Gate one (doc, kv head): fills cols of its rows (row r at lists[r - base]) and recall. Block j's
 // key summary is kbar + j * kstride (R*D values); null kbar: pooled here from k. Non-empty `only`
 // (flags, nb): only those query blocks are gated (pooled and scored); the other rows stay empty.
@@ -72,9 +127,9 @@ static void gate_doc_head(const T* q, const T* k, const double* kbar_in, int kst
   const int H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, Bs = s.block_size;
   const int G = H / Hkv, nb = cpu::num_blocks(L, Bs), R = key_summary_rows(p, Bs);
   const bool per_token = p.query == GateQuery::max;
-  // Query vectors in double: qbar (nb, D) over tokens x group heads (mean), or, per block when it
-  // is scored, its tokens x group heads (max). Key summaries kbar (nb, R, D).
-  std::vector<double> qbar(per_token ? 0 : size_t(nb) * D, 0.0), qtok, kpool;
+  // Mean query: qbar (nb, D) in double over tokens x group heads. Per-token query: the score stage
+  // in float (TokenScorer). Key summaries kbar (nb, R, D).
+  std::vector<double> qbar(per_token ? 0 : size_t(nb) * D, 0.0), kpool;
   if (!kbar_in) {
     kpool.resize(size_t(nb) * R * D);
     for (int b = 0; b < nb; b++)
@@ -92,6 +147,9 @@ static void gate_doc_head(const T* q, const T* k, const double* kbar_in, int kst
       }
     for (int d = 0; d < D; d++) qb[d] /= double(n) * G;
   }
+  std::optional<TokenScorer> scorer;
+  std::vector<float> tok(per_token ? nb : 0);  // one row's per-token scores
+  if (per_token) scorer.emplace(kbar_in, kstride, nb, D, R, p.key);
   const double scale = 1.0 / std::sqrt(double(D));
   std::vector<double> sc(nb), prob(nb);
   std::vector<char> keep(nb);
@@ -99,23 +157,10 @@ static void gate_doc_head(const T* q, const T* k, const double* kbar_in, int kst
   for (int i = 0; i < nb; i++) {
     if (!gated(i)) continue;
     // s_ij (j <= i) and p_ij = softmax_j s_ij
-    const double* qv = per_token ? nullptr : &qbar[size_t(i) * D];
-    int nv = 1;  // query vectors of block i
-    if (per_token) {
-      const int t0 = t_begin + i * Bs, n = std::min(Bs, L - i * Bs);
-      nv = n * G;
-      qtok.resize(size_t(nv) * D);
-      for (int t = t0, v = 0; t < t0 + n; t++)
-        for (int h = g * G; h < (g + 1) * G; h++, v++)
-          for (int d = 0; d < D; d++) qtok[size_t(v) * D + d] = double(q[(int64_t(t) * H + h) * D + d]);
-      qv = qtok.data();
-    }
+    if (per_token) scorer->row(q, t_begin + i * Bs, std::min(Bs, L - i * Bs), g, H, G, i, tok.data());
     double mx = -std::numeric_limits<double>::infinity();
     for (int j = 0; j <= i; j++) {
-      double best = -std::numeric_limits<double>::infinity();
-      for (int v = 0; v < nv; v++)
-        best = std::max(best, summary_dot(qv + size_t(v) * D, kbar_in + size_t(j) * kstride, D, R, p.key));
-      sc[j] = best * scale;
+      sc[j] = (per_token ? double(tok[j]) : summary_dot(&qbar[size_t(i) * D], kbar_in + size_t(j) * kstride, D, R, p.key)) * scale;
       mx = std::max(mx, sc[j]);
     }
     double z = 0;
@@ -224,6 +269,14 @@ GatingStats gate_blocks_pooled(const T* q, const double* kbar, int L, AttnShape 
   return finish(lists, cu, 1, s, sel, only);
 }
 
+template <class T>
+void gate_token_scores(const T* q, const double* kbar, int kstride, int L, int g, AttnShape s, GatingParams p,
+                       float* out) {
+  const int Bs = s.block_size, nb = cpu::num_blocks(L, Bs), G = s.n_heads / s.n_kv_heads;
+  TokenScorer sc(kbar, kstride, nb, s.head_dim, key_summary_rows(p, Bs), p.key);
+  for (int i = 0; i < nb; i++) sc.row(q, i * Bs, std::min(Bs, L - i * Bs), g, s.n_heads, G, i, out + size_t(i) * nb);
+}
+
 GatingStats select_all_causal(const int32_t* cu_seqlens, int ndocs, AttnShape s, BlockSelection& sel) {
   make_row_base(cu_seqlens, ndocs, s, sel);
   const int64_t rows = sel.doc_row_base[ndocs];
@@ -260,6 +313,8 @@ template GatingStats gate_blocks<double>(const double*, const double*, const int
                                          GatingParams, BlockSelection&);
 template void pool_block_keys<float>(const float*, int, int, int, AttnShape, GatingParams, double*);
 template void pool_block_keys<double>(const double*, int, int, int, AttnShape, GatingParams, double*);
+template void gate_token_scores<float>(const float*, const double*, int, int, int, AttnShape, GatingParams, float*);
+template void gate_token_scores<double>(const double*, const double*, int, int, int, AttnShape, GatingParams, float*);
 template GatingStats gate_blocks_pooled<float>(const float*, const double*, int, AttnShape, GatingParams,
                                                BlockSelection&, const char*);
 template GatingStats gate_blocks_pooled<double>(const double*, const double*, int, AttnShape, GatingParams,

@@ -1,13 +1,17 @@
-// Block gating on the GPU, bit-compatible with kernels/cpu/gating.cpp: every double operation in the
-// same order as there (explicit _rn intrinsics, so no FMA contraction), so scores, thresholds and the
-// top-k choice match exactly; exp in the softmax (recall) may differ in the last bit.
+// Block gating on the GPU, bit-compatible with kernels/cpu/gating.cpp: every double operation (and
+// the per-token query's float ones) in the same order as there (explicit _rn intrinsics, so no FMA
+// contraction), so scores, thresholds and the top-k choice match exactly; exp in the softmax
+// (recall) may differ in the last bit.
 //   pool_kernel: one CTA per (block, kv head), one thread per dimension: qbar (mean query) and the
 //                key summary (mean, bounds or sub-block means: GatingParams) in double.
-//   row_kernel:  one CTA per (block i, kv head): scores s_ij (j <= i) into shared memory (the query
-//                vectors, qbar or the block's tokens x group heads, staged kTQ at a time), anchors,
-//                the rank of each candidate (O(i^2) / threads), then thread 0 does the softmax and
-//                recall sequentially, as the CPU does. Rows are written into fixed-capacity slots
-//                (k + w + 2) and compacted into CSR on the host.
+//   token_score_kernel (gate_score.cu, per-token query only): every pair's max over the query
+//                block's tokens x group heads of the fp32 dots with the key rows, tiled (the CPU's
+//                bits: each dot one thread's sequential sum of rounded products).
+//   row_kernel:  one CTA per (block i, kv head): scores s_ij (j <= i) into shared memory (the
+//                mean query: qbar_i . summary_j in double; per-token: the score stage's, read
+//                back), anchors, the rank of each candidate (O(i^2) / threads), then thread 0 does
+//                the softmax and recall sequentially, as the CPU does. Rows are written into
+//                fixed-capacity slots (k + w + 2) and compacted into CSR on the host.
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -62,6 +66,12 @@ GatingStats gate_blocks(const bf16* q, const bf16* k, const int32_t* cu, int ndo
   const bool per_token = gp.query == GateQuery::max;
   double* qbar = per_token ? nullptr : dmalloc<double>(blocks.size() * Hkv * D, stream);
   double* kbar = dmalloc<double>(blocks.size() * Hkv * R * D, stream);
+  // the per-token query's score stage: pair offsets, tiles, scores
+  const std::vector<int64_t> pair_base = pair_bases(block_base, Hkv);
+  const std::vector<ScoreTile> tiles = per_token ? score_tiles(blocks, R, gp.key == GateKey::bounds) : std::vector<ScoreTile>();
+  int64_t* dpair = dmalloc<int64_t>(pair_base.size(), stream);
+  ScoreTile* dtiles = per_token ? dmalloc<ScoreTile>(tiles.size(), stream) : nullptr;
+  uint32_t* dscore = per_token ? dmalloc<uint32_t>(size_t(pair_base[ndocs]), stream) : nullptr;
   int32_t* ocols = dmalloc<int32_t>(size_t(rows) * cap, stream);
   int32_t* ocnt = dmalloc<int32_t>(rows, stream);
   float* orec = dmalloc<float>(rows, stream);
@@ -69,13 +79,19 @@ GatingStats gate_blocks(const bf16* q, const bf16* k, const int32_t* cu, int ndo
   SB_CUDA_CHECK(cudaMemcpyAsync(dbase, block_base.data(), block_base.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
   SB_CUDA_CHECK(cudaMemcpyAsync(drow, sel.doc_row_base.data(), sel.doc_row_base.size() * sizeof(int64_t),
                                 cudaMemcpyHostToDevice, stream));
+  SB_CUDA_CHECK(cudaMemcpyAsync(dpair, pair_base.data(), pair_base.size() * sizeof(int64_t), cudaMemcpyHostToDevice, stream));
+  if (per_token)
+    SB_CUDA_CHECK(cudaMemcpyAsync(dtiles, tiles.data(), tiles.size() * sizeof(ScoreTile), cudaMemcpyHostToDevice, stream));
   const dim3 grid(unsigned(blocks.size()), unsigned(Hkv));
   pool_kernel<<<grid, std::min(D, 128), 0, stream>>>(q, k, dblocks, s.n_heads, Hkv, D, int(gp.key), R, Bs / R, qbar,
                                                       kbar);
   SB_CUDA_CHECK_LAUNCH("pool_kernel");
+  if (per_token)
+    token_scores(q, kbar, dblocks, dbase, dpair, dtiles, int(tiles.size()), pair_base[ndocs], s.n_heads, Hkv, D, R,
+                 gp.key == GateKey::bounds, dscore, stream);
   RowParams rp{dblocks, dbase, drow, qbar, kbar, Hkv, D, kk, gp.local_blocks, cap, gp.theta,
                1.0 / std::sqrt(double(D)), ocols, ocnt, orec, nullptr, 0, 0, nullptr, nullptr,
-               q, s.n_heads, int(per_token), int(gp.key), R};
+               dscore, dpair, int(gp.key), R};
   const size_t smem = row_smem_bytes(D, max_nb);
   if (smem > 48 * 1024)
     SB_CUDA_CHECK(cudaFuncSetAttribute(row_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
@@ -87,7 +103,7 @@ GatingStats gate_blocks(const bf16* q, const bf16* k, const int32_t* cu, int ndo
   SB_CUDA_CHECK(cudaMemcpyAsync(sel.recall.data(), orec, rows * sizeof(float), cudaMemcpyDeviceToHost, stream));
   SB_CUDA_CHECK(cudaStreamSynchronize(stream));
   for (void* ptr : {(void*)dblocks, (void*)dbase, (void*)drow, (void*)qbar, (void*)kbar, (void*)ocols, (void*)ocnt,
-                    (void*)orec})
+                    (void*)orec, (void*)dpair, (void*)dtiles, (void*)dscore})
     if (ptr) SB_CUDA_CHECK(cudaFreeAsync(ptr, stream));
 
   for (int64_t r = 0; r < rows; r++) {

@@ -1,5 +1,6 @@
 // The gating kernels shared by the host-built selection (gating.cu) and the device-built one
-// (select_device.cu); see gating.cu for what they compute.
+// (select_device.cu); see gating.cu for what they compute. The per-token query's score stage is
+// its own kernel (gate_score.cu), run between pool_kernel and row_kernel.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -7,14 +8,11 @@
 #include <cstdint>
 
 #include "kernels/cuda/attention_cuda.hpp"
+#include "kernels/cuda/gate_score.cuh"
 
 // Internal linkage: each including .cu file gets its own copy of the kernels.
 namespace sb::kernels::cuda::gating {
 namespace {
-
-// Query vectors staged in shared memory per pass of the row kernel (per-token query: the block's
-// tokens x group heads, TQ at a time; mean query: qbar, one).
-constexpr int kTQ = 8;
 
 // Summaries of block bi for kv head g, one thread per dimension: qbar (mean query only; null: not
 // pooled) over tokens x group heads, and the key summary kbar (R rows of D) as kernels/cpu/gating.cpp
@@ -64,37 +62,29 @@ struct RowParams {
   int layer, words;
   uint32_t* col_bits;
   int32_t* col_cnt;
-  // Gate mode (GatingParams): per_token, the query side is q's tokens x group heads (max) instead of
-  // qbar (mean); key and R, the key summaries' kind and rows.
-  const bf16* q;
-  int H, per_token, key, R;
+  // Gate mode (GatingParams): the per-token query's scores (token_scores, gate_score.cuh: null for
+  // the mean query, which scores qbar here) at pair_base; key and R, the key summaries' kind and rows.
+  const uint32_t* tok_score;
+  const int64_t* pair_base;
+  int key, R;
 };
 
-// Shared memory of row_kernel: kTQ query vectors, then nb scores (double), then nb keep flags.
-inline size_t row_smem_bytes(int D, int max_nb) { return size_t(kTQ) * D * sizeof(double) + size_t(max_nb) * (sizeof(double) + 1); }
+// Shared memory of row_kernel: qbar_i (D doubles), then nb scores (double), then nb keep flags.
+inline size_t row_smem_bytes(int D, int max_nb) { return size_t(D) * sizeof(double) + size_t(max_nb) * (sizeof(double) + 1); }
 
-// The best dot of nt <= TQ query vectors qs (nt, D) with one key block's summary kj (R, D): each
-// dot summed over d ascending (bounds: sum_d max(q_d hi_d, q_d lo_d)), the TQ dots in registers so
-// kj is read once.
-template <int TQ>
-__device__ double best_dot(const double* qs, int nt, const double* kj, int D, int R, bool bounds) {
+// The mean query's dot with one key block's summary kj (R, D), in double as kernels/cpu/gating.cpp
+// summary_dot: the best row's dot, each summed over d ascending (bounds: sum_d max(q_d hi_d, q_d lo_d)).
+__device__ double summary_dot(const double* qv, const double* kj, int D, int R, bool bounds) {
+  if (bounds) {
+    double acc = 0.0;
+    for (int d = 0; d < D; d++) acc = __dadd_rn(acc, fmax(__dmul_rn(qv[d], kj[d]), __dmul_rn(qv[d], kj[D + d])));
+    return acc;
+  }
   double best = -INFINITY;
-  for (int r = 0; r < (bounds ? 1 : R); r++) {
-    double acc[TQ];
-#pragma unroll
-    for (int t = 0; t < TQ; t++) acc[t] = 0.0;
-    for (int d = 0; d < D; d++) {
-      const double hi = kj[size_t(r) * D + d], lo = bounds ? kj[D + d] : 0.0;
-#pragma unroll
-      for (int t = 0; t < TQ; t++)
-        if (t < nt) {
-          const double x = qs[t * D + d];
-          acc[t] = __dadd_rn(acc[t], bounds ? fmax(__dmul_rn(x, hi), __dmul_rn(x, lo)) : __dmul_rn(x, hi));
-        }
-    }
-#pragma unroll
-    for (int t = 0; t < TQ; t++)
-      if (t < nt) best = fmax(best, acc[t]);
+  for (int r = 0; r < R; r++) {
+    double acc = 0.0;
+    for (int d = 0; d < D; d++) acc = __dadd_rn(acc, __dmul_rn(qv[d], kj[size_t(r) * D + d]));
+    best = fmax(best, acc);
   }
   return best;
 }
@@ -102,34 +92,23 @@ __device__ double best_dot(const double* qs, int nt, const double* kj, int D, in
 __global__ void row_kernel(const RowParams p) {
   extern __shared__ double smem[];  // row_smem_bytes
   const BlockInfo b = p.blocks[blockIdx.x];
-  const int g = blockIdx.y, i = b.i, nb = b.nb, D = p.D, G = p.H / p.Hkv;
-  double* qs = smem;  // (kTQ, D) query vectors of this pass
-  double* sc = smem + kTQ * D;
+  const int g = blockIdx.y, i = b.i, nb = b.nb, D = p.D;
+  double* qs = smem;  // (D) qbar_i
+  double* sc = smem + D;
   char* keep = reinterpret_cast<char*>(sc + nb);
   const int base = p.block_base[b.doc];
-  // s_ij = (best over query vectors v and key rows r of the dot) * scale, every dot summed over d
-  // ascending as the CPU does; a thread per j keeps kTQ dots in registers so kbar_j is read once
-  // per pass, the query vectors are broadcast from shared memory.
-  for (int j = threadIdx.x; j <= i; j += blockDim.x) sc[j] = -INFINITY;
-  const int nv = p.per_token ? b.len * G : 1;
-  const bool bounds = p.key == int(GateKey::bounds);
-  for (int v0 = 0; v0 < nv; v0 += kTQ) {
-    const int nt = min(kTQ, nv - v0);
-    __syncthreads();  // the previous pass's vectors are read
-    for (int e = threadIdx.x; e < nt * D; e += blockDim.x) {
-      const int v = v0 + e / D, d = e % D;
-      qs[e] = p.per_token ? double(__bfloat162float(p.q[(int64_t(b.t0 + v / G) * p.H + g * G + v % G) * D + d]))
-                          : p.qbar[(size_t(base + i) * p.Hkv + g) * D + d];
-    }
+  // s_ij = (the best dot) * scale. Per-token query: the score stage's float max, read back. Mean
+  // query: qbar_i . summary_j in double, a thread per j, qbar_i broadcast from shared memory.
+  if (p.tok_score) {
+    const uint32_t* ts = p.tok_score + p.pair_base[b.doc] + g * (int64_t(nb) * (nb + 1) / 2) + int64_t(i) * (i + 1) / 2;
+    for (int j = threadIdx.x; j <= i; j += blockDim.x) sc[j] = __dmul_rn(double(score_value(ts[j])), p.scale);
+  } else {
+    for (int d = threadIdx.x; d < D; d += blockDim.x) qs[d] = p.qbar[(size_t(base + i) * p.Hkv + g) * D + d];
     __syncthreads();
-    for (int j = threadIdx.x; j <= i; j += blockDim.x) {
-      const double* kj = p.kbar + (size_t(base + j) * p.Hkv + g) * p.R * D;
-      // one vector (the mean query, or a last pass of one): the plain loop, no idle lanes of kTQ
-      const double best = nt == 1 ? best_dot<1>(qs, 1, kj, D, p.R, bounds) : best_dot<kTQ>(qs, nt, kj, D, p.R, bounds);
-      sc[j] = fmax(sc[j], best);
-    }
+    for (int j = threadIdx.x; j <= i; j += blockDim.x)
+      sc[j] = __dmul_rn(summary_dot(qs, p.kbar + (size_t(base + j) * p.Hkv + g) * p.R * D, D, p.R, p.key == int(GateKey::bounds)),
+                        p.scale);
   }
-  for (int j = threadIdx.x; j <= i; j += blockDim.x) sc[j] = __dmul_rn(sc[j], p.scale);
   __syncthreads();
   // anchor score a_i (max is order-independent)
   double a = -INFINITY;

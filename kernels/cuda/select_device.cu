@@ -1,6 +1,8 @@
 // DeviceGating (attention_cuda.hpp): the sparse selection of one layer built on the device, so that
 // nothing in the training step waits on the host between layers. Per layer, all on `stream`:
-//   pool_kernel, row_kernel   the gating of gating.cu (gating_kernels.cuh), bit for bit the CPU's
+//   pool_kernel, [token_score_kernel,] row_kernel
+//                             the gating of gating.cu (gating_kernels.cuh; the score stage of the
+//                             per-token query in gate_score.cu), bit for bit the CPU's
 //                             choice; the row kernel reads its budget from the device array of the
 //                             micro-batch and also sets the transposed bit matrix (kv head, key
 //                             block j) x query block i and counts each column
@@ -218,7 +220,11 @@ struct DeviceGating::Impl {
   CtaOrder mode = CtaOrder::mixed;
   Buf<BlockInfo> blocks;
   Buf<int32_t> block_base, kbud, row_slots, cnt, ccnt;
-  Buf<int64_t> row_base, work;
+  Buf<int64_t> row_base, work, pair_base;
+  Buf<ScoreTile> tiles;    // the per-token score stage's CTAs (prepare)
+  Buf<uint32_t> tok_score;  // its scores, (pairs)
+  int n_tiles = 0;
+  int64_t n_pairs = 0;
   Buf<double> qbar, kbar, stats;
   Buf<float> recall;
   Buf<uint32_t> bits;
@@ -311,6 +317,15 @@ void DeviceGating::prepare(const int32_t* cu, int ndocs, AttnShape s, const std:
   auto up = [&](auto* d, const auto& h) {
     if (!h.empty()) SB_CUDA_CHECK(cudaMemcpyAsync(d, h.data(), h.size() * sizeof(h[0]), cudaMemcpyHostToDevice, stream));
   };
+  // the per-token query's score stage: pair offsets, tiles (fixed for the micro-batch), scores
+  const std::vector<int64_t> pair_base = pair_bases(block_base, Hkv);
+  const bool per_token = gp.query == GateQuery::max;
+  const std::vector<ScoreTile> tiles = per_token ? score_tiles(blocks, m.R, gp.key == GateKey::bounds) : std::vector<ScoreTile>();
+  m.n_pairs = pair_base[ndocs], m.n_tiles = int(tiles.size());
+  m.pair_base.need(ndocs + 1);
+  if (per_token) m.tiles.need(tiles.size()), m.tok_score.need(size_t(m.n_pairs));
+  up(m.pair_base.p, pair_base);
+  up(m.tiles.p, tiles);
   up(m.blocks.p, blocks);
   up(m.block_base.p, block_base);
   up(m.row_base.p, row_base);
@@ -340,9 +355,12 @@ void DeviceGating::select(const bf16* q, const bf16* k, int layer, DeviceSelecti
   pool_kernel<<<grid, std::min(D, 128), 0, stream>>>(q, k, m.blocks.p, H, Hkv, D, int(m.gate.key), m.R,
                                                       m.s.block_size / m.R, qbar, m.kbar.p);
   SB_CUDA_CHECK_LAUNCH("pool_kernel");
+  if (per_token)
+    token_scores(q, m.kbar.p, m.blocks.p, m.block_base.p, m.pair_base.p, m.tiles.p, m.n_tiles, m.n_pairs, H, Hkv, D, m.R,
+                 m.gate.key == GateKey::bounds, m.tok_score.p, stream);
   const RowParams rp{m.blocks.p, m.block_base.p, m.row_base.p, qbar, m.kbar.p, Hkv, D, 0, m.local, m.cap, m.theta,
                      1.0 / std::sqrt(double(D)), m.row_slots.p, m.cnt.p, m.recall.p, m.kbud.p, layer, m.words,
-                     m.bits.p, m.ccnt.p, q, H, int(per_token), int(m.gate.key), m.R};
+                     m.bits.p, m.ccnt.p, per_token ? m.tok_score.p : nullptr, m.pair_base.p, int(m.gate.key), m.R};
   const size_t smem = row_smem_bytes(D, m.max_nb);
   if (smem > 48 * 1024)
     SB_CUDA_CHECK(cudaFuncSetAttribute(row_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));

@@ -340,6 +340,19 @@ int main(int argc, char** argv) {
     fails += !run_gating("sub4 D128 Bs64 GQA2", 128, 64, 4, 2, {1500, 900, 3}, {4, 1, 2.0, GQ::mean, GK::sub, 4}, false, base + 84);
     fails += !run_gating("max+bounds ties", 64, 64, 2, 1, {4000}, {2, 0, 1e9, GQ::max, GK::bounds}, true, base + 85);
     fails += !run_gating("max+sub8 D128 Bs128", 128, 128, 4, 1, {5000, 77}, {6, 1, 3.0, GQ::max, GK::sub, 8}, false, base + 86);
+    // the per-token score stage (gate_score.cu) over shapes: MHA and GQA 5 and 7, head dims 64 and
+    // 128, blocks 64 and 128, uneven documents (partial last blocks, partial vector tiles), a key
+    // block's rows over two column tiles (sub 128)
+    fails += !run_gating("max D64 Bs64 MHA", 64, 64, 4, 4, {2500, 130, 1, 700}, {8, 2, 1.0, GQ::max}, false, base + 87);
+    fails += !run_gating("max D128 Bs64 GQA5", 128, 64, 10, 2, {1500, 900, 3, 4100}, {4, 1, 2.0, GQ::max}, false, base + 88);
+    fails += !run_gating("max+bounds D128 Bs128 MHA", 128, 128, 2, 2, {3000, 129, 77}, {5, 1, 4.0, GQ::max, GK::bounds},
+                         false, base + 89);
+    fails += !run_gating("max+sub4 D64 Bs128 GQA7", 64, 128, 7, 1, {2101, 300}, {6, 1, 3.0, GQ::max, GK::sub, 4}, false,
+                         base + 90);
+    fails += !run_gating("max+sub128 D64 Bs128 GQA2", 64, 128, 4, 2, {1000, 300}, {3, 1, 4.0, GQ::max, GK::sub, 128},
+                         false, base + 91);
+    fails += !run_gating("max+bounds D64 Bs64 GQA3", 64, 64, 6, 2, {1800, 65}, {4, 0, 2.0, GQ::max, GK::bounds}, false,
+                         base + 92);
   } catch (const std::exception& e) {
     std::printf("FAIL: %s\n", e.what());
     return 1;

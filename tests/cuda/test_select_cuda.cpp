@@ -293,6 +293,12 @@ int main(int argc, char** argv) {
        K::GateKey::sub, 4},
       {"D128 Bs128 GQA5 8K max+bounds", 128, 128, 10, 2, 1, 8.0, {8192, 77}, {8, 4}, false, K::GateQuery::max,
        K::GateKey::bounds},
+      // the per-token score stage (gate_score.cu): MHA, the 0.47B shape, a block's rows over two tiles
+      {"D64 Bs64 MHA query max", 64, 64, 4, 4, 1, 4.0, {1500, 77, 900}, {3, 6}, false, K::GateQuery::max},
+      {"D128 Bs128 GQA5 query max (0.47B)", 128, 128, 10, 2, 1, 8.0, {6000, 2000, 129}, {8, 20}, false,
+       K::GateQuery::max},
+      {"D64 Bs128 GQA3 max+sub128", 64, 128, 6, 2, 1, 8.0, {2100, 300}, {4, 2}, false, K::GateQuery::max,
+       K::GateKey::sub, 128},
   };
   std::random_device rd;
   const uint64_t base = (uint64_t(rd()) << 32) ^ rd();

@@ -24,7 +24,8 @@ const k::AttnShape kShape{4, 2, 8, 4};  // 2 query heads per kv head
 // token's vector of each group head (max); key rows: the block's mean, per-dimension max and min
 // (bounds), or the means of sub_blocks equal sub-blocks (sub; a short block's sub-blocks that hold no
 // token are left out). s_ij = the best over query vectors of (bounds: sum_d max(q_d hi_d, q_d lo_d);
-// else the best key row's dot) / sqrt(D).
+// else the best key row's dot) / sqrt(D); with the per-token query each dot in float (q and the key
+// row rounded to float, products and sums rounded one by one: kernels.hpp, gate_token_scores).
 std::vector<std::vector<double>> scores(const std::vector<double>& q, const std::vector<double>& kk, int d, int g,
                                         const k::GatingParams& p = {0, 0, 0}) {
   const int H = kShape.n_heads, Hkv = kShape.n_kv_heads, D = kShape.head_dim, Bs = kShape.block_size;
@@ -65,7 +66,16 @@ std::vector<std::vector<double>> scores(const std::vector<double>& q, const std:
     for (int j = 0; j <= i; j++)
       for (const auto& x : qv[i]) {
         double best = -std::numeric_limits<double>::infinity();
-        if (p.key == k::GateKey::bounds) {
+        if (p.query == k::GateQuery::max) {
+          for (size_t r = 0; r < (p.key == k::GateKey::bounds ? 1 : kr[j].size()); r++) {
+            float acc = 0;
+            for (int e = 0; e < D; e++) {
+              const float a = float(x[e]), hi = float(kr[j][r][e]);
+              acc = acc + (p.key == k::GateKey::bounds ? std::max(a * hi, a * float(kr[j][1][e])) : a * hi);
+            }
+            best = std::max(best, double(acc));
+          }
+        } else if (p.key == k::GateKey::bounds) {
           best = 0;
           for (int e = 0; e < D; e++) best += std::max(x[e] * kr[j][0][e], x[e] * kr[j][1][e]);
         } else {
@@ -339,8 +349,9 @@ TEST(KernelsGating, KeyModesMeanWhatTheySay) {
                   acc += q[size_t(((kCu[d] + t) * H + h) * D + e)] * kk[size_t(((kCu[d] + u) * Hkv + g) * D + e)];
                 mx = std::max(mx, acc / std::sqrt(double(D)));
               }
-          EXPECT_GE(sb[i][j], mx - 1e-12) << "bounds is an upper bound";
-          EXPECT_NEAR(st[i][j], mx, 1e-12) << "one token per sub-block: the largest logit";
+          // the per-token scores are float dots (|logit| < 12 here: rounding ~1e-6)
+          EXPECT_GE(sb[i][j], mx - 1e-5) << "bounds is an upper bound";
+          EXPECT_NEAR(st[i][j], mx, 1e-5) << "one token per sub-block: the largest logit";
           EXPECT_NEAR(s1[i][j], sm[i][j], 1e-12) << "one sub-block: the mean";
         }
     }
@@ -351,4 +362,65 @@ TEST(KernelsGating, KeyModesMeanWhatTheySay) {
     EXPECT_THROW(k::gate_blocks<double>(q.data(), kk.data(), kCu.data(), kDocs, kShape, p, sel), std::invalid_argument)
         << "sub_blocks " << bad << " with blocks of " << Bs;
   }
+}
+
+// The per-token score stage (gate_token_scores) against plain loops: every (i, j <= i) the max over
+// block i's tokens x group heads and block j's key rows of a float dot written the obvious way (bit
+// for bit: the same rounded operations), and within float rounding of the dots in double. Random
+// q, k (never zero), documents with a partial last block, MHA and GQA, head dims 8 and 64, each key
+// mode; entries above the diagonal are left untouched.
+TEST(KernelsGating, TokenScoresArePlainFloatDots) {
+  Rng rng(46);
+  for (const k::AttnShape s : {k::AttnShape{4, 2, 8, 4}, k::AttnShape{3, 3, 64, 8}, k::AttnShape{6, 1, 16, 16}})
+    for (const k::GatingParams p : {k::GatingParams{0, 0, 0, k::GateQuery::max, k::GateKey::mean},
+                                    k::GatingParams{0, 0, 0, k::GateQuery::max, k::GateKey::bounds},
+                                    k::GatingParams{0, 0, 0, k::GateQuery::max, k::GateKey::sub, 2}}) {
+      SCOPED_TRACE(testing::Message() << "H " << s.n_heads << " Hkv " << s.n_kv_heads << " D " << s.head_dim
+                                      << " Bs " << s.block_size << " " << mode_name(p));
+      const int H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, Bs = s.block_size, G = H / Hkv;
+      const int L = 5 * Bs - 3, nb = 5, R = k::key_summary_rows(p, Bs), W = Hkv * R * D;
+      auto q = rng.vec<float>(size_t(L) * H * D, 2.0);
+      auto kk = rng.vec<float>(size_t(L) * Hkv * D, 2.0);
+      std::vector<double> kbar(size_t(nb) * W);
+      k::pool_block_keys(kk.data(), L, 0, nb, s, p, kbar.data());
+      for (int g = 0; g < Hkv; g++) {
+        const float untouched = -12345.0f;
+        std::vector<float> out(size_t(nb) * nb, untouched);
+        k::gate_token_scores(q.data(), kbar.data() + size_t(g) * R * D, W, L, g, s, p, out.data());
+        double worst = 0;
+        for (int i = 0; i < nb; i++)
+          for (int j = 0; j < nb; j++) {
+            if (j > i) {
+              EXPECT_EQ(out[size_t(i) * nb + j], untouched);
+              continue;
+            }
+            float want = -std::numeric_limits<float>::infinity();
+            double want_d = -std::numeric_limits<double>::infinity();
+            const double* kj = &kbar[size_t(j) * W + size_t(g) * R * D];
+            for (int t = i * Bs; t < std::min(L, (i + 1) * Bs); t++)
+              for (int h = g * G; h < g * G + G; h++) {
+                const float* qv = &q[(size_t(t) * H + h) * D];
+                for (int r = 0; r < (p.key == k::GateKey::bounds ? 1 : R); r++) {
+                  float acc = 0;
+                  double acc_d = 0;
+                  for (int e = 0; e < D; e++) {
+                    const float a = qv[e], hi = float(kj[size_t(r) * D + e]);
+                    if (p.key == k::GateKey::bounds) {
+                      const float lo = float(kj[D + e]);
+                      acc = acc + std::max(a * hi, a * lo);
+                      acc_d += std::max(double(a) * kj[e], double(a) * kj[D + e]);
+                    } else {
+                      acc = acc + a * hi;
+                      acc_d += double(a) * kj[size_t(r) * D + e];
+                    }
+                  }
+                  want = std::max(want, acc), want_d = std::max(want_d, acc_d);
+                }
+              }
+            EXPECT_EQ(out[size_t(i) * nb + j], want) << "i " << i << " j " << j;
+            worst = std::max(worst, std::abs(double(out[size_t(i) * nb + j]) - want_d) / std::max(1.0, std::abs(want_d)));
+          }
+        EXPECT_LT(worst, 1e-5) << "float dots within rounding of the double ones";
+      }
+    }
 }
