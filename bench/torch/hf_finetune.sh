@@ -18,7 +18,7 @@
 # 4. E2E=1 (default; PRESET=fixed only): the fine-tune's tokens/s (median of steps 3..STEPS) as a
 #    bench/gpu/gpu_e2e.sh row (SUMMARY=) beside PyTorch + FlexAttention at the density our gating kept
 #    (bench/torch/torch_model_ref.py with configs/$MODEL.toml's shape; TORCH_STEPS, TORCH_WARMUP).
-# Output in $OUT: ft_${MODEL}_{train,check,reload}.log, ft_${MODEL}_reload.json, one row a run in
+# Output in $OUT: ft_${MODEL}_{train,check,reload}.log, ft_${MODEL}_{summary,reload}.json, one row a run in
 # hf_finetune.csv (losses, tokens/s, the reload's losses, seconds per part), gpu_e2e.csv (E2E).
 # RUNS=/dev/shm keeps the checkpoints (12 bytes a parameter: 15 GB at 1.2B) in memory: writing them
 # to that machine's disk took half a minute each at 0.5B. Each is removed once read.
@@ -58,8 +58,8 @@ t_make=$(secs "$t0" "$(now)")
 # --init-from's (io/SAFETENSORS.md); configs/llama3.2-1b.toml's is the published one, the tiny's
 # original context is 64.
 if [ "$TINY" = 1 ]; then
-  orig=$("$PY" -c "import json, sys; r = json.load(open(sys.argv[1])).get('rope_scaling') or {}; \
-print(r.get('original_max_position_embeddings', ''))" "$R/hf/config.json")
+  orig=$("$PY" -c "import json, sys; c = json.load(open(sys.argv[1])); \
+print((c.get('rope_parameters') or c.get('rope_scaling') or {}).get('original_max_position_embeddings', ''))" "$R/hf/config.json")
   [ -n "$orig" ] && sets+=(--set model.rope_scaling.original_max_position_embeddings="$orig")
 fi
 data=$R/data_${PRESET}_$L
@@ -83,6 +83,7 @@ t1=$(now)
   > "$OUTDIR/${tag}_train.log" 2>&1 || { tail -30 "$OUTDIR/${tag}_train.log"; exit 1; }
 t_train=$(secs "$t1" "$(now)")
 rm -f "$R/ck0.h5"
+cp "$R/ft.json" "$OUTDIR/${tag}_summary.json"
 grep -E "init-from|latency model|train:" "$OUTDIR/${tag}_train.log" | head -4
 tail -3 "$OUTDIR/${tag}_train.log"
 last=$(ls "$R"/ck/ckpt_*.h5 | tail -1)
@@ -134,7 +135,7 @@ print(",".join(str(x) for x in [sys.argv[4], params.group(1) if params else "", 
 PY
 tail -1 "$CSV"
 if [ "$E2E" = 1 ] && [ "$PRESET" = fixed ]; then
-  SB=$SB OUT=$OUTDIR CONFIG=$CONFIG NAME=$MODEL LENS=$L MODES=sparse SUMMARY=$R/ft.json \
+  SB=$SB OUT=$OUTDIR CONFIG=$CONFIG NAME=$MODEL LENS=$L MODES=sparse SUMMARY=$OUTDIR/${tag}_summary.json \
     TORCH_STEPS=${TORCH_STEPS:-4} TORCH_WARMUP=${TORCH_WARMUP:-2} bash bench/gpu/gpu_e2e.sh
 fi
 rm -rf "$R/hf" "$R/out_hf"
