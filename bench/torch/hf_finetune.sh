@@ -125,7 +125,7 @@ if not rl:  # no transformers here: our step-1 loss of the check run (read from 
             ours = float(f["steps"][0]["loss"])
     except Exception:  # noqa: BLE001  (no h5py: leave it empty)
         pass
-params = re.search(r"([0-9]+) parameters", open(sys.argv[14]).read())
+params = re.search(r"model: ([0-9]+) parameters", open(sys.argv[14]).read())
 ms = statistics.median(s["step_ms"][2:] or s["step_ms"])
 rel = lambda k: f"{abs(rl[k] - rl['ours']) / rl['ours']:.1e}" if k in rl else ""
 print(",".join(str(x) for x in [sys.argv[4], params.group(1) if params else "", sys.argv[5], s["steps"], sys.argv[6],
