@@ -187,8 +187,8 @@ def main():
         how, n = with_transformers(out, 0)
     except ImportError:
         how, n = with_numpy(out, c, 0)
-    if not tiny and n != PARAMS[name]:
-        sys.exit(f"{name}: {n} parameters, the published model has {PARAMS[name]}")
+    if not tiny and n != PARAMS[name]:  # the conversion checks every tensor's shape; this says it early
+        print(f"WARNING: {name}: {n} parameters, the published model has {PARAMS[name]}", file=sys.stderr)
     print(f"random {name}{' (tiny)' if tiny else ''}-shaped model by {how}: {n:,} parameters, saved in "
           f"{time.time() - t0:.1f} s to {out}")
 
