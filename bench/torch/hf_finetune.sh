@@ -17,13 +17,15 @@
 #    Llama 3's RoPE scaling are transformers' own);
 # 4. E2E=1 (default; PRESET=fixed only): the fine-tune's tokens/s (median of steps 3..STEPS) as a
 #    bench/gpu/gpu_e2e.sh row (SUMMARY=) beside PyTorch + FlexAttention at the density our gating kept
-#    (bench/torch/torch_model_ref.py with configs/$MODEL.toml's shape; TORCH_STEPS, TORCH_WARMUP).
-# Output in $OUT: ft_${MODEL}_{train,check,reload}.log, ft_${MODEL}_{summary,reload}.json, one row a run in
+#    (bench/torch/torch_model_ref.py with configs/$MODEL.toml's shape; TORCH_STEPS, TORCH_WARMUP). It
+#    starts when the fine-tune ends: its compilation (CPU, ~1 min) runs beside our export (CPU only),
+#    and the check run (GPU) waits for it, so no two GPU jobs overlap.
+# Output in $OUT: ft_${MODEL}_{train,check,reload,e2e}.log, ft_${MODEL}_{summary,reload}.json, one row a run in
 # hf_finetune.csv (losses, tokens/s, the reload's losses, seconds per part), gpu_e2e.csv (E2E).
 # RUNS=/dev/shm keeps the checkpoints (12 bytes a parameter: 15 GB at 1.2B) in memory: writing them
 # to that machine's disk took half a minute each at 0.5B. Each is removed once read.
 # TINY=1: hf_random_model.py --tiny (2 layers, d_model 64, vocab 320), L=512, train.device=cpu, block
-# 64 and k 2 (sparse at that length), no E2E; transformers' reload only where torch has a GPU. PY
+# 64 and k 2 (sparse at that length), E2E=0 unless given; transformers' reload only where torch has a GPU. PY
 # names the Python with numpy (the CPU machine: PY=/usr/bin/python3).
 set -uo pipefail
 SB=${SB:-build-gpu/src/sparsebalance}
@@ -34,7 +36,7 @@ L=${L:-$([ "$TINY" = 1 ] && echo 512 || echo 16384)}
 STEPS=${STEPS:-50}
 PRESET=${PRESET:-fixed}
 CONVERT_IN=${CONVERT_IN:-0}
-E2E=${E2E:-1}
+E2E=${E2E:-$([ "$TINY" = 1 ] && echo 0 || echo 1)}
 PY=${PY:-python3}
 CONFIG=configs/$MODEL.toml
 [ -f "$CONFIG" ] || { echo "MODEL=$MODEL: no $CONFIG (qwen2.5-0.5b, qwen3-0.6b, llama3.2-1b)"; exit 2; }
@@ -47,7 +49,6 @@ tiny=()
 if [ "$TINY" = 1 ]; then
   tiny=(--tiny)
   sets+=(--set train.device=cpu --set attention.block_size=64 --set attention.k=2)
-  E2E=0
 fi
 now() { date +%s.%N; }
 secs() { "$PY" -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$@"; }
@@ -84,6 +85,13 @@ t1=$(now)
 t_train=$(secs "$t1" "$(now)")
 rm -f "$R/ck0.h5"
 cp "$R/ft.json" "$OUTDIR/${tag}_summary.json"
+e2e_pid=
+trap wait EXIT  # an early exit still waits for PyTorch's row: never two GPU jobs at once
+if [ "$E2E" = 1 ] && [ "$PRESET" = fixed ]; then
+  SB=$SB OUT=$OUTDIR CONFIG=$CONFIG NAME=$MODEL LENS=$L MODES=sparse SUMMARY=$OUTDIR/${tag}_summary.json \
+    TORCH_STEPS=${TORCH_STEPS:-4} TORCH_WARMUP=${TORCH_WARMUP:-2} bash bench/gpu/gpu_e2e.sh > "$OUTDIR/${tag}_e2e.log" 2>&1 &
+  e2e_pid=$!
+fi
 grep -E "init-from|latency model|train:" "$OUTDIR/${tag}_train.log" | head -4
 tail -3 "$OUTDIR/${tag}_train.log"
 last=$(ls "$R"/ck/ckpt_*.h5 | tail -1)
@@ -93,6 +101,10 @@ t_out=$(secs "$t1" "$(now)")
 same=yes
 "$PY" bench/torch/hf_random_model.py --compare "$R/hf" "$R/out_hf" || same=no
 rm -rf "$R/ck"
+if [ -n "$e2e_pid" ]; then
+  wait "$e2e_pid" || echo "gpu_e2e.sh: rc $?"
+  tail -4 "$OUTDIR/${tag}_e2e.log"
+fi
 t1=$(now)
 "$SB" train "$CONFIG" --init-from "$R/out_hf" --set data.path="$data" "${sets[@]}" --set train.steps=1 \
   --set train.lr=1e-12 --set attention.mode=dense --set balance.tuning=fixed --set balance.self_profile=false \
@@ -134,8 +146,4 @@ print(",".join(str(x) for x in [sys.argv[4], params.group(1) if params else "", 
       f"{rl['torch_bf16']:.6f}" if rl else "", rel("torch_bf16")] + sys.argv[7:14]))
 PY
 tail -1 "$CSV"
-if [ "$E2E" = 1 ] && [ "$PRESET" = fixed ]; then
-  SB=$SB OUT=$OUTDIR CONFIG=$CONFIG NAME=$MODEL LENS=$L MODES=sparse SUMMARY=$OUTDIR/${tag}_summary.json \
-    TORCH_STEPS=${TORCH_STEPS:-4} TORCH_WARMUP=${TORCH_WARMUP:-2} bash bench/gpu/gpu_e2e.sh
-fi
 rm -rf "$R/hf" "$R/out_hf"
