@@ -20,13 +20,13 @@
 #    (bench/torch/torch_model_ref.py with configs/$MODEL.toml's shape; TORCH_STEPS, TORCH_WARMUP). It
 #    starts when the fine-tune ends: its compilation (CPU, ~1 min) runs beside our export (CPU only),
 #    and the check run (GPU) waits for it, so no two GPU jobs overlap.
-# Output in $OUT: ft_${MODEL}_{train,check,reload,e2e}.log, ft_${MODEL}_{summary,reload}.json, one row a run in
-# hf_finetune.csv (losses, tokens/s, the reload's losses, seconds per part), gpu_e2e.csv (E2E).
+# Output in $OUT: ft_${MODEL}_{train,check,reload,e2e}.log, ft_${MODEL}_{summary,reload}.json, one
+# row a run in hf_finetune.csv (losses, tokens/s, the reload's losses, seconds per part), gpu_e2e.csv.
 # RUNS=/dev/shm keeps the checkpoints (12 bytes a parameter: 15 GB at 1.2B) in memory: writing them
 # to that machine's disk took half a minute each at 0.5B. Each is removed once read.
-# TINY=1: hf_random_model.py --tiny (2 layers, d_model 64, vocab 320), L=512, train.device=cpu, block
-# 64 and k 2 (sparse at that length), E2E=0 unless given; transformers' reload only where torch has a GPU. PY
-# names the Python with numpy (the CPU machine: PY=/usr/bin/python3).
+# TINY=1: hf_random_model.py --tiny (2 layers, d_model 64, vocab 320), L=512 (else 16384),
+# train.device=cpu, block 64 and k 2 (sparse at that length), E2E=0 unless given; transformers' reload
+# only where torch has a GPU. PY names the Python with numpy (the CPU machine: PY=/usr/bin/python3).
 set -uo pipefail
 SB=${SB:-build-gpu/src/sparsebalance}
 OUTDIR=${OUT:-gpu-out}
