@@ -244,6 +244,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& ck, const std::
   if (path.empty() || !p.has_filename() || p.filename() == "." || p.filename() == ".." || fs::is_directory(p, ec))
     throw Error(path + ": names a directory; a checkpoint path names a file (e.g. " +
                 (p.has_filename() ? path + "/ckpt.h5" : fs::path(path).parent_path().string()) + ")");
+  ec.clear();  // is_directory set it for a path that does not exist yet: a bare "ck.h5" has no directory to make
   if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
   if (ec) throw Error(path + ": cannot create checkpoint directory: " + ec.message());
   const std::string tmp = path + ".tmp";

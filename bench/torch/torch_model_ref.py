@@ -3,13 +3,14 @@
 (Llama-style decoder, Hugging Face Llama conventions) trained one step at a time on one GPU, to
 compare with the C++/CUDA trainer. Plain PyTorch (>= 2.5; written for 2.11), no transformers.
 
-Model (as src/model/model.cpp): embed -> L x [RMSNorm -> q/k/v projections (no bias) -> RoPE
-(rotate-half, Hugging Face Llama; positions restart at 0 in every document) -> GQA attention,
-causal within each packed document -> o_proj -> residual -> RMSNorm -> SwiGLU MLP (gate/up/down)
--> residual] -> RMSNorm -> LM head (tied to the embedding unless --untied) -> cross-entropy, mean
-over targeted tokens (a token's target is the next token of the same document; the last token of
-every document has none). rope_theta 1e4, norm eps 1e-5, init normal(0, 0.02) with o_proj/down_proj
-scaled by 1/sqrt(2L), norms at 1 (the C++ defaults).
+Model (as src/model/model.cpp): embed -> L x [RMSNorm -> q/k/v projections (no bias) -> with
+--qk-norm, RMSNorm over each head's q and k (Qwen3) -> RoPE (rotate-half, Hugging Face Llama;
+positions restart at 0 in every document; plain: llama3/yarn scaling changes no cost) -> GQA
+attention, causal within each packed document -> o_proj -> residual -> RMSNorm -> SwiGLU MLP
+(gate/up/down) -> residual] -> RMSNorm -> LM head (tied to the embedding unless --untied) ->
+cross-entropy, mean over targeted tokens (a token's target is the next token of the same document;
+the last token of every document has none). rope_theta 1e4, norm eps 1e-5, init normal(0, 0.02) with
+o_proj/down_proj scaled by 1/sqrt(2L), norms at 1 (the C++ defaults).
 
 Training step (timed as a whole): forward + backward + clip_grad_norm_(1.0) + AdamW step + zero_grad.
 fp32 master weights, bf16 autocast (torch.autocast("cuda", dtype=torch.bfloat16)), the residual
@@ -32,22 +33,17 @@ Attention:
           off-diagonal kept blocks are "full" blocks, the diagonal block is causal (mask_mod q >= k).
           --density 1 is exactly causal attention. Needs (seq/docs) % block == 0.
 
-Default shape (~0.47B parameters, tied): --layers 24 --d-model 1280 --heads 10 --kv-heads 2
-(head_dim 128) --ffn 3584 --vocab 32768. Parameters:
-    per_layer = 2*C + C*H*D + 2*C*Hkv*D + H*D*C + 3*C*F          (as ModelDims::num_params)
-    total     = V*C + L*per_layer + C + (0 if tied else V*C)
-    default:    per_layer = 17,697,280; total = 466,679,040 (0.467B; 26 layers would give 0.502B)
+Default shape (0.467B parameters, tied): --layers 24 --d-model 1280 --heads 10 --kv-heads 2
+(head_dim D = 128; --head-dim sets it apart from C/H, as Qwen3's) --ffn 3584 --vocab 32768. Parameters
+(as ModelDims::num_params): per_layer = 2*C + C*H*D + 2*C*Hkv*D + H*D*C + 3*C*F (+ 2*D with --qk-norm);
+total = V*C + L*per_layer + C + (0 if tied else V*C).
 
 FLOPs per token (model FLOPs, no recomputation counted; the same formula is printed at run time):
-    N_lin    = L*per_layer + C + V*C     non-embedding parameters + LM head (V*C counted once,
-                                          tied or not; the input embedding lookup is free)
-    F_dense  = 6 * N_lin                  (forward 2 + backward 4 per parameter per token)
-    pairs    = query-key pairs per document attended:
-                 dense:  S_d*(S_d+1)/2                          (S_d = seq/docs, causal)
-                 sparse: Bs^2 * sum_i (kept_i - 1/2)           (kept blocks of row i, the diagonal
-                                                                 block counted as half)
-    F_attn   = 3 * L * 4*H*D * docs*pairs / seq   (forward: QK^T and PV, 2*H*D FLOPs each per pair;
-                                                   training = 3 x forward)
+    N_lin    = L*per_layer + C + V*C   non-embedding parameters + LM head (V*C once, tied or not)
+    F_dense  = 6 * N_lin                (forward 2 + backward 4 per parameter per token)
+    pairs    = query-key pairs attended per document: dense S_d*(S_d+1)/2 (S_d = seq/docs, causal);
+               sparse Bs^2 * sum_i (kept_i - 1/2) (kept blocks of row i, the diagonal one as half)
+    F_attn   = 3 * L * 4*H*D * docs*pairs / seq   (forward: QK^T and PV, 2*H*D FLOPs each per pair)
     FLOPs/token = F_dense + F_attn;  MFU = FLOPs/token * tokens/s / 989e12
     (989e12 = H200 (= H100 SXM) dense BF16 tensor-core peak, no sparsity.) Note: the attention
     kernel benchmark (bench_attention_cuda, flex_attention_ref.py) counts 3.5 x forward for the
@@ -57,7 +53,7 @@ Usage (one H200):
   python3 bench/torch/torch_model_ref.py --check                      # tiny config, 2 steps, prints losses
   python3 bench/torch/torch_model_ref.py --seq 16384 --attention dense --csv bench/out/torch_ref.csv
   python3 bench/torch/torch_model_ref.py --seq 32768 --attention sparse --density 0.25 --csv ...
-  options: --layers --d-model --heads --kv-heads --ffn --vocab --untied --seq --docs
+  options: --layers --d-model --heads --kv-heads --head-dim --qk-norm --ffn --vocab --untied --seq --docs
            --attention dense|sparse --block 128 --density 0.25 --steps 10 --warmup 3
            --compile [layers|model|off] (default layers: each decoder layer and the norm/head/loss
            compiled separately, as torchtitan does; model = the whole model in one graph) or
@@ -152,13 +148,13 @@ def flex_kernel_options(bs):
 class Cfg:
     def __init__(self, a):
         self.L, self.C, self.H, self.Hkv, self.F, self.V = a.layers, a.d_model, a.heads, a.kv_heads, a.ffn, a.vocab
-        self.D = self.C // self.H
-        self.tied = not a.untied
+        self.D = a.head_dim or self.C // self.H
+        self.qk_norm, self.tied = a.qk_norm, not a.untied
         self.rope_theta, self.eps, self.init_std = 10000.0, 1e-5, 0.02
 
     def per_layer(self):
         C, H, Hkv, D, F_ = self.C, self.H, self.Hkv, self.D, self.F
-        return 2 * C + H * D * C + 2 * Hkv * D * C + C * H * D + 3 * F_ * C
+        return 2 * C + H * D * C + 2 * Hkv * D * C + C * H * D + 3 * F_ * C + (2 * D if self.qk_norm else 0)
 
     def num_params(self):  # as ModelDims::num_params
         return self.V * self.C + self.L * self.per_layer() + self.C + (0 if self.tied else self.V * self.C)
@@ -207,11 +203,16 @@ class Attention(nn.Module):
         self.repeat = gqa_repeat and c.H != c.Hkv
         self.gqa = (not gqa_repeat) and c.H != c.Hkv
         self.flex_fn = flex_fn
+        self.q_norm = RMSNorm(c.D, c.eps) if c.qk_norm else None  # Qwen3: over each head's D
+        self.k_norm = RMSNorm(c.D, c.eps) if c.qk_norm else None
 
     def forward(self, x, cos, sin):
         B, S, _ = x.shape
-        q = apply_rope(self.q_proj(x).view(B, S, self.H, self.D), cos, sin).transpose(1, 2)
-        k = apply_rope(self.k_proj(x).view(B, S, self.Hkv, self.D), cos, sin).transpose(1, 2)
+        q, k = self.q_proj(x).view(B, S, self.H, self.D), self.k_proj(x).view(B, S, self.Hkv, self.D)
+        if self.q_norm is not None:  # back to the projection's dtype (bf16 under autocast), as HF's Qwen3
+            q, k = self.q_norm(q).to(q.dtype), self.k_norm(k).to(k.dtype)
+        q = apply_rope(q, cos, sin).transpose(1, 2)
+        k = apply_rope(k, cos, sin).transpose(1, 2)
         v = self.v_proj(x).view(B, S, self.Hkv, self.D).transpose(1, 2)
         if self.repeat:  # kv head of query head h = h // (H/Hkv), as repeat_kv in HF and the C++ kernels
             k = k.repeat_interleave(self.H // self.Hkv, dim=1)
@@ -404,7 +405,7 @@ def flops_per_token(c, a, pairs):
 # ---------------------------------------------------------------------------------------------
 # Benchmark and check
 
-CSV_COLS = ["time", "gpu", "torch", "layers", "d_model", "heads", "kv_heads", "head_dim", "ffn", "vocab", "tied",
+CSV_COLS = ["time", "gpu", "torch", "layers", "d_model", "heads", "kv_heads", "head_dim", "qk_norm", "ffn", "vocab", "tied",
             "seq", "docs", "attention", "block", "density", "kept_frac", "compile", "checkpoint_layers",
             "attn_backend", "steps", "warmup", "params", "flops_per_token", "attn_flops_per_token",
             "step_ms_median", "step_ms_mean", "tokens_per_s", "model_tflops", "mfu", "peak_mem_gib",
@@ -427,12 +428,12 @@ def run_bench(a, c, compile_mode):
     seq_doc = a.seq // a.docs
     row = {"time": datetime.datetime.now().isoformat(timespec="seconds"), "gpu": torch.cuda.get_device_name(),
            "torch": torch.__version__, "layers": c.L, "d_model": c.C, "heads": c.H, "kv_heads": c.Hkv,
-           "head_dim": c.D, "ffn": c.F, "vocab": c.V, "tied": int(c.tied), "seq": a.seq, "docs": a.docs,
+           "head_dim": c.D, "qk_norm": int(c.qk_norm), "ffn": c.F, "vocab": c.V, "tied": int(c.tied), "seq": a.seq, "docs": a.docs,
            "attention": a.attention, "block": a.block if sparse else "", "density": a.density if sparse else 1.0,
            "compile": compile_mode, "checkpoint_layers": int(a.checkpoint_layers), "steps": a.steps,
            "warmup": a.warmup, "params": c.num_params(), "status": "ok"}
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    print(f"model: L={c.L} C={c.C} H={c.H} Hkv={c.Hkv} D={c.D} F={c.F} V={c.V} tied={c.tied}; "
+    print(f"model: L={c.L} C={c.C} H={c.H} Hkv={c.Hkv} D={c.D} qk_norm={c.qk_norm} F={c.F} V={c.V} tied={c.tied}; "
           f"params {c.num_params():,} ({c.num_params() / 1e9:.3f}B; per layer {c.per_layer():,}; "
           f"non-embedding + LM head N_lin {c.n_lin():,})")
     print(f"batch: seq {a.seq} tokens = {a.docs} doc(s) x {seq_doc}; attention {a.attention}"
@@ -515,7 +516,7 @@ def run_check(a, compile_mode):
     a.seq, a.docs, a.block, a.steps, a.warmup = 2048, 2, 128, 2, 0
     c = Cfg(a)
     seq_doc = a.seq // a.docs
-    print(f"check: L={c.L} C={c.C} H={c.H} Hkv={c.Hkv} D={c.D} F={c.F} V={c.V}, seq {a.seq} = {a.docs} x {seq_doc},"
+    print(f"check: L={c.L} C={c.C} H={c.H} Hkv={c.Hkv} D={c.D} qk_norm={c.qk_norm} F={c.F} V={c.V}, seq {a.seq} = {a.docs} x {seq_doc},"
           f" compile {compile_mode}, checkpoint_layers {a.checkpoint_layers}; ln V = {math.log(c.V):.4f}")
     first = {}
     for name, sparse, dens in [("dense", False, 1.0), ("sparse d=1", True, 1.0),
@@ -549,6 +550,8 @@ def main():
     ap.add_argument("--d-model", type=int, default=1280)
     ap.add_argument("--heads", type=int, default=10)
     ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--head-dim", type=int, default=0, help="per-head size D (0 = d_model / heads; Qwen3-0.6B: 128)")
+    ap.add_argument("--qk-norm", action="store_true", help="RMSNorm over each head's q and k before RoPE (Qwen3)")
     ap.add_argument("--ffn", type=int, default=3584)
     ap.add_argument("--vocab", type=int, default=32768)
     ap.add_argument("--untied", action="store_true", help="separate LM head (default: tied to the embedding)")
@@ -578,8 +581,8 @@ def main():
     if hasattr(torch._dynamo.config, "accumulated_cache_size_limit"):
         torch._dynamo.config.accumulated_cache_size_limit = max(torch._dynamo.config.accumulated_cache_size_limit, 512)
 
-    if a.d_model % a.heads or a.heads % a.kv_heads or (a.d_model // a.heads) % 2:
-        sys.exit("need d_model % heads == 0, heads % kv_heads == 0 and an even head_dim")
+    if (not a.head_dim and a.d_model % a.heads) or a.heads % a.kv_heads or (a.head_dim or a.d_model // a.heads) % 2:
+        sys.exit("need d_model % heads == 0 (or --head-dim), heads % kv_heads == 0 and an even head_dim")
     with sdpa_kernel([SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION], set_priority=True):
         if a.check:
             return run_check(a, compile_mode)

@@ -35,8 +35,12 @@
 #             and 1: peak GPU memory, tokens/s, optimizer state per rank (STEPS, L, ZEROS pass through)
 #   fixtures  bench/torch/hf_fixtures.sh: transformers fixtures of tests/convert ($OUT/fixtures.tar)
 #   traj      bench/torch/torch_trajectory.sh: our steps beside a plain PyTorch loop (CONFIG, L, STEPS)
-#   finetune  bench/torch/hf_finetune.sh: a Qwen2.5-0.5B-shaped model converted, fine-tuned, exported,
-#             reloaded by transformers (L, STEPS)
+#   finetune  bench/torch/hf_finetune.sh: a Qwen2.5-0.5B-shaped model (MODEL) converted, fine-tuned,
+#             exported, reloaded by transformers (L, STEPS)
+#   hfshapes  bench/torch/hf_shapes.sh: hf_finetune.sh for Qwen3-0.6B and Llama-3.2-1B shapes at 16K, 50
+#             steps, each with its tokens/s beside PyTorch + FlexAttention; stops HF_CALL_S (default 570)
+#             seconds after this script started; $OUT/hfshapes.md and hfshapes_logs.tar.gz (MODELS, L,
+#             STEPS, RUNS pass through)
 #   none      build only (BUILD_TARGETS narrows what is built; BUILD_DIR, DEBS, OUT as below;
 #             SB_NO_BUILD=1 skips the build and runs the stages on the one in BUILD_DIR)
 # Logs and CSVs go to $OUT (or ./gpu-out when OUT is unset).
@@ -156,6 +160,10 @@ for st in $STAGES; do
       [ $st = finetune ] && script=bench/torch/hf_finetune.sh
       log "$st"
       SB=$B/src/sparsebalance OUT=$OUTDIR timeout ${STAGE_TIMEOUT:-560} bash $script 2>&1 | tee "$OUTDIR/$st.log" || rc=1 ;;
+    hfshapes)
+      log "hfshapes"
+      SB=$B/src/sparsebalance OUT=$OUTDIR DEADLINE=$((T0 + ${HF_CALL_S:-570})) bash bench/torch/hf_shapes.sh \
+        2>&1 | tee "$OUTDIR/hfshapes.log" || rc=1 ;;
     none) ;;  # build only
     *) echo "unknown stage $st"; rc=2 ;;
   esac

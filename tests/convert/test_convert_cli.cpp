@@ -173,6 +173,11 @@ TEST(Convert, TheCommandRoundTripsAndRefuses) {
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("BF16: model.safetensors + config.json"), std::string::npos) << r.out;
   expect_same_tensors(g + "/llama_bf16", s / "hf");
+  // A bare file name: the checkpoint in the working directory (no directory to create).
+  r = sbtest::run_clean("cd " + sbtest::sh_quote(s / "hf") + " && " + sbtest::program() + " convert " +
+                        sbtest::sh_quote(g + "/llama_bf16") + " bare.h5");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(exists(s / "hf/bare.h5"));
   r = convert(g + "/bad_dirs/rope_scaling " + s / "x.h5");
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.out.find("config.json: field 'rope_scaling.low_freq_factor' is missing"), std::string::npos) << r.out;

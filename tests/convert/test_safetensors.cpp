@@ -389,7 +389,7 @@ TEST(HfConfig, RopeScalingAndQwen3RefusalsNameTheField) {
   EXPECT_NE(e.find("model.qk_norm = true with model.qkv_bias = true is not supported"), std::string::npos) << e;
 }
 
-TEST(HfConfig, ShippedQwen25ConfigsHaveTheRealShapes) {
+TEST(HfConfig, ShippedConfigsHaveTheRealShapes) {
   // configs/qwen2.5-*.toml: the published parameter counts (0.49B, 3.09B), which --init-from then
   // checks against the real config.json.
   for (auto [file, params, head_dim] : {std::tuple{"qwen2.5-0.5b.toml", int64_t(494032768), 64},
@@ -403,4 +403,22 @@ TEST(HfConfig, ShippedQwen25ConfigsHaveTheRealShapes) {
     EXPECT_EQ(d.rope_theta, 1e6) << file;
     EXPECT_EQ(d.norm_eps, 1e-6) << file;
   }
+  // configs/qwen3-0.6b.toml and llama3.2-1b.toml (bench/torch/hf_finetune.sh): the published counts,
+  // Qwen3's head_dim and q/k norms, Llama 3.2's llama3 scaling; block 128 (the wgmma kernels).
+  const Config q3 = Config::load(std::string(SB_SOURCE_DIR) + "/configs/qwen3-0.6b.toml", {});
+  const ModelDims dq = model_dims(q3, 0);
+  EXPECT_EQ(dq.num_params(), 596049920);
+  EXPECT_TRUE(dq.head_dim == 128 && dq.qk_norm && !dq.qkv_bias && dq.tied);
+  EXPECT_EQ(dq.rope_scaling.type, "none");
+  const Config l32 = Config::load(std::string(SB_SOURCE_DIR) + "/configs/llama3.2-1b.toml", {});
+  const ModelDims dl = model_dims(l32, 0);
+  EXPECT_EQ(dl.num_params(), 1235814400);
+  EXPECT_TRUE(dl.head_dim == 64 && !dl.qk_norm && !dl.qkv_bias && dl.tied);
+  EXPECT_EQ(dl.rope_theta, 500000.0);
+  EXPECT_EQ(dl.norm_eps, 1e-5);
+  const RopeScaling& r = dl.rope_scaling;
+  EXPECT_TRUE(r.type == "llama3" && r.factor == 32 && r.low_freq_factor == 1 && r.high_freq_factor == 4 &&
+              r.original_max_positions == 8192);
+  EXPECT_EQ(q3.i("attention.block_size"), 128);
+  EXPECT_EQ(l32.i("attention.block_size"), 128);
 }
