@@ -64,6 +64,9 @@ class CpuEngine final : public Engine {
   uint64_t weights_hash() override {
     return fnv1a_words(model_.weights().data(), model_.weights().size());
   }
+  uint64_t base_hash() override {
+    return model_.lora().on() ? fnv1a_words(model_.base().data(), model_.base().size()) : 0;
+  }
   void to_host() override {}
   void from_host() override {}
   double allreduce_ms(size_t n, int reps) override {

@@ -58,6 +58,9 @@ class Engine {
   // Clip to grad_clip given the norm, then one AdamW step.
   virtual void update(double grad_norm, double lr, int64_t step) = 0;
   virtual uint64_t weights_hash() = 0;  // fnv1a_words of the fp32 weights (the sync check)
+  // LoRA: fnv1a_words of the frozen base as this engine holds it (the CPU's fp32 Model::base(), the
+  // GPU's bf16 copy with its fp32 norms and biases), unchanged by any step; 0 without LoRA.
+  virtual uint64_t base_hash() = 0;
   virtual void to_host() = 0;           // weights and moments -> host model and AdamW (checkpoints)
   virtual void from_host() = 0;         // host model and AdamW -> device (after init or resume)
   // Mean time (ms, the slowest rank's) of `reps` all-reduces of n floats where the gradients live,

@@ -62,6 +62,14 @@ LoraLayout lora_layout(const ParamLayout& base, const ModelDims& d, const LoraSp
   return out;
 }
 
+std::vector<size_t> fp32_read_params(const ParamLayout& base) {
+  std::vector<size_t> f32 = {base.embed, base.norm};
+  for (const LayerParams& I : base.layers)
+    for (size_t i : {I.ln1, I.ln2, I.q_bias, I.k_bias, I.v_bias, I.q_norm, I.k_norm})
+      if (i != kNoParam) f32.push_back(i);
+  return f32;
+}
+
 template <class T>
 void Model<T>::init_adapters(uint64_t seed) {
   // PEFT's reset_lora_parameters: kaiming_uniform_(A, a = sqrt(5)) is uniform(-b, b) with

@@ -270,6 +270,11 @@ size_t target_param(const LayerParams& I, int t);
 // Adapters take weight decay (PEFT leaves them to the optimizer's). Off: the base layout itself.
 LoraLayout lora_layout(const ParamLayout& base, const ModelDims& d, const LoraSpec& s);
 
+// The tensors (indices into `base`) the GPU model reads in fp32: the embedding, the norms and the
+// q/k/v biases; every other weight only through bf16 GEMMs (src/model/model_cuda.hpp). With LoRA a
+// frozen embedding is read from its bf16 copy instead (src/model/lora_cuda.cpp).
+std::vector<size_t> fp32_read_params(const ParamLayout& base);
+
 // One budget per layer, every token id inside the vocabulary (the error names model.vocab_size).
 void check_inputs(const PackedBatch& b, const AttnSettings& a, const ModelDims& s);
 

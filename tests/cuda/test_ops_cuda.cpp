@@ -249,6 +249,15 @@ void test_embedding(int V, int Cc, int N) {
   char name[128];
   std::snprintf(name, sizeof name, "embedding_fwd V%d C%d N%d", V, Cc, N);
   report(name, compare(to_d(dout.down()), out), kTolF32);
+  // a bf16 table (LoRA's frozen embedding): the same rows of its bf16 values, exactly
+  const std::vector<double> t16 = randn(size_t(V) * Cc, 1.0);  // rounded to bf16
+  std::vector<double> out16(size_t(N) * Cc);
+  K::embedding_fwd<double>(ids.data(), t16.data(), out16.data(), N, Cc);
+  Dev<bf16> dt16(to_b(t16));
+  dout.poison();
+  C::embedding_fwd(dids.p, dt16.p, dout.p, N, Cc, g_stream);
+  std::snprintf(name, sizeof name, "embedding_fwd bf16 table V%d C%d N%d", V, Cc, N);
+  report(name, compare(to_d(dout.down()), out16), kTolF32);
 
   std::vector<double> g = randn(size_t(N) * Cc, 1.0, 0.0, false), dt = randn(size_t(V) * Cc, 1.0, 0.0, false);
   Dev<float> dg(to_f(g)), ddt(to_f(dt));

@@ -240,6 +240,18 @@ TEST(Lora, MemoryPlanCountsTheModelsTensors) {
   EXPECT_EQ(rows[3].optimizer, 12 * k);  // moments and the reduced gradient of rank 0's slice
   const double u = 7.0 * 4 * 64 * s.model.n_layers * 4;  // seven targets' (N, rank) floats per layer
   EXPECT_EQ(rows[2].activations - rows[0].activations, u);
+  // CUDA (model_cuda.cpp): the frozen base once, bf16, its q/k/v biases fp32 (read in fp32); the
+  // trained norms' fp32 copies beside the bf16 ones under ZeRO, a full fp32 master without
   s.train.device = "cuda";
-  EXPECT_FALSE(memory_plan(s, 1)[2].built);
+  const std::vector<MemoryPlanRow> g = memory_plan(s, 3);
+  double norms = 0, biases = 0;
+  for (const auto& p : m.params()) norms += p.name.find("lora_") == std::string::npos ? double(p.size) : 0;
+  for (const auto& p : m.base_layout().params) biases += p.name.ends_with(".bias") ? double(p.size) : 0;
+  ASSERT_GT(norms, 0);
+  ASSERT_GT(biases, 0);
+  EXPECT_EQ(g[2].base, 2 * (P - norms - biases) + 4 * biases);
+  EXPECT_EQ(g[2].weights, 6 * T);
+  EXPECT_EQ(g[2].grads, 4 * T);
+  EXPECT_EQ(g[3].weights, 2 * T + 4 * norms);
+  EXPECT_EQ(g[0].base, 0);
 }
