@@ -51,6 +51,8 @@ class Engine {
   // The diagnostics' probe (eval --diagnose, model.hpp SelectionProbe), empty: none. The CUDA engine
   // gates on the host while one is set (the probe reads and changes a host selection).
   virtual void set_probe(SelectionProbe p) = 0;
+  // lora.dropout > 0: the draw of the next forward_backward (kernels::dropout_micro_batch_key).
+  virtual void set_dropout_key(uint64_t key) = 0;
   // Fault injection (train.inject_nan_step): the first gradient becomes +inf.
   virtual void poison_gradient() = 0;
   virtual void reduce_gradients() = 0;  // sum over ranks, in place

@@ -110,6 +110,7 @@ class CudaEngine final : public Engine {
     });
   }
   void set_probe(SelectionProbe p) override { gpu_->set_probe(std::move(p)); }
+  void set_dropout_key(uint64_t key) override { gpu_->set_dropout_key(key); }
   MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax) override {
     return gpu_->forward(b, a, argmax);
   }

@@ -7,6 +7,8 @@
 
 #include "base/cuda_check.hpp"
 #include "base/hash.hpp"
+#include "kernels/cuda/lora_dropout_cuda.hpp"
+#include "kernels/lora_dropout.hpp"
 #include "src/model/model_cuda.hpp"
 
 namespace sb {
@@ -49,9 +51,18 @@ uint64_t ModelCuda::base_hash() const {
   return fnv1a_words(h32.data(), h32.size(), fnv1a_words(h16.data(), h16.size()));
 }
 
-// u (N, r) = scale * x (N, in) @ A^T, A (r, in)
+const ModelCuda::bf16* ModelCuda::dropped(int l, int t, const bf16* x, int in, int N) {
+  if (!training_ || lora_.dropout <= 0) return x;
+  const size_t n = size_t(N) * in;
+  kc::lora_dropout_fwd(x, xd_.resize(n), n, kernels::dropout_key(drop_key_, l, t),
+                       kernels::dropout_threshold(lora_.dropout), float(1.0 / (1.0 - lora_.dropout)), stream_);
+  return xd_.data();
+}
+
+// u (N, r) = scale * x (N, in) @ A^T, A (r, in); x after lora.dropout's mask in training
 void ModelCuda::adapter_in(int l, int t, const bf16* x, int in, DeviceArray<bf16>& u, int N) {
   if (!has_adapter(l, t)) return;
+  x = dropped(l, t, x, in, N);
   const int r = lora_.rank;
   const ParamInfo& A = layout_.params[adapters_[size_t(l)][size_t(t)].a];
   kc::gemm(*blas_, false, true, N, r, in, float(lora_.scale()), x, in, w16_.data() + A.offset, in, 0.f,
@@ -78,10 +89,18 @@ void ModelCuda::adapter_bwd(int l, int t, const bf16* x, int in, const bf16* dy,
   kc::Blas& bl = *blas_;
   bf16* du = du_.resize(size_t(N) * r);
   // dB (out, r) += dy^T @ u;  du (N, r) = scale * dy @ B;  dA (r, in) += du^T @ x;  dx (N, in) += du @ A
+  // (lora.dropout: x is the dropped input, drawn again with the forward's key, and du @ A goes
+  // through the same mask and scale)
   kc::gemm(bl, true, false, out, r, N, 1.f, dy, ld_dy, u, r, 1.f, g32_.data() + B.offset, r);
   kc::gemm(bl, false, false, N, r, out, float(lora_.scale()), dy, ld_dy, w16_.data() + B.offset, r, 0.f, du, r);
-  kc::gemm(bl, true, false, r, in, N, 1.f, du, r, x, in, 1.f, g32_.data() + A.offset, in);
-  kc::gemm(bl, false, false, N, in, r, 1.f, du, r, w16_.data() + A.offset, in, 1.f, dx, in);
+  const bf16* xd = dropped(l, t, x, in, N);
+  kc::gemm(bl, true, false, r, in, N, 1.f, du, r, xd, in, 1.f, g32_.data() + A.offset, in);
+  if (xd == x) return kc::gemm(bl, false, false, N, in, r, 1.f, du, r, w16_.data() + A.offset, in, 1.f, dx, in);
+  const size_t n = size_t(N) * in;
+  float* dxa = dxa_.resize(n);
+  kc::gemm(bl, false, false, N, in, r, 1.f, du, r, w16_.data() + A.offset, in, 0.f, dxa, in);
+  kc::lora_dropout_bwd_add(dxa, dx, n, kernels::dropout_key(drop_key_, l, t), kernels::dropout_threshold(lora_.dropout),
+                           float(1.0 / (1.0 - lora_.dropout)), stream_);
 }
 
 template void ModelCuda::adapter_out<float>(int, int, const bf16*, float*, int, int, int);

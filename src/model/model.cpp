@@ -338,6 +338,7 @@ MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T los
             V = s.vocab, L = s.n_layers;
   const int HD = H * D, KD = Hkv * D, nd = b.ndocs();
   check_inputs(b, a, s);
+  training_ = backward;
   if (!b.parts.empty() && !ex) throw std::logic_error("Model: a batch with documents in parts needs their exchange");
   const int n_seq = b.cu_seqlens.empty() ? 0 : b.cu_seqlens.back();  // rows of the whole sequences
   const k::AttnShape ashape{H, Hkv, D, a.block_size};

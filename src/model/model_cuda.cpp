@@ -417,6 +417,7 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   const size_t NC = size_t(N) * C, NF = size_t(N) * F;
   check_inputs(b, a, s);
   part_ex_ = ex;
+  training_ = backward;
   dense_sel_ready_ = false;
   MicroBatchStats st;
   st.gating.resize(L);

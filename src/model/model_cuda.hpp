@@ -146,6 +146,8 @@ class ModelCuda {
   // The diagnostics' probe (model.hpp): while set, sparse layers gate on the host and the probe
   // gets float copies of q and k and the host selection before its upload.
   void set_probe(SelectionProbe p) { probe_ = std::move(p); }
+  // lora.dropout > 0: the next forward_backward's draw, as Model::set_dropout_key (the same elements dropped).
+  void set_dropout_key(uint64_t k) { drop_key_ = k; }
   cudaStream_t stream() const { return stream_; }
   // Per-phase GPU times (train.phase_times): run() marks its phases and collects them at its end;
   // the engine adds the optimizer and all-reduce and reads the totals.
@@ -217,6 +219,12 @@ class ModelCuda {
   DeviceArray<bf16> base16_;     // LoRA: the frozen tensors the GEMMs (and the embedding) read, bf16
   DeviceArray<float> base32_;    // LoRA: the frozen tensors read in fp32 (norms, biases)
   DeviceArray<bf16> du_;         // (N, rank) an adapter's backward scratch
+  DeviceArray<bf16> xd_;         // (N, in) lora.dropout: an adapter's dropped input
+  DeviceArray<float> dxa_;       // (N, in) lora.dropout: du A before the mask
+  uint64_t drop_key_ = 0;        // set_dropout_key
+  bool training_ = false;        // run() with its backward: lora.dropout applies
+  // lora.dropout in training: x (N, in) with the mask of (drop_key_, l, t) into xd_; else x itself
+  const bf16* dropped(int l, int t, const bf16* x, int in, int N);
   ModelExec exec_;
   DeviceArray<double> inv_freq_;  // (head_dim / 2) RoPE's table (src/model/rope.hpp), uploaded once
   double rope_scale_ = 1;         // its attention factor

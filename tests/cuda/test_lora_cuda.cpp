@@ -2,7 +2,7 @@
 // - one micro-batch: ModelCuda with adapters on its bf16 frozen base against Model<double> with the
 //   same (bf16-rounded) base, adapters and train_also parts: loss and every trainable tensor's
 //   gradient (adapters A and B, embedding, norms, head), dense and sparse, tied and not, q/k/v
-//   biases, Qwen3's frozen q/k norms, recomputation, a subset of targets;
+//   biases, Qwen3's frozen q/k norms, recomputation, a subset of targets, lora.dropout (the same draw);
 // - the engine: a few steps keep the device's frozen base bit-identical (its hash) while the
 //   adapters move, with train.zero = 0 and 1;
 // - `train` with LoRA on the GPU against the CPU engine (same seed: the same base and adapters at
@@ -33,6 +33,7 @@ struct LoraCase {
   sb::ModelExec exec = {};
   const char* targets = "q,k,v,o,gate,up,down";
   bool embed = false, norm = false, head = false;  // train_also
+  double dropout = 0;  // lora.dropout: the same draw on both (set_dropout_key)
 };
 
 sb::LoraSpec lora_spec(const LoraCase& c) {
@@ -41,7 +42,7 @@ sb::LoraSpec lora_spec(const LoraCase& c) {
   const std::string list = std::string(",") + c.targets + ",";
   for (int t = 0; t < sb::kLoraTargets; ++t)
     s.targets[size_t(t)] = list.find(std::string(",") + sb::kLoraTargetNames[size_t(t)] + ",") != std::string::npos;
-  s.embed = c.embed, s.norm = c.norm, s.head = c.head;
+  s.embed = c.embed, s.norm = c.norm, s.head = c.head, s.dropout = c.dropout;
   return s;
 }
 
@@ -90,6 +91,7 @@ void check_lora_micro_batch(const LoraCase& c) {
   gpu.upload_base(host.base());
   gpu.upload_weights(host.weights());
   const uint64_t base0 = gpu.base_hash();
+  gpu.set_dropout_key(42), ref.set_dropout_key(42);
   gpu.zero_grads();
   const sb::MicroBatchStats sg = gpu.forward_backward(b, a, float(scale));
   std::vector<float> g(gpu.size());
@@ -100,8 +102,8 @@ void check_lora_micro_batch(const LoraCase& c) {
 
   EXPECT_EQ(sg.targets, sr.targets);
   const double loss_err = std::abs(sg.loss_sum - sr.loss_sum) / sr.loss_sum;
-  std::printf("lora tied=%d sparse=%d qkv_bias=%d qwen3=%d targets=%s recompute=%d: loss gpu %.6f ref %.6f rel %.2e\n",
-              c.tied, c.sparse, c.qkv_bias, c.qwen3, c.targets, int(c.exec.recompute), sg.loss_sum, sr.loss_sum,
+  std::printf("lora tied=%d sparse=%d qkv_bias=%d qwen3=%d targets=%s recompute=%d dropout=%.2f: loss gpu %.6f ref %.6f rel %.2e\n",
+              c.tied, c.sparse, c.qkv_bias, c.qwen3, c.targets, int(c.exec.recompute), c.dropout, sg.loss_sum, sr.loss_sum,
               loss_err);
   EXPECT_LT(loss_err, 5e-3);
   double worst = 0;
@@ -228,6 +230,11 @@ TEST(ModelCudaLora, AdaptersAndTrainAlsoMatchDoubleReference) {
   LoraCase q;  // Qwen3's frozen q/k norms (no dw), sparse and recomputed, nothing but adapters trained
   q.qwen3 = true, q.exec = sb::ModelExec{0, true};
   check_lora_micro_batch(q);
+  LoraCase p;  // lora.dropout: the GPU drops the elements the CPU drops (kernels/lora_dropout.hpp), recomputed too
+  p.dropout = 0.3, p.norm = true;
+  check_lora_micro_batch(p);
+  p.exec = sb::ModelExec{0, true};
+  check_lora_micro_batch(p);
 }
 
 TEST(EngineCudaLora, StepsKeepTheFrozenBase) {
@@ -241,7 +248,7 @@ TEST(TrainCudaLora, LossesMatchCpu) {
   check_lora_training("dense", "--set attention.mode=dense --set balance.tuning=fixed --set lora.train_also=norm,head"
                       " --set train.recompute=layer", 2e-2);
   check_lora_training("sparse_zero", "--set attention.mode=sparse --set balance.tuning=dst --set attention.k=2"
-                      " --set train.zero=1 --set lora.targets=q,v,o,down", 3e-2);
+                      " --set train.zero=1 --set lora.targets=q,v,o,down --set lora.dropout=0.1", 3e-2);
 }
 
 TEST(TrainCudaLora, CheckpointsResumeAcrossDevices) {
