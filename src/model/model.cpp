@@ -215,6 +215,7 @@ std::vector<T> Model<T>::forward_logits(const PackedBatch& b, const AttnSettings
   check_inputs(b, a, shape_);
   if (!b.parts.empty() || first_row < 0 || first_row >= N)
     throw std::logic_error("Model::forward_logits: whole sequences only, first_row in [0, N)");
+  training_ = false;  // no lora.dropout
   MicroBatchStats st;
   st.gating.resize(size_t(shape_.n_layers));
   std::vector<T> x(size_t(N) * C), xf(size_t(N) * C), rstd(static_cast<size_t>(N));  // (N, C), (N, C), (N)

@@ -137,7 +137,8 @@ class ModelCuda {
   bf16* weights16() { return w16_.data(); }
   float* grads() { return g32_.data(); }
   // The flat range [begin, end) of layer l's parameters (ParamLayout::layer_range).
-  std::pair<size_t, size_t> layer_range(int l) const { return layout_.layer_range(l); }  // LoRA: none
+  // LoRA: the trainable layout has no layer ranges (lora_layout), so this throws; the engine reduces at once.
+  std::pair<size_t, size_t> layer_range(int l) const { return layout_.layer_range(l); }
   size_t size() const { return n_; }
   void zero_grads();
   // Memory-for-time choices (ModelExec, model.hpp): the LM head's chunk, layer recomputation.
