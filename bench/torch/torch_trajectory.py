@@ -26,7 +26,7 @@ CKPT       any checkpoint of the run: its stored config gives the optimizer sett
 --adapter DIR (LoRA, issue 52): the base INIT_DIR with the PEFT adapter DIR on top
     (peft.PeftModel.from_pretrained, is_trainable): only the adapters and modules_to_save train,
     as in our LoRA run (which started --init-from DIR); decay on the adapters and an embedding/head,
-    none on norms. --fp32: no autocast (our CPU engine, the one that runs LoRA, computes in fp32).
+    none on norms. --fp32: no autocast (our CPU engine computes in fp32).
 Needs torch, transformers, h5py (the GPU machine has them); peft with --adapter.
 """
 import argparse

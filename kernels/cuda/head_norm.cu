@@ -80,8 +80,10 @@ void head_rmsnorm_fwd(bf16* x, int64_t ld, const float* w, bf16* xs, float* rstd
 void head_rmsnorm_bwd(bf16* dy, int64_t ld, const bf16* xs, const float* w, const float* rstd, float* dw, int N,
                       int nh, int D, cudaStream_t stream) {
   if (N <= 0 || nh <= 0) return;
-  head_rmsnorm_dw_kernel<<<D, kThreads, 0, stream>>>(dy, ld, xs, rstd, dw, N, nh, D);  // before dy is overwritten
-  SB_CUDA_CHECK_LAUNCH("head_rmsnorm_dw_kernel");
+  if (dw) {  // nullptr: a frozen weight (LoRA's base)
+    head_rmsnorm_dw_kernel<<<D, kThreads, 0, stream>>>(dy, ld, xs, rstd, dw, N, nh, D);  // before dy is overwritten
+    SB_CUDA_CHECK_LAUNCH("head_rmsnorm_dw_kernel");
+  }
   head_rmsnorm_dx_kernel<<<grid_rows(int64_t(N) * nh), kThreads, 0, stream>>>(dy, ld, xs, w, rstd, N, nh, D);
   SB_CUDA_CHECK_LAUNCH("head_rmsnorm_dx_kernel");
 }

@@ -112,11 +112,12 @@ __global__ void __launch_bounds__(kThreads) swiglu_bwd_kernel(const bf16* gate, 
 
 // ---- embedding ----
 // ids (N), table (V,C), out (N,C); one thread per output element.
-__global__ void __launch_bounds__(kThreads) embedding_fwd_kernel(const int32_t* ids, const float* table, float* out,
+template <class W>
+__global__ void __launch_bounds__(kThreads) embedding_fwd_kernel(const int32_t* ids, const W* table, float* out,
                                                                   int N, int C) {
   SB_GRID_LOOP(i, int64_t(N) * C) {
     const int64_t t = i / C, c = i - t * C;
-    out[i] = table[int64_t(ids[t]) * C + c];
+    out[i] = float(table[int64_t(ids[t]) * C + c]);
   }
 }
 // dtable[ids[t]] += dout[t]: repeated ids hit the same row, hence atomicAdd.
@@ -242,6 +243,11 @@ void embedding_fwd(const int32_t* ids, const float* table, float* out, int N, in
   if (N <= 0 || C <= 0) return;
   embedding_fwd_kernel<<<grid_for(int64_t(N) * C), kThreads, 0, stream>>>(ids, table, out, N, C);
   SB_CUDA_CHECK_LAUNCH("embedding_fwd_kernel");
+}
+void embedding_fwd(const int32_t* ids, const bf16* table, float* out, int N, int C, cudaStream_t stream) {
+  if (N <= 0 || C <= 0) return;
+  embedding_fwd_kernel<<<grid_for(int64_t(N) * C), kThreads, 0, stream>>>(ids, table, out, N, C);
+  SB_CUDA_CHECK_LAUNCH("embedding_fwd_kernel (bf16 table)");
 }
 void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int N, int C, cudaStream_t stream) {
   if (N <= 0 || C <= 0) return;

@@ -76,7 +76,8 @@ void swiglu_bwd(const bf16* gate, const bf16* up, const bf16* dh, bf16* dgate, b
 // Qwen3's q_norm / k_norm (head_norm.cu): RMSNorm over each head's D values, weight w (D) fp32.
 // x: N rows at row stride ld (elements) of nh heads of D, bf16, normed in place; xs (N*nh, D) gets
 // the input (the backward's), rstd (N*nh). The backward takes dy (the gradient of the normed values,
-// rows at stride ld) and overwrites it with the gradient of the input; dw (D) += its gradient.
+// rows at stride ld) and overwrites it with the gradient of the input; dw (D) += its gradient
+// (nullptr: not computed, a frozen weight).
 void head_rmsnorm_fwd(bf16* x, int64_t ld, const float* w, bf16* xs, float* rstd, int N, int nh, int D, float eps,
                       cudaStream_t stream = nullptr);
 void head_rmsnorm_bwd(bf16* dy, int64_t ld, const bf16* xs, const float* w, const float* rstd, float* dw, int N,
@@ -115,8 +116,10 @@ void swiglu_bwd_wide(const bf16* gate, const bf16* up, const bf16* dh, bf16* dga
 // backward dgu (N, 2F) likewise packed, the input of one (2F, C) GEMM.
 void swiglu_fwd_packed(const bf16* gu, bf16* h, int N, int F, cudaStream_t stream = nullptr);
 void swiglu_bwd_packed(const bf16* gu, const bf16* dh, bf16* dgu, int N, int F, cudaStream_t stream = nullptr);
-// out (N,C) fp32 = table[ids] (fp32 master table). Backward: dtable[ids] += dout.
+// out (N,C) fp32 = table[ids] (fp32 master table, or a bf16 one: LoRA's frozen base). Backward:
+// dtable[ids] += dout.
 void embedding_fwd(const int32_t* ids, const float* table, float* out, int N, int C, cudaStream_t stream = nullptr);
+void embedding_fwd(const int32_t* ids, const bf16* table, float* out, int N, int C, cudaStream_t stream = nullptr);
 void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int N, int C, cudaStream_t stream = nullptr);
 // Fused cross-entropy over fp32 logits (N,V), targets (N) (-1 = none): loss (N) = lse - z[target]
 // (0 on untargeted rows), dlogits (N,V) bf16 = scale * (softmax - onehot) on targeted rows, 0 elsewhere;

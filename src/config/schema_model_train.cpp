@@ -65,7 +65,7 @@ std::vector<KeySpec> schema_model_train() {
       // [lora] low-rank adapters on a frozen base (README.md "LoRA", src/model/README.md "LoRA")
       {"lora.rank", T::Int, "0", 0, 65536, {}, "LoRA rank r: 0 = off (full fine-tuning); > 0 freezes the base (no gradient, master copy or moments) and trains adapters A (r, in), B (out, r) on each of lora.targets, plus lora.train_also"},
       {"lora.alpha", T::Float, "16", 1e-9, 1e9, {}, "LoRA alpha: an adapter adds (alpha / rank) B (A x) to its projection (PEFT's lora_alpha)"},
-      {"lora.dropout", T::Float, "0", 0, 1, {}, "dropout on the adapters' input (PEFT's lora_dropout): only 0 is built; a value above 0 is refused (exported adapters say lora_dropout = 0)"},
+      {"lora.dropout", T::Float, "0", 0, 1, {}, "dropout probability on the adapters' input x in training (PEFT's lora_dropout), below 1; the same elements dropped on the CPU and the GPU (a hash of seed, step, rank, micro-batch, layer, target, element); 0: none"},
       {"lora.targets", T::String, "q,k,v,o,gate,up,down", 0, 0, {}, "the projections that get adapters: comma-separated, any of q, k, v, o, gate, up, down (PEFT's target_modules q_proj .. down_proj)"},
       {"lora.train_also", T::String, "", 0, 0, {}, "parts trained in full beside the adapters (LongLoRA's LoRA+): comma-separated, any of embed, norm (every RMSNorm), head (the LM head; with tied embeddings the same tensor as embed); empty: none"},
       // [attention]

@@ -36,6 +36,7 @@ class CpuEngine final : public Engine {
     return model_.forward_backward(b, a, loss_scale, part_exchange, [this](int l) { owners_.layer_done(l); });
   }
   void set_probe(SelectionProbe p) override { model_.set_probe(std::move(p)); }
+  void set_dropout_key(uint64_t key) override { model_.set_dropout_key(key); }
   MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax) override {
     return model_.forward(b, a, argmax);
   }
@@ -63,6 +64,9 @@ class CpuEngine final : public Engine {
   }
   uint64_t weights_hash() override {
     return fnv1a_words(model_.weights().data(), model_.weights().size());
+  }
+  uint64_t base_hash() override {
+    return model_.lora().on() ? fnv1a_words(model_.base().data(), model_.base().size()) : 0;
   }
   void to_host() override {}
   void from_host() override {}

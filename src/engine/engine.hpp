@@ -51,6 +51,8 @@ class Engine {
   // The diagnostics' probe (eval --diagnose, model.hpp SelectionProbe), empty: none. The CUDA engine
   // gates on the host while one is set (the probe reads and changes a host selection).
   virtual void set_probe(SelectionProbe p) = 0;
+  // lora.dropout > 0: the draw of the next forward_backward (kernels::dropout_micro_batch_key).
+  virtual void set_dropout_key(uint64_t key) = 0;
   // Fault injection (train.inject_nan_step): the first gradient becomes +inf.
   virtual void poison_gradient() = 0;
   virtual void reduce_gradients() = 0;  // sum over ranks, in place
@@ -58,6 +60,9 @@ class Engine {
   // Clip to grad_clip given the norm, then one AdamW step.
   virtual void update(double grad_norm, double lr, int64_t step) = 0;
   virtual uint64_t weights_hash() = 0;  // fnv1a_words of the fp32 weights (the sync check)
+  // LoRA: fnv1a_words of the frozen base as this engine holds it (the CPU's fp32 Model::base(), the
+  // GPU's bf16 copy with its fp32 norms and biases), unchanged by any step; 0 without LoRA.
+  virtual uint64_t base_hash() = 0;
   virtual void to_host() = 0;           // weights and moments -> host model and AdamW (checkpoints)
   virtual void from_host() = 0;         // host model and AdamW -> device (after init or resume)
   // Mean time (ms, the slowest rank's) of `reps` all-reduces of n floats where the gradients live,

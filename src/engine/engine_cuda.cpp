@@ -1,6 +1,8 @@
 // The CUDA engine: one GPU per rank (node-local rank picks it), the model in mixed precision
 // (src/model/model_cuda.cpp), AdamW on fp32 master weights on the device, NCCL all-reduce; with
-// train.zero = 1 the optimizer state is sliced over the ranks (src/engine/zero_cuda.hpp).
+// train.zero = 1 the optimizer state is sliced over the ranks (src/engine/zero_cuda.hpp). With LoRA
+// ([lora]) everything here acts on the trainable tensors (Model::layout(): the adapters and the
+// train_also parts): the frozen base sits on the device once, in bf16 (ModelCuda::upload_base).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -49,7 +51,8 @@ class CudaEngine final : public Engine {
       : comm_(comm), model_(model), opt_(opt) {
     bool shared = false;
     const int dev = choose_device(s.block_size, comm, model.shape(), &shared);
-    gpu_ = std::make_unique<ModelCuda>(model.shape(), model.layout(), !s.zero);  // zero: the master is sliced
+    // zero: the master is sliced; LoRA: the model's buffers are the trainable tensors', the base apart
+    gpu_ = std::make_unique<ModelCuda>(model.shape(), model.base_layout(), model.lora(), !s.zero);
     gpu_->set_exec(s.exec);
     gpu_->phases().set_on(s.phase_times);
     if (!s.zero) m_.resize(gpu_->size()), v_.resize(gpu_->size());
@@ -107,6 +110,7 @@ class CudaEngine final : public Engine {
     });
   }
   void set_probe(SelectionProbe p) override { gpu_->set_probe(std::move(p)); }
+  void set_dropout_key(uint64_t key) override { gpu_->set_dropout_key(key); }
   MicroBatchStats forward(const PackedBatch& b, const AttnSettings& a, std::vector<int32_t>* argmax) override {
     return gpu_->forward(b, a, argmax);
   }
@@ -167,6 +171,7 @@ class CudaEngine final : public Engine {
     download(v_, opt_.v());
   }
   void from_host() override {
+    gpu_->upload_base(model_.base());  // LoRA only: the frozen base, bf16 (its norms and biases fp32)
     if (zero_) return zero_->from_host(model_.weights());
     gpu_->upload_weights(model_.weights());
     upload(m_, opt_.m());
@@ -184,6 +189,7 @@ class CudaEngine final : public Engine {
   }
   std::string device_name() override { return "cuda: " + gpu_name_ + " (" + std::to_string(comm_.size()) + " ranks)"; }
   double peak_memory_bytes() override { return gpu_->peak_memory_bytes(); }
+  uint64_t base_hash() override { return gpu_->base_hash(); }
   // What this rank holds on the GPU for the parameters: the model's copies, then the optimizer's.
   std::string memory_line() override {
     const double mib = 1.0 / (1024.0 * 1024.0), n = double(gpu_->size());
@@ -191,11 +197,14 @@ class CudaEngine final : public Engine {
     const double model_b = n * 2 + n * 4 + double(gpu_->fp32_copy_size()) * 4;
     const bool own_g = zero_ && zero_->own_gradient_copy();
     const double opt_b = k * 8 + (zero_ ? k * 4 : 0) + (own_g ? k * 4 : 0);
-    char buf[400];
+    char base[120] = "";
+    if (model_.lora().on())
+      std::snprintf(base, sizeof base, "frozen base %.1f MiB (bf16; its norms and biases fp32), ", gpu_->base_bytes() * mib);
+    char buf[520];
     std::snprintf(buf, sizeof buf,
-                  "gpu memory per rank: model %.1f MiB (bf16 weights, fp32 gradients, fp32 %s), optimizer state "
+                  "gpu memory per rank: %smodel %.1f MiB (bf16 weights, fp32 gradients, fp32 %s), optimizer state "
                   "%.1f MiB (%sAdamW moments of %.0f of %.0f parameters%s, train.zero = %d); peak so far %.1f MiB",
-                  model_b * mib, zero_ ? "copies of the embedding, norms and biases" : "master weights", opt_b * mib,
+                  base, model_b * mib, zero_ ? "copies of the embedding, norms and biases" : "master weights", opt_b * mib,
                   zero_ ? "fp32 master weights and " : "", k, n, own_g ? ", their reduced gradient" : "",
                   zero_ ? 1 : 0, gpu_->peak_memory_bytes() * mib);
     return buf;
@@ -256,9 +265,6 @@ class CudaEngine final : public Engine {
 }  // namespace
 
 std::unique_ptr<Engine> make_cuda_engine(const EngineSettings& s, const Comm& comm, Model<float>& model, AdamW& opt) {
-  if (model.lora().on())  // the device model has no adapters yet: refuse rather than train the base
-    throw Error("lora.rank = " + std::to_string(model.lora().rank) + " with train.device = \"cuda\": the CUDA engine "
-                "does not run LoRA yet; use train.device = \"cpu\" (README.md, 'LoRA')");
   return std::make_unique<CudaEngine>(s, comm, model, opt);
 }
 

@@ -41,16 +41,20 @@ std::vector<MemoryPlanRow> memory_plan(const ModelDims& d, const LoraSpec& lora_
         r.weights = 4 * n, r.grads = 4 * n;
         r.optimizer = 8 * k + (zero ? 4 * k : 0);
         r.activations = cpu_activations(d, e.exec, micro_batch_tokens, is_lora ? lora : LoraSpec{});
-      } else if (is_lora) {
-        r.built = false;  // the CUDA engine refuses lora.rank > 0
       } else {  // engine_cuda.cpp memory_line: bf16 weights, fp32 gradients, fp32 master or (ZeRO) its slice
-        double f32 = 0;  // with ZeRO the model keeps fp32 copies of what it reads in fp32 only
-        for (size_t i : {base.embed, base.norm}) f32 += double(base.params[i].size);
-        for (const LayerParams& I : base.layers)
-          for (size_t i : {I.ln1, I.ln2, I.q_bias, I.k_bias, I.v_bias, I.q_norm, I.k_norm})
-            if (i != kNoParam) f32 += double(base.params[i].size);
-        r.weights = 2 * P + 4 * (zero ? f32 : P);
-        r.grads = 4 * P;
+        // (model_cuda.cpp's constructor): the trainable tensors' buffers, LoRA's frozen base apart,
+        // each frozen tensor once, bf16, or fp32 where read in fp32 (norms, biases; not the embedding)
+        const LoraLayout ll = lora_layout(base, d, is_lora ? lora : LoraSpec{});
+        const std::vector<size_t> f32 = fp32_read_params(base);
+        double train32 = 0;  // with ZeRO the model keeps fp32 copies of what it reads in fp32 only
+        for (size_t i = 0; i < base.params.size(); ++i) {
+          const bool reads32 = std::find(f32.begin(), f32.end(), i) != f32.end();
+          const double sz = double(base.params[i].size);
+          if (ll.of_base[i] != kNoParam) train32 += reads32 ? sz : 0;
+          else r.base += reads32 && i != base.embed ? 4 * sz : 2 * sz;
+        }
+        r.weights = 2 * n + 4 * (zero ? train32 : n);
+        r.grads = 4 * n;
         r.optimizer = 8 * k + (zero ? 4 * k + (ranks > 1 ? 4 * k : 0) : 0);
       }
       rows.push_back(r);

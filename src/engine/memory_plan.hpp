@@ -13,7 +13,6 @@ namespace sb {
 
 struct MemoryPlanRow {
   std::string run;                  // "full, train.zero = 0", "LoRA r 16, train.zero = 1", ...
-  bool built = true;                // false: this device does not run it (nothing planned)
   double base = 0;                  // bytes: the frozen base (LoRA)
   double weights = 0, grads = 0;    // bytes: the trainable weights (and their device copies), gradients
   double optimizer = 0;             // bytes: AdamW moments (+ ZeRO's master and reduced-gradient slices)

@@ -132,7 +132,7 @@ std::string lora_to_peft(const std::string& src, const std::string& dst, StDtype
                 {"base_model_name_or_path", random ? ojson(nullptr) : ojson(ref.base)},
                 {"r", s.rank},
                 {"lora_alpha", s.alpha},
-                {"lora_dropout", 0.0},
+                {"lora_dropout", s.dropout},
                 {"target_modules", targets},
                 {"modules_to_save", save.empty() ? ojson(nullptr) : save},
                 {"bias", "none"},

@@ -4,6 +4,7 @@
 #include <random>
 
 #include "base/error.hpp"
+#include "kernels/lora_dropout.hpp"
 #include "src/model/model.hpp"
 
 namespace sb {
@@ -62,6 +63,14 @@ LoraLayout lora_layout(const ParamLayout& base, const ModelDims& d, const LoraSp
   return out;
 }
 
+std::vector<size_t> fp32_read_params(const ParamLayout& base) {
+  std::vector<size_t> f32 = {base.embed, base.norm};
+  for (const LayerParams& I : base.layers)
+    for (size_t i : {I.ln1, I.ln2, I.q_bias, I.k_bias, I.v_bias, I.q_norm, I.k_norm})
+      if (i != kNoParam) f32.push_back(i);
+  return f32;
+}
+
 template <class T>
 void Model<T>::init_adapters(uint64_t seed) {
   // PEFT's reset_lora_parameters: kaiming_uniform_(A, a = sqrt(5)) is uniform(-b, b) with
@@ -117,12 +126,26 @@ std::vector<T> Model<T>::merged() const {
   return m;
 }
 
+// lora.dropout in training: the adapter's input with the elements kernels::dropout_keep drops at
+// zero and the rest scaled by 1 / (1 - p) (empty: no dropout, the adapter reads x itself).
+template <class T>
+static std::vector<T> dropped(const T* x, size_t n, const LoraSpec& s, bool training, uint64_t key) {
+  if (!training || s.dropout <= 0) return {};
+  const uint32_t thr = k::dropout_threshold(s.dropout);
+  const T inv = T(1.0 / (1.0 - s.dropout));
+  std::vector<T> xd(n);
+  for (size_t i = 0; i < n; ++i) xd[i] = k::dropout_keep(key, i, thr) ? x[i] * inv : T(0);
+  return xd;
+}
+
 template <class T>
 void Model<T>::proj_fwd(int l, int t, const T* x, T* y, int N, int in, int out, std::vector<T>& u) {
   k::linear_fwd(x, W(target_param(base_layout_.layers[size_t(l)], t)), y, N, in, out);
   if (!lora_.on() || adapters_[size_t(l)][size_t(t)].a == kNoParam) return;
   const LoraPair& ab = adapters_[size_t(l)][size_t(t)];
   const int r = lora_.rank;
+  const std::vector<T> xd = dropped(x, size_t(N) * in, lora_, training_, k::dropout_key(drop_key_, l, t));
+  if (!xd.empty()) x = xd.data();
   u.assign(size_t(N) * r, T(0));
   // u (N, r) = scale * x (N, in) @ A^T;  y (N, out) += u @ B^T
   k::gemm<T>(false, true, N, r, in, T(lora_.scale()), x, in, w_.data() + layout_.params[ab.a].offset, in, T(0),
@@ -140,11 +163,23 @@ void Model<T>::proj_bwd(int l, int t, const T* x, const T* dy, T* dx, int N, int
   const T* B = w_.data() + layout_.params[ab.b].offset;
   const T* A = w_.data() + layout_.params[ab.a].offset;
   // dB (out, r) += dy^T @ u;  du (N, r) = scale * dy @ B;  dA (r, in) += du^T @ x;  dx += du @ A
+  // (lora.dropout: x is the dropped input, drawn again with the forward's key, and du @ A goes
+  // through the same mask and scale)
+  const uint64_t key = k::dropout_key(drop_key_, l, t);
+  const std::vector<T> xd = dropped(x, size_t(N) * in, lora_, training_, key);
   k::gemm<T>(true, false, out, r, N, T(1), dy, out, u.data(), r, T(1), g_.data() + layout_.params[ab.b].offset, r);
   std::vector<T> du(size_t(N) * r);
   k::gemm<T>(false, false, N, r, out, T(lora_.scale()), dy, out, B, r, T(0), du.data(), r);
-  k::gemm<T>(true, false, r, in, N, T(1), du.data(), r, x, in, T(1), g_.data() + layout_.params[ab.a].offset, in);
-  if (dx) k::gemm<T>(false, false, N, in, r, T(1), du.data(), r, A, in, T(1), dx, in);
+  k::gemm<T>(true, false, r, in, N, T(1), du.data(), r, xd.empty() ? x : xd.data(), in, T(1),
+             g_.data() + layout_.params[ab.a].offset, in);
+  if (!dx) return;
+  if (xd.empty()) return k::gemm<T>(false, false, N, in, r, T(1), du.data(), r, A, in, T(1), dx, in);
+  std::vector<T> dxa(size_t(N) * in);  // du @ A, then masked and scaled into dx
+  k::gemm<T>(false, false, N, in, r, T(1), du.data(), r, A, in, T(0), dxa.data(), in);
+  const uint32_t thr = k::dropout_threshold(lora_.dropout);
+  const T inv = T(1.0 / (1.0 - lora_.dropout));
+  for (size_t i = 0; i < dxa.size(); ++i)
+    if (k::dropout_keep(key, i, thr)) dx[i] += dxa[i] * inv;
 }
 
 // The members defined here (the class itself is instantiated in model.cpp).

@@ -215,6 +215,7 @@ std::vector<T> Model<T>::forward_logits(const PackedBatch& b, const AttnSettings
   check_inputs(b, a, shape_);
   if (!b.parts.empty() || first_row < 0 || first_row >= N)
     throw std::logic_error("Model::forward_logits: whole sequences only, first_row in [0, N)");
+  training_ = false;  // no lora.dropout
   MicroBatchStats st;
   st.gating.resize(size_t(shape_.n_layers));
   std::vector<T> x(size_t(N) * C), xf(size_t(N) * C), rstd(static_cast<size_t>(N));  // (N, C), (N, C), (N)
@@ -338,6 +339,7 @@ MicroBatchStats Model<T>::run(const PackedBatch& b, const AttnSettings& a, T los
             V = s.vocab, L = s.n_layers;
   const int HD = H * D, KD = Hkv * D, nd = b.ndocs();
   check_inputs(b, a, s);
+  training_ = backward;
   if (!b.parts.empty() && !ex) throw std::logic_error("Model: a batch with documents in parts needs their exchange");
   const int n_seq = b.cu_seqlens.empty() ? 0 : b.cu_seqlens.back();  // rows of the whole sequences
   const k::AttnShape ashape{H, Hkv, D, a.block_size};

@@ -245,6 +245,7 @@ struct LoraSpec {
   double alpha = 16;
   std::array<bool, kLoraTargets> targets{true, true, true, true, true, true, true};
   bool embed = false, norm = false, head = false;  // lora.train_also: trained in full beside the adapters
+  double dropout = 0;  // lora.dropout: on the adapters' input x in training (kernels/lora_dropout.hpp)
   bool on() const { return rank > 0; }
   double scale() const { return alpha / rank; }
 };
@@ -269,6 +270,11 @@ size_t target_param(const LayerParams& I, int t);
 // ("model.layers.0.self_attn.q_proj.lora_A.weight"), then the final norm and an untied head.
 // Adapters take weight decay (PEFT leaves them to the optimizer's). Off: the base layout itself.
 LoraLayout lora_layout(const ParamLayout& base, const ModelDims& d, const LoraSpec& s);
+
+// The tensors (indices into `base`) the GPU model reads in fp32: the embedding, the norms and the
+// q/k/v biases; every other weight only through bf16 GEMMs (src/model/model_cuda.hpp). With LoRA a
+// frozen embedding is read from its bf16 copy instead (src/model/lora_cuda.cpp).
+std::vector<size_t> fp32_read_params(const ParamLayout& base);
 
 // One budget per layer, every token id inside the vocabulary (the error names model.vocab_size).
 void check_inputs(const PackedBatch& b, const AttnSettings& a, const ModelDims& s);
@@ -324,6 +330,9 @@ class Model {
   const ModelExec& exec() const { return exec_; }
   void set_exec(const ModelExec& e) { exec_ = e; }
   void set_probe(SelectionProbe p) { probe_ = std::move(p); }  // empty: none
+  // lora.dropout > 0: the next forward_backward's draw (kernels::dropout_micro_batch_key; the
+  // engine sets it per micro-batch). forward() (eval) never drops.
+  void set_dropout_key(uint64_t k) { drop_key_ = k; }
 
  private:
   struct Layer;  // saved activations of one layer
@@ -350,6 +359,8 @@ class Model {
   void proj_fwd(int l, int t, const T* x, T* y, int N, int in, int out, std::vector<T>& u);
   void proj_bwd(int l, int t, const T* x, const T* dy, T* dx, int N, int in, int out, const std::vector<T>& u);
   void init_adapters(uint64_t seed);  // LoRA: A, B and the train_also copies (lora.cpp)
+  uint64_t drop_key_ = 0;  // set_dropout_key
+  bool training_ = false;  // run() with its backward: lora.dropout applies
 
   ModelDims shape_;
   LoraSpec lora_;

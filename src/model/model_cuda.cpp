@@ -52,6 +52,7 @@ struct ModelCuda::Layer {
   DeviceArray<kc::bf16> xn2;           // (N, C)
   DeviceArray<kc::bf16> h;             // (N, F) swiglu(gate, up)
   DeviceArray<kc::bf16> gu;            // (N, 2F) gate|up, one GEMM's output
+  DeviceArray<kc::bf16> u[kLoraTargets];  // LoRA: (N, rank) scale x A^T of each target with an adapter
   // data.long_docs = "split": each part's selection (this rank's rows) and the layer's statistics
   // of those rows, kept in layers_[l] for the backward and recomputation
   std::vector<std::unique_ptr<kc::DeviceSelection>> part_sel;
@@ -89,10 +90,14 @@ struct ModelCuda::Timers {
   }
 };
 
-ModelCuda::ModelCuda(const ModelDims& dims, const ParamLayout& layout, bool fp32_master)
-    : dims_(dims), layout_(layout), n_(layout.size), master_(fp32_master) {
-  if (layout_.layers.size() != size_t(dims_.n_layers) || layout_.params[layout_.norm].name != "model.norm.weight")
+ModelCuda::ModelCuda(const ModelDims& dims, const ParamLayout& base, const LoraSpec& lora, bool fp32_master)
+    : dims_(dims), lora_(lora), base_layout_(base), master_(fp32_master) {
+  if (base_layout_.layers.size() != size_t(dims_.n_layers) ||
+      base_layout_.params[base_layout_.norm].name != "model.norm.weight")
     throw std::logic_error("ModelCuda: parameter layout does not match the model dims");
+  LoraLayout ll = lora_layout(base_layout_, dims_, lora_);  // off: the base itself, each tensor trained
+  layout_ = std::move(ll.train), of_base_ = std::move(ll.of_base), adapters_ = std::move(ll.adapters);
+  n_ = layout_.size;
   SB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   // Keep freed stream-ordered memory (gating's per-layer scratch) in the pool instead of returning
   // it to the driver at every synchronisation.
@@ -105,25 +110,36 @@ ModelCuda::ModelCuda(const ModelDims& dims, const ParamLayout& layout, bool fp32
   blas_ = std::make_unique<kc::Blas>(stream_);
   gating_ = std::make_unique<kc::DeviceGating>();
   off32_.assign(layout_.params.size(), kNoParam);
-  std::vector<size_t> f32 = {layout_.embed, layout_.norm};  // what W() reads: the rest goes through W16()
-  for (const LayerParams& I : layout_.layers)
-    for (size_t i : {I.ln1, I.ln2, I.q_bias, I.k_bias, I.v_bias, I.q_norm, I.k_norm})
-      if (i != kNoParam) f32.push_back(i);
+  const std::vector<size_t> f32 = fp32_read_params(base_layout_);  // what W() reads: the rest goes through W16()
+  auto reads32 = [&](size_t i) { return std::find(f32.begin(), f32.end(), i) != f32.end(); };
+  std::vector<char> train32(layout_.params.size(), 0);  // trainable tensors W() reads
+  for (size_t i : f32)
+    if (of_base_[i] != kNoParam) train32[of_base_[i]] = 1;
   for (size_t i = 0; i < layout_.params.size(); ++i) {
-    if (!master_ && std::find(f32.begin(), f32.end(), i) == f32.end()) continue;
+    if (!master_ && !train32[i]) continue;
     off32_[i] = master_ ? layout_.params[i].offset : w32_size_;
     w32_size_ += layout_.params[i].size;
   }
-  // The layers read gate|up as one (2F, C) matrix and q|k|v as one (H*D + 2*Hkv*D, C): the layout
-  // keeps gate and up adjacent, and q, k, v too unless their biases sit between them (Qwen2)
-  for (const LayerParams& I : layout_.layers) {
-    auto next = [&](size_t a, size_t b) {
-      return layout_.params[b].offset == layout_.params[a].offset + layout_.params[a].size;
-    };
+  // LoRA: each frozen tensor once, in the precision the kernels read it (a frozen embedding: bf16)
+  boff16_.assign(base_layout_.params.size(), kNoParam), boff32_ = boff16_;
+  size_t n16 = 0, n32 = 0;
+  for (size_t i = 0; i < base_layout_.params.size(); ++i) {
+    if (of_base_[i] != kNoParam) continue;
+    const size_t n = base_layout_.params[i].size;
+    if (reads32(i) && i != base_layout_.embed) boff32_[i] = n32, n32 += n;
+    else boff16_[i] = n16, n16 += n;
+  }
+  if (n16) base16_.resize(n16);
+  if (n32) base32_.resize(n32);
+  w32_.resize(w32_size_), g32_.resize(n_), w16_.resize(n_);
+  // The layers read gate|up as one (2F, C) matrix and q|k|v as one (H*D + 2*Hkv*D, C): the layouts
+  // (base and LoRA's frozen copies alike) keep gate and up adjacent, and q, k, v too unless their
+  // biases sit between them (Qwen2)
+  for (const LayerParams& I : base_layout_.layers) {
+    auto next = [&](size_t a, size_t b) { return W16(b) == W16(a) + base_layout_.params[a].size; };
     if (!next(I.gate, I.up)) throw std::logic_error("ModelCuda: gate and up projections are not adjacent");
     qkv_adjacent_ = qkv_adjacent_ && next(I.q, I.k) && next(I.k, I.v);
   }
-  w32_.resize(w32_size_), g32_.resize(n_), w16_.resize(n_);
   const RopeTable rt = rope_table(dims_.head_dim, dims_.rope_theta, dims_.rope_scaling);
   rope_scale_ = rt.scale;
   SB_CUDA_CHECK(cudaMemcpy(inv_freq_.resize(rt.inv_freq.size()), rt.inv_freq.data(), rt.inv_freq.size() * sizeof(double),
@@ -182,10 +198,10 @@ void ModelCuda::pack_qkv_weights() {
   if (qkv_adjacent_) return;
   const size_t C = size_t(dims_.d_model), HD = size_t(dims_.n_heads) * dims_.head_dim,
                KD = size_t(dims_.n_kv_heads) * dims_.head_dim, P3 = HD + 2 * KD;
-  bf16* dst = qkvw16_.resize(layout_.layers.size() * P3 * C);  // (L, P3, C)
-  for (const LayerParams& I : layout_.layers) {
+  bf16* dst = qkvw16_.resize(base_layout_.layers.size() * P3 * C);  // (L, P3, C)
+  for (const LayerParams& I : base_layout_.layers) {
     for (size_t i : {I.q, I.k, I.v}) {
-      const size_t n = layout_.params[i].size;
+      const size_t n = base_layout_.params[i].size;
       SB_CUDA_CHECK(cudaMemcpyAsync(dst, W16(i), n * sizeof(bf16), cudaMemcpyDeviceToDevice, stream_));
       dst += n;
     }
@@ -194,7 +210,7 @@ void ModelCuda::pack_qkv_weights() {
 
 const ModelCuda::bf16* ModelCuda::Wqkv(int l) {
   const size_t C = size_t(dims_.d_model), P3 = size_t(dims_.n_heads + 2 * dims_.n_kv_heads) * dims_.head_dim;
-  return qkv_adjacent_ ? W16(layout_.layers[size_t(l)].q) : qkvw16_.data() + size_t(l) * P3 * C;
+  return qkv_adjacent_ ? W16(base_layout_.layers[size_t(l)].q) : qkvw16_.data() + size_t(l) * P3 * C;
 }
 
 void ModelCuda::zero_grads() { SB_CUDA_CHECK(cudaMemsetAsync(g32_.data(), 0, n_ * sizeof(float), stream_)); }
@@ -224,7 +240,7 @@ void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a
   kc::Blas& bl = *blas_;
   Layer& K = *layers_[l];  // what stays between forward and backward: x_in, the selection
   const float* x = K.x_in.data();
-  const LayerParams& I = layout_.layers[size_t(l)];
+  const LayerParams& I = base_layout_.layers[size_t(l)];
   PhaseClock& ph = phases_;
   using P = Phase;
   // attention block
@@ -234,6 +250,11 @@ void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a
   ph.mark(P::gemm, cs);
   // q|k|v (N, HD + 2 KD) in one GEMM, then bias + RoPE into the arrays attention reads
   kc::linear_fwd(bl, A.xn.data(), Wqkv(l), qkv_.resize(size_t(N) * (HD + 2 * KD)), N, C, HD + 2 * KD);
+  for (int t = 0; t < 3; ++t) {  // LoRA on q, k, v: into their column blocks of qkv (N, HD + 2 KD)
+    const int at = t == 0 ? 0 : t == 1 ? HD : HD + KD, out = t == 0 ? HD : KD;
+    adapter_in(l, t, A.xn.data(), C, A.u[t], N);
+    adapter_out(l, t, A.u[t].data(), qkv_.data() + at, HD + 2 * KD, out, N);
+  }
   ph.mark(P::elementwise, cs);
   if (s.qk_norm) {  // Qwen3 (no biases): each head's q and k RMS-normed before RoPE, in the GEMM's output
     const int64_t P = HD + 2 * KD;
@@ -313,26 +334,34 @@ void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a
   ph.mark(P::gemm, cs);
   float* xm = A.x_mid.resize(NC);
   kc::gemm(bl, false, true, N, C, HD, 1.f, A.att.data(), HD, W16(I.o), HD, 0.f, xm, C);
+  adapter_in(l, 3, A.att.data(), HD, A.u[3], N);  // LoRA on o
+  adapter_out(l, 3, A.u[3].data(), xm, C, C, N);
   // MLP block
   ph.mark(P::elementwise, cs);
   kc::add_rmsnorm_fwd(xm, x, W(I.ln2), A.xn2.resize(NC), A.rstd2.resize(N), N, C, eps, cs);
   ph.mark(P::gemm, cs);
   // gate|up (N, 2F): the two weights are adjacent, one (2F, C) matrix
   kc::linear_fwd(bl, A.xn2.data(), W16(I.gate), A.gu.resize(2 * NF), N, C, 2 * F);
+  for (int t = 4; t < 6; ++t) {  // LoRA on gate, up: their column blocks of gu (N, 2F)
+    adapter_in(l, t, A.xn2.data(), C, A.u[t], N);
+    adapter_out(l, t, A.u[t].data(), A.gu.data() + (t - 4) * F, 2 * F, F, N);
+  }
   ph.mark(P::elementwise, cs);
   kc::swiglu_fwd_packed(A.gu.data(), A.h.resize(NF), N, F, cs);
   ph.mark(P::gemm, cs);
+  adapter_in(l, 6, A.h.data(), F, A.u[6], N);  // LoRA on down: u also when recomputing (x_out unused)
   if (!x_out) return;
   // x_out = x_mid + down(h), added by the next norm's kernel: layer l+1's ln1 into its activations
   // (the work_ layer under train.recompute), or the final norm after the last layer
   kc::gemm(bl, false, true, N, C, F, 1.f, A.h.data(), F, W16(I.down), F, 0.f, x_out, C);
+  adapter_out(l, 6, A.u[6].data(), x_out, C, C, N);
   ph.mark(P::elementwise, cs);
   if (l + 1 < s.n_layers) {
     Layer& B = exec_.recompute ? *work_ : *layers_[l + 1];
-    kc::add_rmsnorm_fwd(x_out, xm, W(layout_.layers[size_t(l) + 1].ln1), B.xn.resize(NC), B.rstd1.resize(N), N, C,
+    kc::add_rmsnorm_fwd(x_out, xm, W(base_layout_.layers[size_t(l) + 1].ln1), B.xn.resize(NC), B.rstd1.resize(N), N, C,
                         eps, cs);
   } else {
-    kc::add_rmsnorm_fwd(x_out, xm, W(layout_.norm), xf_.resize(NC), rstdf_.resize(N), N, C, eps, cs);
+    kc::add_rmsnorm_fwd(x_out, xm, W(base_layout_.norm), xf_.resize(NC), rstdf_.resize(N), N, C, eps, cs);
   }
 }
 
@@ -388,6 +417,7 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   const size_t NC = size_t(N) * C, NF = size_t(N) * F;
   check_inputs(b, a, s);
   part_ex_ = ex;
+  training_ = backward;
   dense_sel_ready_ = false;
   MicroBatchStats st;
   st.gating.resize(L);
@@ -415,7 +445,9 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
 
   // ---- forward
   float* x = layers_.empty() ? xs_top_.resize(NC) : layers_[0]->x_in.resize(NC);  // (N, C)
-  kc::embedding_fwd(tokens_.data(), W(layout_.embed), x, N, C, cs);
+  const size_t E = base_layout_.embed;
+  if (of_base_[E] != kNoParam) kc::embedding_fwd(tokens_.data(), W(E), x, N, C, cs);
+  else kc::embedding_fwd(tokens_.data(), W16(E), x, N, C, cs);  // LoRA: the frozen embedding's bf16 copy
   for (int l = 0; l < L; ++l) {
     float* xo = l + 1 < L ? layers_[l + 1]->x_in.resize(NC) : xs_top_.resize(NC);  // the next layer's input
     layer_forward(l, b, a, exec_.recompute ? *work_ : *layers_[l], xo, true, st, timers, gtimers);
@@ -425,7 +457,7 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   if (dev_sel) gating_->fetch_stats(cs);
   ph.mark(P::head_loss, cs);
   if (L == 0)  // else the last layer computed it with its residual add
-    kc::rmsnorm_fwd(x, W(layout_.norm), xf_.resize(NC), rstdf_.resize(N), N, C, eps, cs);
+    kc::rmsnorm_fwd(x, W(base_layout_.norm), xf_.resize(NC), rstdf_.resize(N), N, C, eps, cs);
   // LM head and loss in chunks of `rows` tokens, never the whole (N, V) logits: logits (rows, V)
   // bf16, overwritten by dlogits (cross_entropy_inplace), reused by every chunk, and the head's
   // backward runs per chunk (fused): dxf (N, C) = dlogits W, the head's gradient += dlogits^T xf.
@@ -438,11 +470,11 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   for (int t0 = 0; t0 < N; t0 += rows) {
     const int n = std::min(rows, N - t0);
     const bf16* xc = xf_.data() + size_t(t0) * C;
-    kc::linear_fwd(bl, xc, W16(layout_.head), logits, n, C, V);
+    kc::linear_fwd(bl, xc, W16(base_layout_.head), logits, n, C, V);
     kc::cross_entropy_inplace(logits, targets_.data() + t0, loss_.data() + t0, backward, argmax_.data() + t0, n, V,
                               loss_scale, cs);
     if (backward)
-      kc::linear_bwd(bl, xc, W16(layout_.head), logits, dxf + size_t(t0) * C, false, G(layout_.head), n, C, V);
+      kc::linear_bwd(bl, xc, W16(base_layout_.head), logits, dxf + size_t(t0) * C, false, G(base_layout_.head), n, C, V);
   }
   std::vector<float> loss(N);
   std::vector<int32_t> am(N);
@@ -457,7 +489,7 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
     SB_CUDA_CHECK(cudaMemsetAsync(dx, 0, NC * sizeof(float), cs));
     ph.mark(P::head_loss, cs);
     // the norms' backward also write dx16 = bf16(dx), the input of the GEMM after them
-    kc::rmsnorm_bwd_fused(xs_top_.data(), W(layout_.norm), rstdf_.data(), dxf, dx, dx16, G(layout_.norm), N, C, cs);
+    kc::rmsnorm_bwd_fused(xs_top_.data(), W(base_layout_.norm), rstdf_.data(), dxf, dx, dx16, G(base_layout_.norm), N, C, cs);
     const int P3 = HD + 2 * KD;  // packed q|k|v columns
     bf16* dh = dh_.resize(NF);
     bf16 *dgu = dgu_.resize(2 * NF), *dqkv = dqkv_.resize(size_t(N) * P3);
@@ -468,20 +500,23 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
       Layer& K = *layers_[l];  // x_in and the selection
       Layer& A = exec_.recompute ? *work_ : K;
       if (exec_.recompute) layer_forward(l, b, a, A, nullptr, false, st, timers, gtimers);  // the activations again
-      const LayerParams& I = layout_.layers[size_t(l)];
+      const LayerParams& I = base_layout_.layers[size_t(l)];
       // MLP block: x_out = x_mid + down(swiglu(gate(xn2), up(xn2)))
       ph.mark(P::gemm, cs);
       kc::linear_bwd(bl, A.h.data(), W16(I.down), dx16, dh, false, G(I.down), N, F, C);
+      adapter_bwd(l, 6, A.h.data(), F, dx16, C, C, A.u[6].data(), dh, N);  // LoRA: dA, dB, dh += du A
       ph.mark(P::elementwise, cs);
       kc::swiglu_bwd_packed(A.gu.data(), dh, dgu, N, F, cs);
       ph.mark(P::gemm, cs);
       // dxn = dgu Wgu, the gate and up gradients (adjacent) += dgu^T xn2: two GEMMs, not four
       kc::linear_bwd(bl, A.xn2.data(), W16(I.gate), dgu, dxn, false, G(I.gate), N, C, 2 * F);
+      for (int t = 4; t < 6; ++t) adapter_bwd(l, t, A.xn2.data(), C, dgu + (t - 4) * F, 2 * F, F, A.u[t].data(), dxn, N);
       ph.mark(P::elementwise, cs);
       kc::rmsnorm_bwd_fused(A.x_mid.data(), W(I.ln2), A.rstd2.data(), dxn, dx, dx16, G(I.ln2), N, C, cs);
       // attention block: x_mid = x_in + o(attn(rope(q(xn)), rope(k(xn)), v(xn)))
       ph.mark(P::gemm, cs);
       kc::linear_bwd(bl, A.att.data(), W16(I.o), dx16, datt, false, G(I.o), N, HD, C);
+      adapter_bwd(l, 3, A.att.data(), HD, dx16, C, C, A.u[3].data(), datt, N);
       ph.mark(P::attn_bwd, cs);
       const size_t ta = timers.start();
       kc::block_attention_bwd(A.q.data(), A.k.data(), A.v.data(), A.att.data(), A.lse.data(), datt, *K.selp, ashape,
@@ -494,7 +529,7 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
         kc::head_rmsnorm_bwd(dqkv, P3, A.q_raw.data(), W(I.q_norm), A.rstdq.data(), G(I.q_norm), N, H, D, cs);
         kc::head_rmsnorm_bwd(dqkv + HD, P3, A.k_raw.data(), W(I.k_norm), A.rstdk.data(), G(I.k_norm), N, Hkv, D, cs);
       }
-      if (s.qkv_bias) {  // the column blocks of dqkv
+      if (s.qkv_bias && G(I.q_bias)) {  // the column blocks of dqkv (LoRA: frozen biases, no gradient)
         kc::bias_add_bwd(dqkv, G(I.q_bias), N, HD, cs, P3);
         kc::bias_add_bwd(dqkv + HD, G(I.k_bias), N, KD, cs, P3);
         kc::bias_add_bwd(dqkv + HD + KD, G(I.v_bias), N, KD, cs, P3);
@@ -502,11 +537,15 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
       ph.mark(P::gemm, cs);
       if (qkv_adjacent_) {  // dxn = dqkv Wqkv; the q/k/v gradients, adjacent, += dqkv^T xn
         kc::linear_bwd(bl, A.xn.data(), W16(I.q), dqkv, dxn, false, G(I.q), N, C, P3);
-      } else {  // biases between the weights: dW per column block of dqkv
+      } else {  // biases between the weights: dW per column block of dqkv (LoRA: none, frozen)
         kc::linear_bwd(bl, A.xn.data(), Wqkv(l), dqkv, dxn, false, nullptr, N, C, P3);
-        kc::gemm(bl, true, false, HD, C, N, 1.f, dqkv, P3, A.xn.data(), C, 1.f, G(I.q), C);
-        kc::gemm(bl, true, false, KD, C, N, 1.f, dqkv + HD, P3, A.xn.data(), C, 1.f, G(I.k), C);
-        kc::gemm(bl, true, false, KD, C, N, 1.f, dqkv + HD + KD, P3, A.xn.data(), C, 1.f, G(I.v), C);
+        if (G(I.q)) kc::gemm(bl, true, false, HD, C, N, 1.f, dqkv, P3, A.xn.data(), C, 1.f, G(I.q), C);
+        if (G(I.k)) kc::gemm(bl, true, false, KD, C, N, 1.f, dqkv + HD, P3, A.xn.data(), C, 1.f, G(I.k), C);
+        if (G(I.v)) kc::gemm(bl, true, false, KD, C, N, 1.f, dqkv + HD + KD, P3, A.xn.data(), C, 1.f, G(I.v), C);
+      }
+      for (int t = 0; t < 3; ++t) {  // LoRA on q, k, v: dy is their column block of dqkv
+        const int at = t == 0 ? 0 : t == 1 ? HD : HD + KD;
+        adapter_bwd(l, t, A.xn.data(), C, dqkv + at, P3, t == 0 ? HD : KD, A.u[t].data(), dxn, N);
       }
       ph.mark(P::elementwise, cs);
       // dx16 feeds layer l-1's down projection (layer 0: the embedding reads dx)
@@ -515,7 +554,7 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
       if (layer_done) layer_done(l);
     }
     ph.mark(P::elementwise, cs);
-    kc::embedding_bwd(tokens_.data(), dx, G(layout_.embed), N, C, cs);
+    if (float* ge = G(base_layout_.embed)) kc::embedding_bwd(tokens_.data(), dx, ge, N, C, cs);
   }
   ph.end(cs);
   SB_CUDA_CHECK(cudaStreamSynchronize(cs));

@@ -2,6 +2,10 @@
 // Model<float> (model.hpp), with fp32 master weights, gradients and residual stream, bf16 weight
 // copy, activations and attention, every GEMM through cuBLAS with fp32 accumulation.
 // Reads top to bottom in model_cuda.cpp, as model.cpp does. Plain C++ (CUDA runtime API only).
+// LoRA ([lora], model.hpp "LoRA"): the frozen base lives once on the device, in bf16 (the norms and
+// biases it reads in fp32: fp32), with no master, gradient or moments; the trainable tensors (the
+// adapters and train_also parts, Model::layout()) are what the master, the gradients and the
+// engine's AdamW cover (src/model/lora_cuda.cpp).
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -88,7 +92,12 @@ class ModelCuda {
   // gradients on the current device. Without fp32_master (train.zero = 1: the engine keeps the fp32
   // master weights of its slice) the model keeps fp32 copies only of the tensors it reads in fp32
   // (embedding, norms, q/k/v biases) beside the bf16 copy of every weight.
-  ModelCuda(const ModelDims& dims, const ParamLayout& layout, bool fp32_master = true);
+  ModelCuda(const ModelDims& dims, const ParamLayout& layout, bool fp32_master = true)
+      : ModelCuda(dims, layout, LoraSpec{}, fp32_master) {}
+  // LoRA (lora.on()): `base` is the model's own layout (Model::base_layout()); the trainable one
+  // (weights(), grads(), size(), upload_weights, set_weights) is lora_layout(base, dims, lora), as
+  // Model::layout(). Off: the same as the constructor above.
+  ModelCuda(const ModelDims& dims, const ParamLayout& base, const LoraSpec& lora, bool fp32_master = true);
   ~ModelCuda();
   ModelCuda(const ModelCuda&) = delete;
   ModelCuda& operator=(const ModelCuda&) = delete;
@@ -100,6 +109,11 @@ class ModelCuda {
   // copy and the fp32 copies of that range. The ZeRO all-gather delivers the updated weights here.
   void set_weights(const float* piece, size_t lo, size_t len);
   bool has_master() const { return master_; }
+  // LoRA: the frozen base (Model::base(), base_layout() order, fp32) to its device copies (lora_cuda.cpp).
+  void upload_base(const std::vector<float>& base);
+  // fnv1a_words of the frozen base's device copies (their bits as floats; 0 without LoRA): it never changes.
+  uint64_t base_hash() const;
+  double base_bytes() const { return double(base16_.capacity()) * 2 + double(base32_.capacity()) * 4; }
   size_t fp32_copy_size() const { return w32_size_; }  // fp32 values held: n with the master
 
   // As Model::forward_backward: gradients accumulate into grads(), scaled by loss_scale; attention
@@ -123,6 +137,7 @@ class ModelCuda {
   bf16* weights16() { return w16_.data(); }
   float* grads() { return g32_.data(); }
   // The flat range [begin, end) of layer l's parameters (ParamLayout::layer_range).
+  // LoRA: the trainable layout has no layer ranges (lora_layout), so this throws; the engine reduces at once.
   std::pair<size_t, size_t> layer_range(int l) const { return layout_.layer_range(l); }
   size_t size() const { return n_; }
   void zero_grads();
@@ -132,6 +147,8 @@ class ModelCuda {
   // The diagnostics' probe (model.hpp): while set, sparse layers gate on the host and the probe
   // gets float copies of q and k and the host selection before its upload.
   void set_probe(SelectionProbe p) { probe_ = std::move(p); }
+  // lora.dropout > 0: the next forward_backward's draw, as Model::set_dropout_key (the same elements dropped).
+  void set_dropout_key(uint64_t k) { drop_key_ = k; }
   cudaStream_t stream() const { return stream_; }
   // Per-phase GPU times (train.phase_times): run() marks its phases and collects them at its end;
   // the engine adds the optimizer and all-reduce and reads the totals.
@@ -158,19 +175,57 @@ class ModelCuda {
                        bf16* dk, bf16* dv);
   // fp32 weight of tensor i. Without the fp32 master only the tensors the constructor lists have one:
   // a new fp32 read of another tensor must join that list (else this throws).
+  // LoRA: i is a base tensor (base_layout_ index): a trained one's copy, or the frozen base's.
   float* W(size_t i) {
-    if (off32_[i] == kNoParam) throw std::logic_error("ModelCuda::W: no fp32 copy of " + layout_.params[i].name);
-    return w32_.data() + off32_[i];
+    const size_t t = of_base_[i];
+    if (t == kNoParam && boff32_[i] != kNoParam) return base32_.data() + boff32_[i];
+    if (t == kNoParam || off32_[t] == kNoParam)
+      throw std::logic_error("ModelCuda::W: no fp32 copy of " + base_layout_.params[i].name);
+    return w32_.data() + off32_[t];
   }
-  bf16* W16(size_t i) { return w16_.data() + layout_.params[i].offset; }
+  // Base tensor i (base_layout_ index): its bf16 copy; its gradient, nullptr when frozen (LoRA).
+  bf16* W16(size_t i) {
+    const size_t t = of_base_[i];
+    if (t != kNoParam) return w16_.data() + layout_.params[t].offset;
+    if (boff16_[i] == kNoParam) throw std::logic_error("ModelCuda::W16: no bf16 copy of " + base_layout_.params[i].name);
+    return base16_.data() + boff16_[i];
+  }
   // Layer l's q|k|v weight as one (H*D + 2*Hkv*D, C) matrix (one GEMM): in w16_ itself when the
   // three are adjacent, else the copy pack_qkv_weights() gathered.
   const bf16* Wqkv(int l);
   void pack_qkv_weights();
-  float* G(size_t i) { return g32_.data() + layout_.params[i].offset; }
+  float* G(size_t i) {
+    const size_t t = of_base_[i];
+    return t != kNoParam ? g32_.data() + layout_.params[t].offset : nullptr;
+  }
+  // LoRA's adapter on target t (q .. down) of layer l, split where the layer needs it (lora_cuda.cpp):
+  // adapter_in: u (N, rank) = scale x A^T, saved for the backward (x (N, in));
+  // adapter_out: y (N, out, rows ld_y apart) += u B^T;
+  // adapter_bwd: dB += dy^T u, du = scale dy B, dA += du^T x, dx (N, in) += du A.
+  // Each returns at once where layer l has no adapter on t.
+  bool has_adapter(int l, int t) const { return lora_.on() && adapters_[size_t(l)][size_t(t)].a != kNoParam; }
+  void adapter_in(int l, int t, const bf16* x, int in, DeviceArray<bf16>& u, int N);
+  template <class Y>
+  void adapter_out(int l, int t, const bf16* u, Y* y, int ld_y, int out, int N);
+  template <class Y>
+  void adapter_bwd(int l, int t, const bf16* x, int in, const bf16* dy, int ld_dy, int out, const bf16* u, Y* dx, int N);
 
   ModelDims dims_;
-  ParamLayout layout_;
+  LoraSpec lora_;
+  ParamLayout base_layout_;      // the model's own tensors (LayerParams index it)
+  ParamLayout layout_;           // the trainable ones: the flat buffers below (LoRA off: base_layout_)
+  std::vector<size_t> of_base_;  // (base tensors) index in layout_, or kNoParam (frozen)
+  std::vector<std::array<LoraPair, kLoraTargets>> adapters_;  // [layer][target], LoRA only
+  std::vector<size_t> boff16_, boff32_;  // (base tensors) offset of a frozen one in base16_ / base32_, else kNoParam
+  DeviceArray<bf16> base16_;     // LoRA: the frozen tensors the GEMMs (and the embedding) read, bf16
+  DeviceArray<float> base32_;    // LoRA: the frozen tensors read in fp32 (norms, biases)
+  DeviceArray<bf16> du_;         // (N, rank) an adapter's backward scratch
+  DeviceArray<bf16> xd_;         // (N, in) lora.dropout: an adapter's dropped input
+  DeviceArray<float> dxa_;       // (N, in) lora.dropout: du A before the mask
+  uint64_t drop_key_ = 0;        // set_dropout_key
+  bool training_ = false;        // run() with its backward: lora.dropout applies
+  // lora.dropout in training: x (N, in) with the mask of (drop_key_, l, t) into xd_; else x itself
+  const bf16* dropped(int l, int t, const bf16* x, int in, int N);
   ModelExec exec_;
   DeviceArray<double> inv_freq_;  // (head_dim / 2) RoPE's table (src/model/rope.hpp), uploaded once
   double rope_scale_ = 1;         // its attention factor
@@ -178,7 +233,7 @@ class ModelCuda {
   SelectionProbe probe_;
   size_t n_ = 0, mem_peak_ = 0;
   bool master_ = true;
-  std::vector<size_t> off32_;  // per param: its offset in w32_ (kNoParam: no fp32 copy)
+  std::vector<size_t> off32_;  // per trainable param: its offset in w32_ (kNoParam: no fp32 copy)
   size_t w32_size_ = 0;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<kernels::cuda::Blas> blas_;

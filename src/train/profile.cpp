@@ -17,7 +17,9 @@ ProfileReport profile_machine(const Settings& s, const Comm& comm, bool quick) {
   const int bs = s.attention.block_size, w = s.attention.local_blocks;
   const int k0 = s.balance.dst.k0;
   const int64_t cap = s.train.micro_batch_tokens;
-  Model<float> model(dims);
+  // The step the run takes: LoRA's ([lora]: the frozen base, the adapters' GEMMs, the reduction of
+  // the trainable tensors only; and only LoRA's memory, as a full model's state may not fit).
+  Model<float> model(dims, s.lora);
   model.init(1);
   // Where train.device says: the same engine the trainer runs, so GPU runs time GPU kernels.
   AdamW opt(s.optim, model.weights().size());

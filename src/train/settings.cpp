@@ -164,9 +164,10 @@ LoraSpec lora_spec(const Config& cfg) {
   LoraSpec s;
   s.rank = int(cfg.i("lora.rank"));
   s.alpha = cfg.f("lora.alpha");
-  if (const double p = cfg.f("lora.dropout"); p > 0)
-    throw Error("lora.dropout = " + std::to_string(p) + ": dropout on the adapters' input is not built; set "
-                "lora.dropout = 0 (the default; README.md, 'LoRA')");
+  s.dropout = cfg.f("lora.dropout");
+  if (s.dropout >= 1)
+    throw Error("lora.dropout = " + std::to_string(s.dropout) + ": expected a probability below 1 (0: no dropout, the "
+                "default; README.md, 'LoRA')");
   s.targets = parse_names(std::string("lora.targets"), cfg.s("lora.targets"), kLoraTargetNames);
   const auto also = parse_names(std::string("lora.train_also"), cfg.s("lora.train_also"),
                                 std::array<const char*, 3>{"embed", "norm", "head"});

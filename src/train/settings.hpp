@@ -106,7 +106,7 @@ DataSettings data_settings(const Config& cfg);
 ModelDims model_dims(const Config& cfg, int64_t data_vocab);
 OptimSettings optim_settings(const Config& cfg);
 // [lora]: errors name the key (lora.targets, lora.train_also: the item and the choices; lora.dropout
-// above 0: not built).
+// of 1).
 LoraSpec lora_spec(const Config& cfg);
 
 // `simulate`: the modelled cluster, and the analytic latency and recall models used when no

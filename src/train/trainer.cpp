@@ -11,6 +11,7 @@
 
 #include "io/checkpoint.hpp"
 #include "io/file_checksum.hpp"
+#include "kernels/lora_dropout.hpp"
 #include "base/error.hpp"
 #include "src/parts/step_batches.hpp"
 #include "src/train/batch_log.hpp"
@@ -285,6 +286,8 @@ void Trainer::compute(StepState& st) {
     PackedBatch b = m < st.planned ? pack_micro_batch(ds_, mb) : pack_part(ds_, mb, st.parts[m - st.planned]);
     AttnSettings a = set_.attention.for_budgets(std::move(st.tuned.k[m]));
     if ((st.s - 1) % set_.balance.recall_every == 0) a.recall_rows = set_.balance.recall_rows;  // true recall this step
+    if (set_.lora.dropout > 0)  // this micro-batch's draw: the same on every engine and on resume
+      engine_->set_dropout_key(kernels::dropout_micro_batch_key(set_.train.seed, st.s, me, int(m)));
     MicroBatchStats ms = engine_->forward_backward(b, a, loss_scale, m + 1 == st.mine.size());
     my.tokens += double(b.n());
     if (m < st.planned) {

@@ -446,7 +446,8 @@ TEST(Lora, TrainResumeExportAndMerge) {
   const std::string flags = " --init-from " + hf + " --set data.path=" + sbtest::synth_data() +
                             " --set train.steps=4 --set checkpoint.every=2 --set train.lr=1e-2 --set balance.self_profile=false"
                             " --set train.micro_batch_tokens=512 --set train.global_batch_tokens=512"
-                            " --set lora.rank=4 --set lora.alpha=6 --set lora.targets=q,v,o,down --set lora.train_also=embed,norm";
+                            " --set lora.rank=4 --set lora.alpha=6 --set lora.targets=q,v,o,down --set lora.train_also=embed,norm"
+                            " --set lora.dropout=0.25";  // resumed, the same draws (kernels/lora_dropout.hpp)
   auto r = sbtest::run_program("train" + flags + " --set checkpoint.dir=" + s / "ck" + " --set log.path=" + s / "m.h5");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("init-from: the frozen base of the LoRA adapters is "), std::string::npos) << r.out;
@@ -479,6 +480,7 @@ TEST(Lora, TrainResumeExportAndMerge) {
   const json ac = json::parse(sbtest::slurp(s / "peft/adapter_config.json"));
   EXPECT_EQ(ac["r"], 4);
   EXPECT_EQ(ac["lora_alpha"], 6.0);
+  EXPECT_EQ(ac["lora_dropout"], 0.25);
   EXPECT_EQ(ac["target_modules"], json({"q_proj", "v_proj", "o_proj", "down_proj"}));
   EXPECT_EQ(ac["modules_to_save"], json({"embed_tokens", "lm_head", "input_layernorm", "post_attention_layernorm", "norm"}));
 

@@ -10,6 +10,8 @@
 // (compute-sanitizer).
 #include <Kokkos_Core.hpp>
 
+#include "kernels/cuda/lora_dropout_cuda.hpp"
+#include "kernels/lora_dropout.hpp"
 #include "tests/cuda/ops_check.hpp"
 
 using namespace opcheck;
@@ -249,6 +251,15 @@ void test_embedding(int V, int Cc, int N) {
   char name[128];
   std::snprintf(name, sizeof name, "embedding_fwd V%d C%d N%d", V, Cc, N);
   report(name, compare(to_d(dout.down()), out), kTolF32);
+  // a bf16 table (LoRA's frozen embedding): the same rows of its bf16 values, exactly
+  const std::vector<double> t16 = randn(size_t(V) * Cc, 1.0);  // rounded to bf16
+  std::vector<double> out16(size_t(N) * Cc);
+  K::embedding_fwd<double>(ids.data(), t16.data(), out16.data(), N, Cc);
+  Dev<bf16> dt16(to_b(t16));
+  dout.poison();
+  C::embedding_fwd(dids.p, dt16.p, dout.p, N, Cc, g_stream);
+  std::snprintf(name, sizeof name, "embedding_fwd bf16 table V%d C%d N%d", V, Cc, N);
+  report(name, compare(to_d(dout.down()), out16), kTolF32);
 
   std::vector<double> g = randn(size_t(N) * Cc, 1.0, 0.0, false), dt = randn(size_t(V) * Cc, 1.0, 0.0, false);
   Dev<float> dg(to_f(g)), ddt(to_f(dt));
@@ -256,6 +267,38 @@ void test_embedding(int V, int Cc, int N) {
   C::embedding_bwd(dids.p, dg.p, ddt.p, N, Cc, g_stream);
   std::snprintf(name, sizeof name, "embedding_bwd V%d C%d N%d repeated ids", V, Cc, N);
   report(name, compare(to_d(ddt.down()), dt), kTolF32);
+}
+
+// ---- LoRA dropout (lora_dropout.cu) ----
+// The mask of kernels/lora_dropout.hpp on the host: the same elements dropped, the kept ones scaled;
+// the backward adds the masked, scaled gradient into fp32 and bf16 dx.
+void test_lora_dropout(size_t n, double p) {
+  const uint64_t key = sb::kernels::dropout_key(99, 1, 4);
+  const uint32_t thr = sb::kernels::dropout_threshold(p);
+  const float inv = float(1.0 / (1.0 - p));
+  const std::vector<double> x = randn(n, 1.0);  // bf16 values
+  std::vector<double> xd(n), g = randn(n, 1.0, 0.0, false), d0 = randn(n, 1.0), d32(n), d16(n);
+  size_t kept = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const bool keep = sb::kernels::dropout_keep(key, i, thr);
+    kept += keep;
+    xd[i] = keep ? double(bfr(float(x[i]) * inv)) : 0.0;
+    d32[i] = d0[i] + (keep ? double(float(g[i]) * inv) : 0.0);
+    d16[i] = keep ? double(bfr(float(d0[i]) + float(g[i]) * inv)) : d0[i];
+  }
+  Dev<bf16> dx(to_b(x)), dxd(n), dd16(to_b(d0));
+  Dev<float> dg(to_f(g)), dd32(to_f(d0));
+  dxd.poison();
+  C::lora_dropout_fwd(dx.p, dxd.p, n, key, thr, inv, g_stream);
+  C::lora_dropout_bwd_add(dg.p, dd32.p, n, key, thr, inv, g_stream);
+  C::lora_dropout_bwd_add(dg.p, dd16.p, n, key, thr, inv, g_stream);
+  char name[128];
+  std::snprintf(name, sizeof name, "lora_dropout_fwd n%zu p%.2f (kept %.3f)", n, p, double(kept) / double(n));
+  report(name, compare(to_d(dxd.down()), xd), kTolF32);
+  std::snprintf(name, sizeof name, "lora_dropout_bwd_add fp32 n%zu p%.2f", n, p);
+  report(name, compare(to_d(dd32.down()), d32), kTolF32);
+  std::snprintf(name, sizeof name, "lora_dropout_bwd_add bf16 n%zu p%.2f", n, p);
+  report(name, compare(to_d(dd16.down()), d16), kTolBf16);
 }
 
 // ---- cross-entropy ----
@@ -567,6 +610,8 @@ int main(int argc, char** argv) {
     test_fused(q);
     test_embedding(1000, 96, q ? 200 : 777);
     test_embedding(500, 300, q ? 100 : 600);
+    test_lora_dropout(q ? 10007 : 100003, 0.1);
+    test_lora_dropout(q ? 10007 : 100003, 0.5);
     for (bool bf : {false, true}) {  // V 259, 1001: one logit a load; 1000, 32768, 151936: 16 bytes
       test_cross_entropy(q ? 16 : 64, 259, 0.0, 2.0, bf);
       test_cross_entropy(q ? 8 : 24, 1000, 1.0, 2.0, bf);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <random>
 
+#include "kernels/lora_dropout.hpp"
 #include "src/config/config.hpp"
 #include "src/engine/memory_plan.hpp"
 #include "src/engine/update.hpp"
@@ -51,8 +52,14 @@ Model<T> random_lora_model(const ModelDims& d, const LoraSpec& s, uint64_t seed)
   return m;
 }
 
+// The training loss: lora.dropout applies in forward_backward only (forward() is eval).
+double loss(Model<double>& m, const PackedBatch& b, const AttnSettings& a) {
+  return m.lora().dropout > 0 ? m.forward_backward(b, a, 1.0).loss_sum : m.forward(b, a).loss_sum;
+}
+
 void check_lora_gradients(const ModelDims& d, const LoraSpec& s, bool sparse) {
   Model<double> m = random_lora_model<double>(d, s, 7);
+  m.set_dropout_key(kernels::dropout_micro_batch_key(7, 3, 0, 1));
   const PackedBatch b = random_batch({13, 5, 21}, d.vocab, 3);
   const AttnSettings a = lora_attn(sparse, d.n_layers);
   m.zero_grads();
@@ -66,9 +73,9 @@ void check_lora_gradients(const ModelDims& d, const LoraSpec& s, bool sparse) {
       const size_t i = p.offset + rng() % p.size;
       const double w0 = m.weights()[i];
       m.weights()[i] = w0 + h;
-      const double lp = m.forward(b, a).loss_sum;
+      const double lp = loss(m, b, a);
       m.weights()[i] = w0 - h;
-      const double lm = m.forward(b, a).loss_sum;
+      const double lm = loss(m, b, a);
       m.weights()[i] = w0;
       const double fd = (lp - lm) / (2 * h);
       worst = std::max(worst, std::abs(fd - g[i]) / std::max(1e-6, std::abs(fd) + std::abs(g[i])));
@@ -89,6 +96,36 @@ TEST(Lora, GradientsMatchFiniteDifferencesSparse) {
 TEST(Lora, GradientsMatchFiniteDifferencesDenseTied) {
   check_lora_gradients(tiny_dims(true, false), spec(2, 5, {true, false, true, false, false, true, true}, true, false, false),
                        false);
+}
+
+// lora.dropout = 0.4 on the adapters' input: the gradients of the dropped draw (the mask drawn
+// again in the backward) against finite differences of the same draw's loss; the draw depends on
+// the key, and eval (forward) never drops.
+TEST(Lora, DropoutGradientsMatchFiniteDifferences) {
+  LoraSpec s = spec(3, 6, kAll, false, true, true);
+  s.dropout = 0.4;
+  const ModelDims d = tiny_dims(false, true);
+  check_lora_gradients(d, s, true);
+  Model<double> m = random_lora_model<double>(d, s, 7);
+  LoraSpec s0 = s;
+  s0.dropout = 0;
+  Model<double> m0 = random_lora_model<double>(d, s0, 7);  // the same weights, no dropout
+  const PackedBatch b = random_batch({13, 5, 21}, d.vocab, 3);
+  const AttnSettings a = lora_attn(true, d.n_layers);
+  auto train_loss = [&](uint64_t key) {
+    m.set_dropout_key(key);
+    return m.forward_backward(b, a, 1.0).loss_sum;
+  };
+  const double k1 = train_loss(1), k1again = train_loss(1), k2 = train_loss(2);
+  EXPECT_EQ(k1, k1again);
+  EXPECT_NE(k1, k2);
+  EXPECT_NE(k1, m0.forward_backward(b, a, 1.0).loss_sum);
+  EXPECT_EQ(m.forward(b, a).loss_sum, m0.forward(b, a).loss_sum);
+  // about p of the elements dropped
+  const uint32_t thr = kernels::dropout_threshold(0.4);
+  int kept = 0;
+  for (uint64_t i = 0; i < 100000; ++i) kept += kernels::dropout_keep(kernels::dropout_key(5, 1, 2), i, thr);
+  EXPECT_NEAR(kept / 100000.0, 0.6, 0.01);
 }
 
 // train.recompute = "layer" recomputes the adapters' saved (N, rank) products too: the same
@@ -208,7 +245,8 @@ TEST(Lora, BadKeysRefusedByName) {
   EXPECT_NE(err({"lora.targets=q,q"}).find("twice"), std::string::npos);
   EXPECT_NE(err({"lora.rank=4", "lora.targets="}).find("lora.targets is empty"), std::string::npos);
   EXPECT_NE(err({"lora.train_also=bias"}).find("lora.train_also"), std::string::npos);
-  EXPECT_NE(err({"lora.dropout=0.1"}).find("lora.dropout"), std::string::npos);
+  EXPECT_EQ(err({"lora.rank=8", "lora.dropout=0.1"}), "no error");
+  EXPECT_NE(err({"lora.dropout=1"}).find("lora.dropout"), std::string::npos);
   EXPECT_NE(err({"lora.rank=-1"}).find("lora.rank"), std::string::npos);
   EXPECT_NE(err({"lora.alpha=0"}).find("lora.alpha"), std::string::npos);
   const LoraSpec s = lora_spec(Config::load("", std::vector<std::string>{"lora.rank=8", "lora.alpha=32",
@@ -240,6 +278,18 @@ TEST(Lora, MemoryPlanCountsTheModelsTensors) {
   EXPECT_EQ(rows[3].optimizer, 12 * k);  // moments and the reduced gradient of rank 0's slice
   const double u = 7.0 * 4 * 64 * s.model.n_layers * 4;  // seven targets' (N, rank) floats per layer
   EXPECT_EQ(rows[2].activations - rows[0].activations, u);
+  // CUDA (model_cuda.cpp): the frozen base once, bf16, its q/k/v biases fp32 (read in fp32); the
+  // trained norms' fp32 copies beside the bf16 ones under ZeRO, a full fp32 master without
   s.train.device = "cuda";
-  EXPECT_FALSE(memory_plan(s.model, s.lora, s.engine(), s.train.micro_batch_tokens, 1)[2].built);
+  const std::vector<MemoryPlanRow> g = memory_plan(s.model, s.lora, s.engine(), s.train.micro_batch_tokens, 3);
+  double norms = 0, biases = 0;
+  for (const auto& p : m.params()) norms += p.name.find("lora_") == std::string::npos ? double(p.size) : 0;
+  for (const auto& p : m.base_layout().params) biases += p.name.ends_with(".bias") ? double(p.size) : 0;
+  ASSERT_GT(norms, 0);
+  ASSERT_GT(biases, 0);
+  EXPECT_EQ(g[2].base, 2 * (P - norms - biases) + 4 * biases);
+  EXPECT_EQ(g[2].weights, 6 * T);
+  EXPECT_EQ(g[2].grads, 4 * T);
+  EXPECT_EQ(g[3].weights, 2 * T + 4 * norms);
+  EXPECT_EQ(g[0].base, 0);
 }
