@@ -2,7 +2,7 @@
 # The whole test suite: set up and build, then every ctest (units, MPI at 1/2/4 ranks,
 # end-to-end training, reliability, Slurm, plots), after running each libFuzzer target briefly
 # (SB_FUZZ_SECONDS each, default 20; 0 skips); then the same tests built with ASan + UBSan
-# (jobs/local/test_sanitize.sh; SB_SANITIZE_TESTS=0 skips). About 55 minutes on 2 cores.
+# (jobs/local/test_sanitize.sh; SB_SANITIZE_TESTS=0 skips). About 36 minutes on 2 cores.
 # Arguments go to ctest and run only the plain suite (e.g. -R test_config, -L mpi).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
