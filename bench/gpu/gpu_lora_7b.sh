@@ -35,7 +35,7 @@ DEADLINE=${DEADLINE:-$(($(date +%s) + 540))}
 extra=()
 if [ "$TINY" = 1 ]; then  # the same flow at CPU scale: tiny model, LoRA on, 2 short documents
   CONFIG=configs/tiny.toml; LENS=${TINY_LENS:-512}; TORCH=0; STEPS=3
-  extra=(--set train.device=cpu --set lora.rank=4 --set lora.alpha=8 --set attention.block_size=64 --set attention.k=2)
+  extra=(--set train.device=cpu --set lora.rank=4 --set lora.alpha=8 --set attention.block_size=64 --set attention.k=2 --set model.vocab_size=0)
 fi
 W=runs/lora7b; [ "$TINY" = 1 ] && W=runs/lora7b_tiny
 mkdir -p "$OUTDIR" "$W"
@@ -46,7 +46,7 @@ have() { grep -q "^$1,$2,$3," "$CSV"; }
 read -r NL C H HKV F V TIED BLK R TGT < <(python3 - "$CONFIG" <<'PY'
 import sys, tomllib
 c = tomllib.load(open(sys.argv[1], "rb")); m = c["model"]; lo = c.get("lora", {})
-print(m["n_layers"], m["d_model"], m["n_heads"], m["n_kv_heads"], m["ffn_dim"], m["vocab_size"],
+print(m["n_layers"], m["d_model"], m["n_heads"], m["n_kv_heads"], m["ffn_dim"], m.get("vocab_size") or 259,
       int(m.get("tie_embeddings", True)), c.get("attention", {}).get("block_size", 128), lo.get("rank", 16),
       lo.get("targets", "q,k,v,o,gate,up,down").replace(" ", ""))
 PY
@@ -98,6 +98,8 @@ d = s["mean_density"] if sys.argv[3] == "sparse" else 1.0
 print(f"{d:.4f} {ms:.1f} {L / (ms / 1e3):.0f} {s.get('peak_mem_gib', 0):.2f} {s['first_loss']:.4f} {s['last_loss']:.4f}")
 PY
 )
+        # the CPU (TINY) has no device peak: its peak host memory from the memory line
+        [ "$peak" = 0.00 ] && peak=$(sed -nE 's/.*peak host ([0-9.]+) MiB.*/\1/p' "$OUTDIR/sb_$tag.log" | tail -1 | awk '{printf "%.4f", $1 / 1024}')
         ratio=$(python3 -c "print(f'{$peak / $plan:.3f}' if $plan > 0 else '')")
         echo "sparsebalance,$L,$mode,$dens,$ms,$tps,$(mfu "$L" "$dens" "$tps"),$peak,$plan,$ratio,$fl,$ll" >> "$CSV"; pub
         grep -E "^(memory per rank|gpu memory per rank)" "$OUTDIR/sb_$tag.log" | tail -1
