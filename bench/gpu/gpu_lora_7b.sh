@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 52's 7B must-show: the Qwen2.5-7B shape (configs/qwen2.5-7b.toml, random weights) with LoRA r 16
-# on every projection, layer recomputation, one GPU, at 32K and 64K tokens, dense and sparse: our
+# on every projection, layer recomputation, one GPU, at 64K and 32K tokens, dense and sparse: our
 # `sparsebalance train` beside PyTorch + peft (bench/torch/torch_lora_ref.py: cuDNN SDPA dense,
 # FlexAttention at the kept fraction our gating reported), and the plan of `sparsebalance memory` for
 # the same settings against the measured peak. Run on the GPU machine after jobs/gpu/build_on_gpu.sh
@@ -18,6 +18,11 @@
 # FLOPs/token = 4 N_lin (forward + input gradient) + 6 N_adapter + 3 * 4 * layers * H * D * pairs/token
 # (pairs = kept fraction x (L+1)/2), over 989 TFLOP/s (H100/H200 dense bf16); recomputation's second
 # forward is not counted (model FLOPs, not hardware FLOPs).
+# Time (estimates, H100): each of our runs spends most of its time before the first step, in the
+# host's random init of the 7.6B-parameter base (Model::init: one sequential Box-Muller stream,
+# ~20-45 ns a value: ~150-350 s), then ~5-15 s a step; a PyTorch run ~60-90 s of compilation then
+# 2-16 s a step. A whole table is ~20 min: 2-3 calls on a warm machine (the rows resume). 64K runs first
+# (the headline), sparse before dense.
 # Plan vs measured: the `sparsebalance memory` row "LoRA r 16, train.zero = 0"; its GPU rows count the
 # parameter state only (+ activations), so the ratio shows what the activations add.
 set -uo pipefail
@@ -25,7 +30,7 @@ SB=${SB:-build-gpu/src/sparsebalance}
 OUTDIR=${OUT:-gpu-out}
 TINY=${TINY:-0}
 CONFIG=${CONFIG:-configs/qwen2.5-7b.toml}
-LENS=${LENS:-"32768 65536"}
+LENS=${LENS:-"65536 32768"}
 MODES=${MODES:-"sparse dense"}
 STEPS=${STEPS:-4}
 TORCH=${TORCH:-1}
