@@ -37,9 +37,12 @@ TORCH=${TORCH:-1}
 TORCH_STEPS=${TORCH_STEPS:-3}
 TORCH_WARMUP=${TORCH_WARMUP:-1}
 DEADLINE=${DEADLINE:-$(($(date +%s) + 540))}
+# a run is not started with less time left than it needs (ours: the base's init alone takes minutes)
+MIN_SB_S=${MIN_SB_S:-240}
+MIN_TORCH_S=${MIN_TORCH_S:-120}
 extra=()
 if [ "$TINY" = 1 ]; then  # the same flow at CPU scale: tiny model, LoRA on, 2 short documents
-  CONFIG=configs/tiny.toml; LENS=${TINY_LENS:-512}; TORCH=0; STEPS=3
+  CONFIG=configs/tiny.toml; LENS=${TINY_LENS:-512}; TORCH=0; STEPS=3; MIN_SB_S=5
   extra=(--set train.device=cpu --set lora.rank=4 --set lora.alpha=8 --set attention.block_size=64 --set attention.k=2 --set model.vocab_size=0)
 fi
 W=runs/lora7b; [ "$TINY" = 1 ] && W=runs/lora7b_tiny
@@ -89,7 +92,7 @@ for l in sys.stdin:
     if l.startswith('LoRA r') and 'train.zero = 0' in l: print(f'{float(re.findall(r\"[0-9.]+\", l.split(\"train.zero = 0\")[1])[-1]) / 1024:.3f}')")
     [ -n "$plan" ] || { echo "sparsebalance memory failed ($tag):"; tail -5 "$OUTDIR/plan_$tag.log"; plan=0; }
     if ! have sparsebalance "$L" $mode; then
-      [ "$(left)" -gt 30 ] || { echo "deadline: not starting ours $tag"; continue; }
+      [ "$(left)" -gt "$MIN_SB_S" ] || { echo "deadline: not starting ours $tag ($(left) s left)"; continue; }
       sum=$W/sb_$tag.json; rm -f "$sum" "$W/metrics_$tag.h5"
       if timeout "$(left)" "$SB" train "$CONFIG" "${sets[@]}" --set train.steps="$STEPS" --set train.warmup_steps=1 \
           --set balance.tuning=fixed --set balance.self_profile=false --set log.progress=false --set log.every=1 \
@@ -114,7 +117,7 @@ PY
     fi
     [ "$TORCH" = 1 ] || continue
     have pytorch "$L" $mode && continue
-    [ "$(left)" -gt 60 ] || { echo "deadline: not starting PyTorch $tag"; continue; }
+    [ "$(left)" -gt "$MIN_TORCH_S" ] || { echo "deadline: not starting PyTorch $tag ($(left) s left)"; continue; }
     dens=1.0; targs=(--attention dense)
     if [ $mode = sparse ]; then
       dens=$(grep "^sparsebalance,$L,sparse," "$CSV" | tail -1 | cut -d, -f4)
