@@ -33,6 +33,9 @@
 #             CP_LEN, ZLEN, LONG pass through; SCALING_TIMEOUT, default 560 s)
 #   memory3b  bench/gpu/gpu_3b_memory.sh: the Qwen2.5-3B shape at 32K context on one GPU, train.zero = 0
 #             and 1: peak GPU memory, tokens/s, optimizer state per rank (STEPS, L, ZEROS pass through)
+#   lora7b    bench/gpu/gpu_lora_7b.sh: the Qwen2.5-7B shape with LoRA r 16 at 32K and 64K on one GPU, dense and
+#             sparse, beside PyTorch + peft, the memory plan against the measured peak; resumable, stops
+#             LORA_CALL_S (default 570) seconds after this script started (LENS, MODES, STEPS, TORCH pass through)
 #   fixtures  bench/torch/hf_fixtures.sh: transformers fixtures of tests/convert ($OUT/fixtures.tar)
 #   traj      bench/torch/torch_trajectory.sh: our steps beside a plain PyTorch loop (CONFIG, L, STEPS)
 #   finetune  bench/torch/hf_finetune.sh: a Qwen2.5-0.5B-shaped model (MODEL) converted, fine-tuned,
@@ -155,6 +158,10 @@ for st in $STAGES; do
     memory3b)
       log "memory3b"
       SB=$B/src/sparsebalance OUT=$OUTDIR timeout 560 bash bench/gpu/gpu_3b_memory.sh 2>&1 | tee "$OUTDIR/memory3b.log" || rc=1 ;;
+    lora7b)
+      log "lora7b"
+      SB=$B/src/sparsebalance OUT=$OUTDIR DEADLINE=$((T0 + ${LORA_CALL_S:-570})) bash bench/gpu/gpu_lora_7b.sh \
+        2>&1 | tee "$OUTDIR/lora7b.log" || rc=1 ;;
     fixtures|traj|finetune)
       script=bench/torch/hf_fixtures.sh; [ $st = traj ] && script=bench/torch/torch_trajectory.sh
       [ $st = finetune ] && script=bench/torch/hf_finetune.sh
