@@ -99,7 +99,7 @@ static int run_train(const Args& args) {
     if (comm.root())
       for (const auto& n : notes) std::printf("note: %s\n", n.c_str());
   }
-  Trainer trainer(cfg, comm, resume, stop_at);
+  Trainer trainer(cfg, comm, resume, stop_at, /*weights_given=*/args.has("init-from"));
   if (args.has("init-from")) {
     // the absolute path: a LoRA checkpoint names its base by it (convert --merge finds it from elsewhere)
     const std::string from = std::filesystem::absolute(init_path).lexically_normal().string();

@@ -116,7 +116,7 @@ const ParamInfo& Model<T>::param(const std::string& name) const {
 }
 
 template <class T>
-void Model<T>::init(uint64_t seed) {
+void Model<T>::init(uint64_t seed, bool draw_base) {
   // Own Box-Muller over mt19937_64: std::normal_distribution differs between standard libraries.
   std::mt19937_64 rng(seed);
   auto uniform = [&] { return (double(rng() >> 11) + 0.5) * (1.0 / 9007199254740992.0); };
@@ -131,6 +131,10 @@ void Model<T>::init(uint64_t seed) {
     if (!p.decay) {  // norms start at 1, biases at 0
       const T v = p.name.ends_with(".bias") ? T(0) : T(1);
       for (size_t i = 0; i < p.size; ++i) w[i] = v;
+      continue;
+    }
+    if (!draw_base) {
+      std::fill(w, w + p.size, T(0));
       continue;
     }
     bool out_proj = p.name.find("o_proj") != std::string::npos || p.name.find("down_proj") != std::string::npos;

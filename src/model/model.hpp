@@ -299,7 +299,9 @@ class Model {
   // (o_proj, down_proj) scaled by 1/sqrt(2 * n_layers); norms at 1, biases at 0. LoRA: that is the
   // base; then each lora_A uniform(-1/sqrt(in), 1/sqrt(in)) (PEFT: kaiming_uniform_(a = sqrt(5)))
   // from a generator of its own seeded by `seed`, each lora_B zero, the train_also parts copied.
-  void init(uint64_t seed);
+  // draw_base = false: the matrices stay zero (weights given next, e.g. --init-from: drawing 7.6B
+  // normals took ~6 minutes on one core for nothing); the adapters are drawn all the same.
+  void init(uint64_t seed, bool draw_base = true);
   // The base weights (base_layout() order; LoRA off: weights()). set_base also copies the base's
   // train_also parts into weights() unless told not to (a resumed run's trained copies stay).
   const std::vector<T>& base() const { return lora_.on() ? base_ : w_; }

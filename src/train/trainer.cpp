@@ -55,7 +55,7 @@ struct Trainer::StepState {
   StepState(int64_t step, int ranks, int layers) : s(step), t0(Clock::now()), stats(ranks, layers) {}
 };
 
-Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume, int64_t stop_at)
+Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume, int64_t stop_at, bool weights_given)
     : cfg_(cfg),
       comm_(comm),
       ds_(open_data(data_settings(cfg))),
@@ -81,10 +81,12 @@ Trainer::Trainer(const Config& cfg, const Comm& comm, const std::string& resume,
   if (!set_.attention.sparse && set_.balance.dst.tuning == Tuning::Dst)
     throw Error("balance.tuning = \"dst\" needs attention.mode = \"sparse\" (dense attention has no budget to tune)");
 
-  model_.init(set_.train.seed);
-  if (set_.lora.on()) {
+  model_.init(set_.train.seed, /*draw_base=*/!weights_given);
+  if (set_.lora.on() && !weights_given) {
     base_ = "random, train.seed = " + std::to_string(set_.train.seed);
     hash_base();
+  } else if (set_.lora.on()) {
+    base_ = "the --init-from weights", base_xxh64_ = "on the init-from line";
   }
   const bool resumed = restore(resume);  // src/train/resume.cpp
   if (!resumed && set_.balance.profile.empty() && set_.balance.self_profile) {

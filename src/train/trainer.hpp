@@ -32,7 +32,8 @@ class Trainer {
  public:
   // resume: "" (fresh), "latest" (newest in checkpoint.dir, fresh if none), or a checkpoint path.
   // stop_at > 0: stop after that step (writing a checkpoint), as a preempted job would.
-  Trainer(const Config& cfg, const Comm& comm, const std::string& resume, int64_t stop_at);
+  // weights_given: set_initial_weights follows (--init-from), so no random base is drawn.
+  Trainer(const Config& cfg, const Comm& comm, const std::string& resume, int64_t stop_at, bool weights_given = false);
   TrainResult run();
   // train --init-from: these weights (in the model's layout) replace the initial ones before run(),
   // with the optimizer state fresh. Ignored, returning false, when the trainer resumed from a checkpoint.
