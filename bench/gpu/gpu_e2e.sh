@@ -15,6 +15,10 @@
 #     head_dim 128 beside 1024 / 16 heads, q/k norms (both sides)
 #   CONFIG=configs/llama3.2-1b.toml NAME=llama32 LENS=16384 bash bench/gpu/gpu_e2e.sh  # Llama 3.2 1B
 #     (its llama3 RoPE scaling changes no cost: PyTorch's side runs plain RoPE)
+#   GATE_QUERY=max GATE_KEY=bounds DENSE_LAYERS=last:2 NAME=0p5b_qmax_kb bash bench/gpu/gpu_e2e.sh: another
+#     gate mode and hybrid layers (kernels/README.md, "Gate modes"; as gpu_phase_breakdown.sh); the attention
+#     column names them (sparse:max/bounds+last:2); PyTorch's row runs FlexAttention at the kept fraction
+#     our run reported over all layers (dense layers count 1), so both sides attend the same pairs
 #   SUMMARY=runs/ft_qwen3-0.6b/ft.json CONFIG=configs/qwen3-0.6b.toml NAME=qwen3-0.6b LENS=16384 MODES=sparse
 #     bash bench/gpu/gpu_e2e.sh: our row from that run's --summary instead of a new run (one L, one
 #     mode; a run of this layout, 2 documents of L tokens a step: bench/torch/hf_finetune.sh's), PyTorch's run
@@ -57,6 +61,11 @@ shape=(--layers "$NL" --d-model "$C" --heads "$H" --kv-heads "$HKV" --head-dim "
 att_sets=()
 [ -n "${BLOCK:-}" ] && att_sets+=(--set attention.block_size="$BLOCK")
 [ -n "${K:-}" ] && att_sets+=(--set attention.k="$K")
+gate=""  # the attention column's suffix: the gate mode and dense layers when not the config's
+[ -n "${GATE_QUERY:-}" ] && { att_sets+=(--set attention.gate_query="$GATE_QUERY"); gate=$GATE_QUERY; }
+[ -n "${GATE_KEY:-}" ] && { att_sets+=(--set attention.gate_key="$GATE_KEY"); gate=${gate:-mean}/$GATE_KEY; }
+[ -n "${GATE_SUB:-}" ] && { att_sets+=(--set attention.gate_sub_blocks="$GATE_SUB"); gate=$gate,sub$GATE_SUB; }
+[ -n "${DENSE_LAYERS:-}" ] && { att_sets+=(--set attention.dense_layers="$DENSE_LAYERS"); gate=$gate+$DENSE_LAYERS; }
 rc_sets=(); rc_torch=(); rc_name=none
 [ "$RECOMPUTE" = 1 ] && { rc_sets=(--set train.recompute=layer); rc_torch=(--checkpoint-layers); rc_name=layer; }
 for L in $LENS; do
@@ -77,7 +86,8 @@ for L in $LENS; do
         --set log.path=runs/gpu_e2e/metrics_$tag.h5 --summary "$sum" > "$OUTDIR/sb_$tag.log" 2>&1; then
       echo "sparsebalance train failed ($tag):"; tail -20 "$OUTDIR/sb_$tag.log"; continue
     fi
-    python3 - "$sum" "$L" "$mode" "$NAME" "$rc_name" $NL $C $H $HKV $F $V $HD $QKN >> "$CSV" <<'PY'
+    att=$mode; [ $mode = sparse ] && [ -n "$gate" ] && att=sparse:$gate
+    python3 - "$sum" "$L" "$att" "$NAME" "$rc_name" $NL $C $H $HKV $F $V $HD $QKN >> "$CSV" <<'PY'
 import json, statistics, sys
 s = json.load(open(sys.argv[1])); L = int(sys.argv[2]); mode = sys.argv[3]; name, rc = sys.argv[4:6]
 Lyr, C, H, Hkv, F, V, D, qkn = map(int, sys.argv[6:14])
@@ -85,7 +95,7 @@ Lyr, C, H, Hkv, F, V, D, qkn = map(int, sys.argv[6:14])
 n_lin = Lyr * (2 * C + 2 * D * qkn + C * H * D + 2 * C * Hkv * D + H * D * C + 3 * C * F) + C + V * C
 ms = statistics.median(s["step_ms"][2:] or s["step_ms"])
 tok = 2 * L  # two micro-batches of one L-token document per step
-dens = s["mean_density"] if mode == "sparse" else 1.0
+dens = s["mean_density"] if mode.startswith("sparse") else 1.0
 pairs_per_token = dens * (L + 1) / 2
 fpt = 6 * n_lin + 3 * 4 * Lyr * H * D * pairs_per_token
 tps = tok / (ms / 1e3)
