@@ -93,6 +93,18 @@ struct AttnShape {
   int n_heads, n_kv_heads, head_dim, block_size;
 };
 
+// The CUDA attention backward's workspace (kernels/cuda/attention_bwd.cu), in bytes, for n_tokens
+// rows: the fp32 dQ accumulator and the rows' two dot products (N x H x (D + 2)), then at a 256-byte
+// boundary the column split's fp32 dK, dV accumulators (2 x N x Hkv x D). Plain C++, so that the
+// memory plan (src/model/gpu_buffers.hpp) counts what the kernels take.
+inline size_t attention_bwd_dkv_offset(int64_t n_tokens, AttnShape s) {
+  const size_t rows = size_t(n_tokens) * size_t(s.n_heads);
+  return (rows * size_t(s.head_dim + 2) * sizeof(float) + 255) / 256 * 256;
+}
+inline size_t attention_bwd_workspace_bytes(int64_t n_tokens, AttnShape s) {
+  return attention_bwd_dkv_offset(n_tokens, s) + 2 * size_t(n_tokens) * size_t(s.n_kv_heads) * size_t(s.head_dim) * sizeof(float);
+}
+
 // The kept key blocks of every (document, kv head, query block) row, CSR-style.
 // Rows are enumerated doc by doc, then kv head, then query block:
 //   row(d, g, i) = doc_row_base[d] + g * nblocks(d) + i

@@ -23,8 +23,10 @@
 # ~20-45 ns a value: ~150-350 s), then ~5-15 s a step; a PyTorch run ~60-90 s of compilation then
 # 2-16 s a step. A whole table is ~20 min: 2-3 calls on a warm machine (the rows resume). 64K runs first
 # (the headline), sparse before dense.
-# Plan vs measured: the `sparsebalance memory` row "LoRA r 16, train.zero = 0"; its GPU rows count the
-# parameter state only (+ activations), so the ratio shows what the activations add.
+# Plan vs measured: the `sparsebalance memory` row "LoRA r 16, train.zero = 0" (its total: the base,
+# the adapters' state, the buffers the CUDA model sizes for one L-token micro-batch and the block lists,
+# plus 1.2 GiB for the CUDA runtime; src/model/README.md "Planning memory"); the must-show is within 10%.
+# The run's last memory line (printed below) gives its activation buffers and the peak beyond its sums.
 set -uo pipefail
 SB=${SB:-build-gpu/src/sparsebalance}
 OUTDIR=${OUT:-gpu-out}

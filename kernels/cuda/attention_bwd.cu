@@ -269,10 +269,7 @@ void launch_bwd(const BwdParams& p, int n_blocks, cudaStream_t stream) {
 // group's Q and dO in L2.
 namespace {
 int g_bwd_chunk = -1;  // set_bwd_column_chunk; -1 automatic
-size_t dkv_acc_offset(int64_t n_tokens, AttnShape s) {
-  const size_t rows = size_t(n_tokens) * s.n_heads;
-  return (rows * (s.head_dim + 2) * sizeof(float) + 255) / 256 * 256;
-}
+size_t dkv_acc_offset(int64_t n_tokens, AttnShape s) { return attention_bwd_dkv_offset(n_tokens, s); }
 void column_split(BwdParams& p, int max_doc_blocks, int block_size, int64_t kept) {
   const int bound = std::max(1, (p.H / p.Hkv) * max_doc_blocks * (block_size / 64));
   if (g_bwd_chunk >= 0) {
@@ -327,9 +324,7 @@ void set_bwd_trace(unsigned long long* buf, int64_t ctas) {
 
 // The workspace: dq_acc (N x H x D), delta (N x H), lse2 (N x H), then (at a 256-byte boundary) the column
 // split's dkv_acc (2 x N x Hkv x D), all fp32.
-size_t block_attention_bwd_workspace(int64_t n_tokens, AttnShape s) {
-  return dkv_acc_offset(n_tokens, s) + 2 * size_t(n_tokens) * s.n_kv_heads * s.head_dim * sizeof(float);
-}
+size_t block_attention_bwd_workspace(int64_t n_tokens, AttnShape s) { return attention_bwd_workspace_bytes(n_tokens, s); }
 
 void block_attention_bwd(const bf16* q, const bf16* k, const bf16* v, const bf16* out, const float* lse,
                          const bf16* dout, const DeviceSelection& sel, AttnShape s, bf16* dq, bf16* dk,

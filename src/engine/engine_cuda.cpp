@@ -200,13 +200,20 @@ class CudaEngine final : public Engine {
     char base[120] = "";
     if (model_.lora().on())
       std::snprintf(base, sizeof base, "frozen base %.1f MiB (bf16; its norms and biases fp32), ", gpu_->base_bytes() * mib);
-    char buf[520];
+    // after a micro-batch: the activation and work buffers it sized (what `sparsebalance memory`
+    // plans as activations), and what the peak holds beyond this line's sums (the CUDA context,
+    // cuBLAS, NCCL, the block selections, the allocator's rounding)
+    char act[200] = "";
+    if (const double a = gpu_->buffer_bytes(); a > 0 && gpu_->peak_memory_bytes() > 0)
+      std::snprintf(act, sizeof act, "; activation buffers %.1f MiB, peak beyond these %.1f MiB", a * mib,
+                    (gpu_->peak_memory_bytes() - gpu_->base_bytes() - model_b - opt_b - a) * mib);
+    char buf[720];
     std::snprintf(buf, sizeof buf,
                   "gpu memory per rank: %smodel %.1f MiB (bf16 weights, fp32 gradients, fp32 %s), optimizer state "
-                  "%.1f MiB (%sAdamW moments of %.0f of %.0f parameters%s, train.zero = %d); peak so far %.1f MiB",
+                  "%.1f MiB (%sAdamW moments of %.0f of %.0f parameters%s, train.zero = %d); peak so far %.1f MiB%s",
                   base, model_b * mib, zero_ ? "copies of the embedding, norms and biases" : "master weights", opt_b * mib,
                   zero_ ? "fp32 master weights and " : "", k, n, own_g ? ", their reduced gradient" : "",
-                  zero_ ? 1 : 0, gpu_->peak_memory_bytes() * mib);
+                  zero_ ? 1 : 0, gpu_->peak_memory_bytes() * mib, act);
     return buf;
   }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "src/comm/comm.hpp"
+#include "src/model/gpu_buffers.hpp"
 
 namespace sb {
 
@@ -22,8 +23,20 @@ static double cpu_activations(const ModelDims& d, const ModelExec& e, int64_t N,
   return double(N) * (layers + work) * 4 + head * 4;
 }
 
+// The GPU model's buffers for one micro-batch of N tokens: gpu_buffers() is what ModelCuda sizes them
+// by (src/model/gpu_buffers.hpp: every layer's saved activations, or under train.recompute = layer
+// only each layer's fp32 input beside one work layer; the packed projections' outputs, the final
+// norm, one LM-head chunk of bf16 logits, the backward's gradients of every tensor once, the
+// attention backward's fp32 workspace, LoRA's (N, rank) u of each adapter, its backward scratch and
+// dropout's copies, the packed q|k|v weights where biases sit between them), plus the attention's
+// block lists (gpu_selection_bytes: one N-token document).
+static double cuda_activations(const ModelDims& d, const ModelExec& e, const AttnSettings& a, int k_max, int64_t N,
+                               const LoraSpec& lora, bool qkv_adjacent) {
+  return gpu_buffers(d, e, lora, N, qkv_adjacent).bytes() + gpu_selection_bytes(d, a, k_max, N);
+}
+
 std::vector<MemoryPlanRow> memory_plan(const ModelDims& d, const LoraSpec& lora_in, const EngineSettings& e,
-                                       int64_t micro_batch_tokens, int ranks) {
+                                       const AttnSettings& attn, int k_max, int64_t micro_batch_tokens, int ranks) {
   const ParamLayout base(d);
   LoraSpec lora = lora_in;
   if (!lora.on()) lora.rank = 16, lora.alpha = 32;
@@ -45,17 +58,16 @@ std::vector<MemoryPlanRow> memory_plan(const ModelDims& d, const LoraSpec& lora_
         // (model_cuda.cpp's constructor): the trainable tensors' buffers, LoRA's frozen base apart,
         // each frozen tensor once, bf16, or fp32 where read in fp32 (norms, biases; not the embedding)
         const LoraLayout ll = lora_layout(base, d, is_lora ? lora : LoraSpec{});
-        const std::vector<size_t> f32 = fp32_read_params(base);
+        const GpuFrozenCopies frozen = gpu_frozen_copies(base, ll.of_base);
+        r.base = 2 * double(frozen.n16) + 4 * double(frozen.n32);
         double train32 = 0;  // with ZeRO the model keeps fp32 copies of what it reads in fp32 only
-        for (size_t i = 0; i < base.params.size(); ++i) {
-          const bool reads32 = std::find(f32.begin(), f32.end(), i) != f32.end();
-          const double sz = double(base.params[i].size);
-          if (ll.of_base[i] != kNoParam) train32 += reads32 ? sz : 0;
-          else r.base += reads32 && i != base.embed ? 4 * sz : 2 * sz;
-        }
+        for (size_t i : fp32_read_params(base)) train32 += ll.of_base[i] != kNoParam ? double(base.params[i].size) : 0;
         r.weights = 2 * n + 4 * (zero ? train32 : n);
         r.grads = 4 * n;
         r.optimizer = 8 * k + (zero ? 4 * k + (ranks > 1 ? 4 * k : 0) : 0);
+        r.activations = cuda_activations(d, e.exec, attn, k_max, micro_batch_tokens, is_lora ? lora : LoraSpec{},
+                                         gpu_qkv_adjacent(base, ll.train, ll.of_base, frozen));
+        r.runtime = kCudaRuntimeBytes;
       }
       rows.push_back(r);
     }

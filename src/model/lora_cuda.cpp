@@ -54,7 +54,7 @@ uint64_t ModelCuda::base_hash() const {
 const ModelCuda::bf16* ModelCuda::dropped(int l, int t, const bf16* x, int in, int N) {
   if (!training_ || lora_.dropout <= 0) return x;
   const size_t n = size_t(N) * in;
-  kc::lora_dropout_fwd(x, xd_.resize(n), n, kernels::dropout_key(drop_key_, l, t),
+  kc::lora_dropout_fwd(x, xd_.resize(sz_.xd), n, kernels::dropout_key(drop_key_, l, t),
                        kernels::dropout_threshold(lora_.dropout), float(1.0 / (1.0 - lora_.dropout)), stream_);
   return xd_.data();
 }
@@ -66,7 +66,7 @@ void ModelCuda::adapter_in(int l, int t, const bf16* x, int in, DeviceArray<bf16
   const int r = lora_.rank;
   const ParamInfo& A = layout_.params[adapters_[size_t(l)][size_t(t)].a];
   kc::gemm(*blas_, false, true, N, r, in, float(lora_.scale()), x, in, w16_.data() + A.offset, in, 0.f,
-           u.resize(size_t(N) * r), r);
+           u.resize(sz_.layer.u), r);  // (N, r)
 }
 
 // y (N, out; rows ld_y apart) += u (N, r) @ B^T, B (out, r)
@@ -87,7 +87,7 @@ void ModelCuda::adapter_bwd(int l, int t, const bf16* x, int in, const bf16* dy,
   const LoraPair& ab = adapters_[size_t(l)][size_t(t)];
   const ParamInfo &A = layout_.params[ab.a], &B = layout_.params[ab.b];
   kc::Blas& bl = *blas_;
-  bf16* du = du_.resize(size_t(N) * r);
+  bf16* du = du_.resize(sz_.du);  // (N, r)
   // dB (out, r) += dy^T @ u;  du (N, r) = scale * dy @ B;  dA (r, in) += du^T @ x;  dx (N, in) += du @ A
   // (lora.dropout: x is the dropped input, drawn again with the forward's key, and du @ A goes
   // through the same mask and scale)
@@ -97,7 +97,7 @@ void ModelCuda::adapter_bwd(int l, int t, const bf16* x, int in, const bf16* dy,
   kc::gemm(bl, true, false, r, in, N, 1.f, du, r, xd, in, 1.f, g32_.data() + A.offset, in);
   if (xd == x) return kc::gemm(bl, false, false, N, in, r, 1.f, du, r, w16_.data() + A.offset, in, 1.f, dx, in);
   const size_t n = size_t(N) * in;
-  float* dxa = dxa_.resize(n);
+  float* dxa = dxa_.resize(sz_.dxa);  // (N, the widest in): n used
   kc::gemm(bl, false, false, N, in, r, 1.f, du, r, w16_.data() + A.offset, in, 0.f, dxa, in);
   kc::lora_dropout_bwd_add(dxa, dx, n, kernels::dropout_key(drop_key_, l, t), kernels::dropout_threshold(lora_.dropout),
                            float(1.0 / (1.0 - lora_.dropout)), stream_);

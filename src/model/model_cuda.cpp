@@ -111,7 +111,6 @@ ModelCuda::ModelCuda(const ModelDims& dims, const ParamLayout& base, const LoraS
   gating_ = std::make_unique<kc::DeviceGating>();
   off32_.assign(layout_.params.size(), kNoParam);
   const std::vector<size_t> f32 = fp32_read_params(base_layout_);  // what W() reads: the rest goes through W16()
-  auto reads32 = [&](size_t i) { return std::find(f32.begin(), f32.end(), i) != f32.end(); };
   std::vector<char> train32(layout_.params.size(), 0);  // trainable tensors W() reads
   for (size_t i : f32)
     if (of_base_[i] != kNoParam) train32[of_base_[i]] = 1;
@@ -121,16 +120,10 @@ ModelCuda::ModelCuda(const ModelDims& dims, const ParamLayout& base, const LoraS
     w32_size_ += layout_.params[i].size;
   }
   // LoRA: each frozen tensor once, in the precision the kernels read it (a frozen embedding: bf16)
-  boff16_.assign(base_layout_.params.size(), kNoParam), boff32_ = boff16_;
-  size_t n16 = 0, n32 = 0;
-  for (size_t i = 0; i < base_layout_.params.size(); ++i) {
-    if (of_base_[i] != kNoParam) continue;
-    const size_t n = base_layout_.params[i].size;
-    if (reads32(i) && i != base_layout_.embed) boff32_[i] = n32, n32 += n;
-    else boff16_[i] = n16, n16 += n;
-  }
-  if (n16) base16_.resize(n16);
-  if (n32) base32_.resize(n32);
+  GpuFrozenCopies frozen = gpu_frozen_copies(base_layout_, of_base_);
+  boff16_ = std::move(frozen.off16), boff32_ = std::move(frozen.off32);
+  if (frozen.n16) base16_.resize(frozen.n16);
+  if (frozen.n32) base32_.resize(frozen.n32);
   w32_.resize(w32_size_), g32_.resize(n_), w16_.resize(n_);
   // The layers read gate|up as one (2F, C) matrix and q|k|v as one (H*D + 2*Hkv*D, C): the layouts
   // (base and LoRA's frozen copies alike) keep gate and up adjacent, and q, k, v too unless their
@@ -140,6 +133,9 @@ ModelCuda::ModelCuda(const ModelDims& dims, const ParamLayout& base, const LoraS
     if (!next(I.gate, I.up)) throw std::logic_error("ModelCuda: gate and up projections are not adjacent");
     qkv_adjacent_ = qkv_adjacent_ && next(I.q, I.k) && next(I.k, I.v);
   }
+  frozen.off16 = boff16_;
+  if (qkv_adjacent_ != gpu_qkv_adjacent(base_layout_, layout_, of_base_, frozen))  // the memory plan's view
+    throw std::logic_error("ModelCuda: gpu_qkv_adjacent disagrees with the buffers");
   const RopeTable rt = rope_table(dims_.head_dim, dims_.rope_theta, dims_.rope_scaling);
   rope_scale_ = rt.scale;
   SB_CUDA_CHECK(cudaMemcpy(inv_freq_.resize(rt.inv_freq.size()), rt.inv_freq.data(), rt.inv_freq.size() * sizeof(double),
@@ -147,6 +143,28 @@ ModelCuda::ModelCuda(const ModelDims& dims, const ParamLayout& base, const LoraS
   zero_grads();
   for (int l = 0; l < dims_.n_layers; ++l) layers_.push_back(std::make_unique<Layer>());
   work_ = std::make_unique<Layer>();
+}
+
+template <class T>
+static double held(const DeviceArray<T>& a) {
+  return double(a.capacity()) * sizeof(T);
+}
+
+double ModelCuda::buffer_bytes() const {
+  double b = 0;
+  auto layer = [](const Layer& A) {
+    double t = held(A.x_in) + held(A.rstd1) + held(A.xn) + held(A.q) + held(A.k) + held(A.v) + held(A.q_raw) +
+               held(A.k_raw) + held(A.rstdq) + held(A.rstdk) + held(A.att) + held(A.lse) + held(A.x_mid) +
+               held(A.rstd2) + held(A.xn2) + held(A.h) + held(A.gu);
+    for (const auto& u : A.u) t += held(u);
+    return t;
+  };
+  for (const auto& A : layers_) b += layer(*A);
+  if (work_) b += layer(*work_);
+  return b + held(tokens_) + held(targets_) + held(pos_) + held(argmax_) + held(xs_top_) + held(rstdf_) + held(loss_) +
+         held(dxf_) + held(dx_) + held(dxn_) + held(xf_) + held(head16_) + held(dx16_) + held(dh_) + held(datt_) +
+         held(dq_) + held(dk_) + held(dv_) + held(qkv_) + held(dqkv_) + held(dgu_) + held(attn_ws_) + held(du_) +
+         held(xd_) + held(dxa_) + held(qkvw16_);
 }
 
 ModelCuda::~ModelCuda() {
@@ -196,9 +214,7 @@ void ModelCuda::download_weights(std::vector<float>& w) const {
 // between runs. 24 layers of the Qwen2.5-0.5B shape: 50 MB copied, about 0.03 ms.
 void ModelCuda::pack_qkv_weights() {
   if (qkv_adjacent_) return;
-  const size_t C = size_t(dims_.d_model), HD = size_t(dims_.n_heads) * dims_.head_dim,
-               KD = size_t(dims_.n_kv_heads) * dims_.head_dim, P3 = HD + 2 * KD;
-  bf16* dst = qkvw16_.resize(base_layout_.layers.size() * P3 * C);  // (L, P3, C)
+  bf16* dst = qkvw16_.resize(sz_.qkv_weights);  // (L, H*D + 2*Hkv*D, C)
   for (const LayerParams& I : base_layout_.layers) {
     for (size_t i : {I.q, I.k, I.v}) {
       const size_t n = base_layout_.params[i].size;
@@ -233,7 +249,7 @@ void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a
   const ModelDims& s = dims_;
   const int N = b.n(), C = s.d_model, H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, F = s.ffn_dim;
   const int HD = H * D, KD = Hkv * D, nd = b.ndocs();
-  const size_t NC = size_t(N) * C, NF = size_t(N) * F;
+  const GpuLayerBuffers& z = sz_.layer;  // the buffers' sizes for this micro-batch (gpu_buffers.hpp)
   const kernels::AttnShape ashape = attn_shape(a);
   const float eps = float(s.norm_eps);
   cudaStream_t cs = stream_;
@@ -246,10 +262,10 @@ void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a
   // attention block
   ph.mark(P::elementwise, cs);
   if (!(x_out && l > 0))  // else layer l-1 computed it with its residual add
-    kc::rmsnorm_fwd(x, W(I.ln1), A.xn.resize(NC), A.rstd1.resize(N), N, C, eps, cs);
+    kc::rmsnorm_fwd(x, W(I.ln1), A.xn.resize(z.xn), A.rstd1.resize(z.rstd1), N, C, eps, cs);
   ph.mark(P::gemm, cs);
   // q|k|v (N, HD + 2 KD) in one GEMM, then bias + RoPE into the arrays attention reads
-  kc::linear_fwd(bl, A.xn.data(), Wqkv(l), qkv_.resize(size_t(N) * (HD + 2 * KD)), N, C, HD + 2 * KD);
+  kc::linear_fwd(bl, A.xn.data(), Wqkv(l), qkv_.resize(sz_.qkv), N, C, HD + 2 * KD);
   for (int t = 0; t < 3; ++t) {  // LoRA on q, k, v: into their column blocks of qkv (N, HD + 2 KD)
     const int at = t == 0 ? 0 : t == 1 ? HD : HD + KD, out = t == 0 ? HD : KD;
     adapter_in(l, t, A.xn.data(), C, A.u[t], N);
@@ -258,13 +274,13 @@ void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a
   ph.mark(P::elementwise, cs);
   if (s.qk_norm) {  // Qwen3 (no biases): each head's q and k RMS-normed before RoPE, in the GEMM's output
     const int64_t P = HD + 2 * KD;
-    kc::head_rmsnorm_fwd(qkv_.data(), P, W(I.q_norm), A.q_raw.resize(size_t(N) * HD), A.rstdq.resize(size_t(N) * H), N,
+    kc::head_rmsnorm_fwd(qkv_.data(), P, W(I.q_norm), A.q_raw.resize(z.q_raw), A.rstdq.resize(z.rstdq), N,
                          H, D, eps, cs);
-    kc::head_rmsnorm_fwd(qkv_.data() + HD, P, W(I.k_norm), A.k_raw.resize(size_t(N) * KD),
-                         A.rstdk.resize(size_t(N) * Hkv), N, Hkv, D, eps, cs);
+    kc::head_rmsnorm_fwd(qkv_.data() + HD, P, W(I.k_norm), A.k_raw.resize(z.k_raw),
+                         A.rstdk.resize(z.rstdk), N, Hkv, D, eps, cs);
   }
-  kc::qkv_rope_unpack_fwd(qkv_.data(), A.q.resize(size_t(N) * HD), A.k.resize(size_t(N) * KD),
-                          A.v.resize(size_t(N) * KD), s.qkv_bias ? W(I.q_bias) : nullptr,
+  kc::qkv_rope_unpack_fwd(qkv_.data(), A.q.resize(z.q), A.k.resize(z.k),
+                          A.v.resize(z.v), s.qkv_bias ? W(I.q_bias) : nullptr,
                           s.qkv_bias ? W(I.k_bias) : nullptr, s.qkv_bias ? W(I.v_bias) : nullptr, pos_.data(), N, H,
                           Hkv, D, rope(), cs);
   // Sparse: the kept blocks selected on the device (DeviceGating); a dense layer of a sparse run
@@ -326,28 +342,28 @@ void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a
   }
   ph.mark(P::attn_fwd, cs);
   const size_t ta = timers.start();
-  kc::block_attention_fwd(A.q.data(), A.k.data(), A.v.data(), *K.selp, ashape, A.att.resize(size_t(N) * HD),
-                          A.lse.resize(size_t(N) * H), cs);
+  kc::block_attention_fwd(A.q.data(), A.k.data(), A.v.data(), *K.selp, ashape, A.att.resize(z.att),
+                          A.lse.resize(z.lse), cs);
   if (!b.parts.empty()) parts_forward(l, b, a, A, gate);  // their gating and exchange count as attention
   timers.stop(ta);
   // x_mid = x_in + o(att): the GEMM writes o(att) and the norm's kernel adds x_in
   ph.mark(P::gemm, cs);
-  float* xm = A.x_mid.resize(NC);
+  float* xm = A.x_mid.resize(z.x_mid);
   kc::gemm(bl, false, true, N, C, HD, 1.f, A.att.data(), HD, W16(I.o), HD, 0.f, xm, C);
   adapter_in(l, 3, A.att.data(), HD, A.u[3], N);  // LoRA on o
   adapter_out(l, 3, A.u[3].data(), xm, C, C, N);
   // MLP block
   ph.mark(P::elementwise, cs);
-  kc::add_rmsnorm_fwd(xm, x, W(I.ln2), A.xn2.resize(NC), A.rstd2.resize(N), N, C, eps, cs);
+  kc::add_rmsnorm_fwd(xm, x, W(I.ln2), A.xn2.resize(z.xn2), A.rstd2.resize(z.rstd2), N, C, eps, cs);
   ph.mark(P::gemm, cs);
   // gate|up (N, 2F): the two weights are adjacent, one (2F, C) matrix
-  kc::linear_fwd(bl, A.xn2.data(), W16(I.gate), A.gu.resize(2 * NF), N, C, 2 * F);
+  kc::linear_fwd(bl, A.xn2.data(), W16(I.gate), A.gu.resize(z.gu), N, C, 2 * F);
   for (int t = 4; t < 6; ++t) {  // LoRA on gate, up: their column blocks of gu (N, 2F)
     adapter_in(l, t, A.xn2.data(), C, A.u[t], N);
     adapter_out(l, t, A.u[t].data(), A.gu.data() + (t - 4) * F, 2 * F, F, N);
   }
   ph.mark(P::elementwise, cs);
-  kc::swiglu_fwd_packed(A.gu.data(), A.h.resize(NF), N, F, cs);
+  kc::swiglu_fwd_packed(A.gu.data(), A.h.resize(z.h), N, F, cs);
   ph.mark(P::gemm, cs);
   adapter_in(l, 6, A.h.data(), F, A.u[6], N);  // LoRA on down: u also when recomputing (x_out unused)
   if (!x_out) return;
@@ -358,10 +374,10 @@ void ModelCuda::layer_forward(int l, const PackedBatch& b, const AttnSettings& a
   ph.mark(P::elementwise, cs);
   if (l + 1 < s.n_layers) {
     Layer& B = exec_.recompute ? *work_ : *layers_[l + 1];
-    kc::add_rmsnorm_fwd(x_out, xm, W(base_layout_.layers[size_t(l) + 1].ln1), B.xn.resize(NC), B.rstd1.resize(N), N, C,
+    kc::add_rmsnorm_fwd(x_out, xm, W(base_layout_.layers[size_t(l) + 1].ln1), B.xn.resize(z.xn), B.rstd1.resize(z.rstd1), N, C,
                         eps, cs);
   } else {
-    kc::add_rmsnorm_fwd(x_out, xm, W(base_layout_.norm), xf_.resize(NC), rstdf_.resize(N), N, C, eps, cs);
+    kc::add_rmsnorm_fwd(x_out, xm, W(base_layout_.norm), xf_.resize(sz_.xf), rstdf_.resize(sz_.rstdf), N, C, eps, cs);
   }
 }
 
@@ -414,8 +430,10 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   const int N = b.n(), C = s.d_model, H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, F = s.ffn_dim,
             V = s.vocab, L = s.n_layers;
   const int HD = H * D, KD = Hkv * D;
-  const size_t NC = size_t(N) * C, NF = size_t(N) * F;
+  const size_t NC = size_t(N) * C;
   check_inputs(b, a, s);
+  // every buffer's size for N tokens, from the function the memory plan counts with
+  sz_ = gpu_buffers(dims_, exec_, lora_, N, qkv_adjacent_);
   part_ex_ = ex;
   training_ = backward;
   dense_sel_ready_ = false;
@@ -444,12 +462,12 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   to_device(pos_, b.pos, cs);
 
   // ---- forward
-  float* x = layers_.empty() ? xs_top_.resize(NC) : layers_[0]->x_in.resize(NC);  // (N, C)
+  float* x = layers_.empty() ? xs_top_.resize(sz_.xs_top) : layers_[0]->x_in.resize(sz_.layer.x_in);  // (N, C)
   const size_t E = base_layout_.embed;
   if (of_base_[E] != kNoParam) kc::embedding_fwd(tokens_.data(), W(E), x, N, C, cs);
   else kc::embedding_fwd(tokens_.data(), W16(E), x, N, C, cs);  // LoRA: the frozen embedding's bf16 copy
   for (int l = 0; l < L; ++l) {
-    float* xo = l + 1 < L ? layers_[l + 1]->x_in.resize(NC) : xs_top_.resize(NC);  // the next layer's input
+    float* xo = l + 1 < L ? layers_[l + 1]->x_in.resize(sz_.layer.x_in) : xs_top_.resize(sz_.xs_top);  // the next layer's input
     layer_forward(l, b, a, exec_.recompute ? *work_ : *layers_[l], xo, true, st, timers, gtimers);
     x = xo;
   }
@@ -457,16 +475,16 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
   if (dev_sel) gating_->fetch_stats(cs);
   ph.mark(P::head_loss, cs);
   if (L == 0)  // else the last layer computed it with its residual add
-    kc::rmsnorm_fwd(x, W(base_layout_.norm), xf_.resize(NC), rstdf_.resize(N), N, C, eps, cs);
+    kc::rmsnorm_fwd(x, W(base_layout_.norm), xf_.resize(sz_.xf), rstdf_.resize(sz_.rstdf), N, C, eps, cs);
   // LM head and loss in chunks of `rows` tokens, never the whole (N, V) logits: logits (rows, V)
   // bf16, overwritten by dlogits (cross_entropy_inplace), reused by every chunk, and the head's
   // backward runs per chunk (fused): dxf (N, C) = dlogits W, the head's gradient += dlogits^T xf.
   // (fp32 logits with a second bf16 buffer for dlogits took 1.20x the LM head's time:
   // bench/results/2026-12-02-lm-head-streamed.md.)
-  const int rows = exec_.head_rows(N, V, int(sizeof(bf16)));
-  bf16* logits = head16_.resize(size_t(rows) * V);  // (rows, V), then dlogits over them
-  float* dxf = backward ? dxf_.resize(NC) : nullptr;
-  loss_.resize(N), argmax_.resize(N);
+  const int rows = sz_.head_rows;  // exec_.head_rows of bf16 logits
+  bf16* logits = head16_.resize(sz_.head);  // (rows, V), then dlogits over them
+  float* dxf = backward ? dxf_.resize(sz_.dxf) : nullptr;
+  loss_.resize(sz_.loss), argmax_.resize(sz_.tokens);
   for (int t0 = 0; t0 < N; t0 += rows) {
     const int n = std::min(rows, N - t0);
     const bf16* xc = xf_.data() + size_t(t0) * C;
@@ -483,19 +501,19 @@ MicroBatchStats ModelCuda::run(const PackedBatch& b, const AttnSettings& a, floa
 
   if (backward) {
     // ---- backward: the same path in reverse; dx is the gradient of the residual stream (fp32)
-    float* dx = dx_.resize(NC);
-    float* dxn = dxn_.resize(NC);
-    bf16* dx16 = dx16_.resize(NC);
+    float* dx = dx_.resize(sz_.dx);
+    float* dxn = dxn_.resize(sz_.dxn);
+    bf16* dx16 = dx16_.resize(sz_.dx16);
     SB_CUDA_CHECK(cudaMemsetAsync(dx, 0, NC * sizeof(float), cs));
     ph.mark(P::head_loss, cs);
     // the norms' backward also write dx16 = bf16(dx), the input of the GEMM after them
     kc::rmsnorm_bwd_fused(xs_top_.data(), W(base_layout_.norm), rstdf_.data(), dxf, dx, dx16, G(base_layout_.norm), N, C, cs);
     const int P3 = HD + 2 * KD;  // packed q|k|v columns
-    bf16* dh = dh_.resize(NF);
-    bf16 *dgu = dgu_.resize(2 * NF), *dqkv = dqkv_.resize(size_t(N) * P3);
-    bf16 *datt = datt_.resize(size_t(N) * HD), *dq = dq_.resize(size_t(N) * HD);
-    bf16 *dk = dk_.resize(size_t(N) * KD), *dv = dv_.resize(size_t(N) * KD);
-    void* ws = attn_ws_.resize(kc::block_attention_bwd_workspace(N, ashape));
+    bf16* dh = dh_.resize(sz_.dh);
+    bf16 *dgu = dgu_.resize(sz_.dgu), *dqkv = dqkv_.resize(sz_.dqkv);
+    bf16 *datt = datt_.resize(sz_.datt), *dq = dq_.resize(sz_.dq);
+    bf16 *dk = dk_.resize(sz_.dk), *dv = dv_.resize(sz_.dv);
+    void* ws = attn_ws_.resize(sz_.attn_ws);  // kc::block_attention_bwd_workspace(N, ashape)
     for (int l = L - 1; l >= 0; --l) {
       Layer& K = *layers_[l];  // x_in and the selection
       Layer& A = exec_.recompute ? *work_ : K;

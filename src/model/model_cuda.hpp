@@ -19,6 +19,7 @@
 
 #include "kernels/cuda/attention_cuda.hpp"
 #include "kernels/cuda/ops_cuda.hpp"
+#include "src/model/gpu_buffers.hpp"
 #include "src/model/model.hpp"
 #include "src/model/phase_clock_cuda.hpp"
 
@@ -157,6 +158,10 @@ class ModelCuda {
   // whole device, read after every micro-batch). Our buffers only grow and the stream-ordered pool
   // keeps what it freed, so the value after a micro-batch is its peak.
   double peak_memory_bytes() const { return double(mem_peak_); }
+  // Bytes of the activation and work buffers held now (every DeviceArray run() sizes through
+  // gpu_buffers(), the largest micro-batch's so far; not the block selections): what the memory
+  // plan's GPU activations count (src/engine/memory_plan.cpp).
+  double buffer_bytes() const;
 
  private:
   struct Layer;
@@ -227,6 +232,7 @@ class ModelCuda {
   // lora.dropout in training: x (N, in) with the mask of (drop_key_, l, t) into xd_; else x itself
   const bf16* dropped(int l, int t, const bf16* x, int in, int N);
   ModelExec exec_;
+  GpuBuffers sz_;                 // run(): every buffer's size for its micro-batch (gpu_buffers.hpp)
   DeviceArray<double> inv_freq_;  // (head_dim / 2) RoPE's table (src/model/rope.hpp), uploaded once
   double rope_scale_ = 1;         // its attention factor
   kernels::RopeFreqs rope() const { return {inv_freq_.data(), rope_scale_}; }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/cuda/attention_cuda.hpp"
+#include "src/model/gpu_buffers.hpp"
 #include "src/train/trainer.hpp"
 #include "tests/train/train_test_util.hpp"
 
@@ -20,6 +21,12 @@ inline bool have_gpu() {
   if (sb::kernels::cuda::device_available(&why)) return true;
   std::printf("no usable GPU (%s): skipped\n", why.c_str());
   return false;
+}
+
+// Whether ModelCuda of `base` with `lora` keeps q, k, v adjacent (gpu_buffers.hpp; its constructor checks it).
+inline bool qkv_adjacent_of(const sb::ParamLayout& base, const sb::ModelDims& d, const sb::LoraSpec& lora) {
+  const sb::LoraLayout ll = sb::lora_layout(base, d, lora);
+  return sb::gpu_qkv_adjacent(base, ll.train, ll.of_base, sb::gpu_frozen_copies(base, ll.of_base));
 }
 
 // The losses of `flags` trained with train.device = cpu ([0]) and cuda ([1]), each with its own

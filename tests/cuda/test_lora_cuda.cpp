@@ -94,6 +94,10 @@ void check_lora_micro_batch(const LoraCase& c) {
   gpu.set_dropout_key(42), ref.set_dropout_key(42);
   gpu.zero_grads();
   const sb::MicroBatchStats sg = gpu.forward_backward(b, a, float(scale));
+  // what the model's buffers hold is what the memory plan counts (src/model/gpu_buffers.hpp): the
+  // adapters' u, lora.dropout's copies, no packed q|k|v copy (the frozen base keeps them adjacent)
+  EXPECT_EQ(gpu.buffer_bytes(),
+            sb::gpu_buffers(d, c.exec, spec, b.n(), sbtest::qkv_adjacent_of(host.base_layout(), d, spec)).bytes());
   std::vector<float> g(gpu.size());
   SB_CUDA_CHECK(cudaMemcpy(g.data(), gpu.grads(), g.size() * sizeof(float), cudaMemcpyDeviceToHost));
   ref.zero_grads();

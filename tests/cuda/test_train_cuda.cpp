@@ -97,6 +97,8 @@ void check_one_micro_batch(BatchCase c) {
   gpu.upload_weights(host.weights());
   gpu.zero_grads();
   sb::MicroBatchStats sg = gpu.forward_backward(b, a, float(scale));
+  // what the model's buffers hold is what the memory plan counts (src/model/gpu_buffers.hpp)
+  EXPECT_EQ(gpu.buffer_bytes(), sb::gpu_buffers(d, c.exec, {}, b.n(), sbtest::qkv_adjacent_of(host.layout(), d, {})).bytes());
   std::vector<float> g(gpu.size());
   SB_CUDA_CHECK(cudaMemcpy(g.data(), gpu.grads(), g.size() * sizeof(float), cudaMemcpyDeviceToHost));
   sb::MicroBatchStats sr = ref.forward_backward(b, a, scale);

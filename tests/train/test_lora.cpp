@@ -10,6 +10,7 @@
 #include "kernels/lora_dropout.hpp"
 #include "src/config/config.hpp"
 #include "src/engine/memory_plan.hpp"
+#include "src/model/gpu_buffers.hpp"
 #include "src/engine/update.hpp"
 #include "src/model/model.hpp"
 #include "src/train/settings.hpp"
@@ -264,7 +265,7 @@ TEST(Lora, MemoryPlanCountsTheModelsTensors) {
   s.model = tiny_dims(false, true);
   s.train.device = "cpu", s.train.micro_batch_tokens = 64;
   s.lora = spec(4, 8, kAll, false, true, false);
-  const std::vector<MemoryPlanRow> rows = memory_plan(s.model, s.lora, s.engine(), s.train.micro_batch_tokens, 3);
+  const std::vector<MemoryPlanRow> rows = memory_plan(s.model, s.lora, s.engine(), s.attention, 4, s.train.micro_batch_tokens, 3);
   ASSERT_EQ(rows.size(), 4u);
   Model<float> m(s.model, s.lora);
   const double P = double(m.base().size()), T = double(m.weights().size());
@@ -281,7 +282,7 @@ TEST(Lora, MemoryPlanCountsTheModelsTensors) {
   // CUDA (model_cuda.cpp): the frozen base once, bf16, its q/k/v biases fp32 (read in fp32); the
   // trained norms' fp32 copies beside the bf16 ones under ZeRO, a full fp32 master without
   s.train.device = "cuda";
-  const std::vector<MemoryPlanRow> g = memory_plan(s.model, s.lora, s.engine(), s.train.micro_batch_tokens, 3);
+  const std::vector<MemoryPlanRow> g = memory_plan(s.model, s.lora, s.engine(), s.attention, 4, s.train.micro_batch_tokens, 3);
   double norms = 0, biases = 0;
   for (const auto& p : m.params()) norms += p.name.find("lora_") == std::string::npos ? double(p.size) : 0;
   for (const auto& p : m.base_layout().params) biases += p.name.ends_with(".bias") ? double(p.size) : 0;
@@ -292,4 +293,88 @@ TEST(Lora, MemoryPlanCountsTheModelsTensors) {
   EXPECT_EQ(g[2].grads, 4 * T);
   EXPECT_EQ(g[3].weights, 2 * T + 4 * norms);
   EXPECT_EQ(g[0].base, 0);
+}
+
+// The GPU rows' activations: the buffers ModelCuda sizes through gpu_buffers() (model_cuda.cpp),
+// against a hand count of model_cuda.hpp's shapes for the tiny shape (C 16, H 4, Hkv 2, D 4, F 24,
+// V 23, 2 layers, q/k/v biases) at N = 64; recomputation keeps one layer's buffers beside every
+// layer's input; LoRA adds its (N, rank) u per adapter and its backward scratch; all of it linear in N.
+TEST(Lora, MemoryPlanCountsTheGpuBuffers) {
+  Settings s;
+  s.model = tiny_dims(false, true);
+  s.train.device = "cuda", s.train.micro_batch_tokens = 64;
+  s.attention = lora_attn(true, 2);
+  auto plan = [&](const LoraSpec& l) { return memory_plan(s.model, l, s.engine(), s.attention, 1, s.train.micro_batch_tokens, 1); };
+  const double N = 64, C = 16, HD = 16, KD = 8, H = 4, F = 24, V = 23, L = 2, P3 = HD + 2 * KD;
+  const double f32 = 4, b16 = 2;
+  // Layer: x_in, rstd1, xn, q, k, v, att, lse, x_mid, rstd2, xn2, h, gu
+  const double input = f32 * N * C;
+  const double layer = input + f32 * N + b16 * (N * C + N * HD + 2 * N * KD + N * HD) + f32 * N * H + f32 * N * C +
+                       f32 * N + b16 * (N * C + N * F + 2 * N * F);
+  // tokens_, targets_, pos_, argmax_; loss_, rstdf_; qkv_, xs_top_, xf_, head16_ (all 64 rows: the
+  // auto chunk holds 1 GiB of logits); dxf_, dx_, dxn_, dx16_, dh_, dgu_, dqkv_, datt_, dq_, dk_, dv_;
+  // the attention backward's workspace (dq fp32 and two floats a row and head, 6144 bytes, already
+  // a multiple of 256, then dK, dV fp32); the packed q|k|v weights (biases sit between them)
+  const double run = 4 * 4 * N + 2 * f32 * N + b16 * N * P3 + f32 * N * C + b16 * N * C + b16 * N * V +
+                     3 * f32 * N * C + b16 * N * C + b16 * (N * F + 2 * N * F + N * P3 + 2 * N * HD + 2 * N * KD) +
+                     (f32 * N * H * (4 + 2) + 2 * f32 * N * KD) + b16 * L * P3 * C;
+  EXPECT_EQ(layer, 29184);
+  EXPECT_EQ(run, 60800);
+  const GpuBuffers z = gpu_buffers(s.model, s.engine().exec, LoraSpec{}, 64, false);
+  EXPECT_EQ(z.bytes(), L * layer + run);
+  const double sel = gpu_selection_bytes(s.model, s.attention, 1, 64);
+  EXPECT_GT(sel, 0);
+  const std::vector<MemoryPlanRow> full = plan(LoraSpec{});
+  EXPECT_EQ(full[0].activations, L * layer + run + sel);
+  EXPECT_EQ(full[0].runtime, kCudaRuntimeBytes);
+  EXPECT_EQ(full[0].total(), full[0].base + full[0].weights + full[0].grads + full[0].optimizer + full[0].activations +
+                                 kCudaRuntimeBytes);
+  // LoRA r 4 on all seven targets: u (N, 4) bf16 per adapter and layer, du once; q, k, v adjacent in
+  // the frozen base (its biases are fp32 apart), so no packed copy
+  const LoraSpec lo = spec(4, 8, kAll, false, false, false);
+  const std::vector<MemoryPlanRow> lr = plan(lo);
+  EXPECT_EQ(lr[2].activations - full[0].activations, L * 7 * b16 * N * 4 + b16 * N * 4 - b16 * L * P3 * C);
+  // lora.dropout: the dropped input and du A before the mask, (N, F) at their widest (down's input)
+  LoraSpec ld = lo;
+  ld.dropout = 0.1;
+  EXPECT_EQ(plan(ld)[2].activations - lr[2].activations, (b16 + f32) * N * F);
+  // train.recompute = layer: every layer's input, one layer's rest
+  s.train.exec.recompute = true;
+  const std::vector<MemoryPlanRow> rc = plan(LoraSpec{});
+  EXPECT_EQ(full[0].activations - rc[0].activations, (L - 1) * (layer - input));
+  EXPECT_EQ(plan(lo)[2].activations - rc[0].activations, 7 * b16 * N * 4 + b16 * N * 4 - b16 * L * P3 * C);
+  // linear in N (a head chunk below N, so its logits stay one chunk)
+  s.model.n_layers = 3, s.train.exec.lm_head_chunk = 32;
+  const ModelExec e = s.engine().exec;
+  const double a1 = gpu_buffers(s.model, e, lo, 256, true).bytes(), a2 = gpu_buffers(s.model, e, lo, 512, true).bytes(),
+               a3 = gpu_buffers(s.model, e, lo, 768, true).bytes();
+  EXPECT_GT(a2, a1);
+  EXPECT_EQ(a3 - a2, a2 - a1);
+  // dense keeps every causal block: its lists grow with their count, a sparse run's with the blocks
+  AttnSettings dense = s.attention;
+  dense.sparse = false;
+  EXPECT_GT(gpu_selection_bytes(s.model, dense, 1, 2048), 3 * gpu_selection_bytes(s.model, dense, 1, 1024));
+  EXPECT_LT(gpu_selection_bytes(s.model, s.attention, 1, 2048), 2.2 * gpu_selection_bytes(s.model, s.attention, 1, 1024));
+}
+
+// Where the GPU model keeps each tensor (gpu_frozen_copies, gpu_qkv_adjacent: ModelCuda's constructor
+// checks its buffers against them): Qwen2's biases between q, k and v break the adjacency of the
+// full model's weights, not of LoRA's frozen base (biases in fp32 apart), nor of a model without biases.
+TEST(Lora, GpuCopiesAndPackedProjections) {
+  for (bool bias : {false, true}) {
+    const ModelDims d = tiny_dims(false, bias);
+    const ParamLayout base(d);
+    const LoraLayout full = lora_layout(base, d, LoraSpec{});
+    EXPECT_EQ(gpu_qkv_adjacent(base, full.train, full.of_base, gpu_frozen_copies(base, full.of_base)), !bias);
+    const LoraLayout ll = lora_layout(base, d, spec(2, 4, kAll, false, true, false));
+    const GpuFrozenCopies f = gpu_frozen_copies(base, ll.of_base);
+    EXPECT_TRUE(gpu_qkv_adjacent(base, ll.train, ll.of_base, f));
+    double biases = 0, trained = 0;
+    for (size_t i = 0; i < base.params.size(); ++i) {
+      biases += base.params[i].name.ends_with(".bias") ? double(base.params[i].size) : 0;
+      trained += ll.of_base[i] != kNoParam ? double(base.params[i].size) : 0;
+    }
+    EXPECT_EQ(double(f.n32), biases);  // the frozen tensors read in fp32: the biases (the norms train)
+    EXPECT_EQ(double(f.n16 + f.n32) + trained, double(base.size));
+  }
 }
