@@ -37,9 +37,10 @@ static int run_memory(const Args& args) {
   const Settings s = from_config(cfg, vocab);
   const ModelDims& d = s.model;
   std::printf("memory plan per rank: %d rank(s), train.device = %s, %lld parameters (%d layers, d_model %d, vocab %d), "
-              "micro-batch %lld tokens, train.recompute = %s\n", ranks, s.train.device.c_str(),
+              "micro-batch %lld tokens, train.recompute = %s, attention.mode = %s\n", ranks, s.train.device.c_str(),
               static_cast<long long>(ParamLayout(d).size), d.n_layers, d.d_model, d.vocab,
-              static_cast<long long>(s.train.micro_batch_tokens), s.train.exec.recompute ? "layer" : "none");
+              static_cast<long long>(s.train.micro_batch_tokens), s.train.exec.recompute ? "layer" : "none",
+              s.attention.sparse ? "sparse" : "dense");
   const bool cuda = s.train.device == "cuda";
   std::printf("%-26s %12s %12s %12s %12s %12s %12s %12s\n", "run", "base MiB", "weights MiB", "grads MiB", "optim MiB",
               "activ. MiB", "runtime MiB", "total MiB");
