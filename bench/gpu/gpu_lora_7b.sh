@@ -86,7 +86,8 @@ for L in $LENS; do
   for mode in $MODES; do
     tag=${L}_$mode
     sets=(--set data.path="$data" --set data.val_fraction=0 --set train.micro_batch_tokens="$L"
-          --set train.global_batch_tokens="$L" --set attention.mode=$mode "${extra[@]}")
+          --set train.global_batch_tokens="$L" --set attention.mode=$mode --set lora.rank="$R" "${extra[@]}")
+    # lora.rank: a config without [lora] (e.g. the 0.5B shape) runs LoRA too, as the plan's row it is measured against
     # the plan: the LoRA row at train.zero = 0 (the run's own setting), its total MiB
     plan=$("$SB" memory "$CONFIG" "${sets[@]}" --ranks 1 2>&1 | tee "$OUTDIR/plan_$tag.log" \
            | python3 -c "import re,sys
@@ -153,4 +154,4 @@ PY
   done
 done
 pub
-column -s, -t < "$CSV"
+{ command -v column >/dev/null && column -s, -t || cat; } < "$CSV"  # no util-linux column on the GPU image
