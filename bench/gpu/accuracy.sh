@@ -102,8 +102,8 @@ case $SCALE in
   proxy)  # the CPU proxy (configs/accuracy_proxy.toml): 1K-2K tokens, blocks of 32, evaluated at 1K-2K
     STAGES=(pre short long)
     PREP_pre="uniform 128 512 2000 11 none all";       STEPS_pre=60;  LR_pre=2e-3; WU_pre=6;  GB_pre=8192;  EVERY_pre=60
-    PREP_short="uniform 128 1024 3000 12 answers all"; STEPS_short=200; LR_short=2e-3; WU_short=10; GB_short=8192; EVERY_short=100
-    PREP_long="uniform 1024 2048 600 13 answers all"; STEPS_long=60; LR_long=1e-3; WU_long=5; GB_long=8192; EVERY_long=30
+    PREP_short="uniform 128 1024 4000 12 answers all"; STEPS_short=500; LR_short=2e-3; WU_short=10; GB_short=8192; EVERY_short=250
+    PREP_long="uniform 1024 2048 1000 13 answers all"; STEPS_long=150; LR_long=1e-3; WU_long=5; GB_long=8192; EVERY_long=150
     PREP_eval="uniform 1024 2048 120 99 answers one"
     FROM=1025 MIN_STAGE_S=20 EVAL_S=30 ;;
   *) echo "accuracy.sh: ACC_SCALE=$SCALE: expected tiny, proxy or gpu" >&2; exit 1 ;;
@@ -114,12 +114,15 @@ esac
 # their corpora, so the copy signal stays while the answers are learned (the plain `pre` stage,
 # started from a copy model, undid it: its first loss was 7.2; without copy data `short` stays flat).
 MIX=${ACC_MIX:-$([ "$SCALE" = gpu ] && echo 5 || echo 1)}
+# Tokens per copy shard (the unit ACC_MIX counts): the proxy's task corpora are ~2M tokens, so its
+# shards are 1M tokens (a third of each later stage's data is copy), the GPU's 4M.
+COPY_SHARD=$([ "$SCALE" = proxy ] && echo 1000000 || echo 4000000)
 if [ "$RECIPE" = copymix ]; then
   STAGES=(copy short long)
   if [ "$SCALE" = gpu ]; then PREP_copy="copy 16 300 80000 7"; STEPS_copy=600; GB_copy=131072
-  elif [ "$SCALE" = proxy ]; then PREP_copy="copy 16 128 8000 7"; STEPS_copy=150; GB_copy=8192
+  elif [ "$SCALE" = proxy ]; then PREP_copy="copy 4 16 200000 7"; STEPS_copy=700; GB_copy=8192
   else PREP_copy="copy 16 100 600 7"; STEPS_copy=10; GB_copy=8192; fi
-  LR_copy=$([ "$SCALE" = proxy ] && echo 2e-3 || echo 1e-3); WU_copy=$((STEPS_copy / 20 + 1)); EVERY_copy=$STEPS_copy
+  LR_copy=$([ "$SCALE" = proxy ] && echo 3e-3 || echo 1e-3); WU_copy=$((STEPS_copy / 20 + 1)); EVERY_copy=$STEPS_copy
 fi
 if [ -n "${ACC_STEPS:-}" ]; then read -r "STEPS_${STAGES[0]}" "STEPS_${STAGES[1]}" "STEPS_${STAGES[2]}" <<< "$ACC_STEPS"; fi
 # ACC_UNTIL=STAGE: train up to that stage only, no evaluation (bench/gpu/accuracy_policies.sh starts from
@@ -140,7 +143,7 @@ prep() {  # prep NAME: the corpus of a stage (or eval), made once
   [ -f "$RUNS/data_$name/.done" ] && return 0
   if [ "$preset" = copy ]; then  # the copymix recipe's copy corpus (no mask: every token trained)
     "$PY" bench/gpu/accuracy_copy_corpus.py "$RUNS/copy.jsonl" --docs "$docs" --seed "$seed" --min-len "$lo" --max-len "$hi" &&
-      "$SB" prep text --input "$RUNS/copy.jsonl" --format jsonl --shard-tokens 4000000 --output "$RUNS/data_$name" --overwrite \
+      "$SB" prep text --input "$RUNS/copy.jsonl" --format jsonl --shard-tokens "$COPY_SHARD" --output "$RUNS/data_$name" --overwrite \
         > "$RUNS/prep_$name.log" 2>&1 || { cat "$RUNS/prep_$name.log"; return 1; }
     tail -1 "$RUNS/prep_$name.log"; touch "$RUNS/data_$name/.done"; return 0
   fi

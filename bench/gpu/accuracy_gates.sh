@@ -10,13 +10,15 @@
 #
 #   SB=build-gpu/src/sparsebalance ACC_BUDGET_S=500 bash bench/gpu/accuracy_gates.sh   # the GPU machine
 #   ACC_SCALE=tiny GATE_STEPS=4 bash bench/gpu/accuracy_gates.sh                        # CPU: the pipeline
+#   ACC_SCALE=proxy bash bench/gpu/accuracy_gates.sh        # CPU proxy (bench/studies/accuracy_proxy.sh first):
+#                                                           # its `long` model (1K-2K) read at k0 = 4 blocks of 32
 #
 # GATE_MODEL=short reads the recipe's `short` model instead (it retrieves up to 4K: 100% at 2K-4K on the
 # H200), on a held-out corpus of 1K-4K documents of its own (seed 98), at GATE_K (default 4 blocks of 64,
 # ~8% of a 4K document's causal blocks, about the share k0 = 16 keeps at 16K): the gates compared
 # without the `long` stage (~7 minutes less of GPU time); no fine-tunes unless GATE_TRAIN names them.
 # Resumable like the recipe (ACC_DEADLINE / ACC_BUDGET_S; last line `gates: done` or `gates: continue`).
-# Env: ACC_SCALE (gpu|tiny), SB, ACC_RUNS (the recipe's runs), GATE_RUNS (runs/gates_$ACC_SCALE),
+# Env: ACC_SCALE (gpu|proxy|tiny), SB, ACC_RUNS (the recipe's runs), GATE_RUNS (runs/gates_$ACC_SCALE),
 # GATE_READ (variants read), GATE_TRAIN (variants fine-tuned; `auto`: base and the best read variant
 # without qmax parts, whose gating is too slow to train with, bench/results/2026-12-07-gate-modes-gpu.md),
 # GATE_SEEDS ("1"), GATE_STEPS / GATE_BATCH / GATE_LR / GATE_WARMUP (the recipe's long stage: gpu 600,
@@ -45,7 +47,8 @@ export ACC_DEADLINE=$DEADLINE
 case $SCALE in
   gpu)  STEPS=${GATE_STEPS:-600}; GB=${GATE_BATCH:-262144}; LR=${GATE_LR:-5e-4}; WU=${GATE_WARMUP:-30}; FROM=8193; EVAL_S=40 ;;
   tiny) STEPS=${GATE_STEPS:-4}; GB=${GATE_BATCH:-8192}; LR=${GATE_LR:-1e-3}; WU=${GATE_WARMUP:-1}; FROM=1025; EVAL_S=3 ;;
-  *) echo "accuracy_gates.sh: ACC_SCALE=$SCALE: expected gpu or tiny" >&2; exit 1 ;;
+  proxy) STEPS=${GATE_STEPS:-60}; GB=${GATE_BATCH:-8192}; LR=${GATE_LR:-1e-3}; WU=${GATE_WARMUP:-5}; FROM=1025; EVAL_S=20 ;;
+  *) echo "accuracy_gates.sh: ACC_SCALE=$SCALE: expected gpu, proxy or tiny" >&2; exit 1 ;;
 esac
 # shellcheck source=bench/gpu/gate_variants.sh
 . "$(dirname "$0")/gate_variants.sh"

@@ -24,7 +24,7 @@
 # Resumable in bounded calls like bench/gpu/accuracy.sh (ACC_DEADLINE / ACC_BUDGET_S; last line
 # `policies: done` or `policies: continue`). Writes $POL_RUNS/policies.csv, policies.md (tables for
 # bench/results/2026-12-02-policy-comparison-gpu.md) and policies.png (accuracy against step time), copied to $OUT.
-# Env: POL_SCALE (tiny|gpu), SB, ACC_RUNS (the recipe's runs), POL_FROM, POL_RUNS (runs/policies_$POL_SCALE),
+# Env: POL_SCALE (tiny|proxy|gpu), SB, ACC_RUNS (the recipe's runs), POL_FROM, POL_RUNS (runs/policies_$POL_SCALE),
 # POL_STEPS, POL_BATCH (global batch tokens), POL_NP, POL_SEEDS, POL_POLICIES, POL_MAX_CHANGE (0.25),
 # POL_LR (the fine-tunes' peak train.lr; unset: the config's), POL_WARMUP (warmup steps; default POL_STEPS/10), POL_START_EVAL (0: skip the start's eval), POL_EVAL_DOCS (gpu: 256 of the 384
 # held-out documents), OUT. The starting checkpoint itself is evaluated first ($POL_RUNS/start):
@@ -50,7 +50,8 @@ else DEADLINE=$((START + 10 ** 9)); fi
 case $SCALE in
   gpu)  STEPS=${POL_STEPS:-100}; GB=${POL_BATCH:-131072}; FROM=8193; PROF=(); MIN_RUN_S=60; EVAL_S=30 ;;
   tiny) STEPS=${POL_STEPS:-4};   GB=${POL_BATCH:-8192};   FROM=1025; PROF=(--quick); MIN_RUN_S=5; EVAL_S=3 ;;
-  *) echo "accuracy_policies.sh: POL_SCALE=$SCALE: expected tiny or gpu" >&2; exit 1 ;;
+  proxy) STEPS=${POL_STEPS:-60}; GB=${POL_BATCH:-8192};   FROM=1025; PROF=(--quick); MIN_RUN_S=20; EVAL_S=30 ;;
+  *) echo "accuracy_policies.sh: POL_SCALE=$SCALE: expected tiny, proxy or gpu" >&2; exit 1 ;;
 esac
 [ -x "$SB" ] || { echo "accuracy_policies.sh: $SB not found (build sparsebalance, or set SB)" >&2; exit 1; }
 FROM_STAGE=${POL_FROM:-long}
