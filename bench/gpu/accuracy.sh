@@ -50,7 +50,7 @@
 # from their newest checkpoint, finished stages, corpora and evaluations are kept). The last line
 # says `accuracy: done` or `accuracy: continue`.
 # Env: ACC_SCALE (tiny|gpu), SB (the binary), ACC_RUNS (runs/accuracy_$ACC_SCALE), OUT (copies of the
-# CSV, JSON, plot and logs; default $ACC_RUNS/out), ACC_STEPS ("pre short long" step counts),
+# CSV, JSON, plot and logs; default $ACC_RUNS/out), ACC_STEPS (one step count per stage, e.g. "copy short long"),
 # ACC_EVAL_DOCS (eval.docs of the config), ACC_NP (ranks, default 1), ACC_UNTIL (stop after that stage),
 # ACC_INIT (a checkpoint or HF directory the first stage starts from, instead of random weights),
 # ACC_RECIPE (copymix, the default: copy, short, long; plain: pre, short, long, runs in
@@ -102,8 +102,8 @@ case $SCALE in
   proxy)  # the CPU proxy (configs/accuracy_proxy.toml): 1K-2K tokens, blocks of 32, evaluated at 1K-2K
     STAGES=(pre short long)
     PREP_pre="uniform 128 512 2000 11 none all";       STEPS_pre=60;  LR_pre=2e-3; WU_pre=6;  GB_pre=8192;  EVERY_pre=60
-    PREP_short="uniform 128 1024 4000 12 answers all"; STEPS_short=500; LR_short=2e-3; WU_short=10; GB_short=8192; EVERY_short=250
-    PREP_long="uniform 1024 2048 1000 13 answers all"; STEPS_long=150; LR_long=1e-3; WU_long=5; GB_long=8192; EVERY_long=150
+    PREP_short="uniform 128 512 8000 12 answers all"; STEPS_short=1000; LR_short=3e-3; WU_short=10; GB_short=8192; EVERY_short=250
+    PREP_long="uniform 1024 2048 1000 13 answers all"; STEPS_long=200; LR_long=1e-3; WU_long=5; GB_long=8192; EVERY_long=150
     PREP_eval="uniform 1024 2048 120 99 answers one"
     FROM=1025 MIN_STAGE_S=20 EVAL_S=30 ;;
   *) echo "accuracy.sh: ACC_SCALE=$SCALE: expected tiny, proxy or gpu" >&2; exit 1 ;;
@@ -121,10 +121,21 @@ if [ "$RECIPE" = copymix ]; then
   STAGES=(copy short long)
   if [ "$SCALE" = gpu ]; then PREP_copy="copy 16 300 80000 7"; STEPS_copy=600; GB_copy=131072
   elif [ "$SCALE" = proxy ]; then PREP_copy="copy 4 16 200000 7"; STEPS_copy=700; GB_copy=8192
+    # then copy2 on 16-64-character strings: a character recurs within a string, so copying needs the
+    # previous characters matched too (n-gram copy heads), as the tasks' answers need after "is ";
+    # copy on 4-16 alone, or 16-128 mixed only into the task stages, left every answer wrong
+    # (bench/results/2026-12-08-cpu-proxy-passkey.md). Its shards are also the later stages' copy mix.
+    STAGES=(copy copy2 short long)
+    PREP_copy2="copy 16 64 40000 21"; STEPS_copy2=1000; LR_copy2=3e-3; WU_copy2=10; GB_copy2=8192; EVERY_copy2=1000
+    PREP_mixcopy="copy 16 64 12000 8"
   else PREP_copy="copy 16 100 600 7"; STEPS_copy=10; GB_copy=8192; fi
   LR_copy=$([ "$SCALE" = proxy ] && echo 3e-3 || echo 1e-3); WU_copy=$((STEPS_copy / 20 + 1)); EVERY_copy=$STEPS_copy
 fi
-if [ -n "${ACC_STEPS:-}" ]; then read -r "STEPS_${STAGES[0]}" "STEPS_${STAGES[1]}" "STEPS_${STAGES[2]}" <<< "$ACC_STEPS"; fi
+if [ -n "${ACC_STEPS:-}" ]; then  # one step count per stage, in order
+  read -r -a _steps <<< "$ACC_STEPS"
+  [ ${#_steps[@]} = ${#STAGES[@]} ] || { echo "accuracy.sh: ACC_STEPS=\"$ACC_STEPS\": expected ${#STAGES[@]} step counts (${STAGES[*]})" >&2; exit 1; }
+  for i in "${!STAGES[@]}"; do printf -v "STEPS_${STAGES[$i]}" %s "${_steps[$i]}"; done
+fi
 # ACC_UNTIL=STAGE: train up to that stage only, no evaluation (bench/gpu/accuracy_policies.sh starts from
 # the `short` stage: its GPU stage runs this first on a fresh machine).
 UNTIL=${ACC_UNTIL:-}
@@ -142,8 +153,8 @@ prep() {  # prep NAME: the corpus of a stage (or eval), made once
   spec=PREP_$name; read -r preset lo hi docs seed mask ask <<< "${!spec}"
   [ -f "$RUNS/data_$name/.done" ] && return 0
   if [ "$preset" = copy ]; then  # the copymix recipe's copy corpus (no mask: every token trained)
-    "$PY" bench/gpu/accuracy_copy_corpus.py "$RUNS/copy.jsonl" --docs "$docs" --seed "$seed" --min-len "$lo" --max-len "$hi" &&
-      "$SB" prep text --input "$RUNS/copy.jsonl" --format jsonl --shard-tokens "$COPY_SHARD" --output "$RUNS/data_$name" --overwrite \
+    "$PY" bench/gpu/accuracy_copy_corpus.py "$RUNS/$name.jsonl" --docs "$docs" --seed "$seed" --min-len "$lo" --max-len "$hi" &&
+      "$SB" prep text --input "$RUNS/$name.jsonl" --format jsonl --shard-tokens "$COPY_SHARD" --output "$RUNS/data_$name" --overwrite \
         > "$RUNS/prep_$name.log" 2>&1 || { cat "$RUNS/prep_$name.log"; return 1; }
     tail -1 "$RUNS/prep_$name.log"; touch "$RUNS/data_$name/.done"; return 0
   fi
@@ -162,14 +173,15 @@ final_ckpt() {  # final_ckpt STAGE: its last checkpoint, if the stage finished
 log "accuracy recipe, scale $SCALE, $SB, runs in $RUNS; this call has $(left) s"
 # The corpora first (cheap next to training: ~7M tokens/s), all in parallel.
 pids=()
-for n in "${STAGES[@]}" eval; do prep "$n" & pids+=($!); done
+MIXSRC=copy; [ -n "${PREP_mixcopy:-}" ] && MIXSRC=mixcopy
+for n in "${STAGES[@]}" eval $([ "$MIXSRC" = mixcopy ] && echo mixcopy); do prep "$n" & pids+=($!); done
 for p in "${pids[@]}"; do wait "$p" || { echo "accuracy.sh: prep failed"; exit 1; }; done
 if [ "$RECIPE" = copymix ]; then  # the first MIX copy shards join the later stages' corpora (links)
   for st in "${STAGES[@]:1}"; do
     i=0
-    for f in "$RUNS"/data_copy/*.h5; do
+    for f in "$RUNS"/data_$MIXSRC/*.h5; do
       [ $i -lt "$MIX" ] || break
-      ln -sf "../data_copy/$(basename "$f")" "$RUNS/data_$st/copy_$(basename "$f")"; i=$((i + 1))
+      ln -sf "../data_$MIXSRC/$(basename "$f")" "$RUNS/data_$st/copy_$(basename "$f")"; i=$((i + 1))
     done
   done
 fi
