@@ -123,7 +123,9 @@ if [ "$RECIPE" = copymix ]; then
   elif [ "$SCALE" = proxy ]; then PREP_copy="copy 4 16 200000 7"; STEPS_copy=700; GB_copy=8192
     # then copy2 on 16-64-character strings: a character recurs within a string, so copying needs the
     # previous characters matched too (n-gram copy heads), as the tasks' answers need after "is ";
-    # copy on 4-16 alone, or 16-128 mixed only into the task stages, left every answer wrong
+    # copy on 4-16 alone, or 16-128 mixed only into the task stages, left every answer wrong. A hand run
+    # of these stages (copy2 and short each in two schedules) learned passkey (14/42 at 1K-2K); this
+    # scripted form, one schedule a stage, did not (0/96): not yet reliable
     # (bench/results/2026-12-08-cpu-proxy-passkey.md). Its shards are also the later stages' copy mix.
     STAGES=(copy copy2 short long)
     PREP_copy2="copy 16 64 40000 21"; STEPS_copy2=1000; LR_copy2=3e-3; WU_copy2=10; GB_copy2=8192; EVERY_copy2=1000

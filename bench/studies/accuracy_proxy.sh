@@ -4,8 +4,9 @@
 # (ACC_SCALE=proxy: copy on 4-16 characters, copy2 on 16-64, short answers, long answers), then the
 # diagnostics of its last checkpoint on held-out 1K-2K documents, dense against sparse at k0 and at
 # twice k0 (`sparsebalance eval --diagnose`, rendered by bench/analysis/diagnose_table.py), so gate
-# choices and the diagnostics can be compared without a GPU. It learns passkey retrieval (a third of
-# the 1K-2K documents), not yet multikey or kv (bench/results/2026-12-08-cpu-proxy-passkey.md).
+# choices and the diagnostics can be compared without a GPU. A hand run of these stages learned passkey
+# retrieval (a third of the 1K-2K documents; not multikey or kv); this script's run of them learned
+# nothing, so it is not yet reliable (bench/results/2026-12-08-cpu-proxy-passkey.md).
 #
 #   bash bench/studies/accuracy_proxy.sh                    # ~30 min training on 2 ranks + evaluations
 #   ACC_STEPS="100 200 120 40" bash bench/studies/accuracy_proxy.sh   # shorter (copy, copy2, short, long step counts)
