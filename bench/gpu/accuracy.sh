@@ -175,8 +175,8 @@ final_ckpt() {  # final_ckpt STAGE: its last checkpoint, if the stage finished
 log "accuracy recipe, scale $SCALE, $SB, runs in $RUNS; this call has $(left) s"
 # The corpora first (cheap next to training: ~7M tokens/s), all in parallel.
 pids=()
-MIXSRC=copy; [ -n "${PREP_mixcopy:-}" ] && MIXSRC=mixcopy
-for n in "${STAGES[@]}" eval $([ "$MIXSRC" = mixcopy ] && echo mixcopy); do prep "$n" & pids+=($!); done
+MIXSRC=copy; [ -n "${PREP_mixcopy:-}" ] && MIXSRC=mixcopy  # the corpus whose shards the later stages mix in
+for n in "${STAGES[@]}" eval ${PREP_mixcopy:+mixcopy}; do prep "$n" & pids+=($!); done
 for p in "${pids[@]}"; do wait "$p" || { echo "accuracy.sh: prep failed"; exit 1; }; done
 if [ "$RECIPE" = copymix ]; then  # the first MIX copy shards join the later stages' corpora (links)
   for st in "${STAGES[@]:1}"; do

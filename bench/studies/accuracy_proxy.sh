@@ -16,9 +16,7 @@
 # and bench/gpu/accuracy.sh's. Writes $ACC_RUNS/diagnose_k<K>.json and diagnose.md beside its files.
 set -uo pipefail
 export ACC_SCALE=proxy
-export ACC_NP=${ACC_NP:-2}  # one rank a core of the 2-core machine it was sized for
-# Open MPI refuses root and more ranks than cores unless told (jobs/local/README.md)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export ACC_NP=${ACC_NP:-2}  # one rank a core of the 2-core machine it was sized for (accuracy.sh sets up mpirun)
 SB=${SB:-build/src/sparsebalance}
 RUNS=${ACC_RUNS:-runs/accuracy_proxy}
 PY=${PYTHON:-/usr/bin/python3}

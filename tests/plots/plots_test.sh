@@ -58,6 +58,14 @@ EOF
 grep -qE '^\| 1 \| - \| 1\.\.6 \|' "$D/report/report.md" && grep -qE '^\| 2 \| - \| 1\.\.6 \|' "$D/report/report.md" \
   || { cat "$D/report/report.md"; fail "report.md lacks the rows of 1 and 2 ranks"; }
 
+# bench/gpu/accuracy.sh refuses an ACC_STEPS without one count per stage, naming the stages, before it
+# prepares anything.
+(cd "$SRC" && ACC_SCALE=tiny ACC_STEPS="1 2" ACC_RUNS="$D/acc_steps" SB="$BIN" bash bench/gpu/accuracy.sh) > "$D/acc_steps.log" 2>&1 \
+  && { cat "$D/acc_steps.log"; fail "accuracy.sh took ACC_STEPS=\"1 2\" for three stages"; }
+grep -qF 'ACC_STEPS="1 2": expected 3 step counts (copy short long)' "$D/acc_steps.log" \
+  || { cat "$D/acc_steps.log"; fail "accuracy.sh's ACC_STEPS message"; }
+[ ! -e "$D/acc_steps/data_copy" ] || fail "accuracy.sh prepared a corpus before refusing ACC_STEPS"
+
 # The accuracy tools (bench/gpu/accuracy.sh's and bench/gpu/accuracy_policies.sh's readers) on a real eval
 # of the 1-rank run: the CSV's per-bucket task counts add up to the overall ones, both plots drawn.
 mkdir -p "$D/acc/eval" "$D/pol/dense_s1" "$D/pol/start"
